@@ -1,0 +1,46 @@
+"""``zeus-run check``: validate a spec and print every resolved setting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+import yaml
+
+from zeus_run.cli._common import handle_errors, out_console, setup_logging, err_console
+from zeus_run.energy import open_energy_source
+from zeus_run.errors import EnergyError
+from zeus_run.runner import learning_rate_for
+from zeus_run.spec import load_spec
+
+
+@handle_errors
+def check_command(
+    spec_path: Path = typer.Argument(..., metavar="JOB.yaml", help="The job spec (YAML)."),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml (for people) or json."),
+) -> None:
+    """Validate a job spec and print the resolved settings, the learning rate per batch size, and the energy source detected.
+
+    Exit code 2 lists every problem in the spec.
+
+    Example:
+
+        zeus-run check configs/demo.yaml
+    """
+    setup_logging(quiet=True)
+    spec = load_spec(spec_path)
+    resolved = spec.to_dict()
+    if fmt == "json":
+        print(json.dumps(resolved, indent=1))
+        return
+    out_console.print(f"[green]✓[/] {spec_path} is valid. Resolved settings:")
+    out_console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False)
+    if spec.learning_rate is not None:
+        lrs = ", ".join(f"{b}: {learning_rate_for(spec, b):.4g}" for b in spec.batch_sizes)
+        out_console.print(f"Learning rate per batch size ({spec.lr_scaling} scaling): {lrs}", markup=False)
+    try:
+        with open_energy_source(spec.energy) as source:
+            err_console.print(f"Energy source: {source.describe()}", markup=False)
+    except EnergyError as exc:
+        err_console.print(f"[yellow]Energy source problem:[/] {exc}")

@@ -1,0 +1,52 @@
+"""``zeus-run run``: run or resume a recurring job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from zeus_run.cli._common import QuietOption, VerboseOption, err_console, handle_errors, out_console, setup_logging
+from zeus_run.cli._render import LiveRunView, history_table, summary_lines
+from zeus_run.errors import UsageError
+from zeus_run.rundir import SPEC_NAME
+from zeus_run.runner import run_job
+from zeus_run.spec import load_spec
+from zeus_run.summary import summarize
+
+
+@handle_errors
+def run_command(
+    spec_path: Path = typer.Argument(..., metavar="JOB.yaml", help="The job spec (YAML)."),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", "-d", help="Run directory (default: the spec's run_dir, runs/<name>)."),
+    recurrences: Optional[int] = typer.Option(None, "--recurrences", "-n", min=1, help="Override the spec's recurrences."),
+    new: bool = typer.Option(False, "--new", help="Start a fresh run directory even if this one has history (the old one is kept)."),
+    force: bool = typer.Option(False, "--force", help="If the spec changed in a way that invalidates the history, start a fresh run directory instead of refusing."),
+    no_output: bool = typer.Option(False, "--no-output", help="Do not echo the training script's output (it is still logged per trial)."),
+    verbose: bool = VerboseOption,
+    quiet: bool = QuietOption,
+) -> None:
+    """Run a recurring training job, choosing each recurrence's batch size with Zeus.
+
+    Re-running the same command on the same run directory resumes where it stopped.
+
+    Example:
+
+        zeus-run configs/demo.yaml
+
+        zeus-run run job.yaml --run-dir runs/nightly -n 50
+    """
+    setup_logging(verbose, quiet)
+    spec = load_spec(spec_path)
+    if recurrences is not None:
+        spec = spec.with_overrides(recurrences=recurrences)
+    if new and force:
+        raise UsageError("--new and --force both start a fresh run directory; pass only one.")
+    with LiveRunView(err_console, show_output=not no_output) as view:
+        result = run_job(spec, run_dir=run_dir, listener=view, new=new, force=force)
+    records = result.records
+    out_console.print(history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
+    for line in summary_lines(summarize(records, spec.default_batch_size)):
+        out_console.print(line)
+    err_console.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")

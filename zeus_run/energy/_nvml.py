@@ -1,0 +1,260 @@
+"""GPU energy through NVML (the ``pynvml`` module of nvidia-ml-py).
+
+Volta and newer GPUs expose a total-energy counter (mJ); we take deltas of it.
+Older GPUs only report instantaneous power (mW), which a background thread
+samples and integrates. Only the job's GPUs are measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+from zeus_run.energy._base import EnergySource
+from zeus_run.errors import EnergyError
+
+logger = logging.getLogger(__name__)
+
+
+def import_nvml() -> ModuleType:
+    """Import ``pynvml`` (from nvidia-ml-py). Separate so tests can inject a double."""
+    import pynvml  # noqa: PLC0415
+
+    return pynvml
+
+
+def visible_gpu_ids(spec_gpus: Sequence[str] | None, environ: dict[str, str] | None = None) -> list[str] | None:
+    """The job's GPUs as NVML identifiers (indices or UUIDs), or None for all.
+
+    The spec's ``energy.gpus`` wins; otherwise ``CUDA_VISIBLE_DEVICES``.
+
+    Raises:
+        EnergyError: A MIG device is named (NVML cannot measure MIG slices' energy).
+    """
+    env = os.environ if environ is None else environ
+    if spec_gpus:
+        ids = [str(g).strip() for g in spec_gpus]
+        source = "energy.gpus"
+    elif "CUDA_VISIBLE_DEVICES" in env:
+        ids = [g.strip() for g in env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+        source = "CUDA_VISIBLE_DEVICES"
+    else:
+        return None
+    for g in ids:
+        if g.upper().startswith("MIG-"):
+            raise EnergyError(
+                f"{source} names MIG device {g!r}: NVML cannot measure the energy of a MIG slice. "
+                "Run on a whole GPU, or set energy.source: estimate."
+            )
+    # CUDA stops at the first invalid entry (e.g. -1); mirror that.
+    out = []
+    for g in ids:
+        if g.lstrip("-").isdigit() and int(g) < 0:
+            break
+        out.append(g)
+    return out
+
+
+@dataclass
+class _Gpu:
+    handle: Any
+    name: str
+    index: str
+    max_limit_w: float
+    min_limit_w: float
+    has_counter: bool
+    last_mj: float = 0.0
+
+
+class NvmlEnergy(EnergySource):
+    """Sum of the job's GPUs' energy, measured through NVML."""
+
+    name = "nvml"
+    estimated = False
+
+    def __init__(
+        self,
+        gpus: Sequence[str] | None = None,
+        nvml: ModuleType | None = None,
+        environ: dict[str, str] | None = None,
+        poll_interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Args:
+            gpus: GPU indices or UUIDs (None: ``CUDA_VISIBLE_DEVICES`` or all GPUs).
+            nvml: The pynvml module or a double shaped like it (None: import pynvml).
+            environ: Environment to read ``CUDA_VISIBLE_DEVICES`` from (None: os.environ).
+            poll_interval: Power sampling period for GPUs without an energy counter (unit: s).
+            clock: Monotonic clock for power integration (unit: s).
+
+        Raises:
+            EnergyError: NVML is unavailable, a GPU is missing, or a MIG device was selected.
+        """
+        self.nvml = nvml if nvml is not None else _import_or_fail()
+        self._clock = clock
+        self._poll_interval = poll_interval
+        ids = visible_gpu_ids(gpus, environ)
+        try:
+            self.nvml.nvmlInit()
+        except Exception as exc:  # NVMLError and friends: no driver, no GPU
+            raise EnergyError(f"NVML did not initialize ({exc}). No NVIDIA driver or GPU here; use energy.source: estimate.") from exc
+        self._initialized = True
+        try:
+            self.gpus = [self._open(g) for g in (ids if ids is not None else self._all_indices())]
+        except Exception:
+            self.close()
+            raise
+        if not self.gpus:
+            self.close()
+            raise EnergyError("No GPU selected (CUDA_VISIBLE_DEVICES is empty). Select a GPU or use energy.source: estimate.")
+        self.invalid_windows = 0
+        self._accum_j = 0.0
+        self._lock = threading.Lock()
+        self._sampler: _PowerSampler | None = None
+        polled = [g for g in self.gpus if not g.has_counter]
+        for g in self.gpus:
+            if g.has_counter:
+                g.last_mj = float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(g.handle))
+        if polled:
+            self._sampler = _PowerSampler(self.nvml, [g.handle for g in polled], poll_interval, clock)
+            self._sampler.start()
+
+    # -- setup ---------------------------------------------------------------------
+    def _all_indices(self) -> list[str]:
+        return [str(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+
+    def _open(self, ident: str) -> _Gpu:
+        n = self.nvml
+        try:
+            handle = n.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit() else n.nvmlDeviceGetHandleByUUID(ident)
+        except Exception as exc:
+            raise EnergyError(f"GPU {ident!r} not found through NVML ({exc}). Check CUDA_VISIBLE_DEVICES or energy.gpus.") from exc
+        if _is_mig_enabled(n, handle):
+            raise EnergyError(
+                f"GPU {ident!r} has MIG mode enabled: NVML cannot measure the energy of MIG slices. "
+                "Disable MIG on this GPU or set energy.source: estimate."
+            )
+        name = _text(n.nvmlDeviceGetName(handle))
+        min_mw, max_mw = n.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+        try:
+            n.nvmlDeviceGetTotalEnergyConsumption(handle)
+            has_counter = True
+        except Exception:  # NVMLError_NotSupported on pre-Volta GPUs
+            has_counter = False
+            logger.info("GPU %s (%s) has no energy counter; sampling its power every %.0f ms", ident, name, self._poll_interval * 1000)
+        return _Gpu(handle, name, ident, max_mw / 1000.0, min_mw / 1000.0, has_counter)
+
+    # -- EnergySource ------------------------------------------------------------
+    @property
+    def max_power(self) -> float:
+        return sum(g.max_limit_w for g in self.gpus)
+
+    def read(self) -> float:
+        with self._lock:
+            for g in self.gpus:
+                if not g.has_counter:
+                    continue
+                now = float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(g.handle))
+                delta = now - g.last_mj
+                if delta < 0:
+                    # Counter went backwards: driver reload or reset. The energy of
+                    # this window on this GPU is unknown; count none of it.
+                    self.invalid_windows += 1
+                    logger.warning(
+                        "GPU %s energy counter went backwards (%.0f -> %.0f mJ); this measurement window "
+                        "is invalid and its energy on that GPU is not counted", g.index, g.last_mj, now,
+                    )
+                    delta = 0.0
+                self._accum_j += delta / 1000.0
+                g.last_mj = now
+            total = self._accum_j
+        if self._sampler is not None:
+            total += self._sampler.energy_j()
+        return total
+
+    def describe(self) -> str:
+        names = sorted({g.name for g in self.gpus})
+        method = "total energy counter" if all(g.has_counter for g in self.gpus) else (
+            "power sampling" if not any(g.has_counter for g in self.gpus) else "energy counter + power sampling"
+        )
+        lims = ", ".join(f"{g.min_limit_w:g}-{g.max_limit_w:g} W" for g in self.gpus)
+        return f"NVML: {len(self.gpus)} x {'/'.join(names)} (GPUs {','.join(g.index for g in self.gpus)}; {method}; power limits {lims})"
+
+    def close(self) -> None:
+        sampler = getattr(self, "_sampler", None)
+        if sampler is not None:
+            sampler.stop()
+            self._sampler = None
+        if getattr(self, "_initialized", False):
+            self._initialized = False
+            try:
+                self.nvml.nvmlShutdown()
+            except Exception:  # already shut down
+                pass
+
+
+class _PowerSampler:
+    """Integrates instantaneous power (mW) of some GPUs with the trapezoid rule in a thread."""
+
+    def __init__(self, nvml: ModuleType, handles: list[Any], interval: float, clock: Callable[[], float]) -> None:
+        self.nvml = nvml
+        self.handles = handles
+        self.interval = interval
+        self.clock = clock
+        self._energy_j = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last_t = clock()
+        self._last_w = self._power_w()
+        self._thread = threading.Thread(target=self._loop, name="zeus-run-power-sampler", daemon=True)
+
+    def _power_w(self) -> float:
+        return sum(float(self.nvml.nvmlDeviceGetPowerUsage(h)) for h in self.handles) / 1000.0
+
+    def sample(self) -> None:
+        """Take one sample and add the trapezoid since the previous one."""
+        t, w = self.clock(), self._power_w()
+        with self._lock:
+            self._energy_j += (t - self._last_t) * (w + self._last_w) / 2.0
+            self._last_t, self._last_w = t, w
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def energy_j(self) -> float:
+        self.sample()
+        with self._lock:
+            return self._energy_j
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5 * self.interval + 1.0)
+
+
+def _is_mig_enabled(nvml: ModuleType, handle: Any) -> bool:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # NotSupported: GPU without MIG
+        return False
+    return bool(current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _import_or_fail() -> ModuleType:
+    try:
+        return import_nvml()
+    except ImportError as exc:
+        raise EnergyError("nvidia-ml-py is not installed (import pynvml failed). `pip install nvidia-ml-py`, or use energy.source: estimate.") from exc

@@ -1,0 +1,106 @@
+"""The exceptions zeus-run raises.
+
+Every error a user can cause is a subclass of `ZeusRunError`. The CLI turns
+them into one-paragraph messages on stderr with the exit code named by
+`exit_code`; nothing below this module knows about exit codes otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ZeusRunError(Exception):
+    """Base class of all errors zeus-run reports to users.
+
+    Attributes:
+        exit_code: Process exit code the CLI uses for this error.
+    """
+
+    exit_code: int = 1
+
+
+class UsageError(ZeusRunError):
+    """The user asked for something that cannot work (bad path, bad option)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem found in a job spec.
+
+    Attributes:
+        field: Dotted path of the field, e.g. ``optimizer.window_size``.
+        value: The offending value as written (``None`` when missing).
+        why: What is wrong.
+        fix: What to do about it.
+        line: 1-based line in the YAML file, if known.
+    """
+
+    field: str
+    value: object
+    why: str
+    fix: str = ""
+    line: int | None = None
+
+    def render(self) -> str:
+        """One human-readable line."""
+        where = f"line {self.line}: " if self.line else ""
+        shown = "(missing)" if self.value is None else repr(self.value)
+        text = f"{where}{self.field} = {shown}: {self.why}"
+        if self.fix:
+            text += f". {self.fix}"
+        return text
+
+
+class SpecError(UsageError):
+    """A job spec failed validation. Carries every problem found, not just the first."""
+
+    def __init__(self, source: str, problems: list[SpecProblem]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p.render()}" for p in self.problems)
+        n = len(self.problems)
+        super().__init__(f"{source}: {n} problem{'s' if n != 1 else ''} in the job spec:\n{lines}")
+
+
+class HistoryError(ZeusRunError):
+    """The history file cannot be read or written safely."""
+
+    exit_code = 2
+
+
+class RunDirError(UsageError):
+    """The run directory is unusable (unwritable, locked by another launcher, mismatched)."""
+
+
+class LaunchError(ZeusRunError):
+    """A training command could not be started at all (missing or not executable)."""
+
+    exit_code = 2
+
+
+class ConvergenceError(ZeusRunError):
+    """The job cannot reach its target (default batch size failed, tries exhausted)."""
+
+    exit_code = 1
+
+
+class TraceError(UsageError):
+    """A trace file is missing, malformed, or lacks the requested job."""
+
+
+class EnergyError(ZeusRunError):
+    """An energy source was requested but cannot be used on this machine."""
+
+    exit_code = 2
+
+
+class Interrupted(ZeusRunError):
+    """The launcher received SIGINT or SIGTERM; history is intact and the run can resume."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum

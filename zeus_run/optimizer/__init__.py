@@ -1,0 +1,54 @@
+"""Batch-size optimizers. Each is configuration plus a pure fold over observations."""
+
+from __future__ import annotations
+
+from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
+from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
+from zeus_run.optimizer._pruning import PruningState
+from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
+from zeus_run.spec import OptimizerSettings
+
+#: Policy name (``optimizer.policy``) -> optimizer class.
+POLICIES: dict[str, type[ZeusOptimizer]] = {ZeusOptimizer.name: ZeusOptimizer}
+
+
+def make_optimizer(
+    settings: OptimizerSettings,
+    batch_sizes: tuple[int, ...],
+    default_batch_size: int,
+    seed: int,
+) -> BatchSizeOptimizer:
+    """Build the optimizer a spec asks for.
+
+    Raises:
+        ValueError: Unknown policy name or invalid knobs.
+    """
+    try:
+        cls = POLICIES[settings.policy]
+    except KeyError:
+        raise ValueError(f"unknown optimizer policy {settings.policy!r}; known: {', '.join(POLICIES)}") from None
+    return cls(
+        batch_sizes,
+        default_batch_size,
+        seed=seed,
+        pruning_rounds=settings.pruning_rounds,
+        window_size=settings.window_size,
+        prior_mean=settings.prior_mean,
+        prior_precision=settings.prior_precision,
+        num_explorations=settings.num_explorations,
+    )
+
+
+__all__ = [
+    "POLICIES",
+    "ArmStats",
+    "BatchSizeOptimizer",
+    "Decision",
+    "Observation",
+    "PruningState",
+    "ZeusOptimizer",
+    "ZeusState",
+    "make_optimizer",
+    "posterior",
+    "sample_means",
+]

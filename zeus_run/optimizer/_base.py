@@ -1,0 +1,104 @@
+"""The batch-size optimizer interface: configuration in, decisions from folded observations.
+
+An optimizer object holds configuration only (batch sizes, knobs, seed). What
+it has learned lives in an immutable *state* built by folding observations:
+
+    state = opt.initial_state()
+    for obs in observations:
+        state = opt.observe(state, obs)
+    decision = opt.decide(state)
+
+`decide` is a pure function of the state, and the state is a pure function of
+the ordered observations, so resuming a run, replaying a log and simulating a
+trace are all the same fold. Randomness (Thompson sampling) is drawn from a
+generator seeded by ``(seed, number of observations)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Generic, Iterable, TypeVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one trial taught the optimizer.
+
+    Attributes:
+        batch_size: The batch size that ran.
+        cost: Its cost (unit: J; see `zeus_run.cost.zeus_cost`).
+        reached: Whether it reached the target metric.
+    """
+
+    batch_size: int
+    cost: float
+    reached: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The optimizer's choice for the next trial.
+
+    Attributes:
+        batch_size: Batch size to run.
+        stage: ``pruning``, ``explore`` (bandit arm with too few observations)
+            or ``thompson`` (sampled).
+        detail: Short human-readable reason (e.g. ``round 1, downwards``).
+    """
+
+    batch_size: int
+    stage: str
+    detail: str = ""
+
+
+S = TypeVar("S")
+
+
+class BatchSizeOptimizer(ABC, Generic[S]):
+    """Chooses batch sizes for a recurring job from the observations so far."""
+
+    #: Registry name (``optimizer.policy`` in the spec).
+    name: str = ""
+
+    def __init__(self, batch_sizes: Iterable[int], default_batch_size: int, seed: int) -> None:
+        """Args:
+            batch_sizes: Feasible batch sizes (any order; duplicates rejected).
+            default_batch_size: b0, where exploration starts; must be in batch_sizes.
+            seed: Seed of every random draw the optimizer makes.
+        """
+        bs = tuple(sorted(batch_sizes))
+        if not bs:
+            raise ValueError("batch_sizes is empty: the optimizer needs at least one batch size")
+        if len(set(bs)) != len(bs):
+            raise ValueError(f"batch_sizes has duplicates: {list(bs)}")
+        if default_batch_size not in bs:
+            raise ValueError(f"default batch size {default_batch_size} is not in {list(bs)}")
+        self.batch_sizes = bs
+        self.default_batch_size = default_batch_size
+        self.seed = seed
+
+    @abstractmethod
+    def initial_state(self) -> S:
+        """State before any observation."""
+
+    @abstractmethod
+    def observe(self, state: S, obs: Observation) -> S:
+        """Return the state after ``obs``; ``state`` itself is not modified."""
+
+    @abstractmethod
+    def decide(self, state: S) -> Decision:
+        """The next batch size to run, given everything observed so far."""
+
+    def fold(self, observations: Iterable[Observation]) -> S:
+        """State after observing ``observations`` in order."""
+        state = self.initial_state()
+        for obs in observations:
+            state = self.observe(state, obs)
+        return state
+
+    def rng(self, step: int) -> np.random.Generator:
+        """The generator for the decision taken after ``step`` observations."""
+        return np.random.default_rng([self.seed, step])

@@ -1,0 +1,118 @@
+"""The published Zeus batch-size optimizer: pruning exploration, then Gaussian TS."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
+from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
+from zeus_run.optimizer._pruning import PruningState
+
+
+@dataclass(frozen=True)
+class ZeusState:
+    """Everything the Zeus optimizer has learned.
+
+    Attributes:
+        step: Number of observations folded in.
+        pruning: Pruning exploration progress.
+        arms: Reward statistics of every batch size ever observed.
+    """
+
+    step: int
+    pruning: PruningState
+    arms: Mapping[int, ArmStats] = field(default_factory=dict)
+
+    @property
+    def survivors(self) -> tuple[int, ...]:
+        """Bandit arms (valid once pruning is over)."""
+        return self.pruning.candidates
+
+
+class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
+    """Pruning exploration + Gaussian Thompson Sampling with learned per-arm precision.
+
+    Faithful to the seeds' ``PruningGTSBatchSizeOptimizer``: every observation
+    (converged or not) adds ``-cost`` to its arm's rewards; after pruning, the
+    bandit's arms are the survivors, each arm's reward precision is
+    ``1 / var`` of its (windowed) rewards, and an arm with fewer than
+    ``num_explorations`` rewards is explored (in random order) before sampling.
+    """
+
+    name = "zeus"
+
+    def __init__(
+        self,
+        batch_sizes: Iterable[int],
+        default_batch_size: int,
+        seed: int = 123456,
+        pruning_rounds: int = 2,
+        window_size: int = 0,
+        prior_mean: float = 0.0,
+        prior_precision: float = 0.0,
+        num_explorations: int = 2,
+    ) -> None:
+        """Args:
+            batch_sizes: Feasible batch sizes.
+            default_batch_size: b0, where pruning starts.
+            seed: Seed of the Thompson draws.
+            pruning_rounds: Rounds of pruning exploration (>= 0).
+            window_size: Most recent rewards per arm the bandit uses (0: all).
+            prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
+            prior_precision: Prior precision (0: uninformative).
+            num_explorations: Rewards an arm needs before it is sampled.
+        """
+        super().__init__(batch_sizes, default_batch_size, seed)
+        if pruning_rounds < 0 or window_size < 0 or num_explorations < 0 or prior_precision < 0:
+            raise ValueError("pruning_rounds, window_size, num_explorations and prior_precision must be >= 0")
+        self.pruning_rounds = pruning_rounds
+        self.window_size = window_size
+        self.prior_mean = prior_mean
+        self.prior_precision = prior_precision
+        self.num_explorations = num_explorations
+
+    def initial_state(self) -> ZeusState:
+        return ZeusState(step=0, pruning=PruningState.begin(self.batch_sizes, self.default_batch_size, self.pruning_rounds))
+
+    def observe(self, state: ZeusState, obs: Observation) -> ZeusState:
+        if obs.batch_size not in self.batch_sizes:
+            raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
+        arms = dict(state.arms)
+        arms[obs.batch_size] = arms.get(obs.batch_size, ArmStats()).add(-obs.cost, self.window_size)
+        return dataclasses.replace(
+            state,
+            step=state.step + 1,
+            pruning=state.pruning.observe(obs.batch_size, obs.cost, obs.reached),
+            arms=arms,
+        )
+
+    def decide(self, state: ZeusState) -> Decision:
+        expecting = state.pruning.expecting
+        if expecting is not None:
+            return Decision(expecting, "pruning", state.pruning.describe())
+        return self.sample(state, state.survivors)
+
+    def sample(self, state: ZeusState, arms: tuple[int, ...]) -> Decision:
+        """Gaussian TS over ``arms``: explore under-observed arms, else draw and take the best."""
+        rng = self.rng(state.step)
+        counts = {a: self._count(state, a) for a in arms}
+        for idx in rng.permutation(len(arms)):
+            arm = arms[idx]
+            if counts[arm] < self.num_explorations or counts[arm] == 0:
+                return Decision(arm, "explore", f"arm has {counts[arm]} observation(s)")
+        posts = [posterior(state.arms[a], self.prior_mean, self.prior_precision) for a in arms]
+        draws = sample_means(rng, posts)
+        best = int(np.argmax(draws))
+        return Decision(arms[best], "thompson", f"sampled mean reward {draws[best]:.4g}")
+
+    def posteriors(self, state: ZeusState) -> dict[int, tuple[float, float]]:
+        """Posterior ``(mean, precision)`` of each observed arm's mean reward (for display)."""
+        return {a: posterior(s, self.prior_mean, self.prior_precision) for a, s in sorted(state.arms.items())}
+
+    def _count(self, state: ZeusState, arm: int) -> int:
+        stats = state.arms.get(arm)
+        return 0 if stats is None else stats.count

@@ -1,0 +1,140 @@
+"""One record format for every trial: real, simulated and replayed.
+
+A `TrialRecord` is one line of ``history.jsonl``. The optimizer learns from a
+record through `TrialRecord.observation`; everything else is for people and
+for the history table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from zeus_run.optimizer import Observation
+
+SCHEMA_VERSION = 1
+
+#: Why a trial ended. ``observed`` says whether the optimizer learns from it.
+STOP_REASONS = {
+    "target_reached": "reached the target metric",
+    "max_epochs": "ran max_epochs without reaching the target",
+    "cost_threshold": "stopped early: cost would exceed beta x best cost",
+    "exited": "script exited without reaching the target",
+    "crashed": "script failed (non-zero exit)",
+    "timeout": "exceeded the per-trial timeout",
+    "interrupted": "launcher was interrupted; not fed to the optimizer",
+    "skipped": "could not run one epoch under the cost threshold",
+}
+
+KINDS = ("real", "simulated", "replayed")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial of one recurrence.
+
+    Attributes:
+        job: Job name.
+        recurrence: 1-based recurrence number.
+        attempt: 1-based try within the recurrence.
+        trial: 0-based index of the trial over the whole run.
+        batch_size: Batch size it ran with.
+        stage: Optimizer stage that chose it (pruning, explore, thompson).
+        epochs: Epochs completed (counted in time and energy).
+        time: Wall-clock time counted (unit: s).
+        energy: Energy counted (unit: J).
+        max_power: Max power used in the cost (unit: W).
+        cost: ``eta * energy + (1 - eta) * max_power * time`` (unit: J).
+        reached: Whether the target metric was reached.
+        stop_reason: Key of `STOP_REASONS`.
+        observed: Whether the optimizer learns from this trial.
+        energy_source: ``nvml``, ``estimate`` (watts x time), ``trace`` or ``replay``.
+        estimated: True when energy is an estimate, not a measurement.
+        kind: ``real``, ``simulated`` or ``replayed``.
+        learning_rate: Learning rate passed to the script, if any.
+        seed: Seed passed to the script.
+        power_limit: GPU power limit it ran at (unit: W), if set.
+        cost_threshold: Early-stop threshold in force (unit: J), None if none.
+        metrics: Validation metric after each counted epoch.
+        exit_code: The script's exit code (negative: killed by that signal), if it ran.
+        started_at: ISO-8601 start time (real trials).
+        ended_at: ISO-8601 end time (real trials).
+        log: Trial log path relative to the run directory.
+        message: Short explanation (e.g. the tail of a crashed script's log).
+        detail: The optimizer's reason for the choice.
+    """
+
+    job: str
+    recurrence: int
+    attempt: int
+    trial: int
+    batch_size: int
+    stage: str
+    epochs: int
+    time: float
+    energy: float
+    max_power: float
+    cost: float
+    reached: bool
+    stop_reason: str
+    observed: bool = True
+    energy_source: str = "estimate"
+    estimated: bool = False
+    kind: str = "real"
+    learning_rate: float | None = None
+    seed: int | None = None
+    power_limit: float | None = None
+    cost_threshold: float | None = None
+    metrics: tuple[float, ...] = ()
+    exit_code: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    log: str | None = None
+    message: str | None = None
+    detail: str = ""
+    schema: int = field(default=SCHEMA_VERSION)
+
+    @property
+    def observation(self) -> Observation | None:
+        """What the optimizer learns from this trial, or None if it learns nothing."""
+        if not self.observed:
+            return None
+        return Observation(self.batch_size, self.cost, self.reached)
+
+    @property
+    def spent_cost(self) -> float:
+        """Cost actually incurred (a ``skipped`` trial never ran: 0, whatever the optimizer was told)."""
+        return 0.0 if self.stop_reason == "skipped" else self.cost
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (infinities become None)."""
+        out = dataclasses.asdict(self)
+        out["metrics"] = list(self.metrics)
+        for key in ("cost_threshold", "cost", "energy", "time"):
+            v = out[key]
+            if isinstance(v, float) and not math.isfinite(v):
+                out[key] = None
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TrialRecord":
+        """Parse a dict written by `to_json` (unknown keys from newer versions are ignored).
+
+        Raises:
+            ValueError: A required key is missing or has the wrong type.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        if "metrics" in kwargs:
+            kwargs["metrics"] = tuple(kwargs["metrics"] or ())
+        try:
+            rec = cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"not a trial record: {exc}") from None
+        if not isinstance(rec.batch_size, int) or not isinstance(rec.reached, bool):
+            raise ValueError("not a trial record: batch_size must be an integer and reached a boolean")
+        if rec.stop_reason not in STOP_REASONS:
+            raise ValueError(f"unknown stop_reason {rec.stop_reason!r}")
+        return rec

@@ -1,0 +1,398 @@
+"""Real runs: the engine driving training scripts as subprocesses, with a durable run directory.
+
+This is the library API behind ``zeus-run run``; tests call `run_job` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from zeus_run.cost import scale_learning_rate
+from zeus_run.energy import EnergySource, open_energy_source
+from zeus_run.engine import Engine, TrialRequest, position
+from zeus_run.errors import Interrupted, RunDirError
+from zeus_run.optimizer import make_optimizer
+from zeus_run.records import TrialRecord
+from zeus_run.rundir import RunDir, check_writable, spec_differences
+from zeus_run.spec import JobSpec, substitute
+from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial
+
+logger = logging.getLogger(__name__)
+
+
+class RunListener(TrialListener, Protocol):
+    """Live progress of a whole run (the CLI renders it; `NullRunListener` ignores it)."""
+
+    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None: ...
+
+    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None: ...
+
+    def on_trial_end(self, record: TrialRecord) -> None: ...
+
+
+class NullRunListener(NullListener):
+    """Ignores everything."""
+
+    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
+        pass
+
+    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
+        pass
+
+    def on_trial_end(self, record: TrialRecord) -> None:
+        pass
+
+
+@dataclass
+class RunResult:
+    """What `run_job` did.
+
+    Attributes:
+        run_dir: The run directory used.
+        records: Every record in the history, old and new.
+        new: Records produced by this call.
+        energy: Description of the energy source.
+        resumed: Whether the run continued an existing history.
+    """
+
+    run_dir: Path
+    records: list[TrialRecord]
+    new: list[TrialRecord] = field(default_factory=list)
+    energy: str = ""
+    resumed: bool = False
+
+
+def learning_rate_for(spec: JobSpec, batch_size: int) -> float | None:
+    """The learning rate passed to the script for ``batch_size``."""
+    if spec.learning_rate is None:
+        return None
+    return scale_learning_rate(spec.learning_rate, spec.default_batch_size, batch_size, spec.lr_scaling)
+
+
+def placeholder_values(spec: JobSpec, batch_size: int, seed: int, recurrence: int, attempt: int, log_dir: Path) -> dict[str, object]:
+    """Values of the ``{placeholders}`` for one trial."""
+    lr = learning_rate_for(spec, batch_size)
+    return {
+        "batch_size": batch_size,
+        "learning_rate": "" if lr is None else repr(lr),
+        "seed": seed,
+        "epochs": spec.max_epochs,
+        "target_metric": repr(spec.target_metric),
+        "recurrence": recurrence,
+        "try": attempt,
+        "python": sys.executable,
+        "log_dir": str(log_dir),
+    }
+
+
+def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) -> tuple[Path, bool]:
+    """Pick the run directory: the spec's (or ``run_dir``), or a fresh sibling.
+
+    Returns:
+        The directory and whether it already holds a compatible history to resume.
+
+    Raises:
+        RunDirError: The existing history was recorded under different
+            decision settings and neither ``new`` nor ``force`` was given.
+    """
+    base = Path(run_dir) if run_dir is not None else spec.run_dir
+    stored = _stored_spec(base)
+    if stored is None and not new:
+        return base, False
+    if new:
+        return _fresh_sibling(base), False
+    diffs = spec_differences(stored, spec)
+    if not diffs:
+        return base, True
+    if force:
+        return _fresh_sibling(base), False
+    lines = "\n".join(f"  - {d}" for d in diffs)
+    raise RunDirError(
+        f"The run in {str(base)!r} was recorded with different settings, so its history cannot be resumed:\n{lines}\n"
+        "Restore those settings to resume, or pass --force to start a new run directory next to it "
+        "(the old history is kept)."
+    )
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    run_dir: Path | None = None,
+    listener: RunListener | None = None,
+    energy: EnergySource | None = None,
+    new: bool = False,
+    force: bool = False,
+    cancel: threading.Event | None = None,
+    grace: float = 5.0,
+) -> RunResult:
+    """Run (or resume) a recurring job until ``spec.recurrences`` recurrences converged.
+
+    Args:
+        spec: The validated job spec.
+        run_dir: Override of ``spec.run_dir``.
+        listener: Receives live progress.
+        energy: Energy source to use (default: opened from ``spec.energy``).
+        new: Always start a fresh run directory (a sibling if the directory has history).
+        force: If the stored spec differs in decision settings, start a fresh sibling instead of refusing.
+        cancel: Set it to stop the current trial and return (as SIGINT does).
+        grace: Seconds between SIGTERM and SIGKILL when stopping a trial.
+
+    Raises:
+        RunDirError, LaunchError, HistoryError, EnergyError: Setup problems (nothing recorded).
+        ConvergenceError: The job cannot reach its target.
+        Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
+    """
+    lst: RunListener = listener or NullRunListener()  # type: ignore[assignment]
+    path, resumed = choose_run_dir(spec, run_dir, new, force)
+    _preflight_default(spec)
+    cancel = cancel or threading.Event()
+    with contextlib.ExitStack() as stack:
+        rd = stack.enter_context(RunDir.open(path))
+        if energy is None:
+            energy = stack.enter_context(open_energy_source(spec.energy))
+        history = _recover(rd, spec)
+        if rd.stored_spec() is None:
+            rd.save_spec(spec)
+        resumed = resumed and bool(history)
+        done = position(history).completed
+        lst.on_run_start(spec, rd.path, energy.describe(), done)
+        if done >= spec.recurrences:
+            logger.info("all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path)
+            return RunResult(rd.path, list(history), [], energy.describe(), resumed)
+        optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
+        engine = Engine(optimizer, spec.recurrences, spec.max_tries, spec.beta)
+        signum = stack.enter_context(_signals_to(cancel))
+
+        def execute(req: TrialRequest) -> TrialRecord:
+            if cancel.is_set():  # a signal arrived between trials: nothing is running
+                raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
+            return _execute(spec, rd, energy, lst, cancel, grace, req)
+
+        def persist(record: TrialRecord) -> None:
+            rd.history.append(record)
+            rd.clear_running()
+            lst.on_trial_end(record)
+
+        new_records = engine.run(history, execute, persist)
+        if new_records and new_records[-1].stop_reason == "interrupted":
+            last = new_records[-1]
+            raise _interrupted(
+                signum[0], rd.path,
+                f"during recurrence {last.recurrence}, try {last.attempt}; that trial is recorded as interrupted and will be re-run",
+            )
+        return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
+
+
+def _execute(
+    spec: JobSpec,
+    rd: RunDir,
+    energy: EnergySource,
+    lst: RunListener,
+    cancel: threading.Event,
+    grace: float,
+    req: TrialRequest,
+) -> TrialRecord:
+    bs = req.decision.batch_size
+    lr = learning_rate_for(spec, bs)
+    seed = spec.seed + req.observed
+    tdir = rd.trial_dir(req.recurrence, req.attempt)
+    values = placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir)
+    argv = tuple(substitute(a, values) for a in spec.command)
+    env = dict(os.environ)
+    env.update({k: substitute(v, values) for k, v in spec.env.items()})
+    env.update(
+        {
+            "ZEUS_BATCH_SIZE": str(bs),
+            "ZEUS_LEARNING_RATE": "" if lr is None else repr(lr),
+            "ZEUS_SEED": str(seed),
+            "ZEUS_TARGET_METRIC": repr(spec.target_metric),
+            "ZEUS_HIGHER_IS_BETTER": "1" if spec.higher_is_better else "0",
+            "ZEUS_MAX_EPOCHS": str(spec.max_epochs),
+            "ZEUS_ETA_KNOB": repr(spec.eta),
+            "ZEUS_COST_THRESH": repr(req.cost_threshold),
+            "ZEUS_LOG_DIR": str(tdir),
+            "ZEUS_JOB_ID": f"{spec.name}-r{req.recurrence}-t{req.attempt}",
+            "ZEUS_RECURRENCE": str(req.recurrence),
+            "ZEUS_TRY": str(req.attempt),
+            "ZEUS_EVENT_LOG": str(tdir / "events.jsonl"),
+            "ZEUS_STOP_FILE": str(tdir / "stop"),
+        }
+    )
+    plan = TrialPlan(
+        argv=argv,
+        shell=spec.shell,
+        workdir=spec.workdir,
+        env=env,
+        log_path=tdir / "output.log",
+        event_path=tdir / "events.jsonl",
+        stop_path=tdir / "stop",
+        max_epochs=spec.max_epochs,
+        target_metric=spec.target_metric,
+        higher_is_better=spec.higher_is_better,
+        metric_regex=spec.metric.regex if spec.metric.source == "regex" else None,
+        eta=spec.eta,
+        cost_threshold=req.cost_threshold,
+        timeout=spec.timeout,
+        grace=grace,
+    )
+    preflight(plan.argv, plan.workdir, plan.env, plan.shell)
+    check_writable(rd.path)
+    started = _now()
+    rd.mark_running(
+        {
+            "recurrence": req.recurrence,
+            "attempt": req.attempt,
+            "trial": req.trial,
+            "batch_size": bs,
+            "stage": req.decision.stage,
+            "learning_rate": lr,
+            "seed": seed,
+            "started_at": started,
+            "pid": os.getpid(),
+            "energy_source": energy.name,
+            "max_power": energy.max_power,
+        }
+    )
+    lst.on_trial_start(req, lr, tdir)
+    out = run_trial(plan, energy, lst, cancel)
+    return TrialRecord(
+        job=spec.name,
+        recurrence=req.recurrence,
+        attempt=req.attempt,
+        trial=req.trial,
+        batch_size=bs,
+        stage=req.decision.stage,
+        detail=req.decision.detail,
+        epochs=out.epochs,
+        time=out.time,
+        energy=out.energy,
+        max_power=out.max_power,
+        cost=out.cost,
+        reached=out.reached,
+        stop_reason=out.stop_reason,
+        observed=out.stop_reason != "interrupted",
+        energy_source=energy.name,
+        estimated=energy.estimated,
+        kind="real",
+        learning_rate=lr,
+        seed=seed,
+        cost_threshold=None if req.cost_threshold == float("inf") else req.cost_threshold,
+        metrics=out.metrics,
+        exit_code=out.exit_code,
+        started_at=started,
+        ended_at=_now(),
+        log=str((tdir / "output.log").relative_to(rd.path)),
+        message=out.message,
+    )
+
+
+def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
+    """Read the history, cutting a torn tail and recording a trial the launcher died in."""
+    rd.history.repair_tail()
+    history = list(rd.history.read())
+    info = rd.running()
+    if info is None:
+        return history
+    if info.get("trial") == len(history) and "batch_size" in info:
+        record = TrialRecord(
+            job=spec.name,
+            recurrence=int(info["recurrence"]),
+            attempt=int(info["attempt"]),
+            trial=len(history),
+            batch_size=int(info["batch_size"]),
+            stage=str(info.get("stage", "")),
+            epochs=0,
+            time=0.0,
+            energy=0.0,
+            max_power=float(info.get("max_power", 0.0)),
+            cost=0.0,
+            reached=False,
+            stop_reason="interrupted",
+            observed=False,
+            energy_source=str(info.get("energy_source", "")),
+            learning_rate=info.get("learning_rate"),
+            seed=info.get("seed"),
+            started_at=info.get("started_at"),
+            log=f"trials/r{int(info['recurrence']):04d}-t{int(info['attempt']):02d}/output.log",
+            message=f"the launcher (pid {info.get('pid')}) died during this trial; it was not fed to the optimizer",
+        )
+        logger.warning(
+            "recurrence %d try %d was running when the launcher stopped; recorded as interrupted and re-run",
+            record.recurrence, record.attempt,
+        )
+        rd.history.append(record)
+        history.append(record)
+    rd.clear_running()
+    return history
+
+
+def _preflight_default(spec: JobSpec) -> None:
+    values = placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir)
+    argv = tuple(substitute(a, values) for a in spec.command)
+    env = dict(os.environ)
+    env.update({k: substitute(v, values) for k, v in spec.env.items()})
+    preflight(argv, spec.workdir, env, spec.shell)
+
+
+def _stored_spec(path: Path) -> dict | None:
+    spec_file = path / "spec.yaml"
+    if not spec_file.exists():
+        return None
+    import yaml  # noqa: PLC0415
+
+    try:
+        return yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise RunDirError(f"Cannot read {str(spec_file)!r} ({exc}). Move the run directory aside or pass --new.") from exc
+
+
+def _fresh_sibling(base: Path) -> Path:
+    if not base.exists() or not any(base.iterdir()):
+        return base
+    for i in range(2, 10_000):
+        cand = base.with_name(f"{base.name}-{i}")
+        if not cand.exists():
+            logger.info("starting a new run directory %s (the old one is kept)", cand)
+            return cand
+    raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
+
+
+@contextlib.contextmanager
+def _signals_to(cancel: threading.Event) -> Iterator[list[int | None]]:
+    """Route SIGINT/SIGTERM to ``cancel`` while a run is in progress (main thread only)."""
+    received: list[int | None] = [None]
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        received[0] = signum
+        cancel.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _interrupted(signum: int | None, path: Path, what: str) -> Interrupted:
+    sig = signal.Signals(signum or signal.SIGINT)
+    return Interrupted(
+        sig.value,
+        f"Interrupted by {sig.name} {what}. History is intact in {str(path)!r}. Run the same command again to resume.",
+    )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")

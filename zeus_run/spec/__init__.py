@@ -1,0 +1,26 @@
+"""Job specs: the YAML a user writes, loaded once into frozen, validated dataclasses."""
+
+from zeus_run.spec._load import load_spec, parse_spec, placeholder_names, substitute
+from zeus_run.spec._model import (
+    DECISION_FIELDS,
+    PLACEHOLDERS,
+    EnergySettings,
+    JobSpec,
+    MetricSettings,
+    OptimizerSettings,
+    PowerLimitSettings,
+)
+
+__all__ = [
+    "DECISION_FIELDS",
+    "PLACEHOLDERS",
+    "EnergySettings",
+    "JobSpec",
+    "MetricSettings",
+    "OptimizerSettings",
+    "PowerLimitSettings",
+    "load_spec",
+    "parse_spec",
+    "placeholder_names",
+    "substitute",
+]

@@ -1,0 +1,501 @@
+"""Load a YAML job spec into a validated `JobSpec`, reporting every problem at once."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from zeus_run.errors import SpecError, SpecProblem, UsageError
+from zeus_run.spec._model import (
+    ENERGY_SOURCES,
+    LR_SCALING_RULES,
+    METRIC_SOURCES,
+    NO_PERMISSION_ACTIONS,
+    PLACEHOLDERS,
+    POLICIES,
+    EnergySettings,
+    JobSpec,
+    MetricSettings,
+    OptimizerSettings,
+    PowerLimitSettings,
+)
+
+_PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+
+_SECTIONS: dict[str, type] = {
+    "optimizer": OptimizerSettings,
+    "metric": MetricSettings,
+    "energy": EnergySettings,
+    "power_limit": PowerLimitSettings,
+}
+_TOP_KEYS = (
+    "name",
+    "command",
+    "shell",
+    "workdir",
+    "env",
+    "batch_sizes",
+    "default_batch_size",
+    "learning_rate",
+    "lr_scaling",
+    "target_metric",
+    "higher_is_better",
+    "max_epochs",
+    "eta",
+    "beta",
+    "recurrences",
+    "max_tries",
+    "seed",
+    "timeout",
+    "run_dir",
+    *_SECTIONS,
+)
+_SECTION_KEYS = {
+    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
+    "metric": ("source", "regex"),
+    "energy": ("source", "watts", "gpus"),
+    "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
+}
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a job spec file.
+
+    Args:
+        path: YAML file. Relative paths inside it (``workdir``, ``run_dir``)
+            resolve against the file's directory.
+
+    Raises:
+        UsageError: The file does not exist or cannot be read.
+        SpecError: The YAML is malformed or a field is invalid (all problems listed).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(
+            f"Job spec {str(p)!r} does not exist or is not a file. "
+            "Pass the path of a YAML job spec, e.g. `zeus-run configs/demo.yaml`."
+        )
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read job spec {str(p)!r}: {exc}. Check its permissions and encoding.") from exc
+    return parse_spec(text, source=p)
+
+
+def parse_spec(text: str, source: Path | None = None) -> JobSpec:
+    """Validate spec YAML text. See `load_spec`."""
+    label = str(source) if source else "<spec>"
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        why = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(
+            label,
+            [SpecProblem("(yaml)", None, f"not valid YAML: {why}", "Fix the syntax at that line", line)],
+        ) from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            label,
+            [SpecProblem("(top level)", None, "the spec must be a YAML mapping of settings", "Start from configs/demo.yaml", 1)],
+        )
+    lines = _key_lines(node)
+    base = source.parent.resolve() if source else Path.cwd()
+    return _Validator(data, lines, base, label, source).build()
+
+
+def _key_lines(node: yaml.Node | None, prefix: str = "") -> dict[str, int]:
+    """Map dotted key paths to the 1-based line where each key is written."""
+    out: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            out[key] = key_node.start_mark.line + 1
+            out.update(_key_lines(value_node, key + "."))
+    return out
+
+
+class _Validator:
+    """Reads fields out of the raw mapping, collecting problems instead of raising."""
+
+    def __init__(self, data: dict, lines: dict[str, int], base: Path, label: str, source: Path | None) -> None:
+        self.data = data
+        self.lines = lines
+        self.base = base
+        self.label = label
+        self.source = source
+        self.problems: list[SpecProblem] = []
+
+    # -- problem recording ---------------------------------------------------
+    def problem(self, field: str, value: object, why: str, fix: str = "") -> None:
+        self.problems.append(SpecProblem(field, value, why, fix, self.lines.get(field)))
+
+    def unknown_keys(self, mapping: Mapping, allowed: tuple[str, ...], prefix: str) -> None:
+        for key in mapping:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                fix = f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(allowed)}"
+                self.problem(f"{prefix}{key}", mapping[key], "unknown key", fix)
+
+    # -- typed getters ---------------------------------------------------------
+    def get(self, mapping: Mapping, key: str, prefix: str, default: Any, check: Callable[[str, Any], Any]) -> Any:
+        if key not in mapping or mapping[key] is None and default is not _REQUIRED:
+            if default is _REQUIRED:
+                return check(prefix + key, None)
+            return default
+        return check(prefix + key, mapping[key])
+
+    def int_(self, lo: int | None = None, hi: int | None = None, fix: str = "") -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if v is None:
+                self.problem(field, v, "is required", fix or "Set it to a whole number")
+                return None
+            if isinstance(v, bool) or not isinstance(v, int):
+                self.problem(field, v, "must be a whole number", fix or "Write it without quotes or decimals")
+                return None
+            if lo is not None and v < lo:
+                self.problem(field, v, f"must be at least {lo}", fix)
+                return None
+            if hi is not None and v > hi:
+                self.problem(field, v, f"must be at most {hi}", fix)
+                return None
+            return v
+
+        return check
+
+    def float_(self, lo: float | None = None, hi: float | None = None, strict_lo: bool = False, fix: str = "") -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if v is None:
+                self.problem(field, v, "is required", fix or "Set it to a number")
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                self.problem(field, v, "must be a finite number", fix or "Write a number such as 0.5")
+                return None
+            if lo is not None and (v <= lo if strict_lo else v < lo):
+                bound = f"greater than {lo}" if strict_lo else f"at least {lo}"
+                self.problem(field, v, f"must be {bound}", fix)
+                return None
+            if hi is not None and v > hi:
+                self.problem(field, v, f"must be at most {hi}", fix)
+                return None
+            return float(v)
+
+        return check
+
+    def bool_(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if not isinstance(v, bool):
+                self.problem(field, v, "must be true or false", "Write true or false without quotes")
+                return None
+            return v
+
+        return check
+
+    def choice(self, options: tuple[str, ...]) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if v not in options:
+                close = difflib.get_close_matches(str(v), options, n=1)
+                hint = f"Did you mean {close[0]!r}? " if close else ""
+                self.problem(field, v, f"must be one of {', '.join(options)}", f"{hint}".strip())
+                return None
+            return v
+
+        return check
+
+    def str_(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if not isinstance(v, str) or not v.strip():
+                self.problem(field, v, "must be a non-empty string")
+                return None
+            return v
+
+        return check
+
+    # -- the spec --------------------------------------------------------------
+    def build(self) -> JobSpec:
+        d = self.data
+        self.unknown_keys(d, _TOP_KEYS, "")
+        g = self.get
+        default_name = self.source.stem if self.source else "job"
+        name = g(d, "name", "", default_name, self.str_())
+        if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)):
+            self.problem("name", name, "must be letters, digits, '.', '_' or '-' (it names a directory)", "Rename the job, e.g. 'cifar-nightly'")
+            name = None
+        shell = g(d, "shell", "", False, self.bool_())
+        command = self.command(d.get("command"), bool(shell))
+        batch_sizes = self.batch_sizes(d.get("batch_sizes"))
+        default_bs = g(d, "default_batch_size", "", _REQUIRED, self.int_(1, fix="Set it to the batch size the job normally uses"))
+        if batch_sizes and default_bs is not None and default_bs not in batch_sizes:
+            self.problem(
+                "default_batch_size",
+                default_bs,
+                f"is not in batch_sizes {list(batch_sizes)}",
+                "Add it to batch_sizes or pick one of them",
+            )
+        learning_rate = g(d, "learning_rate", "", None, self.float_(0.0, strict_lo=True))
+        lr_scaling = g(d, "lr_scaling", "", "none", self.choice(LR_SCALING_RULES))
+        if lr_scaling not in (None, "none") and learning_rate is None and "lr_scaling" in d:
+            self.problem("lr_scaling", lr_scaling, "needs learning_rate (the rate at default_batch_size)", "Set learning_rate")
+        target = g(d, "target_metric", "", _REQUIRED, self.float_(fix="Set the validation metric that counts as converged"))
+        higher = g(d, "higher_is_better", "", True, self.bool_())
+        max_epochs = g(d, "max_epochs", "", 100, self.int_(1))
+        eta = g(d, "eta", "", 0.5, self.float_(0.0, 1.0, fix="eta weighs energy against time; pick a value in [0, 1]"))
+        beta = self.beta(d)
+        recurrences = g(d, "recurrences", "", 20, self.int_(1))
+        max_tries = g(d, "max_tries", "", 20, self.int_(1))
+        seed = g(d, "seed", "", 123456, self.int_(0))
+        timeout = g(d, "timeout", "", None, self.float_(0.0, strict_lo=True, fix="Seconds per trial, or null for no limit"))
+        workdir = self.path(d, "workdir", Path("."))
+        run_dir = self.path(d, "run_dir", Path("runs") / str(name or default_name))
+        env = self.env(d.get("env"))
+
+        opt = self.section("optimizer", self.optimizer)
+        metric = self.section("metric", self.metric)
+        energy = self.section("energy", self.energy)
+        power = self.section("power_limit", self.power_limit)
+
+        self.placeholders(command, env, learning_rate)
+        if workdir is not None and "workdir" in d and not workdir.is_dir():
+            self.problem("workdir", d["workdir"], f"directory {str(workdir)!r} does not exist", "Create it or fix the path (relative paths start at the spec file's folder)")
+
+        if self.problems:
+            raise SpecError(self.label, self.problems)
+        return JobSpec(
+            name=name,
+            command=command,
+            shell=shell,
+            workdir=workdir,
+            env=env,
+            batch_sizes=batch_sizes,
+            default_batch_size=default_bs,
+            learning_rate=learning_rate,
+            lr_scaling=lr_scaling,
+            target_metric=target,
+            higher_is_better=higher,
+            max_epochs=max_epochs,
+            eta=eta,
+            beta=beta,
+            recurrences=recurrences,
+            max_tries=max_tries,
+            seed=seed,
+            timeout=timeout,
+            run_dir=run_dir,
+            optimizer=opt,
+            metric=metric,
+            energy=energy,
+            power_limit=power,
+            source=self.source.resolve() if self.source else None,
+        )
+
+    def command(self, raw: Any, shell: bool) -> tuple[str, ...]:
+        fix = 'Write it as a list, e.g. ["python", "train.py", "--batch-size", "{batch_size}"]'
+        if raw is None:
+            self.problem("command", None, "is required: the training command to launch", fix)
+            return ()
+        if isinstance(raw, str):
+            if shell:
+                return (raw,) if raw.strip() else self._empty_command(raw, fix)
+            try:
+                argv = tuple(shlex.split(raw))
+            except ValueError as exc:
+                self.problem("command", raw, f"cannot be split into arguments ({exc})", fix)
+                return ()
+            return argv or self._empty_command(raw, fix)
+        if isinstance(raw, list) and raw and all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in raw):
+            if shell and len(raw) != 1:
+                self.problem("command", raw, "with shell: true must be a single string", "Join it into one string")
+                return ()
+            return tuple(str(a) for a in raw)
+        self.problem("command", raw, "must be a non-empty list of strings or one string", fix)
+        return ()
+
+    def _empty_command(self, raw: Any, fix: str) -> tuple[str, ...]:
+        self.problem("command", raw, "is empty", fix)
+        return ()
+
+    def batch_sizes(self, raw: Any) -> tuple[int, ...]:
+        fix = "Write a list such as [16, 32, 64] or a range {min: 16, max: 1024} (powers of two) or {min, max, step}"
+        if raw is None:
+            self.problem("batch_sizes", None, "is required", fix)
+            return ()
+        if isinstance(raw, dict):
+            self.unknown_keys(raw, ("min", "max", "step"), "batch_sizes.")
+            lo, hi, step = raw.get("min"), raw.get("max"), raw.get("step")
+            ok = True
+            for key, v in (("min", lo), ("max", hi)):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    self.problem(f"batch_sizes.{key}", v, "must be a positive whole number", fix)
+                    ok = False
+            if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 1):
+                self.problem("batch_sizes.step", step, "must be a positive whole number", "Omit it for powers of two")
+                ok = False
+            if not ok:
+                return ()
+            if lo > hi:
+                self.problem("batch_sizes", raw, "min is larger than max", "Swap them")
+                return ()
+            if step is None:
+                values = [1 << k for k in range(0, 40) if lo <= (1 << k) <= hi]
+            else:
+                values = list(range(lo, hi + 1, step))
+            if not values:
+                self.problem("batch_sizes", raw, "the range holds no batch size (no power of two between min and max)", fix)
+            return tuple(values)
+        if isinstance(raw, list):
+            if not raw:
+                self.problem("batch_sizes", raw, "is empty: the optimizer needs at least one batch size", fix)
+                return ()
+            bad = [v for v in raw if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+            if bad:
+                self.problem("batch_sizes", raw, f"has entries that are not positive whole numbers: {bad}", fix)
+                return ()
+            if len(set(raw)) != len(raw):
+                dups = sorted({v for v in raw if raw.count(v) > 1})
+                self.problem("batch_sizes", raw, f"lists {dups} more than once", "Remove the duplicates")
+                return ()
+            return tuple(sorted(raw))
+        self.problem("batch_sizes", raw, "must be a list or a {min, max} range", fix)
+        return ()
+
+    def beta(self, d: Mapping) -> float | None:
+        if "beta" not in d or d["beta"] is None:
+            return None if "beta" in d else 2.0
+        v = d["beta"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            self.problem("beta", v, "must be a number greater than 0", "Use e.g. 2.0, or null to disable early stopping")
+            return None
+        return float(v)
+
+    def path(self, d: Mapping, key: str, default: Path) -> Path | None:
+        raw = d.get(key)
+        if raw is None:
+            return (self.base / default).resolve()
+        if not isinstance(raw, str) or not raw.strip():
+            self.problem(key, raw, "must be a path string")
+            return None
+        p = Path(raw).expanduser()
+        return (p if p.is_absolute() else self.base / p).resolve()
+
+    def env(self, raw: Any) -> dict[str, str]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.problem("env", raw, "must be a mapping of NAME: value", "e.g. env: {OMP_NUM_THREADS: 1}")
+            return {}
+        out = {}
+        for k, v in raw.items():
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                self.problem(f"env.{k}", v, "is not a valid environment variable name", "Use letters, digits and '_'")
+            elif isinstance(v, (dict, list)) or v is None:
+                self.problem(f"env.{k}", v, "must be a string or number")
+            else:
+                out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+    def section(self, key: str, builder: Callable[[Mapping, str], Any]) -> Any:
+        raw = self.data.get(key)
+        if raw is None:
+            return _SECTIONS[key]()
+        if not isinstance(raw, dict):
+            self.problem(key, raw, "must be a mapping", f"Keys: {', '.join(_SECTION_KEYS[key])}")
+            return _SECTIONS[key]()
+        self.unknown_keys(raw, _SECTION_KEYS[key], key + ".")
+        return builder(raw, key + ".")
+
+    def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
+        d = OptimizerSettings()
+        return OptimizerSettings(
+            policy=self.get(m, "policy", p, d.policy, self.choice(POLICIES)),
+            pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
+            window_size=self.get(m, "window_size", p, d.window_size, self.int_(0, fix="0 keeps all observations; otherwise use at least 2")),
+            prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
+            prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
+            num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
+        )
+
+    def metric(self, m: Mapping, p: str) -> MetricSettings:
+        source = self.get(m, "source", p, "regex" if m.get("regex") else "events", self.choice(METRIC_SOURCES))
+        regex = self.get(m, "regex", p, None, self.str_())
+        if regex is not None:
+            try:
+                compiled = re.compile(regex)
+            except re.error as exc:
+                self.problem(p + "regex", regex, f"is not a valid regular expression ({exc})")
+            else:
+                if compiled.groups < 1:
+                    self.problem(p + "regex", regex, "needs a capture group around the number", r"e.g. 'val_acc=([0-9.]+)'")
+        if source == "regex" and regex is None:
+            self.problem(p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'")
+        return MetricSettings(source=source, regex=regex)
+
+    def energy(self, m: Mapping, p: str) -> EnergySettings:
+        gpus_raw = m.get("gpus")
+        gpus = None
+        if gpus_raw is not None:
+            if isinstance(gpus_raw, (int, str)) and not isinstance(gpus_raw, bool):
+                gpus_raw = [gpus_raw]
+            if isinstance(gpus_raw, list) and gpus_raw and all(isinstance(g, (int, str)) and not isinstance(g, bool) for g in gpus_raw):
+                gpus = tuple(str(g) for g in gpus_raw)
+            else:
+                self.problem(p + "gpus", gpus_raw, "must be a list of GPU indices or UUIDs", "e.g. gpus: [0, 1]")
+        return EnergySettings(
+            source=self.get(m, "source", p, "auto", self.choice(ENERGY_SOURCES)),
+            watts=self.get(m, "watts", p, 100.0, self.float_(0.0, strict_lo=True, fix="The estimated average power of the job, e.g. 65")),
+            gpus=gpus,
+        )
+
+    def power_limit(self, m: Mapping, p: str) -> PowerLimitSettings:
+        d = PowerLimitSettings()
+        return PowerLimitSettings(
+            enabled=self.get(m, "enabled", p, d.enabled, self.bool_()),
+            step_watts=self.get(m, "step_watts", p, d.step_watts, self.int_(1)),
+            warmup_iters=self.get(m, "warmup_iters", p, d.warmup_iters, self.int_(0)),
+            measure_iters=self.get(m, "measure_iters", p, d.measure_iters, self.int_(1)),
+            observer_mode=self.get(m, "observer_mode", p, d.observer_mode, self.bool_()),
+            on_no_permission=self.get(m, "on_no_permission", p, d.on_no_permission, self.choice(NO_PERMISSION_ACTIONS)),
+        )
+
+    def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:
+        places = [("command", a) for a in command] + [(f"env.{k}", v) for k, v in env.items()]
+        for field, text in places:
+            for name in placeholder_names(text):
+                if name not in PLACEHOLDERS:
+                    close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
+                    hint = f"Did you mean {{{close[0]}}}? " if close else ""
+                    self.problem(field, text, f"uses unknown placeholder {{{name}}}", f"{hint}Known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ and }}}} for literal braces")
+                elif name == "learning_rate" and learning_rate is None:
+                    self.problem(field, text, "uses {learning_rate} but learning_rate is not set", "Set learning_rate to the rate of default_batch_size")
+
+
+_REQUIRED = object()
+
+
+def placeholder_names(text: str) -> list[str]:
+    """Names of the ``{placeholders}`` in text (``{{`` and ``}}`` are literal braces)."""
+    return [m.group(1) for m in _PLACEHOLDER_RE.finditer(text) if m.group(1) is not None]
+
+
+def substitute(text: str, values: Mapping[str, object]) -> str:
+    """Replace each ``{name}`` with ``str(values[name])`` as a whole value.
+
+    The substituted text is never re-parsed: a value containing braces, spaces
+    or shell syntax arrives in the argument unchanged.
+    """
+
+    def repl(m: re.Match[str]) -> str:
+        token = m.group(0)
+        if token == "{{":
+            return "{"
+        if token == "}}":
+            return "}"
+        return str(values[m.group(1)])
+
+    return _PLACEHOLDER_RE.sub(repl, text)

@@ -1,0 +1,196 @@
+"""The validated, frozen job spec.
+
+A spec is loaded once (see `_load.py`) and never mutated; everything else in
+zeus-run reads these dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+#: Names that may appear as ``{name}`` in ``command`` and ``env`` values.
+PLACEHOLDERS = (
+    "batch_size",
+    "learning_rate",
+    "seed",
+    "epochs",
+    "target_metric",
+    "recurrence",
+    "try",
+    "python",
+    "log_dir",
+)
+
+LR_SCALING_RULES = ("sqrt", "linear", "none")
+METRIC_SOURCES = ("events", "regex")
+ENERGY_SOURCES = ("auto", "nvml", "estimate")
+POLICIES = ("zeus",)
+NO_PERMISSION_ACTIONS = ("continue", "stop")
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """Batch-size optimizer knobs (the seeds' ``JobParams`` MAB fields).
+
+    Attributes:
+        policy: ``zeus`` (pruning + Gaussian Thompson Sampling, as published) or
+            ``zeus-plus`` (our refinement, see `zeus_run.optimizer`).
+        pruning_rounds: Rounds of pruning exploration before Thompson Sampling.
+        window_size: Recent observations per arm used by the bandit (0: all).
+        prior_mean: Mean of the Gaussian prior over an arm's mean reward (reward = -cost).
+        prior_precision: Precision of that prior (0: uninformative).
+        num_explorations: Observations an arm needs before it is sampled rather than explored.
+    """
+
+    policy: str = "zeus"
+    pruning_rounds: int = 2
+    window_size: int = 0
+    prior_mean: float = 0.0
+    prior_precision: float = 0.0
+    num_explorations: int = 2
+
+
+@dataclass(frozen=True)
+class MetricSettings:
+    """How the validation metric of each epoch is read from a trial.
+
+    Attributes:
+        source: ``events`` (the training script uses `zeus_run.train` and writes
+            JSON lines to ``$ZEUS_EVENT_LOG``) or ``regex`` (each match of
+            ``regex`` in the script's output is one epoch's metric).
+        regex: Pattern with one capture group holding the metric (``regex`` mode).
+    """
+
+    source: str = "events"
+    regex: str | None = None
+
+
+@dataclass(frozen=True)
+class EnergySettings:
+    """Where energy readings come from.
+
+    Attributes:
+        source: ``auto`` (NVML if it initializes, else estimate), ``nvml`` or ``estimate``.
+        watts: Constant power assumed by the estimate (unit: W). Also its max power for the cost.
+        gpus: GPU indices or UUIDs of the job (default: ``CUDA_VISIBLE_DEVICES`` or all GPUs).
+    """
+
+    source: str = "auto"
+    watts: float = 100.0
+    gpus: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PowerLimitSettings:
+    """Just-in-time GPU power-limit optimization (NVML only).
+
+    Attributes:
+        enabled: Profile and set power limits on GPUs.
+        step_watts: Distance between profiled power limits (unit: W).
+        warmup_iters: Training iterations run at a limit before measuring.
+        measure_iters: Training iterations measured at each limit.
+        observer_mode: Profile and account as if the best limit were used, but keep the maximum.
+        on_no_permission: ``continue`` without power-limit optimization, or ``stop``.
+    """
+
+    enabled: bool = True
+    step_watts: int = 25
+    warmup_iters: int = 10
+    measure_iters: int = 40
+    observer_mode: bool = False
+    on_no_permission: str = "continue"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One recurring training job, validated.
+
+    Attributes:
+        name: Job name; names the default run directory.
+        command: argv of the training script, with ``{placeholders}``.
+        shell: Run ``command`` (a single string) through ``/bin/sh -c``.
+        workdir: Working directory of the training script.
+        env: Extra environment variables (values may hold placeholders).
+        batch_sizes: Feasible batch sizes, sorted ascending.
+        default_batch_size: b0: the batch size the job ran with before zeus-run.
+        learning_rate: Learning rate at the default batch size, if the script takes one.
+        lr_scaling: How the learning rate scales with batch size: sqrt, linear or none.
+        target_metric: Validation metric that counts as converged.
+        higher_is_better: Whether larger metric values are better.
+        max_epochs: Most epochs a trial may run.
+        eta: Weight of energy vs time in the cost, in [0, 1].
+        beta: Early-stop a trial whose cost will exceed beta x best cost so far; None disables.
+        recurrences: How many times the job recurs.
+        max_tries: Trials per recurrence before giving up on the target.
+        seed: Seed of the optimizer and the training scripts (trial seed = seed + trial index).
+        timeout: Wall-clock limit of one trial (unit: s), or None.
+        run_dir: Directory of history, logs and resolved spec.
+        source: The YAML file this came from, if any.
+    """
+
+    name: str
+    command: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    default_batch_size: int
+    target_metric: float
+    shell: bool = False
+    workdir: Path = Path(".")
+    env: Mapping[str, str] = field(default_factory=dict)
+    learning_rate: float | None = None
+    lr_scaling: str = "none"
+    higher_is_better: bool = True
+    max_epochs: int = 100
+    eta: float = 0.5
+    beta: float | None = 2.0
+    recurrences: int = 20
+    max_tries: int = 20
+    seed: int = 123456
+    timeout: float | None = None
+    run_dir: Path = Path("runs")
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    metric: MetricSettings = field(default_factory=MetricSettings)
+    energy: EnergySettings = field(default_factory=EnergySettings)
+    power_limit: PowerLimitSettings = field(default_factory=PowerLimitSettings)
+    source: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/YAML-serializable dict of every resolved setting."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value = {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+            out[f.name] = _plain(value)
+        return out
+
+    def with_overrides(self, **changes: Any) -> "JobSpec":
+        """A copy with some top-level fields replaced (used by CLI overrides)."""
+        return dataclasses.replace(self, **changes)
+
+
+#: Settings that change what the optimizer has learned. A history recorded
+#: under different values cannot be resumed (see `zeus_run.runner`).
+DECISION_FIELDS = (
+    "batch_sizes",
+    "default_batch_size",
+    "eta",
+    "beta",
+    "target_metric",
+    "higher_is_better",
+    "max_epochs",
+    "seed",
+    "optimizer",
+)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,166 @@
+"""Training-side helper: read zeus-run's choices and report the metric each epoch.
+
+This module uses only the standard library, so any training script can import
+it. A script that uses it::
+
+    from zeus_run.train import Trial
+
+    trial = Trial.from_env(batch_size=64, learning_rate=0.1)  # defaults when run by hand
+    for epoch in trial.epochs():          # stops at max_epochs, the target, or when told to
+        train_one_epoch(trial.batch_size, trial.learning_rate)
+        trial.report(validate())          # one JSON line to $ZEUS_EVENT_LOG
+
+The environment contract between zeus-run and the training script (all set
+for every trial; the script may ignore any of them):
+
+======================  =====================================================
+ZEUS_BATCH_SIZE         batch size to train with
+ZEUS_LEARNING_RATE      learning rate, scaled for the batch size (empty if none)
+ZEUS_SEED               random seed for this trial
+ZEUS_TARGET_METRIC      validation metric that counts as converged
+ZEUS_HIGHER_IS_BETTER   ``1`` if larger metrics are better, else ``0``
+ZEUS_MAX_EPOCHS         most epochs to train
+ZEUS_ETA_KNOB           eta of the cost
+ZEUS_COST_THRESH        early-stop cost threshold in joules (``inf`` if none)
+ZEUS_LOG_DIR            directory for the script's own files for this trial
+ZEUS_JOB_ID             job name, recurrence and try, e.g. ``demo-r3-t1``
+ZEUS_RECURRENCE         1-based recurrence number
+ZEUS_TRY                1-based try within the recurrence
+ZEUS_EVENT_LOG          file to append JSON-line events to (what `report` writes)
+ZEUS_STOP_FILE          created by zeus-run when the script should stop
+======================  =====================================================
+
+Event lines are JSON objects: ``{"event": "epoch", "epoch": 3, "metric": 0.91}``
+(one per validated epoch) and ``{"event": "step", "n": 120}`` (iterations, for
+power-limit profiling). zeus-run stops a trial itself when the target is
+reached or the cost threshold would be crossed; `report` returning False and
+`epochs` ending are a courtesy that lets the script exit cleanly first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Iterator
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name, "")
+    return float(raw) if raw.strip() else default
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else default
+
+
+class Trial:
+    """One training run as zeus-run configured it.
+
+    Attributes:
+        batch_size: Batch size to use.
+        learning_rate: Learning rate to use (None if the job has none).
+        seed: Random seed.
+        max_epochs: Most epochs to run.
+        target_metric: Converged once the metric reaches this (None: never stop for it).
+        higher_is_better: Direction of the metric.
+        managed: True when launched by zeus-run (an event log is configured).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        learning_rate: float | None = None,
+        seed: int = 0,
+        max_epochs: int = 100,
+        target_metric: float | None = None,
+        higher_is_better: bool = True,
+        event_log: str | None = None,
+        stop_file: str | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.seed = seed
+        self.max_epochs = max_epochs
+        self.target_metric = target_metric
+        self.higher_is_better = higher_is_better
+        self.event_log = event_log
+        self.stop_file = stop_file
+        self.managed = event_log is not None
+        self.epoch = 0
+        self.reached = False
+        self.last_metric: float | None = None
+        self._steps = 0
+        self._fh = open(event_log, "a", encoding="utf-8") if event_log else None
+
+    @classmethod
+    def from_env(
+        cls,
+        batch_size: int = 32,
+        learning_rate: float | None = None,
+        seed: int = 0,
+        max_epochs: int = 100,
+        target_metric: float | None = None,
+        higher_is_better: bool = True,
+    ) -> "Trial":
+        """Read the ``ZEUS_*`` environment; the arguments are defaults for running by hand."""
+        hib = os.environ.get("ZEUS_HIGHER_IS_BETTER")
+        return cls(
+            batch_size=_env_int("ZEUS_BATCH_SIZE", batch_size),
+            learning_rate=_env_float("ZEUS_LEARNING_RATE", learning_rate),
+            seed=_env_int("ZEUS_SEED", seed),
+            max_epochs=_env_int("ZEUS_MAX_EPOCHS", max_epochs),
+            target_metric=_env_float("ZEUS_TARGET_METRIC", target_metric),
+            higher_is_better=higher_is_better if hib is None else hib.strip() not in ("0", "false", "False"),
+            event_log=os.environ.get("ZEUS_EVENT_LOG") or None,
+            stop_file=os.environ.get("ZEUS_STOP_FILE") or None,
+        )
+
+    def should_stop(self) -> bool:
+        """Whether training should end now (target reached, max epochs, or zeus-run asked)."""
+        if self.reached or self.epoch >= self.max_epochs:
+            return True
+        return bool(self.stop_file) and os.path.exists(self.stop_file)
+
+    def epochs(self) -> Iterator[int]:
+        """Yield epoch numbers 1, 2, ... until `should_stop`."""
+        while not self.should_stop():
+            yield self.epoch + 1
+
+    def report(self, metric: float, epoch: int | None = None) -> bool:
+        """Record the validation metric of the epoch just finished.
+
+        Args:
+            metric: Validation metric after this epoch.
+            epoch: Epoch number (default: one more than the last reported).
+
+        Returns:
+            True if training should continue.
+        """
+        self.epoch = self.epoch + 1 if epoch is None else int(epoch)
+        self.last_metric = float(metric)
+        if self.target_metric is not None and math.isfinite(self.last_metric):
+            good = self.last_metric >= self.target_metric if self.higher_is_better else self.last_metric <= self.target_metric
+            self.reached = self.reached or good
+        self._emit({"event": "epoch", "epoch": self.epoch, "metric": self.last_metric})
+        return not self.should_stop()
+
+    def step(self, n: int = 1) -> None:
+        """Count training iterations (used for power-limit profiling; cheap to call every step)."""
+        self._steps += n
+        self._emit({"event": "step", "n": self._steps})
+
+    def _emit(self, event: dict) -> None:
+        if self._fh is None:
+            return
+        event["time"] = time.time()
+        self._fh.write(json.dumps(event) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Close the event log."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
