@@ -6,6 +6,12 @@ from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
+from zeus_run.optimizer.power_limit import (
+    JITPowerLimitOptimizer,
+    PowerLimitMeasurement,
+    PowerLimitState,
+    best_power_limit,
+)
 from zeus_run.spec import OptimizerSettings
 
 #: Policy name (``optimizer.policy``) -> optimizer class.
@@ -44,6 +50,10 @@ __all__ = [
     "ArmStats",
     "BatchSizeOptimizer",
     "Decision",
+    "JITPowerLimitOptimizer",
+    "PowerLimitMeasurement",
+    "PowerLimitState",
+    "best_power_limit",
     "Observation",
     "PruningState",
     "ZeusOptimizer",

@@ -1,0 +1,88 @@
+"""Just-in-time power-limit policy (the seeds' ``JITPowerLimitOptimizer``).
+
+For a batch size, a profile gives each power limit's average power and
+throughput. The best limit minimizes the cost of one unit of work:
+
+    (eta * avg_power + (1 - eta) * max_power) / throughput
+
+which, with throughput in epochs per second, is the cost of one epoch. The
+same policy serves the trace simulator and real GPUs; the decision per batch
+size is remembered in an immutable mapping folded from profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class PowerLimitMeasurement:
+    """What running at one power limit looked like.
+
+    Attributes:
+        power_limit: The limit (unit: W).
+        avg_power: Average power drawn (unit: W).
+        throughput: Work per second (any unit, the same for all limits of a profile,
+            e.g. iterations/s or epochs/s).
+    """
+
+    power_limit: float
+    avg_power: float
+    throughput: float
+
+
+def unit_cost(m: PowerLimitMeasurement, eta: float, max_power: float) -> float:
+    """Cost of one unit of work at this limit (unit: J per unit of throughput)."""
+    if m.throughput <= 0:
+        return math.inf
+    return (eta * m.avg_power + (1.0 - eta) * max_power) / m.throughput
+
+
+def best_power_limit(profile: Sequence[PowerLimitMeasurement], eta: float, max_power: float) -> float:
+    """The limit with the lowest `unit_cost`; ties go to the higher limit (faster).
+
+    Raises:
+        ValueError: The profile is empty.
+    """
+    if not profile:
+        raise ValueError("empty power-limit profile")
+    return min(profile, key=lambda m: (unit_cost(m, eta, max_power), -m.power_limit)).power_limit
+
+
+@dataclass(frozen=True)
+class PowerLimitState:
+    """Chosen power limit per batch size (read-only mapping)."""
+
+    chosen: Mapping[int, float] = MappingProxyType({})
+
+    def predict(self, batch_size: int) -> float | None:
+        """The limit for ``batch_size``, or None if it still needs profiling."""
+        return self.chosen.get(batch_size)
+
+
+class JITPowerLimitOptimizer:
+    """Picks and remembers the best power limit of each batch size from its profile."""
+
+    def __init__(self, eta: float, max_power: float) -> None:
+        """Args:
+            eta: Cost knob in [0, 1].
+            max_power: Max power of the job's GPUs (unit: W).
+        """
+        if not 0.0 <= eta <= 1.0:
+            raise ValueError(f"eta must be in [0, 1], got {eta}")
+        self.eta = eta
+        self.max_power = max_power
+
+    def initial_state(self) -> PowerLimitState:
+        return PowerLimitState()
+
+    def observe_profile(
+        self, state: PowerLimitState, batch_size: int, profile: Sequence[PowerLimitMeasurement]
+    ) -> PowerLimitState:
+        """State after profiling ``batch_size`` (a later profile replaces an earlier one)."""
+        chosen = dict(state.chosen)
+        chosen[batch_size] = best_power_limit(profile, self.eta, self.max_power)
+        return PowerLimitState(MappingProxyType(chosen))
