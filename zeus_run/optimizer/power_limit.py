@@ -13,7 +13,7 @@ size is remembered in an immutable mapping folded from profiles.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
@@ -56,7 +56,7 @@ def best_power_limit(profile: Sequence[PowerLimitMeasurement], eta: float, max_p
 class PowerLimitState:
     """Chosen power limit per batch size (read-only mapping)."""
 
-    chosen: Mapping[int, float] = MappingProxyType({})
+    chosen: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def predict(self, batch_size: int) -> float | None:
         """The limit for ``batch_size``, or None if it still needs profiling."""
