@@ -4,8 +4,8 @@ The script runs in its own process group with its output streamed, chunk by
 chunk, to the trial's log file and to a listener (never held in memory). The
 launcher reads each finished epoch's metric (event log or regex), measures
 time and energy at every epoch boundary, and stops the trial when the target
-is reached, ``max_epochs`` is hit, the cost after the next epoch is predicted
-to exceed the threshold (or already has), the timeout passes, or it is
+is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted
+as the last epoch's cost) would exceed the threshold, or already has, the timeout passes, or it is
 cancelled. Stopping = create the stop file, SIGTERM the group, SIGKILL after
 a grace period.
 """
@@ -217,6 +217,7 @@ class _TrialRun:
         self.reached = False
         self.stop_reason: str | None = None
         self.counted: tuple[float, float, float] | None = None  # (time, energy, cost) at the judged boundary
+        self.prev_cost = 0.0  # cost at the previous epoch boundary
         self.tail = EventLogTail(str(plan.event_path)) if plan.metric_regex is None else None
         self.regex = RegexMetricReader(plan.metric_regex) if plan.metric_regex is not None else None
         self.splitter = LineSplitter()
@@ -236,8 +237,13 @@ class _TrialRun:
             self._decide("target_reached", (t, e, c))
         elif epochs >= p.max_epochs:
             self._decide("max_epochs", (t, e, c))
-        elif c + c / epochs > p.cost_threshold:
+        elif epochs >= 2 and c + (c - self.prev_cost) > p.cost_threshold:
+            # Predict the next epoch to cost what the last one did. Epoch 1 also
+            # carries start-up (imports, data loading), so it predicts nothing;
+            # the hard cut in `_watch` still stops a trial whose cost crosses
+            # the threshold mid-epoch.
             self._decide("cost_threshold", (t, e, c))
+        self.prev_cost = c
 
     def _decide(self, reason: str, at: tuple[float, float, float]) -> None:
         self.stop_reason = reason

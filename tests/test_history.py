@@ -1,0 +1,63 @@
+"""The append-only history: durable appends, torn tails tolerated, corruption reported."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zeus_run.errors import HistoryError
+from zeus_run.history import HistoryStore, read_history
+from zeus_run.records import TrialRecord
+
+
+def rec(i: int, **kw) -> TrialRecord:
+    base = dict(job="j", recurrence=i + 1, attempt=1, trial=i, batch_size=32, stage="pruning", epochs=3,
+                time=1.5, energy=150.0, max_power=100.0, cost=150.0, reached=True, stop_reason="target_reached")
+    base.update(kw)
+    return TrialRecord(**base)
+
+
+def test_append_and_read_round_trip(tmp_path):
+    store = HistoryStore(tmp_path / "history.jsonl")
+    records = [rec(0), rec(1, metrics=(0.5, 0.9), reached=False, stop_reason="max_epochs")]
+    store.extend(records)
+    assert list(store.read()) == records
+    lines = (tmp_path / "history.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["metrics"] == [0.5, 0.9]
+
+
+def test_torn_last_line_is_ignored_with_a_warning_and_cut_before_appending(tmp_path, caplog):
+    path = tmp_path / "history.jsonl"
+    store = HistoryStore(path)
+    store.extend([rec(0), rec(1)])
+    with open(path, "ab") as f:
+        f.write(b'{"job": "j", "recurrence": 3, "att')
+    got = read_history(path)
+    assert len(got) == 2 and got.torn is not None
+    assert "torn" in caplog.text
+    assert store.repair_tail() is True
+    store.append(rec(2))
+    assert [r.trial for r in read_history(path)] == [0, 1, 2]
+    assert (tmp_path / "history.jsonl.torn").read_bytes().startswith(b'{"job": "j", "recurrence": 3')
+
+
+def test_corrupt_line_in_the_middle_is_an_error(tmp_path):
+    path = tmp_path / "history.jsonl"
+    HistoryStore(path).extend([rec(0), rec(1)])
+    lines = path.read_text().splitlines()
+    path.write_text(lines[0] + "\n{garbage\n" + lines[1] + "\n")
+    with pytest.raises(HistoryError, match="line 2"):
+        read_history(path)
+
+
+def test_missing_history_names_the_path(tmp_path):
+    with pytest.raises(HistoryError, match="No history"):
+        read_history(tmp_path)
+
+
+def test_record_rejects_unknown_stop_reason():
+    data = rec(0).to_json()
+    data["stop_reason"] = "exploded"
+    with pytest.raises(ValueError, match="stop_reason"):
+        TrialRecord.from_json(data)

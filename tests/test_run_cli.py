@@ -1,0 +1,201 @@
+"""End-to-end: the real CLI launching small scripts as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, SCRIPTS
+
+FAKE = str(SCRIPTS / "fake_train.py")
+
+
+def spec_text(extra_args: str = "", body: str = "") -> str:
+    args = ", ".join(f'"{a}"' for a in extra_args.split()) if extra_args else ""
+    comma = ", " if args else ""
+    return f"""
+name: t
+command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"{comma}{args}]
+batch_sizes: [1, 2, 4]
+default_batch_size: 2
+target_metric: 0.9
+max_epochs: 5
+recurrences: 1
+energy: {{source: estimate, watts: 100}}
+run_dir: runs
+{body}
+"""
+
+
+def zeus(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "zeus_run", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def history(spec: Path) -> list[dict]:
+    lines = (spec.parent / "runs" / "history.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_converging_trial(write_spec):
+    spec = write_spec(spec_text())
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    (rec,) = history(spec)
+    assert rec["reached"] is True and rec["stop_reason"] == "target_reached"
+    assert rec["epochs"] == 2 and rec["batch_size"] == 2 and rec["metrics"] == [0.5, 1.0]
+    assert rec["energy_source"] == "estimate" and rec["estimated"] is True
+    assert rec["energy"] == pytest.approx(100 * rec["time"], rel=0.05)
+    assert rec["cost"] == pytest.approx(0.5 * rec["energy"] + 0.5 * 100 * rec["time"], rel=1e-6)
+    run_dir = spec.parent / "runs"
+    assert (run_dir / "spec.yaml").exists()
+    assert (run_dir / rec["log"]).read_text().count("done") == 2
+
+
+def test_never_reaching_target_hits_max_epochs(write_spec):
+    spec = write_spec(spec_text(body="recurrences: 2\nbeta: null\n").replace("recurrences: 1\n", ""))
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    recs = history(spec)
+    assert [x["batch_size"] for x in recs] == [2, 1, 4]
+    assert recs[1]["stop_reason"] == "max_epochs" and recs[1]["epochs"] == 5 and recs[1]["reached"] is False
+    assert recs[2]["reached"] is True and recs[2]["recurrence"] == 2 and recs[2]["attempt"] == 2
+
+
+def test_crashing_trial_is_a_failed_trial(write_spec):
+    spec = write_spec(spec_text("--crash-at 2 --crash-bs 1", "recurrences: 2\nbeta: null\n").replace("recurrences: 1\n", ""))
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    crashed = history(spec)[1]
+    assert crashed["stop_reason"] == "crashed" and crashed["exit_code"] == 3
+    assert crashed["reached"] is False and crashed["observed"] is True
+    assert "boom at epoch 2" in crashed["message"]
+
+
+def test_cost_threshold_stops_early_and_kills_the_process_group(write_spec, tmp_path):
+    pidfile = tmp_path / "pids"
+    spec = write_spec(
+        spec_text(f"--epoch-time 0.15 --ignore-stop --pid-file {pidfile}", "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\n")
+        .replace("recurrences: 1\n", "").replace("max_epochs: 5\n", "")
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    recs = history(spec)
+    stopped = recs[1]
+    assert stopped["batch_size"] == 1 and stopped["stop_reason"] == "cost_threshold"
+    # Recurrence 1 cost C over 2 epochs; threshold 1.5 C: the launcher stops before epoch 4 would cross it.
+    assert stopped["cost_threshold"] == pytest.approx(1.5 * recs[0]["cost"])
+    assert 1 <= stopped["epochs"] <= 3
+    assert stopped["cost"] <= stopped["cost_threshold"] * 1.05
+    pid, child = (int(x) for x in pidfile.read_text().split())
+    time.sleep(0.2)
+    for p in (pid, child):
+        assert not alive(p), f"process {p} survived the trial"
+
+
+def alive(pid: int) -> bool:
+    """True if pid runs (a zombie awaiting a reaper that is not ours counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_metric_read_by_regex_from_plain_prints(write_spec):
+    spec = write_spec(spec_text("--mode print", "metric:\n  regex: 'val_acc=([0-9.]+)'\n"))
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    (rec,) = history(spec)
+    assert rec["reached"] is True and rec["metrics"] == [0.5, 1.0]
+
+
+def test_multi_recurrence_history_has_one_valid_record_per_trial(write_spec):
+    spec = write_spec(spec_text(body="recurrences: 6\n").replace("recurrences: 1\n", ""))
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    recs = history(spec)
+    trial_dirs = sorted((spec.parent / "runs" / "trials").iterdir())
+    assert len(recs) == len(trial_dirs)
+    assert [x["trial"] for x in recs] == list(range(len(recs)))
+    assert sorted({x["recurrence"] for x in recs if x["reached"]}) == [1, 2, 3, 4, 5, 6]
+    for x in recs:
+        assert x["schema"] == 1 and x["kind"] == "real" and x["cost"] > 0
+        assert (x["stop_reason"] == "target_reached") == x["reached"]
+    # History command renders it; JSON and CSV go to stdout.
+    h = zeus("history", str(spec.parent / "runs"))
+    assert h.returncode == 0 and "Recurrences converged: 6" in h.stdout
+    j = zeus("history", str(spec.parent / "runs"), "--format", "json")
+    assert len(json.loads(j.stdout)["trials"]) == len(recs)
+    c = zeus("history", str(spec.parent / "runs"), "--format", "csv")
+    assert len(c.stdout.strip().splitlines()) == len(recs) + 1
+
+
+def test_rerun_of_a_finished_job_resumes_and_runs_nothing(write_spec):
+    spec = write_spec(spec_text())
+    assert zeus("run", str(spec), "--no-output").returncode == 0
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0 and len(history(spec)) == 1
+
+
+# -- bad input: one paragraph, exit code 2, no traceback, nothing half-written ----------
+
+
+def test_missing_spec_file(tmp_path):
+    r = zeus("run", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_default_command_is_run(tmp_path):
+    r = zeus(str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_missing_training_script(write_spec):
+    spec = write_spec(spec_text().replace(FAKE, "/nonexistent/train.py"))
+    r = zeus("run", str(spec))
+    assert r.returncode == 2, r.stderr
+    assert "does not exist" in r.stderr and "/nonexistent/train.py" in r.stderr and "Traceback" not in r.stderr
+    assert not (spec.parent / "runs" / "history.jsonl").exists()
+
+
+def test_unwritable_run_directory(write_spec, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    spec = write_spec(spec_text().replace("run_dir: runs", f"run_dir: {blocker}/runs"))
+    r = zeus("run", str(spec))
+    assert r.returncode == 2
+    assert "Cannot create run directory" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_spec_error_exit_code_and_message(write_spec):
+    spec = write_spec(spec_text().replace("default_batch_size: 2", "default_batch_size: 3"))
+    r = zeus("check", str(spec))
+    assert r.returncode == 2
+    assert "default_batch_size = 3" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_default_that_never_converges_is_a_clear_error(write_spec):
+    spec = write_spec(spec_text().replace("default_batch_size: 2", "default_batch_size: 1"))
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 1
+    assert "first recurrence" in r.stderr and "batch size 1" in r.stderr
+    assert len(history(spec)) == 1  # the failed trial is still recorded
+
+
+def test_every_command_has_help_with_an_example():
+    for cmd in ("run", "history", "check"):
+        r = zeus(cmd, "--help")
+        assert r.returncode == 0 and "Example" in r.stdout, cmd
+    r = zeus("--version")
+    assert r.returncode == 0 and r.stdout.startswith("zeus-run ")
