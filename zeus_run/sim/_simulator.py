@@ -252,7 +252,7 @@ class SimResult:
             "workload": self.table.job.name, "gpu": self.table.gpu, "policy": self.policy, "seed": self.seed,
             "horizon": self.horizon, "trials": len(self.records), "cost": self.cost, "energy": self.energy,
             "time": self.time, "default_cost": self.default_cost, "oracle_cost": self.oracle_cost,
-            "grid_cost": self.grid_cost, "regret": self.regret,
+            "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None, "regret": self.regret,
             "cost_vs_default": self.cost / self.default_cost,
             "energy_vs_default": self.energy / (self.horizon * self.default.energy),
             "time_vs_default": self.time / (self.horizon * self.default.time),
