@@ -13,7 +13,7 @@ from zeus_run.sim._simulator import (
     oracle_baseline,
     simulate,
 )
-from zeus_run.sim._traces import JOBS, JobTable, Traces, TraceJob, find_job, job_table, load_traces, trace_gpus
+from zeus_run.sim._traces import JOBS, JobTable, Traces, TraceJob, find_job, job_table, load_trace_job, load_traces, trace_gpus
 
 __all__ = [
     "JOBS",
@@ -29,6 +29,7 @@ __all__ = [
     "find_job",
     "grid_search_cost",
     "job_table",
+    "load_trace_job",
     "load_traces",
     "oracle_baseline",
     "simulate",

@@ -256,3 +256,43 @@ def _int(row: dict, col: str, path: str | Path, line: int) -> int:
     if not value.is_integer():
         raise TraceError(f"{path}: line {line}: {col} = {row[col]!r} is not an integer.")
     return int(value)
+
+
+def load_trace_job(path: str | Path) -> TraceJob:
+    """A job spec YAML naming the traced job to simulate.
+
+    Required keys: ``dataset``, ``network``, ``optimizer``, ``target_metric``,
+    ``max_epochs``, ``default_batch_size``; optional ``name`` (default: the file's stem).
+
+    Raises:
+        TraceError: The file cannot be read or is not a YAML mapping.
+        SpecError: A key is missing or has the wrong type (every problem is listed).
+    """
+    import yaml  # noqa: PLC0415
+
+    from zeus_run.errors import SpecError, SpecProblem  # noqa: PLC0415
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise TraceError(f"cannot read job spec {str(p)!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"job spec {str(p)!r} is not a YAML mapping of dataset, network, optimizer, ...")
+    problems: list[SpecProblem] = []
+    kinds = {"dataset": str, "network": str, "optimizer": str, "target_metric": float, "max_epochs": int, "default_batch_size": int}
+    values: dict = {}
+    for key, kind in kinds.items():
+        value = data.get(key)
+        ok = isinstance(value, str) if kind is str else (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or float(value).is_integer())
+        )
+        if value is None:
+            problems.append(SpecProblem(key, None, "is required to find the job in the traces", f"Add `{key}:`"))
+        elif not ok:
+            problems.append(SpecProblem(key, value, f"must be a {kind.__name__}"))
+        else:
+            values[key] = kind(value)
+    if problems:
+        raise SpecError(str(p), problems)
+    return TraceJob(name=str(data.get("name") or p.stem), **values)
