@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zeus_run.errors import ZeusRunError  # noqa: E402
+from zeus_run.errors import TraceError, ZeusRunError  # noqa: E402
 from zeus_run.sim import JOBS, job_table, load_traces, simulate  # noqa: E402
 from zeus_run.spec import OptimizerSettings  # noqa: E402
 
@@ -74,13 +74,18 @@ def run(args: argparse.Namespace, seeds: list[int]) -> int:
     for gpu in gpus:
         traces = load_traces(args.traces / "summary_train.csv", args.traces / f"summary_power_{gpu}.csv")
         for job in jobs:
-            tables[job, gpu] = job_table(traces, JOBS[job])
+            try:
+                tables[job, gpu] = job_table(traces, JOBS[job])
+            except TraceError as exc:
+                print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
     for policy in policies:
         settings = OptimizerSettings(policy=policy)
         start = time.perf_counter()
         rows = []
         for gpu in gpus:
             for job in jobs:
+                if (job, gpu) not in tables:
+                    continue
                 results = [simulate(tables[job, gpu], eta=0.5, beta=2.0, seed=s, settings=settings, baselines=False) for s in seeds]
                 rows.append((job, gpu, results))
         wall = time.perf_counter() - start
@@ -102,7 +107,8 @@ def print_table(policy: str, rows: list, wall: float) -> None:
         regret = statistics.median(r.regret for r in results)
         regrets.append(regret)
         print(f"{job:<14}{gpu:<6}{results[0].horizon:>8}{cost_ratio:>14.3f}{regret * 100:>8.1f}%")
-    print(f"median regret over {len(rows)} rows: {statistics.median(regrets) * 100:.2f}%")
+    if regrets:
+        print(f"median regret over {len(rows)} rows: {statistics.median(regrets) * 100:.2f}%")
     print(f"wall time: {wall:.2f} s ({sum(len(r[2]) for r in rows)} simulations)")
     print()
 
