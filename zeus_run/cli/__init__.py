@@ -11,6 +11,7 @@ from zeus_run import __version__
 from zeus_run.cli.check import check_command
 from zeus_run.cli.history import history_command
 from zeus_run.cli.run import run_command
+from zeus_run.cli.simulate import simulate_command
 
 app = typer.Typer(
     name="zeus-run",
@@ -42,8 +43,9 @@ def _root(
 app.command("run")(run_command)
 app.command("history")(history_command)
 app.command("check")(check_command)
+app.command("simulate")(simulate_command)
 
-COMMANDS = ("run", "history", "check")
+COMMANDS = ("run", "history", "check", "simulate")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
+from zeus_run.optimizer._zeus_plus import CostAwarePruningState, ZeusPlusOptimizer
 from zeus_run.optimizer.power_limit import (
     JITPowerLimitOptimizer,
     PowerLimitMeasurement,
@@ -15,7 +16,7 @@ from zeus_run.optimizer.power_limit import (
 from zeus_run.spec import OptimizerSettings
 
 #: Policy name (``optimizer.policy``) -> optimizer class.
-POLICIES: dict[str, type[ZeusOptimizer]] = {ZeusOptimizer.name: ZeusOptimizer}
+POLICIES: dict[str, type[ZeusOptimizer]] = {ZeusOptimizer.name: ZeusOptimizer, ZeusPlusOptimizer.name: ZeusPlusOptimizer}
 
 
 def make_optimizer(
@@ -57,6 +58,8 @@ __all__ = [
     "Observation",
     "PruningState",
     "ZeusOptimizer",
+    "ZeusPlusOptimizer",
+    "CostAwarePruningState",
     "ZeusState",
     "make_optimizer",
     "posterior",

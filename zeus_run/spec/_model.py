@@ -27,7 +27,7 @@ PLACEHOLDERS = (
 LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
 ENERGY_SOURCES = ("auto", "nvml", "estimate")
-POLICIES = ("zeus",)
+POLICIES = ("zeus", "zeus-plus")
 NO_PERMISSION_ACTIONS = ("continue", "stop")
 
 

@@ -1,0 +1,39 @@
+"""``zeus-run simulate`` end to end on the tiny trace, and ``zeus-run history`` on its run directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sim_helpers import write_tiny_traces
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def zr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def test_simulate_json_run_dir_and_history(tmp_path):
+    d = write_tiny_traces(tmp_path / "traces")
+    runs = tmp_path / "runs"
+    out = zr("simulate", "squad", "--traces", str(d), "--gpu", "tiny", "--seeds", "1", "--format", "json", "--run-dir", str(runs))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["workload"] == "squad" and summary["horizon"] == 8
+    run = runs / "squad-tiny-zeus-seed1"
+    lines = (run / "history.jsonl").read_text().splitlines()
+    assert len(lines) == summary["trials"]
+    assert json.loads(lines[0])["kind"] == "simulated"
+    hist = zr("history", str(run), "--format", "json")
+    assert hist.returncode == 0, hist.stderr
+
+
+def test_simulate_errors_are_clear(tmp_path):
+    d = write_tiny_traces(tmp_path / "traces")
+    out = zr("simulate", "mnist", "--traces", str(d), "--gpu", "tiny")
+    assert out.returncode == 2 and "unknown job 'mnist'" in out.stderr
+    out = zr("simulate", "squad", "--traces", str(d), "--gpu", "tiny", "--horizon", "soon")
+    assert out.returncode == 2 and "--horizon" in out.stderr

@@ -1,0 +1,120 @@
+"""The trace executor, baselines and simulation, checked by hand on a tiny trace."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim_helpers import write_tiny_traces
+from zeus_run.engine import Engine, TrialRequest
+from zeus_run.optimizer import Decision, ZeusOptimizer
+from zeus_run.sim import JOBS, TraceExecutor, default_baseline, job_table, load_traces, oracle_baseline, simulate
+from zeus_run.spec import OptimizerSettings
+
+
+@pytest.fixture
+def table(tmp_path):
+    d = write_tiny_traces(tmp_path / "traces")
+    return job_table(load_traces(d / "summary_train.csv", d / "summary_power_tiny.csv"), JOBS["squad"])
+
+
+def request(bs: int, threshold: float = math.inf, trial: int = 0) -> TrialRequest:
+    return TrialRequest(1, 1, trial, trial, Decision(bs, "pruning"), threshold)
+
+
+def test_default_and_oracle_by_hand(table):
+    d = default_baseline(table, 0.5)
+    # bs 16 at 200 W; mean target epoch over the runs that reached = 5; epoch: 6 s at 150 W.
+    assert (d.batch_size, d.power_limit) == (16, 200.0)
+    assert d.energy == pytest.approx(5 * 6 * 150)
+    assert d.time == pytest.approx(30)
+    assert d.cost == pytest.approx(0.5 * 4500 + 0.5 * 200 * 30)  # 5250
+    o = oracle_baseline(table, 0.5)
+    # Only bs 8 reached in every run; mean 5 epochs; 100 W: 725 J/epoch beats 760 J at 200 W.
+    assert (o.batch_size, o.power_limit) == (8, 100.0)
+    assert o.cost == pytest.approx(5 * 725)
+
+
+def test_first_trial_pays_profiling_epoch(table):
+    ex = TraceExecutor(table, 0.5, seed=3)
+    first = ex(request(8))
+    assert first.power_limit == 100.0
+    n = first.epochs
+    assert first.reached and n in (4, 6)
+    # Epoch 1: mean over limits (energy (450 + 720) / 2, time (5 + 4) / 2); the rest at 100 W.
+    assert first.energy == pytest.approx(585 + (n - 1) * 450)
+    assert first.time == pytest.approx(4.5 + (n - 1) * 5)
+    second = ex(request(8, trial=1))
+    assert second.energy == pytest.approx(second.epochs * 450)
+    assert second.time == pytest.approx(second.epochs * 5)
+    assert second.cost == pytest.approx(second.epochs * 725)
+
+
+def _profiled(table, seed=0):
+    ex = TraceExecutor(table, 0.5, seed=seed)
+    ex.power_limit(table.index(8))
+    return ex
+
+
+def test_early_stop_cuts_at_last_affordable_epoch(table):
+    ex = _profiled(table)
+    # floor(2200 / 725) = 3 epochs: both paths (4 and 6) are cut.
+    r = ex(request(8, threshold=2200))
+    assert (r.epochs, r.reached, r.stop_reason) == (3, False, "cost_threshold")
+    assert r.cost == pytest.approx(3 * 725)
+    # floor(4000 / 725) = 5: the 4-epoch path reaches, the 6-epoch path is cut at 5.
+    seen = {(x.epochs, x.reached) for x in (ex(request(8, threshold=4000, trial=i)) for i in range(40))}
+    assert seen == {(4, True), (5, False)}
+
+
+def test_trial_that_cannot_afford_one_epoch_is_skipped(table):
+    r = _profiled(table)(request(8, threshold=700))
+    assert (r.stop_reason, r.epochs, r.reached, r.spent_cost) == ("skipped", 0, False, 0.0)
+    assert r.observation.cost == pytest.approx(100 * 700)
+
+
+def test_path_sampling_is_deterministic_by_seed(table):
+    def draws(seed):
+        ex = TraceExecutor(table, 0.5, seed)
+        return [ex.sample_path(0) for _ in range(50)]
+
+    assert draws(7) == draws(7)
+    assert draws(7) != draws(8)
+    assert simulate(table, seed=1).records == simulate(table, seed=1).records
+
+
+class SpyOptimizer(ZeusOptimizer):
+    """Records every observation the engine hands the optimizer."""
+
+    seen: list
+
+    def observe(self, state, obs):
+        self.seen.append(obs)
+        return super().observe(state, obs)
+
+
+def test_optimizer_sees_only_observed_outcomes(table):
+    opt = SpyOptimizer(table.batch_sizes, table.default_batch_size, seed=2)
+    opt.seen = []
+    ex = TraceExecutor(table, 0.5, seed=2)
+    records = Engine(opt, 12, 20, 1.2).run([], ex)
+    assert opt.seen == [r.observation for r in records]
+    for r, obs in zip(records, opt.seen):
+        assert set(vars(obs)) == {"batch_size", "cost", "reached"}
+        if r.stop_reason == "skipped":
+            continue
+        # The cost told is what the epochs actually run cost, never the full path's.
+        assert obs.cost == pytest.approx(0.5 * r.energy + 0.5 * 200 * r.time)
+        assert obs.reached == (r.stop_reason == "target_reached")
+    assert any(r.stop_reason in ("cost_threshold", "max_epochs") for r in records)
+
+
+def test_simulate_totals_and_policies(table):
+    res = simulate(table, seed=1)
+    assert res.horizon == 8
+    assert sum(r.reached for r in res.records) == 8
+    assert res.cost == pytest.approx(sum(r.spent_cost for r in res.records))
+    assert res.regret == pytest.approx(res.cost / (8 * 5 * 725) - 1)
+    plus = simulate(table, seed=1, settings=OptimizerSettings(policy="zeus-plus"))
+    assert plus.policy == "zeus-plus" and len(plus.records) >= 8

@@ -1,0 +1,37 @@
+"""Trace-driven simulation: replay recurring jobs on the Zeus paper's traces."""
+
+from __future__ import annotations
+
+from zeus_run.sim._simulator import (
+    Expected,
+    SimResult,
+    TraceExecutor,
+    default_baseline,
+    epoch_costs,
+    expected,
+    grid_search_cost,
+    oracle_baseline,
+    simulate,
+)
+from zeus_run.sim._traces import JOBS, JobTable, Traces, TraceJob, find_job, job_table, load_trace_job, load_traces, trace_gpus
+
+__all__ = [
+    "JOBS",
+    "Expected",
+    "JobTable",
+    "SimResult",
+    "TraceExecutor",
+    "TraceJob",
+    "Traces",
+    "default_baseline",
+    "epoch_costs",
+    "expected",
+    "find_job",
+    "grid_search_cost",
+    "job_table",
+    "load_trace_job",
+    "load_traces",
+    "oracle_baseline",
+    "simulate",
+    "trace_gpus",
+]

@@ -1,0 +1,311 @@
+"""Trace-driven simulation of a recurring job, and its baselines.
+
+The simulator is only an *executor* for `zeus_run.engine.Engine`: the engine
+and the batch-size optimizer are exactly those of real runs. A trial samples
+one traced run (training path) of the chosen batch size, runs it at the power
+limit the JIT power-limit policy picked (profiling every limit during the
+first epoch of a batch size's first trial), and is cut at the last epoch whose
+cost stays under the early-stop threshold. The optimizer sees only the
+resulting `TrialRecord`'s observation: batch size, cost paid, reached or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from zeus_run.cost import zeus_cost
+from zeus_run.engine import Engine, TrialRequest
+from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
+from zeus_run.records import TrialRecord
+from zeus_run.sim._traces import JobTable
+from zeus_run.spec import OptimizerSettings
+
+logger = logging.getLogger(__name__)
+
+#: Cost told to the optimizer for a trial that cannot run one epoch under the
+#: threshold, as a multiple of the threshold (the paper's simulator: 100 x beta x min cost).
+SKIP_PENALTY = 100.0
+
+
+def epoch_costs(table: JobTable, eta: float) -> np.ndarray:
+    """``[bs, pl]`` cost of one epoch (unit: J; NaN where not traced)."""
+    tpe = table.time_per_epoch
+    return eta * table.avg_power * tpe + (1.0 - eta) * table.max_power * tpe
+
+
+class TraceExecutor:
+    """Runs a `TrialRequest` on the traces (an `zeus_run.engine.Executor`).
+
+    Args:
+        table: The job on one GPU.
+        eta: Cost knob in [0, 1].
+        seed: Seed of the training-path draws (independent of the optimizer's).
+    """
+
+    def __init__(self, table: JobTable, eta: float, seed: int) -> None:
+        self.table = table
+        self.eta = eta
+        self.rng = np.random.default_rng([seed, 0x5EED])
+        self.plo = JITPowerLimitOptimizer(eta, table.max_power)
+        self.pl_state = self.plo.initial_state()
+        tpe, pwr = table.time_per_epoch, table.avg_power
+        self._epoch_cost = epoch_costs(table, eta)
+        self._epoch_energy = pwr * tpe
+        #: First-epoch (profiling) energy and time: means over the traced limits.
+        self._profile_energy = np.nanmean(self._epoch_energy, axis=1)
+        self._profile_time = np.nanmean(tpe, axis=1)
+        self._profiles = [
+            [PowerLimitMeasurement(pl, float(pwr[i, j]), 1.0 / float(tpe[i, j]))
+             for j, pl in enumerate(table.power_limits) if not math.isnan(tpe[i, j])]
+            for i in range(len(table.batch_sizes))
+        ]
+
+    def power_limit(self, row: int) -> tuple[int, bool]:
+        """Column of the limit for batch-size row ``row``, and whether it had to be profiled now."""
+        bs = self.table.batch_sizes[row]
+        pl = self.pl_state.predict(bs)
+        profiled = pl is None
+        if profiled:
+            self.pl_state = self.plo.observe_profile(self.pl_state, bs, self._profiles[row])
+            pl = self.pl_state.predict(bs)
+        return self.table.power_limits.index(pl), profiled
+
+    def sample_path(self, row: int) -> float:
+        """Target epoch of one traced run of batch-size row ``row`` (NaN: never reached)."""
+        runs = self.table.target_epochs[row]
+        return float(runs[self.rng.integers(len(runs))])
+
+    def __call__(self, req: TrialRequest) -> TrialRecord:
+        t = self.table
+        bs = req.decision.batch_size
+        row = t.index(bs)
+        col, profiled = self.power_limit(row)
+        per_epoch = float(self._epoch_cost[row, col])
+        limit = t.job.max_epochs
+        cut_by_threshold = False
+        if math.isfinite(req.cost_threshold):
+            affordable = int(req.cost_threshold // per_epoch)
+            if affordable < limit:
+                limit, cut_by_threshold = affordable, True
+        common = dict(
+            job=t.job.name, recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs,
+            stage=req.decision.stage, max_power=t.max_power, energy_source="trace", kind="simulated",
+            power_limit=t.power_limits[col], detail=req.decision.detail,
+            cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
+        )
+        if limit <= 0:
+            return TrialRecord(
+                epochs=0, time=0.0, energy=0.0, cost=SKIP_PENALTY * req.cost_threshold, reached=False,
+                stop_reason="skipped", message=f"one epoch costs {per_epoch:.4g} J, over the threshold", **common,
+            )
+        target = self.sample_path(row)
+        reached = not math.isnan(target) and target <= limit
+        epochs = int(target) if reached else limit
+        energy, time = self._charge(row, col, epochs, profiled)
+        reason = "target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs")
+        return TrialRecord(
+            epochs=epochs, time=time, energy=energy, cost=zeus_cost(energy, time, self.eta, t.max_power),
+            reached=reached, stop_reason=reason, message="profiled all power limits in epoch 1" if profiled else None,
+            **common,
+        )
+
+    def _charge(self, row: int, col: int, epochs: int, profiled: bool) -> tuple[float, float]:
+        """Energy (J) and time (s) of ``epochs`` epochs; the first one profiled if ``profiled``."""
+        e1 = float(self._epoch_energy[row, col])
+        t1 = float(self.table.time_per_epoch[row, col])
+        if not profiled:
+            return epochs * e1, epochs * t1
+        return float(self._profile_energy[row]) + (epochs - 1) * e1, float(self._profile_time[row]) + (epochs - 1) * t1
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Expected per-recurrence outcome of a fixed configuration.
+
+    Attributes:
+        batch_size: Batch size.
+        power_limit: Power limit (unit: W).
+        cost: Expected cost of one recurrence (unit: J).
+        energy: Expected energy (unit: J).
+        time: Expected time (unit: s).
+    """
+
+    batch_size: int
+    power_limit: float
+    cost: float
+    energy: float
+    time: float
+
+
+def expected(table: JobTable, eta: float, row: int, col: int) -> Expected:
+    """Expected outcome of batch-size row ``row`` at limit column ``col`` (mean target epoch of the runs that reached)."""
+    runs = table.target_epochs[row]
+    mean_epochs = float(np.nanmean(runs)) if np.any(~np.isnan(runs)) else math.nan
+    energy = mean_epochs * float(table.avg_power[row, col] * table.time_per_epoch[row, col])
+    time = mean_epochs * float(table.time_per_epoch[row, col])
+    return Expected(table.batch_sizes[row], table.power_limits[col], zeus_cost(energy, time, eta, table.max_power), energy, time)
+
+
+def default_baseline(table: JobTable, eta: float) -> Expected:
+    """Default: b0 (capped) at the GPU's max power limit, every recurrence."""
+    col = table.power_limits.index(max(table.power_limits))
+    return expected(table, eta, table.index(table.default_batch_size), col)
+
+
+def oracle_baseline(table: JobTable, eta: float) -> Expected:
+    """Oracle: the cheapest fixed (batch size, limit) in hindsight, among batch sizes whose every run reached the target."""
+    best: Expected | None = None
+    for row, runs in enumerate(table.target_epochs):
+        if np.any(np.isnan(runs)) or np.any(runs > table.job.max_epochs):
+            continue
+        for col in range(len(table.power_limits)):
+            if math.isnan(table.time_per_epoch[row, col]):
+                continue
+            e = expected(table, eta, row, col)
+            if best is None or e.cost < best.cost:
+                best = e
+    if best is None:
+        raise ValueError(f"no batch size of {table.job.name} reaches the target in every traced run")
+    return best
+
+
+def grid_search_cost(table: JobTable, eta: float, horizon: int, seed: int) -> float:
+    """Grid search on sampled paths: each (batch size, limit) once in order, then the cheapest that converged.
+
+    No early stopping; a path that never reaches the target runs ``max_epochs``.
+
+    Returns:
+        Cumulative cost over ``horizon`` recurrences (unit: J).
+    """
+    rng = np.random.default_rng([seed, 0x6E1D])
+    cost = epoch_costs(table, eta)
+    configs = [(r, c) for r in range(len(table.batch_sizes)) for c in range(len(table.power_limits)) if not math.isnan(cost[r, c])]
+    total, best, best_cost = 0.0, None, math.inf
+    for k in range(horizon):
+        r, c = configs[k] if k < len(configs) else best
+        runs = table.target_epochs[r]
+        target = float(runs[rng.integers(len(runs))])
+        reached = not math.isnan(target) and target <= table.job.max_epochs
+        trial = (target if reached else table.job.max_epochs) * float(cost[r, c])
+        total += trial
+        if k < len(configs) and reached and trial < best_cost:
+            best, best_cost = (r, c), trial
+        if k == len(configs) - 1 and best is None:
+            raise ValueError(f"grid search: no configuration of {table.job.name} reached the target")
+    return total
+
+
+@dataclass
+class SimResult:
+    """One simulated run of a job.
+
+    Attributes:
+        table: The job on its GPU.
+        policy: Batch-size policy name.
+        seed: Seed.
+        horizon: Recurrences simulated.
+        records: Every trial.
+        cost: Cumulative cost paid (unit: J).
+        energy: Cumulative energy (unit: J).
+        time: Cumulative time (unit: s).
+        default: Default's expected per-recurrence outcome.
+        oracle: Oracle's expected per-recurrence outcome.
+        grid_cost: Grid search's cumulative cost on sampled paths (unit: J).
+    """
+
+    table: JobTable
+    policy: str
+    seed: int
+    horizon: int
+    records: list[TrialRecord]
+    cost: float
+    energy: float
+    time: float
+    default: Expected
+    oracle: Expected
+    grid_cost: float = math.nan
+    final: tuple[int, float | None] = field(default=(0, None))
+
+    @property
+    def default_cost(self) -> float:
+        """Default's cumulative expected cost (unit: J)."""
+        return self.horizon * self.default.cost
+
+    @property
+    def oracle_cost(self) -> float:
+        """Oracle's cumulative expected cost (unit: J)."""
+        return self.horizon * self.oracle.cost
+
+    @property
+    def regret(self) -> float:
+        """``cost / oracle_cost - 1``."""
+        return self.cost / self.oracle_cost - 1.0
+
+    def to_json(self) -> dict:
+        """Summary as a JSON-ready dict."""
+        return {
+            "workload": self.table.job.name, "gpu": self.table.gpu, "policy": self.policy, "seed": self.seed,
+            "horizon": self.horizon, "trials": len(self.records), "cost": self.cost, "energy": self.energy,
+            "time": self.time, "default_cost": self.default_cost, "oracle_cost": self.oracle_cost,
+            "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None, "regret": self.regret,
+            "cost_vs_default": self.cost / self.default_cost,
+            "energy_vs_default": self.energy / (self.horizon * self.default.energy),
+            "time_vs_default": self.time / (self.horizon * self.default.time),
+            "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
+            "final_batch_size": self.final[0], "final_power_limit": self.final[1],
+        }
+
+
+def paper_horizon(table: JobTable) -> int:
+    """``2 x |batch sizes| x |power limits|``."""
+    return table.horizon
+
+
+def simulate(
+    table: JobTable,
+    *,
+    eta: float = 0.5,
+    beta: float | None = 2.0,
+    seed: int = 1,
+    horizon: int | None = None,
+    settings: OptimizerSettings | None = None,
+    max_tries: int = 20,
+    baselines: bool = True,
+    on_record: Callable[[TrialRecord], None] = lambda r: None,
+) -> SimResult:
+    """Replay a recurring job on traces with the real engine and optimizer.
+
+    Args:
+        table: The job on one GPU.
+        eta: Cost knob in [0, 1].
+        beta: Early-stop knob (None: off).
+        seed: Seed of the optimizer and of the path draws.
+        horizon: Recurrences (None: the paper's horizon).
+        settings: Batch-size optimizer settings (default: the faithful ``zeus`` policy).
+        max_tries: Counted tries per recurrence.
+        baselines: Also compute the grid-search baseline (Default and Oracle are always computed).
+        on_record: Called with each record as it is produced.
+
+    Raises:
+        zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
+    """
+    settings = settings or OptimizerSettings()
+    horizon = table.horizon if horizon is None else horizon
+    opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed)
+    executor = TraceExecutor(table, eta, seed)
+    records = Engine(opt, horizon, max_tries, beta).run([], executor, on_record)
+    cost = sum(r.spent_cost for r in records)
+    energy = sum(r.energy for r in records)
+    time = sum(r.time for r in records)
+    last = records[-1] if records else None
+    return SimResult(
+        table=table, policy=settings.policy, seed=seed, horizon=horizon, records=records,
+        cost=cost, energy=energy, time=time, default=default_baseline(table, eta), oracle=oracle_baseline(table, eta),
+        grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
+        final=(last.batch_size, last.power_limit) if last else (0, None),
+    )
