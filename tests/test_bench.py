@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sim_helpers import write_tiny_traces
+from tests.sim_helpers import write_tiny_traces
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
 

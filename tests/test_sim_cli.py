@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim_helpers import write_tiny_traces
+from tests.sim_helpers import write_tiny_traces
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sim_helpers import write_tiny_traces
+from tests.sim_helpers import write_tiny_traces
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.optimizer import Decision, ZeusOptimizer
 from zeus_run.sim import JOBS, TraceExecutor, default_baseline, job_table, load_traces, oracle_baseline, simulate

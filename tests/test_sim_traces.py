@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sim_helpers import write_tiny_traces
+from tests.sim_helpers import write_tiny_traces
 from zeus_run.errors import SpecError, TraceError
 from zeus_run.sim import JOBS, find_job, job_table, load_trace_job, load_traces
 
