@@ -10,6 +10,7 @@ import typer
 from zeus_run import __version__
 from zeus_run.cli.check import check_command
 from zeus_run.cli.history import history_command
+from zeus_run.cli.replay import replay_command
 from zeus_run.cli.run import run_command
 from zeus_run.cli.simulate import simulate_command
 
@@ -44,8 +45,9 @@ app.command("run")(run_command)
 app.command("history")(history_command)
 app.command("check")(check_command)
 app.command("simulate")(simulate_command)
+app.command("replay")(replay_command)
 
-COMMANDS = ("run", "history", "check", "simulate")
+COMMANDS = ("run", "history", "check", "simulate", "replay")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,11 +16,11 @@ generator seeded by ``(seed, number of observations)``.
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Generic, Iterable, TypeVar
 
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,10 @@ class BatchSizeOptimizer(ABC, Generic[S]):
             state = self.observe(state, obs)
         return state
 
-    def rng(self, step: int) -> np.random.Generator:
-        """The generator for the decision taken after ``step`` observations."""
-        return np.random.default_rng([self.seed, step])
+    def rng(self, step: int) -> random.Random:
+        """The generator for the decision taken after ``step`` observations.
+
+        Seeded by ``(seed, step)`` alone, so a decision never depends on how
+        many draws earlier decisions made (resume and replay re-fold exactly).
+        """
+        return random.Random((self.seed << 32) | (step & 0xFFFFFFFF))

@@ -6,8 +6,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-import numpy as np
-
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
@@ -97,16 +95,18 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         return self.sample(state, state.survivors)
 
     def sample(self, state: ZeusState, arms: tuple[int, ...]) -> Decision:
-        """Gaussian TS over ``arms``: explore under-observed arms, else draw and take the best."""
+        """Gaussian TS over ``arms``: explore under-observed arms (random order), else draw and take the best."""
         rng = self.rng(state.step)
-        counts = {a: self._count(state, a) for a in arms}
-        for idx in rng.permutation(len(arms)):
+        order = list(range(len(arms)))
+        rng.shuffle(order)
+        for idx in order:
             arm = arms[idx]
-            if counts[arm] < self.num_explorations or counts[arm] == 0:
-                return Decision(arm, "explore", f"arm has {counts[arm]} observation(s)")
+            n = self._count(state, arm)
+            if n < self.num_explorations or n == 0:
+                return Decision(arm, "explore", f"arm has {n} observation(s)")
         posts = [posterior(state.arms[a], self.prior_mean, self.prior_precision) for a in arms]
         draws = sample_means(rng, posts)
-        best = int(np.argmax(draws))
+        best = max(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[best], "thompson", f"sampled mean reward {draws[best]:.4g}")
 
     def posteriors(self, state: ZeusState) -> dict[int, tuple[float, float]]:
