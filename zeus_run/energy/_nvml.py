@@ -217,20 +217,34 @@ class _PowerSampler:
         return sum(float(self.nvml.nvmlDeviceGetPowerUsage(h)) for h in self.handles) / 1000.0
 
     def sample(self) -> None:
-        """Take one sample and add the trapezoid since the previous one."""
-        t, w = self.clock(), self._power_w()
+        """Take one sample and add the trapezoid since the previous one.
+
+        The reading and the update happen under one lock: the sampling thread and
+        `energy_j` (called from the launcher) both sample, and interleaving them
+        could apply an older sample after a newer one (negative time step).
+        """
         with self._lock:
-            self._energy_j += (t - self._last_t) * (w + self._last_w) / 2.0
-            self._last_t, self._last_w = t, w
+            t, w = self.clock(), self._power_w()
+            dt = t - self._last_t
+            if dt > 0:
+                self._energy_j += dt * (w + self._last_w) / 2.0
+                self._last_t, self._last_w = t, w
 
     def _loop(self) -> None:
+        failed = False
         while not self._stop.wait(self.interval):
-            self.sample()
+            try:
+                self.sample()
+            except Exception as exc:  # a transient NVML error must not kill the sampler
+                if not failed:
+                    logger.warning("power sampling failed (%s); keeping the last reading until it recovers", exc)
+                failed = True
 
     def start(self) -> None:
         self._thread.start()
 
     def energy_j(self) -> float:
+        """Energy integrated so far, up to now (unit: J)."""
         self.sample()
         with self._lock:
             return self._energy_j
