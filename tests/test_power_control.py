@@ -89,3 +89,23 @@ def test_restore_on_exception_via_context_manager():
             raise RuntimeError("training blew up")
     assert nv.gpus[0].limit_mw == 280_000
     assert nv.gpus[0].persistence == 0
+
+
+def test_check_reports_gpus_method_range_and_permission():
+    from zeus_run.cli.check import gpu_report
+    from zeus_run.energy import EstimatedEnergy
+
+    a = FakeGpu(uuid="GPU-a", name="Tesla V100", min_mw=150_000, max_mw=250_000)
+    b = FakeGpu(uuid="GPU-b", name="Tesla P100", has_counter=False, min_mw=125_000, max_mw=250_000)
+    src = NvmlEnergy(None, nvml=FakeNvml([a, b], root=False), environ={}, poll_interval=3600)
+    text = "\n".join(gpu_report(src, True))
+    src.close()
+    assert "GPUs: 2" in text
+    assert "GPU 0: Tesla V100; energy: total energy counter; power limit range 150-250 W" in text
+    assert "GPU 1: Tesla P100; energy: power sampling" in text
+    assert "Max power for the cost: 500 W" in text
+    assert "cannot be set: no permission" in text and "CAP_SYS_ADMIN" in text
+    src = NvmlEnergy(None, nvml=FakeNvml([FakeGpu()]), environ={})
+    assert "limits can be set (100-300 W)" in "\n".join(gpu_report(src, True))
+    src.close()
+    assert "estimate" in gpu_report(EstimatedEnergy(50), True)[0]
