@@ -64,6 +64,8 @@ def test_profiles_first_trial_persists_and_reuses(tmp_path, monkeypatch):
     assert [m.power_limit for m in prof] == [300, 250, 200, 150]
     expected = best_power_limit(prof, 0.5, 300.0)
     assert [r.power_limit for r in res.new] == [expected, expected]
+    assert [r.energy_method for r in res.new] == ["counter", "counter"]
+    assert res.new[0].energy > 0
     sets = [c[2] for c in nv.calls if c[0] == "limit"]
     # permission probe (original), 4 profiled limits, the choice, restore; then trial 2: choice, restore
     assert sets == [250_000, 300_000, 250_000, 200_000, 150_000, expected * 1000, 250_000, expected * 1000, 250_000]

@@ -277,12 +277,17 @@ def _execute(
         }
     )
     lst.on_trial_start(req, lr, tdir)
+    invalid_before = getattr(energy, "invalid_windows", 0)
     try:
         out = run_trial(plan, energy, lst, cancel, profiler)
     finally:
         if power is not None:
             power.controller.restore()  # each GPU's original limit and persistence mode
     message = out.message
+    invalid = getattr(energy, "invalid_windows", 0) - invalid_before
+    if invalid:
+        note = f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted"
+        message = note if message is None else f"{note}; {message}"
     if power is not None and profiler is not None:
         power.trial_done(bs, profiler)
         if power.settings.observer_mode and out.power_limit is not None:
@@ -308,6 +313,7 @@ def _execute(
         estimated=energy.estimated,
         kind="real",
         power_limit=out.power_limit,
+        energy_method=energy.method,
         learning_rate=lr,
         seed=seed,
         cost_threshold=None if req.cost_threshold == float("inf") else req.cost_threshold,

@@ -151,6 +151,13 @@ class NvmlEnergy(EnergySource):
 
     # -- EnergySource ------------------------------------------------------------
     @property
+    def method(self) -> str:
+        """``counter`` (all GPUs), ``power-sampling`` (none has the counter) or ``counter+power-sampling``."""
+        if all(g.has_counter for g in self.gpus):
+            return "counter"
+        return "power-sampling" if not any(g.has_counter for g in self.gpus) else "counter+power-sampling"
+
+    @property
     def max_power(self) -> float:
         return sum(g.max_limit_w for g in self.gpus)
 
@@ -179,8 +186,8 @@ class NvmlEnergy(EnergySource):
 
     def describe(self) -> str:
         names = sorted({g.name for g in self.gpus})
-        method = "total energy counter" if all(g.has_counter for g in self.gpus) else (
-            "power sampling" if not any(g.has_counter for g in self.gpus) else "energy counter + power sampling"
+        method = {"counter": "total energy counter", "power-sampling": "power sampling"}.get(
+            self.method, "energy counter + power sampling"
         )
         lims = ", ".join(f"{g.min_limit_w:g}-{g.max_limit_w:g} W" for g in self.gpus)
         return f"NVML: {len(self.gpus)} x {'/'.join(names)} (GPUs {','.join(g.index for g in self.gpus)}; {method}; power limits {lims})"
