@@ -57,7 +57,9 @@ def main() -> None:
 
     for epoch in trial.epochs():
         order = rng.permutation(len(xtr))
+        trial.set_iters_per_epoch(-(-len(xtr) // bs))  # lets zeus-run fit GPU power-limit profiling in an epoch
         for start in range(0, len(xtr), bs):
+            trial.step()  # one iteration (a counter increment unless zeus-run is profiling)
             idx = order[start : start + bs]
             x, t = xtr[idx], onehot[idx]
             a = np.tanh(x @ w1 + b1)

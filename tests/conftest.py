@@ -34,3 +34,4 @@ def write_spec(tmp_path: Path):
 
 
 PYTHON = sys.executable
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fake_nvml.py

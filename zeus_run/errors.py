@@ -104,3 +104,9 @@ class Interrupted(ZeusRunError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class PowerLimitPermissionError(ZeusRunError):
+    """Power limits cannot be set (no root / CAP_SYS_ADMIN) and the spec says ``on_no_permission: stop``."""
+
+    exit_code = 2

@@ -77,6 +77,8 @@ class EventLogTail:
         self.offset = 0
         self.malformed = 0
         self.steps = 0
+        self.step_time: float | None = None  # script's timestamp of `steps` (unit: s)
+        self.iters_per_epoch: int | None = None
         self._split = LineSplitter()
         self._epochs = 0
 
@@ -111,6 +113,12 @@ class EventLogTail:
                 kind = ev["event"]
                 if kind == "step":
                     self.steps = int(ev.get("n", self.steps + 1))
+                    t = ev.get("time")
+                    self.step_time = float(t) if t is not None else None
+                    continue
+                if kind == "info":
+                    if "iters_per_epoch" in ev:
+                        self.iters_per_epoch = int(ev["iters_per_epoch"])
                     continue
                 if kind != "epoch":
                     continue

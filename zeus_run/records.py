@@ -52,6 +52,8 @@ class TrialRecord:
         observed: Whether the optimizer learns from this trial.
         energy_source: ``nvml``, ``estimate`` (watts x time), ``trace`` or ``replay``.
         estimated: True when energy is an estimate, not a measurement.
+        energy_method: How energy was obtained (NVML ``counter``, ``power-sampling``,
+            ``counter+power-sampling``; ``watts-x-time`` for the estimate), if recorded.
         kind: ``real``, ``simulated`` or ``replayed``.
         learning_rate: Learning rate passed to the script, if any.
         seed: Seed passed to the script.
@@ -86,6 +88,7 @@ class TrialRecord:
     learning_rate: float | None = None
     seed: int | None = None
     power_limit: float | None = None
+    energy_method: str | None = None
     cost_threshold: float | None = None
     metrics: tuple[float, ...] = ()
     exit_code: int | None = None

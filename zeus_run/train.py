@@ -28,11 +28,28 @@ ZEUS_RECURRENCE         1-based recurrence number
 ZEUS_TRY                1-based try within the recurrence
 ZEUS_EVENT_LOG          file to append JSON-line events to (what `report` writes)
 ZEUS_STOP_FILE          created by zeus-run when the script should stop
+ZEUS_PROFILE            ``1`` while zeus-run profiles GPU power limits in this
+                        trial: `step` then writes iteration counts (see below)
+ZEUS_PROFILE_STOP       created by zeus-run when profiling is over; `step`
+                        goes back to counting silently
 ======================  =====================================================
 
-Event lines are JSON objects: ``{"event": "epoch", "epoch": 3, "metric": 0.91}``
-(one per validated epoch) and ``{"event": "step", "n": 120}`` (iterations, for
-power-limit profiling). zeus-run stops a trial itself when the target is
+Event lines are JSON objects, each with the script's ``time`` (Unix seconds):
+
+* ``{"event": "epoch", "epoch": 3, "metric": 0.91}``: one per validated epoch.
+* ``{"event": "step", "n": 120}``: cumulative training iterations, for
+  power-limit profiling. Only written while ``ZEUS_PROFILE=1`` and the
+  ``ZEUS_PROFILE_STOP`` file does not exist, and at most once every 20 ms
+  (counts are exact; only their timestamps are batched), so calling `step`
+  every iteration costs a counter increment almost always.
+* ``{"event": "info", "iters_per_epoch": 390}``: iterations in one epoch, so
+  zeus-run can shrink its profiling windows to fit a short epoch. Sent by
+  `set_iters_per_epoch`, or by `iterate` when the iterable has a length.
+
+For power-limit profiling, call ``trial.step()`` once per training iteration,
+or wrap the data loader: ``for x, y in trial.iterate(loader): ...``.
+
+zeus-run stops a trial itself when the target is
 reached or the cost threshold would be crossed; `report` returning False and
 `epochs` ending are a courtesy that lets the script exit cleanly first.
 """
@@ -43,7 +60,14 @@ import json
 import math
 import os
 import time
-from typing import Iterator
+from typing import Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+#: Least time between two step events (unit: s).
+STEP_EVENT_INTERVAL = 0.02
+#: Least time between two checks of the profiling stop file (unit: s).
+PROFILE_CHECK_INTERVAL = 0.25
 
 
 def _env_float(name: str, default: float | None) -> float | None:
@@ -79,6 +103,8 @@ class Trial:
         higher_is_better: bool = True,
         event_log: str | None = None,
         stop_file: str | None = None,
+        profile: bool = False,
+        profile_stop_file: str | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -94,6 +120,11 @@ class Trial:
         self.last_metric: float | None = None
         self._steps = 0
         self._fh = open(event_log, "a", encoding="utf-8") if event_log else None
+        self._profiling = bool(profile) and self._fh is not None
+        self._profile_stop_file = profile_stop_file
+        self._last_step_emit = -1.0
+        self._last_profile_check = -1.0
+        self._iters_per_epoch_sent = False
 
     @classmethod
     def from_env(
@@ -116,6 +147,8 @@ class Trial:
             higher_is_better=higher_is_better if hib is None else hib.strip() not in ("0", "false", "False"),
             event_log=os.environ.get("ZEUS_EVENT_LOG") or None,
             stop_file=os.environ.get("ZEUS_STOP_FILE") or None,
+            profile=os.environ.get("ZEUS_PROFILE", "").strip() == "1",
+            profile_stop_file=os.environ.get("ZEUS_PROFILE_STOP") or None,
         )
 
     def should_stop(self) -> bool:
@@ -147,10 +180,49 @@ class Trial:
         self._emit({"event": "epoch", "epoch": self.epoch, "metric": self.last_metric})
         return not self.should_stop()
 
+    @property
+    def steps(self) -> int:
+        """Training iterations counted by `step` so far."""
+        return self._steps
+
     def step(self, n: int = 1) -> None:
-        """Count training iterations (used for power-limit profiling; cheap to call every step)."""
+        """Count ``n`` training iterations (for power-limit profiling; cheap to call every iteration).
+
+        Writes an event only while zeus-run profiles, at most every 20 ms.
+        """
         self._steps += n
+        if not self._profiling:
+            return
+        now = time.monotonic()
+        if now - self._last_step_emit < STEP_EVENT_INTERVAL:
+            return
+        self._last_step_emit = now
+        if self._profile_stop_file and now - self._last_profile_check >= PROFILE_CHECK_INTERVAL:
+            self._last_profile_check = now
+            if os.path.exists(self._profile_stop_file):
+                self._profiling = False
+                return
         self._emit({"event": "step", "n": self._steps})
+
+    def set_iters_per_epoch(self, n: int) -> None:
+        """Tell zeus-run how many iterations one epoch has (once is enough)."""
+        if self._iters_per_epoch_sent or n <= 0:
+            return
+        self._iters_per_epoch_sent = True
+        self._emit({"event": "info", "iters_per_epoch": int(n)})
+
+    def iterate(self, iterable: Iterable[T]) -> Iterator[T]:
+        """Yield from ``iterable`` (e.g. a data loader), calling `step` after each item.
+
+        If the iterable has a length, it is reported as the iterations per epoch.
+        """
+        try:
+            self.set_iters_per_epoch(len(iterable))  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        for item in iterable:
+            yield item
+            self.step()
 
     def _emit(self, event: dict) -> None:
         if self._fh is None:

@@ -57,6 +57,7 @@ class TrialPlan:
         cost_threshold: Stop once the cost would exceed this (unit: J; inf: never).
         timeout: Wall-clock limit (unit: s), or None.
         grace: Seconds between SIGTERM and SIGKILL.
+        profile_stop_path: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``), if profiling.
     """
 
     argv: tuple[str, ...]
@@ -74,6 +75,7 @@ class TrialPlan:
     timeout: float | None = None
     shell: bool = False
     grace: float = 5.0
+    profile_stop_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class TrialOutcome:
         metrics: Metric after each counted epoch.
         message: Explanation for failures (log tail).
         malformed: Malformed event or output lines ignored.
+        power_limit: GPU power limit chosen for this trial (unit: W), None if none was.
     """
 
     epochs: int
@@ -105,6 +108,7 @@ class TrialOutcome:
     metrics: tuple[float, ...] = ()
     message: str | None = None
     malformed: int = 0
+    power_limit: float | None = None
 
 
 class TrialListener(Protocol):
@@ -171,19 +175,43 @@ def _script_argument(args: tuple[str, ...]) -> str | None:
     return None
 
 
+class TrialProfiler(Protocol):
+    """What the launcher needs from a power-limit profiler (see `zeus_run.power.JitProfiler`)."""
+
+    done: bool
+    chosen: float | None
+
+    def start(self) -> None: ...
+
+    def on_iters_per_epoch(self, iters: int) -> None: ...
+
+    def observe(self, steps: int, script_time: float | None, time: float, energy: float) -> None: ...
+
+    def abandon(self, why: str) -> None: ...
+
+    def account(self, time: float, energy: float) -> tuple[float, float]: ...
+
+
 @dataclass
 class _Meter:
     energy: EnergySource
     eta: float
+    profiler: TrialProfiler | None = None
     t0: float = field(default_factory=time.monotonic)
     e0: float = 0.0
 
     def __post_init__(self) -> None:
         self.e0 = self.energy.read()
 
+    def raw(self) -> tuple[float, float]:
+        """Time (s) and energy (J) measured since the start."""
+        return time.monotonic() - self.t0, max(self.energy.read() - self.e0, 0.0)
+
     def now(self) -> tuple[float, float, float]:
-        t = time.monotonic() - self.t0
-        e = max(self.energy.read() - self.e0, 0.0)
+        """Time, energy and cost counted (observer mode accounts as if at the chosen limit)."""
+        t, e = self.raw()
+        if self.profiler is not None:
+            t, e = self.profiler.account(t, e)
         return t, e, zeus_cost(e, t, self.eta, self.energy.max_power)
 
 
@@ -192,6 +220,7 @@ def run_trial(
     energy: EnergySource,
     listener: TrialListener | None = None,
     cancel: threading.Event | None = None,
+    profiler: TrialProfiler | None = None,
 ) -> TrialOutcome:
     """Run one trial to its end. See the module docstring for when it stops.
 
@@ -200,16 +229,22 @@ def run_trial(
         energy: Source of energy readings (shared across trials).
         listener: Receives output lines and epoch progress.
         cancel: When set, the trial is stopped and reported as ``interrupted``.
+        profiler: Power-limit profiler fed with the script's step counts and energy
+            readings at every poll; the caller restores the GPUs' limits afterwards.
 
     Raises:
         LaunchError: The command could not be started.
     """
-    return _TrialRun(plan, energy, listener or NullListener(), cancel or threading.Event()).run()
+    return _TrialRun(plan, energy, listener or NullListener(), cancel or threading.Event(), profiler).run()
 
 
 class _TrialRun:
-    def __init__(self, plan: TrialPlan, energy: EnergySource, listener: TrialListener, cancel: threading.Event) -> None:
+    def __init__(
+        self, plan: TrialPlan, energy: EnergySource, listener: TrialListener, cancel: threading.Event,
+        profiler: TrialProfiler | None = None,
+    ) -> None:
         self.plan = plan
+        self.profiler = profiler
         self.energy = energy
         self.listener = listener
         self.cancel = cancel
@@ -221,6 +256,9 @@ class _TrialRun:
         self.tail = EventLogTail(str(plan.event_path)) if plan.metric_regex is None else None
         self.regex = RegexMetricReader(plan.metric_regex) if plan.metric_regex is not None else None
         self.splitter = LineSplitter()
+        # Step counts come from the event log even when the metric is read by regex.
+        self.steps_tail = self.tail if self.tail is not None or profiler is None else EventLogTail(str(plan.event_path))
+        self._profile_signalled = False
 
     # -- judging ---------------------------------------------------------------------
     def _on_epoch(self, ev: EpochEvent, meter: _Meter) -> None:
@@ -232,6 +270,11 @@ class _TrialRun:
         self.listener.on_epoch(epochs, ev.metric, t, e, c)
         p = self.plan
         hit = ev.metric >= p.target_metric if p.higher_is_better else ev.metric <= p.target_metric
+        if self.profiler is not None and not self.profiler.done and self.steps_tail is not None and self.steps_tail.steps == 0:
+            self.profiler.abandon(
+                "an epoch ended without step counts from the script; call trial.step() every iteration "
+                "(or iterate with trial.iterate(loader)) to enable power-limit profiling"
+            )
         if hit:
             self.reached = True
             self._decide("target_reached", (t, e, c))
@@ -261,11 +304,14 @@ class _TrialRun:
     def run(self) -> TrialOutcome:
         p = self.plan
         preflight(p.argv, p.workdir, p.env, p.shell)
-        for path in (p.event_path, p.stop_path):
-            remove_quietly(str(path))
+        for path in (p.event_path, p.stop_path, p.profile_stop_path):
+            if path is not None:
+                remove_quietly(str(path))
         p.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(p.log_path, "ab") as log:
-            meter = _Meter(self.energy, p.eta)
+            if self.profiler is not None:
+                self.profiler.start()
+            meter = _Meter(self.energy, p.eta, self.profiler)
             try:
                 proc = subprocess.Popen(
                     p.argv[0] if p.shell else list(p.argv),
@@ -313,6 +359,9 @@ class _TrialRun:
                 if self.tail is not None:
                     for ev in self.tail.poll():
                         self._on_epoch(ev, meter)
+                elif self.steps_tail is not None:
+                    self.steps_tail.poll()
+                self._feed_profiler(meter)
                 if self.stop_reason is not None:
                     return self._stop(proc, log, meter)
                 t, e, c = meter.now()
@@ -336,6 +385,24 @@ class _TrialRun:
             return proc.returncode
         finally:
             sel.close()
+
+    def _feed_profiler(self, meter: _Meter) -> None:
+        prof, tail = self.profiler, self.steps_tail
+        if prof is None or tail is None:
+            return
+        if not prof.done:
+            if tail.iters_per_epoch:
+                prof.on_iters_per_epoch(tail.iters_per_epoch)
+            if tail.steps > 0:
+                t, e = meter.raw()
+                prof.observe(tail.steps, tail.step_time, t, e)
+        if prof.done and not self._profile_signalled:
+            self._profile_signalled = True
+            if self.plan.profile_stop_path is not None:
+                try:
+                    self.plan.profile_stop_path.touch()
+                except OSError:
+                    pass
 
     def _stop(self, proc: subprocess.Popen, log, meter: _Meter) -> int | None:
         code = _kill_group(proc, self.plan.grace, self.plan.stop_path)
@@ -386,6 +453,7 @@ class _TrialRun:
             metrics=tuple(self.metrics),
             message=message,
             malformed=malformed,
+            power_limit=self.profiler.chosen if self.profiler is not None else None,
         )
 
 

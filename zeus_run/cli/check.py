@@ -9,8 +9,9 @@ import typer
 import yaml
 
 from zeus_run.cli._common import handle_errors, out_console, setup_logging, err_console
-from zeus_run.energy import open_energy_source
+from zeus_run.energy import NvmlEnergy, open_energy_source
 from zeus_run.errors import EnergyError
+from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
 from zeus_run.runner import learning_rate_for
 from zeus_run.spec import load_spec
 
@@ -42,5 +43,27 @@ def check_command(
     try:
         with open_energy_source(spec.energy) as source:
             err_console.print(f"Energy source: {source.describe()}", markup=False)
+            for line in gpu_report(source, spec.power_limit.enabled):
+                err_console.print(line, markup=False)
     except EnergyError as exc:
         err_console.print(f"[yellow]Energy source problem:[/] {exc}")
+
+
+def gpu_report(source, power_limit_enabled: bool) -> list[str]:
+    """Lines describing the detected GPUs: names, count, energy method, power-limit range and permission."""
+    if not isinstance(source, NvmlEnergy):
+        return ["GPUs: none measured (energy is an estimate; power-limit optimization is off)"]
+    lines = [f"GPUs: {len(source.gpus)}"]
+    for g in source.gpus:
+        method = "total energy counter" if g.has_counter else f"power sampling every {source._poll_interval * 1000:.0f} ms"
+        lines.append(f"  GPU {g.index}: {g.name}; energy: {method}; power limit range {g.min_limit_w:g}-{g.max_limit_w:g} W")
+    lines.append(f"Max power for the cost: {source.max_power:g} W (sum of the GPUs' maximum power limits)")
+    if not power_limit_enabled:
+        lines.append("Power-limit optimization: disabled in the spec")
+        return lines
+    ctl = PowerLimitController(source)
+    if ctl.check_permission():
+        lines.append(f"Power-limit optimization: limits can be set ({ctl.min_limit:g}-{ctl.max_limit:g} W)")
+    else:
+        lines.append(f"Power-limit optimization: limits cannot be set: {ctl.reason}. {HOW_TO_ENABLE}")
+    return lines

@@ -20,6 +20,11 @@ class EnergySource(ABC):
     estimated: bool = False
 
     @property
+    def method(self) -> str:
+        """How energy is obtained, e.g. ``counter``, ``power-sampling`` or ``watts-x-time``."""
+        return self.name
+
+    @property
     @abstractmethod
     def max_power(self) -> float:
         """Maximum power of the job's devices (unit: W); converts time into cost."""

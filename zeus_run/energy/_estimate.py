@@ -25,6 +25,10 @@ class EstimatedEnergy(EnergySource):
         self._t0 = clock()
 
     @property
+    def method(self) -> str:
+        return "watts-x-time"
+
+    @property
     def max_power(self) -> float:
         return self.watts
 

@@ -151,6 +151,13 @@ class NvmlEnergy(EnergySource):
 
     # -- EnergySource ------------------------------------------------------------
     @property
+    def method(self) -> str:
+        """``counter`` (all GPUs), ``power-sampling`` (none has the counter) or ``counter+power-sampling``."""
+        if all(g.has_counter for g in self.gpus):
+            return "counter"
+        return "power-sampling" if not any(g.has_counter for g in self.gpus) else "counter+power-sampling"
+
+    @property
     def max_power(self) -> float:
         return sum(g.max_limit_w for g in self.gpus)
 
@@ -179,8 +186,8 @@ class NvmlEnergy(EnergySource):
 
     def describe(self) -> str:
         names = sorted({g.name for g in self.gpus})
-        method = "total energy counter" if all(g.has_counter for g in self.gpus) else (
-            "power sampling" if not any(g.has_counter for g in self.gpus) else "energy counter + power sampling"
+        method = {"counter": "total energy counter", "power-sampling": "power sampling"}.get(
+            self.method, "energy counter + power sampling"
         )
         lims = ", ".join(f"{g.min_limit_w:g}-{g.max_limit_w:g} W" for g in self.gpus)
         return f"NVML: {len(self.gpus)} x {'/'.join(names)} (GPUs {','.join(g.index for g in self.gpus)}; {method}; power limits {lims})"
@@ -217,20 +224,34 @@ class _PowerSampler:
         return sum(float(self.nvml.nvmlDeviceGetPowerUsage(h)) for h in self.handles) / 1000.0
 
     def sample(self) -> None:
-        """Take one sample and add the trapezoid since the previous one."""
-        t, w = self.clock(), self._power_w()
+        """Take one sample and add the trapezoid since the previous one.
+
+        The reading and the update happen under one lock: the sampling thread and
+        `energy_j` (called from the launcher) both sample, and interleaving them
+        could apply an older sample after a newer one (negative time step).
+        """
         with self._lock:
-            self._energy_j += (t - self._last_t) * (w + self._last_w) / 2.0
-            self._last_t, self._last_w = t, w
+            t, w = self.clock(), self._power_w()
+            dt = t - self._last_t
+            if dt > 0:
+                self._energy_j += dt * (w + self._last_w) / 2.0
+                self._last_t, self._last_w = t, w
 
     def _loop(self) -> None:
+        failed = False
         while not self._stop.wait(self.interval):
-            self.sample()
+            try:
+                self.sample()
+            except Exception as exc:  # a transient NVML error must not kill the sampler
+                if not failed:
+                    logger.warning("power sampling failed (%s); keeping the last reading until it recovers", exc)
+                failed = True
 
     def start(self) -> None:
         self._thread.start()
 
     def energy_j(self) -> float:
+        """Energy integrated so far, up to now (unit: J)."""
         self.sample()
         with self._lock:
             return self._energy_j

@@ -1,0 +1,237 @@
+"""A test double shaped like ``pynvml`` (nvidia-ml-py), injected where zeus-run imports NVML.
+
+`FakeNvml` instances expose the module-level functions and constants that
+zeus-run uses. GPUs are `FakeGpu` objects whose energy counter and power
+draw are scriptable: set ``energy_mj`` / ``power_mw`` directly, or give
+``power_fn(t, limit_w) -> W``, in which case the counter integrates it over a
+(possibly fake) clock. Every set call can be appended to ``log_path`` (one
+JSON line each), so a test can see what a subprocess did to the GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int = 999) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class NVMLError_NoPermission(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(4)
+
+    def __str__(self) -> str:
+        return "Insufficient Permissions"
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(3)
+
+    def __str__(self) -> str:
+        return "Not Supported"
+
+
+class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def __str__(self) -> str:
+        return "Invalid Argument"
+
+
+class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+    def __init__(self) -> None:
+        super().__init__(9)
+
+    def __str__(self) -> str:
+        return "Driver Not Loaded"
+
+
+@dataclass
+class FakeGpu:
+    """One GPU. Power values in mW, energy in mJ, as NVML reports them."""
+
+    name: str = "NVIDIA A40"
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    min_mw: int = 100_000
+    max_mw: int = 300_000
+    limit_mw: int | None = None
+    has_counter: bool = True
+    energy_mj: float = 0.0
+    power_mw: float = 100_000.0
+    power_fn: Callable[[float, float], float] | None = None  # (t s, limit W) -> W
+    mig: bool = False
+    persistence: int = 0
+    _t: float | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.limit_mw is None:
+            self.limit_mw = self.max_mw
+
+
+class FakeNvml:
+    """Module-shaped NVML double."""
+
+    NVMLError = NVMLError
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_InvalidArgument = NVMLError_InvalidArgument
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    NVML_FEATURE_DISABLED = 0
+    NVML_FEATURE_ENABLED = 1
+
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | None = None,
+        *,
+        root: bool = True,
+        driver: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        log_path: str | None = None,
+        fail_set_after: int | None = None,
+    ) -> None:
+        self.gpus = gpus if gpus is not None else [FakeGpu()]
+        self.root = root
+        self.driver = driver
+        self.clock = clock
+        self.log_path = log_path
+        self.fail_set_after = fail_set_after
+        self.init_count = 0
+        self.calls: list[tuple] = []  # ("limit", index, mW) / ("persistence", index, mode)
+        self.lock = threading.Lock()
+
+    # -- plumbing ------------------------------------------------------------------
+    def _record(self, *call) -> None:
+        self.calls.append(call)
+        if self.log_path:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(list(call)) + "\n")
+
+    def _gpu(self, handle) -> FakeGpu:
+        if self.init_count <= 0:
+            raise NVMLError(1)  # uninitialized
+        return self.gpus[handle]
+
+    def _advance(self, g: FakeGpu) -> None:
+        if g.power_fn is None:
+            return
+        now = self.clock()
+        if g._t is not None:
+            g.energy_mj += g.power_fn(now, g.limit_mw / 1000.0) * (now - g._t) * 1000.0
+        g._t = now
+        g.power_mw = g.power_fn(now, g.limit_mw / 1000.0) * 1000.0
+
+    # -- the pynvml surface ----------------------------------------------------------
+    def nvmlInit(self) -> None:  # noqa: N802
+        if not self.driver:
+            raise NVMLError_DriverNotLoaded()
+        self.init_count += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        if self.init_count <= 0:
+            raise NVMLError(1)
+        self.init_count -= 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        if self.init_count <= 0:
+            raise NVMLError(1)
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int):  # noqa: N802
+        if self.init_count <= 0:
+            raise NVMLError(1)
+        if not 0 <= i < len(self.gpus):
+            raise NVMLError_InvalidArgument()
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+        if self.init_count <= 0:
+            raise NVMLError(1)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for i, g in enumerate(self.gpus):
+            if g.uuid == uuid:
+                return i
+        raise NVMLError(13)  # NOT_FOUND
+
+    def nvmlDeviceGetName(self, h) -> str:  # noqa: N802
+        return self._gpu(h).name
+
+    def nvmlDeviceGetUUID(self, h) -> str:  # noqa: N802
+        return self._gpu(h).uuid
+
+    def nvmlDeviceGetMigMode(self, h):  # noqa: N802
+        g = self._gpu(h)
+        m = self.NVML_DEVICE_MIG_ENABLE if g.mig else self.NVML_DEVICE_MIG_DISABLE
+        return [m, m]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h) -> int:  # noqa: N802
+        g = self._gpu(h)
+        if not g.has_counter:
+            raise NVMLError_NotSupported()
+        with self.lock:
+            self._advance(g)
+            return int(g.energy_mj)
+
+    def nvmlDeviceGetPowerUsage(self, h) -> int:  # noqa: N802
+        g = self._gpu(h)
+        with self.lock:
+            self._advance(g)
+            return int(g.power_mw)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):  # noqa: N802
+        g = self._gpu(h)
+        return [g.min_mw, g.max_mw]
+
+    def nvmlDeviceGetPowerManagementLimit(self, h) -> int:  # noqa: N802
+        return self._gpu(h).limit_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h) -> int:  # noqa: N802
+        return self._gpu(h).max_mw
+
+    def nvmlDeviceSetPowerManagementLimit(self, h, mw: int) -> None:  # noqa: N802
+        g = self._gpu(h)
+        if not self.root:
+            raise NVMLError_NoPermission()
+        if self.fail_set_after is not None:
+            if self.fail_set_after <= 0:
+                raise NVMLError(999)
+            self.fail_set_after -= 1
+        if not g.min_mw <= mw <= g.max_mw:
+            raise NVMLError_InvalidArgument()
+        with self.lock:
+            self._advance(g)
+            g.limit_mw = int(mw)
+        self._record("limit", h, int(mw))
+
+    def nvmlDeviceGetPersistenceMode(self, h) -> int:  # noqa: N802
+        return self._gpu(h).persistence
+
+    def nvmlDeviceSetPersistenceMode(self, h, mode: int) -> None:  # noqa: N802
+        g = self._gpu(h)
+        if not self.root:
+            raise NVMLError_NoPermission()
+        g.persistence = int(mode)
+        self._record("persistence", h, int(mode))
+
+
+class FakeClock:
+    """A manual monotonic clock (unit: s)."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt

@@ -1,0 +1,110 @@
+"""JitProfiler on synthetic power/throughput curves: it must pick what the policy predicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitMeasurement, best_power_limit
+from zeus_run.power import JitProfiler
+
+LIMITS = [300.0, 275.0, 250.0, 225.0, 200.0, 175.0, 150.0]
+
+
+def power_at(limit):  # W drawn: saturates below the limit
+    return min(limit, 260.0) * 0.95
+
+
+def thr_at(limit):  # iterations/s: nearly flat above 250 W, dropping fast below 200 W (no exact ties)
+    return 10.0 + 0.004 * (limit - 250) if limit >= 250 else 10.0 - 0.02 * (250 - limit) - (0.0008 * (200 - limit) ** 2 if limit < 200 else 0)
+
+
+def drive(prof, set_calls, dt_step=0.01, max_iters=100_000, epoch_iters=None):
+    """Simulate a script stepping at the current limit's throughput; the launcher polls every 50 ms."""
+    t = st = e = 0.0
+    steps = 0
+    prof.start()
+    if epoch_iters:
+        prof.on_iters_per_epoch(epoch_iters)
+    while not prof.done and steps < max_iters:
+        lim = set_calls[-1]
+        n = max(1, round(thr_at(lim) * 0.05))  # iterations per 50 ms poll
+        steps += n
+        st += n / thr_at(lim)
+        t += n / thr_at(lim)
+        e += power_at(lim) * n / thr_at(lim)
+        prof.observe(steps, st, t, e)
+    return steps
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.3, 0.5, 0.8, 1.0])
+def test_profiler_picks_what_the_policy_predicts(eta):
+    max_power = 300.0
+    truth = [PowerLimitMeasurement(l, power_at(l), thr_at(l)) for l in LIMITS]
+    expected = best_power_limit(truth, eta, max_power)
+    calls: list[float] = []
+    jit = JITPowerLimitOptimizer(eta, max_power)
+    prof = JitProfiler(LIMITS, lambda p: jit.observe_profile(jit.initial_state(), 64, p).predict(64),
+                       lambda w: calls.append(w) or True, warmup_iters=5, measure_iters=20)
+    drive(prof, calls)
+    assert prof.complete and prof.done
+    assert [m.power_limit for m in prof.profile] == LIMITS
+    for m, tr in zip(prof.profile, truth):
+        assert m.avg_power == pytest.approx(tr.avg_power, rel=1e-6)
+        assert m.throughput == pytest.approx(tr.throughput, rel=1e-6)
+    assert prof.chosen == expected
+    assert calls[: len(LIMITS)] == LIMITS  # max down to min, one set per limit
+    assert calls[-1] == expected  # then the rest of the trial runs at the choice
+
+
+def test_eta_changes_the_choice():
+    # Sanity check that the curves are not degenerate: energy-only and time-only pick differently.
+    truth = [PowerLimitMeasurement(l, power_at(l), thr_at(l)) for l in LIMITS]
+    assert best_power_limit(truth, 1.0, 300) < best_power_limit(truth, 0.0, 300) == 300
+
+
+def test_windows_scale_down_when_epoch_is_short():
+    calls: list[float] = []
+    prof = JitProfiler(LIMITS, lambda p: best_power_limit(p, 0.5, 300), lambda w: calls.append(w) or True,
+                       warmup_iters=10, measure_iters=40)
+    steps = drive(prof, calls, epoch_iters=70)  # 7 x 50 iterations would not fit in 70
+    assert (prof.warmup_iters, prof.measure_iters) == (2, 8)  # scaled by 70 / 350
+    assert prof.complete
+    assert steps <= 70 + 7  # fits in the epoch, plus the first reading at each limit
+
+
+def test_windows_unchanged_when_epoch_is_long():
+    prof = JitProfiler(LIMITS, lambda p: 300.0, lambda w: True, warmup_iters=10, measure_iters=40)
+    prof.on_iters_per_epoch(10_000)
+    assert (prof.warmup_iters, prof.measure_iters) == (10, 40)
+
+
+def test_observer_mode_keeps_max_and_accounts_as_if_chosen():
+    calls: list[float] = []
+    prof = JitProfiler(LIMITS, lambda p: 150.0, lambda w: calls.append(w) or True,
+                       warmup_iters=2, measure_iters=10, observer_mode=True)
+    drive(prof, calls)
+    assert prof.chosen == 150.0 and calls[-1] == 300.0  # back at the maximum
+    d = prof._done_at
+    # 100 s more at the max limit, accounted as if at 150 W:
+    t, e = prof.account(d.time + 100.0, d.energy + 100.0 * power_at(300))
+    k = thr_at(300) / thr_at(150)
+    assert t == pytest.approx(d.time + 100.0 * k)
+    assert e == pytest.approx(d.energy + 100.0 * k * power_at(150))
+
+
+def test_stored_profile_applies_choice_at_start():
+    profile = [PowerLimitMeasurement(l, power_at(l), thr_at(l)) for l in LIMITS]
+    calls: list[float] = []
+    prof = JitProfiler.from_profile(profile, lambda p: best_power_limit(p, 0.5, 300), lambda w: calls.append(w) or True)
+    prof.start()
+    assert calls == [best_power_limit(profile, 0.5, 300)]
+    assert prof.account(10.0, 5.0) == (10.0, 5.0)
+
+
+def test_failed_set_stops_profiling_without_raising():
+    prof = JitProfiler(LIMITS, lambda p: 300.0, lambda w: w == 300.0, warmup_iters=1, measure_iters=2)
+    calls = [300.0]
+    prof.start()
+    for i in range(1, 20):
+        prof.observe(i, i * 0.1, i * 0.1, i * 25.0)
+    assert prof.done and not prof.complete and prof.chosen is None

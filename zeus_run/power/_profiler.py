@@ -1,0 +1,217 @@
+"""Just-in-time power-limit profiling inside a trial (launcher side).
+
+For the first trial of a batch size, `JitProfiler` walks the power limits
+from the maximum down to the minimum. At each limit it lets ``warmup_iters``
+training iterations pass, then measures ``measure_iters`` iterations:
+
+* average power = energy delta / launcher time delta (unit: W; all the job's GPUs);
+* throughput = iterations / script time delta (unit: iterations/s, from the
+  timestamps the training script writes with its step counts).
+
+When every limit is measured, the policy (`zeus_run.optimizer.power_limit`)
+picks the limit and the profiler applies it for the rest of the trial. If the
+script reports its iterations per epoch and the windows of all limits would not
+fit in one epoch, the windows are scaled down to fit (as Zeus did), keeping at
+least 1 warm-up and 2 measured iterations per limit.
+
+Observer mode: the limits are still set during the measurement windows (that
+is what profiling is), but the rest of the trial runs at the maximum limit and
+time and energy are accounted as if it had run at the chosen limit
+(`account`): time scales by throughput(max)/throughput(chosen) and energy is
+that time x the chosen limit's average power.
+
+A profiler built `from_profile` (a batch size profiled in an earlier trial or
+run) is done from the start: `start` applies the stored choice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from zeus_run.optimizer.power_limit import PowerLimitMeasurement
+
+logger = logging.getLogger(__name__)
+
+#: Picks a limit (unit: W) from a complete profile.
+Picker = Callable[[Sequence[PowerLimitMeasurement]], float]
+#: Sets a limit (unit: W) on the job's GPUs; returns False if it could not.
+Setter = Callable[[float], bool]
+
+
+@dataclass
+class _Mark:
+    steps: int
+    script_time: float | None
+    time: float
+    energy: float
+
+
+class JitProfiler:
+    """State machine fed with (steps, time, energy) observations by the trial launcher.
+
+    Attributes:
+        limits: Limits to profile, highest first (unit: W).
+        profile: Measurements so far.
+        chosen: The picked limit (unit: W) once done, else None.
+        done: No more profiling (complete, abandoned, or built from a stored profile).
+        complete: ``profile`` covers every limit (only then is it worth persisting).
+        warmup_iters, measure_iters: Window sizes in iterations (possibly scaled down).
+    """
+
+    def __init__(
+        self,
+        limits: Sequence[float],
+        pick: Picker,
+        set_limit: Setter,
+        warmup_iters: int = 10,
+        measure_iters: int = 40,
+        observer_mode: bool = False,
+    ) -> None:
+        if not limits:
+            raise ValueError("no power limits to profile")
+        if warmup_iters < 0 or measure_iters < 1:
+            raise ValueError("warmup_iters must be >= 0 and measure_iters >= 1")
+        self.limits = sorted((float(x) for x in limits), reverse=True)
+        self.pick = pick
+        self.set_limit = set_limit
+        self.warmup_iters = int(warmup_iters)
+        self.measure_iters = int(measure_iters)
+        self.observer_mode = observer_mode
+        self.profile: list[PowerLimitMeasurement] = []
+        self.chosen: float | None = None
+        self.done = False
+        self.complete = False
+        self._i = 0
+        self._phase = "idle"  # idle -> warmup -> measure -> (next limit) ... -> done
+        self._begin: _Mark | None = None
+        self._scaled = False
+        self._done_at: _Mark | None = None
+
+    @classmethod
+    def from_profile(
+        cls, profile: Sequence[PowerLimitMeasurement], pick: Picker, set_limit: Setter, observer_mode: bool = False
+    ) -> "JitProfiler":
+        """A profiler whose profiling is already done (from an earlier trial or run)."""
+        p = cls([m.power_limit for m in profile], pick, set_limit, observer_mode=observer_mode)
+        p.profile = list(profile)
+        p.complete = True
+        p.done = True
+        p.chosen = pick(p.profile)
+        return p
+
+    # -- launcher hooks ----------------------------------------------------------------
+    def start(self) -> None:
+        """Called right before the script starts: set the first limit (or the stored choice)."""
+        if self.done:
+            self._apply_final(_Mark(0, None, 0.0, 0.0))
+            return
+        self._set(self.limits[0])
+        self._phase = "warmup"
+
+    def on_iters_per_epoch(self, iters: int) -> None:
+        """The script's iterations per epoch; scales the windows down once if they do not fit."""
+        if self._scaled or self.done or iters <= 0:
+            return
+        self._scaled = True
+        need = len(self.limits) * (self.warmup_iters + self.measure_iters)
+        if need <= iters:
+            return
+        f = iters / need
+        w, m = self.warmup_iters, self.measure_iters
+        self.warmup_iters = max(1, int(w * f)) if w > 0 else 0
+        self.measure_iters = max(2, int(m * f))
+        logger.info(
+            "power-limit profiling: %d limits x (%d + %d) iterations do not fit in an epoch of %d; using %d warm-up + %d measured",
+            len(self.limits), w, m, iters, self.warmup_iters, self.measure_iters,
+        )
+
+    def observe(self, steps: int, script_time: float | None, time: float, energy: float) -> None:
+        """A new reading: cumulative iterations, the script's timestamp of that count (unit: s),
+        launcher time (unit: s) and cumulative energy (unit: J)."""
+        if self.done or self._phase == "idle":
+            return
+        mark = _Mark(steps, script_time, time, energy)
+        if self._phase == "warmup":
+            if self._begin is None:
+                self._begin = mark  # first reading at this limit
+            if steps - self._begin.steps >= self.warmup_iters:
+                self._begin = mark
+                self._phase = "measure"
+            return
+        b = self._begin
+        assert b is not None
+        if steps - b.steps < self.measure_iters:
+            return
+        dt = time - b.time
+        if b.script_time is not None and script_time is not None and script_time > b.script_time:
+            st = script_time - b.script_time
+        else:
+            st = dt
+        if dt <= 0 or st <= 0:
+            return  # wait for a later reading
+        m = PowerLimitMeasurement(self.limits[self._i], (energy - b.energy) / dt, (steps - b.steps) / st)
+        self.profile.append(m)
+        logger.info("power limit %g W: %.1f W average, %.3g iterations/s", m.power_limit, m.avg_power, m.throughput)
+        self._i += 1
+        if self._i < len(self.limits):
+            self._set(self.limits[self._i])
+            self._begin = None
+            self._phase = "warmup"
+            return
+        self.complete = True
+        self.chosen = self.pick(self.profile)
+        logger.info("power-limit profile done: picked %g W", self.chosen)
+        self._apply_final(mark)
+
+    def abandon(self, why: str) -> None:
+        """Stop profiling (e.g. the script reports no steps); the trial goes on at the maximum limit."""
+        if self.done:
+            return
+        logger.warning("power-limit profiling abandoned: %s", why)
+        self.done = True
+        self._phase = "done"
+        self._set(self.limits[0])
+
+    # -- accounting ------------------------------------------------------------------------
+    def account(self, time: float, energy: float) -> tuple[float, float]:
+        """Time (s) and energy (J) to count for the trial so far.
+
+        Identity unless in observer mode after the choice: then the part after the
+        choice counts as if run at the chosen limit.
+        """
+        if not self.observer_mode or self._done_at is None or self.chosen is None:
+            return time, energy
+        by_limit = {m.power_limit: m for m in self.profile}
+        at_max = by_limit.get(max(by_limit))
+        best = by_limit.get(self.chosen)
+        if at_max is None or best is None or best.throughput <= 0 or at_max.throughput <= 0:
+            return time, energy
+        d = self._done_at
+        rest = max(time - d.time, 0.0) * at_max.throughput / best.throughput
+        return d.time + rest, d.energy + rest * best.avg_power
+
+    @property
+    def running_limit(self) -> float | None:
+        """Limit the GPUs run at after profiling (unit: W): the choice, or the maximum in observer mode."""
+        if self.chosen is None:
+            return None
+        return self.limits[0] if self.observer_mode else self.chosen
+
+    # -- internals -------------------------------------------------------------------------
+    def _apply_final(self, mark: _Mark) -> None:
+        self.done = True
+        self._phase = "done"
+        self._done_at = mark
+        target = self.running_limit
+        if target is not None:
+            self._set(target)
+
+    def _set(self, limit: float) -> None:
+        if not self.set_limit(limit):
+            if not self.done:
+                logger.warning("could not set power limit %g W; power-limit profiling stops", limit)
+            self.done = True
+            self._phase = "done"
+
