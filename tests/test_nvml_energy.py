@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from fake_nvml import FakeClock, FakeGpu, FakeNvml
+from tests.fake_nvml import FakeClock, FakeGpu, FakeNvml
 from zeus_run.energy import EstimatedEnergy, NvmlEnergy, open_energy_source, visible_gpu_ids
 from zeus_run.errors import EnergyError
 from zeus_run.spec import EnergySettings

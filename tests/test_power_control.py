@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fake_nvml import FakeGpu, FakeNvml
+from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
 from zeus_run.power import PowerLimitController, PowerLimitRangeError
 

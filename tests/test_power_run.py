@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_nvml import FakeGpu, FakeNvml
+from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
 from zeus_run.errors import PowerLimitPermissionError
 from zeus_run.optimizer.power_limit import best_power_limit
@@ -142,7 +142,7 @@ def test_restore_when_the_trial_raises(tmp_path, monkeypatch):
 CHILD = """
 import sys, logging
 sys.path.insert(0, {tests!r})
-from fake_nvml import FakeGpu, FakeNvml
+from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
 from zeus_run.errors import Interrupted
 from zeus_run.runner import run_job
