@@ -12,15 +12,21 @@ using only observed (batch size, cost, reached):
   cost more than ``stop_ratio`` x the best (the cheaper side was below it);
 * only batch sizes within ``keep_ratio`` x the round's best cost survive the round.
 
-The bandit that follows is the faithful Gaussian Thompson Sampling.
+The bandit that follows is Gaussian Thompson Sampling as in Zeus, except
+that each arm's variance (learned from as few as two noisy costs, which can
+make the bandit lock onto the wrong arm) is shrunk toward the variance pooled
+over all arms relative to their mean cost (`shrunk_posteriors`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from zeus_run.optimizer._pruning import PruningState
+from zeus_run.optimizer._base import Decision
+from zeus_run.optimizer._gts import sample_means
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
 
 
@@ -97,3 +103,46 @@ class ZeusPlusOptimizer(ZeusOptimizer):
         if self.pruning_rounds > 0:
             pruning = pruning._start_round()
         return ZeusState(step=0, pruning=pruning)
+
+    #: Pseudo-observations of the pooled relative variance in each arm's variance.
+    VARIANCE_PRIOR_WEIGHT = 4.0
+
+    def sample(self, state: ZeusState, arms: tuple[int, ...]) -> Decision:
+        """Thompson Sampling with per-arm variances shrunk toward the pooled relative variance."""
+        rng = self.rng(state.step)
+        order = list(range(len(arms)))
+        rng.shuffle(order)
+        for idx in order:
+            n = self._count(state, arms[idx])
+            if n < self.num_explorations or n == 0:
+                return Decision(arms[idx], "explore", f"arm has {n} observation(s)")
+        posts = shrunk_posteriors([state.arms[a] for a in arms], self.VARIANCE_PRIOR_WEIGHT)
+        draws = sample_means(rng, posts)
+        best = max(range(len(arms)), key=draws.__getitem__)
+        return Decision(arms[best], "thompson", f"sampled mean reward {draws[best]:.4g}")
+
+
+def shrunk_posteriors(stats: list, prior_weight: float) -> list[tuple[float, float]]:
+    """Posterior ``(mean, precision)`` per arm with each arm's variance shrunk toward a pooled one.
+
+    Two noisy costs give a wildly wrong variance (often near zero), which makes
+    Thompson Sampling lock onto an arm. Costs of one job vary by a similar
+    *relative* amount whatever the batch size, so each arm's variance is
+    shrunk toward the pooled relative variance (scaled by the arm's squared
+    mean), with ``prior_weight`` pseudo-observations:
+
+        var_i = (n_i * s2_i + w * cv2 * mean_i^2) / (n_i + w)
+
+    Args:
+        stats: One `ArmStats` per arm (each with at least one reward).
+        prior_weight: Pseudo-observations of the pooled variance (``w``).
+    """
+    moments = [s.moments() for s in stats]
+    num = sum(n * v for n, m, v in moments if n >= 2 and m != 0.0)
+    den = sum(n * m * m for n, m, v in moments if n >= 2 and m != 0.0)
+    cv2 = num / den if den > 0 else 0.0
+    out = []
+    for n, m, v in moments:
+        var = (n * v + prior_weight * cv2 * m * m) / (n + prior_weight)
+        out.append((m, math.inf) if var <= 0.0 else (m, n / var))
+    return out
