@@ -82,7 +82,8 @@ def test_signal_interrupts_records_and_resumes(write_spec, sig, code, tmp_path):
 
 def test_sigkill_mid_trial_then_resume_equals_an_uninterrupted_run(write_spec, tmp_path):
     body = "recurrences: 4\n"
-    args = "--epoch-time 0.1"
+    pidfile = tmp_path / "pids"
+    args = f"--epoch-time 0.1 --pid-file {pidfile}"
     ref = write_spec(spec_text(args, body).replace("recurrences: 1\n", ""), name="ref.yaml")
     ref_text = ref.read_text().replace("run_dir: runs", "run_dir: ref-runs")
     ref.write_text(ref_text)
@@ -99,6 +100,7 @@ def test_sigkill_mid_trial_then_resume_equals_an_uninterrupted_run(write_spec, t
     time.sleep(0.15)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+    orphan, orphan_child = (int(x) for x in pidfile.read_text().split())
     before = history(spec)
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
@@ -107,6 +109,7 @@ def test_sigkill_mid_trial_then_resume_equals_an_uninterrupted_run(write_spec, t
     interrupted = [x for x in after if x["stop_reason"] == "interrupted"]
     assert len(interrupted) == 1 and "died" in interrupted[0]["message"]
     assert decisions(after) == decisions(reference)
+    assert not alive(orphan) and not alive(orphan_child)  # the dead launcher's script was cleaned up
     assert [x["trial"] for x in after] == list(range(len(after)))
 
 

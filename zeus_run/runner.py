@@ -405,6 +405,8 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
     info = rd.running()
     if info is None:
         return history
+    if "recurrence" in info and "attempt" in info:
+        _kill_orphans(rd.trial_dir(int(info["recurrence"]), int(info["attempt"])) / "events.jsonl")
     if info.get("trial") == len(history) and "batch_size" in info:
         record = TrialRecord(
             job=spec.name,
@@ -436,6 +438,33 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
         history.append(record)
     rd.clear_running()
     return history
+
+
+def _kill_orphans(event_log: Path) -> None:
+    """Kill training processes a dead launcher left behind (found by their ``ZEUS_EVENT_LOG``).
+
+    The script runs in its own session, so it outlives a launcher killed with
+    SIGKILL. Only processes whose environment names this trial's event log
+    are touched; on systems without ``/proc`` this does nothing.
+    """
+    needle = f"ZEUS_EVENT_LOG={event_log}".encode() + b"\0"
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ:
+            pid = int(entry.name)
+            logger.warning("killing training process %d left running by the previous launcher", pid)
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _preflight_default(spec: JobSpec) -> None:
