@@ -103,7 +103,6 @@ def test_stored_profile_applies_choice_at_start():
 
 def test_failed_set_stops_profiling_without_raising():
     prof = JitProfiler(LIMITS, lambda p: 300.0, lambda w: w == 300.0, warmup_iters=1, measure_iters=2)
-    calls = [300.0]
     prof.start()
     for i in range(1, 20):
         prof.observe(i, i * 0.1, i * 0.1, i * 25.0)

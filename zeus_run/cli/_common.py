@@ -7,8 +7,7 @@ import functools
 import logging
 import os
 import sys
-from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 import typer
 from rich.console import Console
@@ -81,17 +80,6 @@ def handle_errors(func: F) -> F:
             ) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def existing_path(path: Path, what: str) -> Path:
-    if not path.exists():
-        raise fail(f"{what} {str(path)!r} does not exist. Check the path.")
-    return path
-
-
-@contextlib.contextmanager
-def nothing() -> Iterator[None]:
-    yield
 
 
 def _escape(text: str) -> str:
