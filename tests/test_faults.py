@@ -113,7 +113,9 @@ def test_sigkill_mid_trial_then_resume_equals_an_uninterrupted_run(write_spec, t
 
 
 def test_second_launcher_is_refused_naming_the_holder(write_spec):
-    spec = write_spec(spec_text("--epoch-time 0.3"))
+    # Epochs long enough that the first launcher still holds the lock when the
+    # second one has started, even on a loaded machine.
+    spec = write_spec(spec_text("--epoch-time 3"))
     proc = launch(spec)
     wait_for(lambda: (spec.parent / "runs" / "running.json").exists())
     r = zeus("run", str(spec), "--no-output")

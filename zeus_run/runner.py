@@ -212,10 +212,7 @@ def _execute(
     lr = learning_rate_for(spec, bs)
     seed = spec.seed + req.observed
     tdir = rd.trial_dir(req.recurrence, req.attempt)
-    values = placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir)
-    argv = tuple(substitute(a, values) for a in spec.command)
-    env = dict(os.environ)
-    env.update({k: substitute(v, values) for k, v in spec.env.items()})
+    argv, env = _command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
     env.update(
         {
             "ZEUS_BATCH_SIZE": str(bs),
@@ -286,13 +283,11 @@ def _execute(
     message = out.message
     invalid = getattr(energy, "invalid_windows", 0) - invalid_before
     if invalid:
-        note = f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted"
-        message = note if message is None else f"{note}; {message}"
+        message = _prepend(f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted", message)
     if power is not None and profiler is not None:
         power.trial_done(bs, profiler)
         if power.settings.observer_mode and out.power_limit is not None:
-            note = f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W"
-            message = note if message is None else f"{note}; {message}"
+            message = _prepend(f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W", message)
     return TrialRecord(
         job=spec.name,
         recurrence=req.recurrence,
@@ -467,11 +462,20 @@ def _kill_orphans(event_log: Path) -> None:
                 pass
 
 
-def _preflight_default(spec: JobSpec) -> None:
-    values = placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir)
+def _prepend(note: str, message: str | None) -> str:
+    return note if message is None else f"{note}; {message}"
+
+
+def _command(spec: JobSpec, values: dict[str, object]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The trial's argv and environment (before the ``ZEUS_*`` variables), placeholders substituted."""
     argv = tuple(substitute(a, values) for a in spec.command)
     env = dict(os.environ)
     env.update({k: substitute(v, values) for k, v in spec.env.items()})
+    return argv, env
+
+
+def _preflight_default(spec: JobSpec) -> None:
+    argv, env = _command(spec, placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir))
     preflight(argv, spec.workdir, env, spec.shell)
 
 
