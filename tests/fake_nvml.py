@@ -23,36 +23,19 @@ class NVMLError(Exception):
         self.value = value
 
 
-class NVMLError_NoPermission(NVMLError):  # noqa: N801
-    def __init__(self) -> None:
-        super().__init__(4)
+def _error(name: str, code: int, text: str) -> type:
+    """A subclass of NVMLError named like pynvml's (which also generates them from codes)."""
 
-    def __str__(self) -> str:
-        return "Insufficient Permissions"
+    def init(self: NVMLError) -> None:
+        NVMLError.__init__(self, code)
 
-
-class NVMLError_NotSupported(NVMLError):  # noqa: N801
-    def __init__(self) -> None:
-        super().__init__(3)
-
-    def __str__(self) -> str:
-        return "Not Supported"
+    return type(name, (NVMLError,), {"__init__": init, "__str__": lambda self: text})
 
 
-class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
-    def __init__(self) -> None:
-        super().__init__(2)
-
-    def __str__(self) -> str:
-        return "Invalid Argument"
-
-
-class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
-    def __init__(self) -> None:
-        super().__init__(9)
-
-    def __str__(self) -> str:
-        return "Driver Not Loaded"
+NVMLError_NoPermission = _error("NVMLError_NoPermission", 4, "Insufficient Permissions")
+NVMLError_NotSupported = _error("NVMLError_NotSupported", 3, "Not Supported")
+NVMLError_InvalidArgument = _error("NVMLError_InvalidArgument", 2, "Invalid Argument")
+NVMLError_DriverNotLoaded = _error("NVMLError_DriverNotLoaded", 9, "Driver Not Loaded")
 
 
 @dataclass
