@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, seeds: list[int]) -> int:
             except TraceError as exc:
                 print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
     for policy in policies:
-        settings = OptimizerSettings(policy=policy)
+        settings = OptimizerSettings.for_policy(policy)
         start = time.perf_counter()
         rows = []
         for gpu in gpus:

@@ -105,3 +105,14 @@ def test_replay_cli_audits_and_exits_1_on_divergence(tmp_path):
     hist.write_text("\n".join(lines) + "\n")
     bad = zeus("replay", str(tmp_path))
     assert bad.returncode == 1 and "trial #3: batch size" in bad.stderr
+
+
+def test_what_if_policy_switch_takes_the_new_policys_defaults():
+    plus = with_changes(KNOBS, policy="zeus-plus")
+    assert plus.optimizer.policy == "zeus-plus"
+    assert (plus.optimizer.pruning_rounds, plus.optimizer.num_explorations) == (1, 1)
+    tuned = dataclasses.replace(KNOBS, optimizer=OptimizerSettings(window_size=5))
+    kept = with_changes(tuned, policy="zeus-plus", eta=0.9)
+    assert kept.optimizer.window_size == 5 and kept.eta == 0.9
+    assert with_changes(KNOBS, eta=0.9).optimizer == KNOBS.optimizer
+

@@ -37,3 +37,16 @@ def test_simulate_errors_are_clear(tmp_path):
     assert out.returncode == 2 and "unknown job 'mnist'" in out.stderr
     out = zr("simulate", "squad", "--traces", str(d), "--gpu", "tiny", "--horizon", "soon")
     assert out.returncode == 2 and "--horizon" in out.stderr
+
+
+def test_simulated_zeus_plus_run_replays_decision_for_decision(tmp_path):
+    d = write_tiny_traces(tmp_path / "traces")
+    runs = tmp_path / "runs"
+    out = zr("simulate", "squad", "--traces", str(d), "--gpu", "tiny", "--policy", "zeus-plus", "--run-dir", str(runs))
+    assert out.returncode == 0, out.stderr
+    run = runs / "squad-tiny-zeus-plus-seed1"
+    # The run directory records the policy's own defaults, so the audit re-derives every decision.
+    audit = zr("replay", str(run))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    bad = zr("simulate", "squad", "--traces", str(d), "--gpu", "tiny", "--policy", "greedy")
+    assert bad.returncode == 2 and "greedy" in bad.stderr and "Traceback" not in bad.stderr

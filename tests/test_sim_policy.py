@@ -44,14 +44,50 @@ def test_shrunk_posteriors_by_hand():
     from zeus_run.optimizer import ArmStats
     from zeus_run.optimizer._zeus_plus import shrunk_posteriors
 
-    a = ArmStats().add(-10.0, 0).add(-12.0, 0)  # mean -11, var 1
-    b = ArmStats().add(-20.0, 0).add(-20.0, 0)  # mean -20, var 0
-    # pooled relative variance cv2 = (2*1 + 2*0) / (2*121 + 2*400) = 2/1042
-    cv2 = 2 / 1042
+    a = ArmStats().add(-10.0, 0).add(-12.0, 0)  # mean -11, SS 2
+    b = ArmStats().add(-20.0, 0).add(-20.0, 0)  # mean -20, SS 0
+    # pooled relative variance: (2/121 + 0/400) / (1 + 1) = 1/121
+    cv2 = 1 / 121
     (ma, pa), (mb, pb) = shrunk_posteriors([a, b], prior_weight=2.0)
     assert ma == pytest.approx(-11.0) and mb == pytest.approx(-20.0)
-    assert pa == pytest.approx(2 / ((2 * 1 + 2 * cv2 * 121) / 4))
-    assert pb == pytest.approx(2 / ((2 * cv2 * 400) / 4))
+    assert pa == pytest.approx(2 / ((2 + 2 * cv2 * 121) / 3))  # var 4/3
+    assert pb == pytest.approx(2 / ((0 + 2 * cv2 * 400) / 3))
     # Without pooling weight, an arm with identical costs is certain (Zeus's behaviour).
     (_, pa0), (_, pb0) = shrunk_posteriors([a, b], prior_weight=0.0)
-    assert pa0 == pytest.approx(2.0) and pb0 == float("inf")
+    assert pa0 == pytest.approx(2.0 / 2.0) and pb0 == float("inf")
+
+
+def test_one_observation_gets_the_prior_relative_variance():
+    from zeus_run.optimizer import ArmStats
+    from zeus_run.optimizer._zeus_plus import shrunk_posteriors
+
+    one = ArmStats().add(-10.0, 0)
+    # No arm has two rewards: cv2 is the prior, 0.01, so var = 2 * 0.01 * 100 / (0 + 2) = 1.
+    [(m, p)] = shrunk_posteriors([one], prior_weight=2.0, prior_cv2=0.01, prior_dof=1.0)
+    assert m == -10.0 and p == pytest.approx(1.0)
+    # With neither prior nor pooling, one reward is certain (and nothing divides by zero).
+    [(_, p0)] = shrunk_posteriors([one], prior_weight=0.0)
+    assert p0 == float("inf")
+
+
+def test_zeus_plus_samples_after_one_round_and_one_observation():
+    opt = ZeusPlusOptimizer(BS, 32, seed=3)
+    assert (opt.pruning_rounds, opt.num_explorations) == (1, 1)
+    _, state = run(opt, {8: 130.0, 16: 80.0, 32: 100.0, 64: 200.0, 128: 90.0})
+    decisions = {opt.decide(state).stage for _ in range(3)}
+    assert decisions == {"thompson"}
+    assert opt.decide(state).batch_size in state.survivors
+
+
+def test_policy_defaults_match_the_optimizers():
+    from zeus_run.optimizer import make_optimizer
+    from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
+
+    for name, cls in POLICIES.items():
+        built = make_optimizer(OptimizerSettings.for_policy(name), BS, 32, 1)
+        plain = cls(BS, 32)
+        assert (built.pruning_rounds, built.num_explorations) == (plain.pruning_rounds, plain.num_explorations)
+        assert built.pruning_rounds == POLICY_DEFAULTS[name]["pruning_rounds"]
+    assert OptimizerSettings.for_policy("zeus-plus", pruning_rounds=3).pruning_rounds == 3
+    with pytest.raises(ValueError, match="unknown optimizer policy 'greedy'"):
+        OptimizerSettings.for_policy("greedy")

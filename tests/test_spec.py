@@ -40,6 +40,14 @@ def test_good_spec_resolves_defaults():
     assert spec.metric.source == "events" and spec.energy.source == "auto"
 
 
+def test_policy_sets_its_own_defaults_and_explicit_knobs_win():
+    plus = parse_spec(GOOD + "optimizer: {policy: zeus-plus}\n").optimizer
+    assert (plus.pruning_rounds, plus.num_explorations) == (1, 1)
+    mine = parse_spec(GOOD + "optimizer: {policy: zeus-plus, pruning_rounds: 2}\n").optimizer
+    assert (mine.pruning_rounds, mine.num_explorations) == (2, 1)
+    assert one(GOOD + "optimizer: {policy: greedy}\n", "optimizer.policy").value == "greedy"
+
+
 def test_bad_yaml_reports_line():
     p = one("name: job\ncommand: [a, b\nbatch_sizes: [1]\n", "(yaml)")
     assert p.line is not None and p.line >= 2

@@ -29,7 +29,7 @@ from zeus_run.engine import Engine, TrialRequest
 from zeus_run.errors import ConvergenceError, HistoryError
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord
-from zeus_run.spec import OptimizerSettings
+from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Knobs:
                 eta=float(d["eta"]),
                 beta=None if d.get("beta") is None else float(d["beta"]),
                 seed=int(d["seed"]),
-                optimizer=OptimizerSettings(**d["optimizer"]),
+                optimizer=OptimizerSettings.for_policy(**d["optimizer"]),
                 target_metric=float(d["target_metric"]),
                 higher_is_better=bool(d.get("higher_is_better", True)),
                 max_epochs=int(d.get("max_epochs", 100)),
@@ -303,8 +303,16 @@ def what_if(records: Sequence[TrialRecord], knobs: Knobs, recurrences: int | Non
 
 
 def with_changes(knobs: Knobs, **changes: Any) -> Knobs:
-    """A copy of ``knobs`` with top-level or optimizer fields replaced (None: unchanged)."""
+    """A copy of ``knobs`` with top-level or optimizer fields replaced (None: unchanged).
+
+    A new ``policy`` comes with its own defaults for the policy-dependent knobs
+    (`zeus_run.spec.POLICY_DEFAULTS`) unless they are changed too.
+    """
     opt_fields = {f.name for f in dataclasses.fields(OptimizerSettings)}
     top = {k: v for k, v in changes.items() if v is not None and k not in opt_fields}
     opt = {k: v for k, v in changes.items() if v is not None and k in opt_fields}
-    return dataclasses.replace(knobs, optimizer=dataclasses.replace(knobs.optimizer, **opt), **top)
+    settings = knobs.optimizer
+    if opt.get("policy", settings.policy) != settings.policy:
+        kept = {k: v for k, v in dataclasses.asdict(settings).items() if k not in POLICY_DEFAULTS[opt["policy"]]}
+        settings = OptimizerSettings.for_policy(**{**kept, "policy": opt["policy"]})
+    return dataclasses.replace(knobs, optimizer=dataclasses.replace(settings, **opt), **top)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,7 @@ from zeus_run.errors import UsageError
 from zeus_run.rundir import RunDir, atomic_write
 from zeus_run.sim import JOBS, SimResult, TraceJob, find_job, job_table, load_trace_job, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
+from zeus_run.spec._model import POLICIES
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -90,19 +92,21 @@ def simulate_command(
         raise fail("simulate writes --format table or json.")
     if not 0.0 <= eta <= 1.0:
         raise fail(f"--eta {eta} must be in [0, 1].")
+    if policy not in POLICIES:
+        raise fail(f"--policy {policy!r} is not one of {', '.join(POLICIES)}.")
     train_csv = train or (traces / "summary_train.csv" if traces else None)
     power_csv = power or (traces / f"summary_power_{gpu}.csv" if traces else None)
     if train_csv is None or power_csv is None:
         raise fail("pass --traces DIR (with --gpu), or both --train and --power.")
     seed_list, n = parse_seeds(seeds), parse_horizon(horizon)
     loaded = load_traces(train_csv, power_csv)
-    settings = OptimizerSettings(policy=policy)
+    settings = OptimizerSettings.for_policy(policy)
     for ref in jobs:
         table = job_table(loaded, resolve_job(ref))
         results = [simulate(table, eta=eta, beta=beta or None, seed=s, horizon=n, settings=settings) for s in seed_list]
         if run_dir is not None:
             for r in results:
-                write_run_dir(run_dir / f"{table.job.name}-{table.gpu}-{policy}-seed{r.seed}", r, eta, beta)
+                write_run_dir(run_dir / f"{table.job.name}-{table.gpu}-{policy}-seed{r.seed}", r, eta, beta, settings)
         if fmt == "json":
             for r in results:
                 out_console.print_json(json.dumps(r.to_json()))
@@ -141,14 +145,14 @@ def result_table(results: list[SimResult]) -> Table:
     return table
 
 
-def write_run_dir(path: Path, result: SimResult, eta: float, beta: float) -> None:
+def write_run_dir(path: Path, result: SimResult, eta: float, beta: float, settings: OptimizerSettings) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     t = result.table
     spec = {
         "name": t.job.name, "kind": "simulated", "batch_sizes": list(t.batch_sizes),
         "default_batch_size": t.default_batch_size, "target_metric": t.job.target_metric,
         "max_epochs": t.job.max_epochs, "eta": eta, "beta": beta or None, "recurrences": result.horizon,
-        "seed": result.seed, "optimizer": {"policy": result.policy},
+        "seed": result.seed, "optimizer": dataclasses.asdict(settings),
         "trace": {"gpu": t.gpu, "dataset": t.job.dataset, "network": t.job.network, "optimizer": t.job.optimizer},
     }
     with RunDir.open(path) as rd:

@@ -104,14 +104,18 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
             n = self._count(state, arm)
             if n < self.num_explorations or n == 0:
                 return Decision(arm, "explore", f"arm has {n} observation(s)")
-        posts = [posterior(state.arms[a], self.prior_mean, self.prior_precision) for a in arms]
-        draws = sample_means(rng, posts)
+        draws = sample_means(rng, self.arm_posteriors(state, arms))
         best = max(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[best], "thompson", f"sampled mean reward {draws[best]:.4g}")
 
+    def arm_posteriors(self, state: ZeusState, arms: tuple[int, ...]) -> list[tuple[float, float]]:
+        """Posterior ``(mean, precision)`` of each of ``arms``' mean reward (each observed at least once)."""
+        return [posterior(state.arms[a], self.prior_mean, self.prior_precision) for a in arms]
+
     def posteriors(self, state: ZeusState) -> dict[int, tuple[float, float]]:
         """Posterior ``(mean, precision)`` of each observed arm's mean reward (for display)."""
-        return {a: posterior(s, self.prior_mean, self.prior_precision) for a, s in sorted(state.arms.items())}
+        arms = tuple(sorted(state.arms))
+        return dict(zip(arms, self.arm_posteriors(state, arms)))
 
     def _count(self, state: ZeusState, arm: int) -> int:
         stats = state.arms.get(arm)

@@ -13,9 +13,14 @@ using only observed (batch size, cost, reached):
 * only batch sizes within ``keep_ratio`` x the round's best cost survive the round.
 
 The bandit that follows is Gaussian Thompson Sampling as in Zeus, except
-that each arm's variance (learned from as few as two noisy costs, which can
-make the bandit lock onto the wrong arm) is shrunk toward the variance pooled
-over all arms relative to their mean cost (`shrunk_posteriors`).
+that each arm's variance is not learned from that arm alone (two noisy costs
+give a wildly wrong variance, often near zero, and the bandit then locks onto
+the wrong arm): it is shrunk toward the *relative* variance pooled over all
+arms (`shrunk_posteriors`). Because the bandit can then judge an arm from a
+single observation, ``zeus-plus`` defaults to one pruning round and one
+observation per arm (`zeus_run.spec.POLICY_DEFAULTS`); Zeus's second round
+re-ran every survivor, which mostly paid for batch sizes already known to be
+worse.
 """
 
 from __future__ import annotations
@@ -25,8 +30,6 @@ import math
 from dataclasses import dataclass
 
 from zeus_run.optimizer._pruning import PruningState
-from zeus_run.optimizer._base import Decision
-from zeus_run.optimizer._gts import sample_means
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
 
 
@@ -86,13 +89,29 @@ class CostAwarePruningState(PruningState):
 
 
 class ZeusPlusOptimizer(ZeusOptimizer):
-    """Zeus with cost-aware pruning (see the module docstring); same fold interface and bandit."""
+    """Zeus with cost-aware pruning and pooled-noise Thompson Sampling (see the module docstring).
+
+    Same fold interface as `ZeusOptimizer`; ``prior_mean`` and
+    ``prior_precision`` are not used (the pooled variance plays that role).
+    """
 
     name = "zeus-plus"
 
     #: Defaults of the pruning ratios (chosen on the Zeus traces; see scripts/bench_optimizer.py).
     STOP_RATIO = 1.5
     KEEP_RATIO = 1.5
+    #: Pseudo-observations (degrees of freedom) of the pooled relative variance in each arm's variance.
+    VARIANCE_PRIOR_WEIGHT = 8.0
+    #: Relative variance assumed before any arm has two observations (a 10% coefficient of
+    #: variation), and its weight in degrees of freedom.
+    PRIOR_CV2 = 0.01
+    PRIOR_CV2_DOF = 1.0
+
+    def __init__(self, batch_sizes, default_batch_size, seed=123456, pruning_rounds=1, window_size=0,
+                 prior_mean=0.0, prior_precision=0.0, num_explorations=1) -> None:
+        """Args: as `ZeusOptimizer`, with ``zeus-plus``'s defaults (one pruning round, one observation per arm)."""
+        super().__init__(batch_sizes, default_batch_size, seed, pruning_rounds, window_size,
+                         prior_mean, prior_precision, num_explorations)
 
     def initial_state(self) -> ZeusState:
         base = PruningState.begin(self.batch_sizes, self.default_batch_size, 0)
@@ -104,45 +123,43 @@ class ZeusPlusOptimizer(ZeusOptimizer):
             pruning = pruning._start_round()
         return ZeusState(step=0, pruning=pruning)
 
-    #: Pseudo-observations of the pooled relative variance in each arm's variance.
-    VARIANCE_PRIOR_WEIGHT = 4.0
-
-    def sample(self, state: ZeusState, arms: tuple[int, ...]) -> Decision:
-        """Thompson Sampling with per-arm variances shrunk toward the pooled relative variance."""
-        rng = self.rng(state.step)
-        order = list(range(len(arms)))
-        rng.shuffle(order)
-        for idx in order:
-            n = self._count(state, arms[idx])
-            if n < self.num_explorations or n == 0:
-                return Decision(arms[idx], "explore", f"arm has {n} observation(s)")
-        posts = shrunk_posteriors([state.arms[a] for a in arms], self.VARIANCE_PRIOR_WEIGHT)
-        draws = sample_means(rng, posts)
-        best = max(range(len(arms)), key=draws.__getitem__)
-        return Decision(arms[best], "thompson", f"sampled mean reward {draws[best]:.4g}")
+    def arm_posteriors(self, state: ZeusState, arms: tuple[int, ...]) -> list[tuple[float, float]]:
+        """Posteriors with each arm's variance shrunk toward the pooled relative variance."""
+        return shrunk_posteriors(
+            [state.arms[a] for a in arms], self.VARIANCE_PRIOR_WEIGHT, self.PRIOR_CV2, self.PRIOR_CV2_DOF,
+        )
 
 
-def shrunk_posteriors(stats: list, prior_weight: float) -> list[tuple[float, float]]:
+def shrunk_posteriors(
+    stats: list, prior_weight: float, prior_cv2: float = 0.0, prior_dof: float = 0.0,
+) -> list[tuple[float, float]]:
     """Posterior ``(mean, precision)`` per arm with each arm's variance shrunk toward a pooled one.
 
-    Two noisy costs give a wildly wrong variance (often near zero), which makes
-    Thompson Sampling lock onto an arm. Costs of one job vary by a similar
-    *relative* amount whatever the batch size, so each arm's variance is
-    shrunk toward the pooled relative variance (scaled by the arm's squared
-    mean), with ``prior_weight`` pseudo-observations:
+    Costs of one job vary by a similar *relative* amount whatever the batch
+    size (the number of epochs to reach the target is what varies), so the
+    squared coefficient of variation is pooled over the arms with at least two
+    rewards, plus ``prior_dof`` pseudo degrees of freedom at ``prior_cv2``:
 
-        var_i = (n_i * s2_i + w * cv2 * mean_i^2) / (n_i + w)
+        cv2   = (sum_i SS_i / m_i^2 + prior_dof * prior_cv2) / (sum_i (n_i - 1) + prior_dof)
+        var_i = (SS_i + w * cv2 * m_i^2) / (n_i - 1 + w)
+
+    where ``SS_i`` is arm i's sum of squared deviations, ``m_i`` its mean
+    reward and ``w`` = ``prior_weight``. The precision of the mean is
+    ``n_i / var_i`` (infinite when ``var_i`` is 0, as in Zeus).
 
     Args:
         stats: One `ArmStats` per arm (each with at least one reward).
-        prior_weight: Pseudo-observations of the pooled variance (``w``).
+        prior_weight: Pseudo degrees of freedom of the pooled variance in each arm's (``w``).
+        prior_cv2: Relative variance assumed before any arm has two rewards.
+        prior_dof: Weight of ``prior_cv2`` in the pool.
     """
     moments = [s.moments() for s in stats]
-    num = sum(n * v for n, m, v in moments if n >= 2 and m != 0.0)
-    den = sum(n * m * m for n, m, v in moments if n >= 2 and m != 0.0)
-    cv2 = num / den if den > 0 else 0.0
+    pooled = [(n * v / (m * m), n - 1) for n, m, v in moments if n >= 2 and m != 0.0]
+    dof = sum(d for _, d in pooled) + prior_dof
+    cv2 = (sum(ss for ss, _ in pooled) + prior_dof * prior_cv2) / dof if dof > 0 else 0.0
     out = []
     for n, m, v in moments:
-        var = (n * v + prior_weight * cv2 * m * m) / (n + prior_weight)
+        den = n - 1 + prior_weight
+        var = (n * v + prior_weight * cv2 * m * m) / den if den > 0 else 0.0
         out.append((m, math.inf) if var <= 0.0 else (m, n / var))
     return out

@@ -4,6 +4,7 @@ from zeus_run.spec._load import load_spec, parse_spec, placeholder_names, substi
 from zeus_run.spec._model import (
     DECISION_FIELDS,
     PLACEHOLDERS,
+    POLICY_DEFAULTS,
     EnergySettings,
     JobSpec,
     MetricSettings,
@@ -14,6 +15,7 @@ from zeus_run.spec._model import (
 __all__ = [
     "DECISION_FIELDS",
     "PLACEHOLDERS",
+    "POLICY_DEFAULTS",
     "EnergySettings",
     "JobSpec",
     "MetricSettings",

@@ -411,9 +411,10 @@ class _Validator:
         return builder(raw, key + ".")
 
     def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
-        d = OptimizerSettings()
+        policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))
+        d = OptimizerSettings.for_policy(policy if policy in POLICIES else "zeus")
         return OptimizerSettings(
-            policy=self.get(m, "policy", p, d.policy, self.choice(POLICIES)),
+            policy=policy,
             pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
             window_size=self.get(m, "window_size", p, d.window_size, self.int_(0, fix="0 keeps all observations; otherwise use at least 2")),
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),

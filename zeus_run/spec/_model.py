@@ -28,6 +28,14 @@ LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
 ENERGY_SOURCES = ("auto", "nvml", "estimate")
 POLICIES = ("zeus", "zeus-plus")
+
+#: Knobs whose default depends on the policy: ``zeus`` keeps the published
+#: two pruning rounds and two observations per arm; ``zeus-plus`` prunes once and
+#: lets its bandit (which knows how noisy one observation is) do the rest.
+POLICY_DEFAULTS: dict[str, dict[str, int]] = {
+    "zeus": {"pruning_rounds": 2, "num_explorations": 2},
+    "zeus-plus": {"pruning_rounds": 1, "num_explorations": 1},
+}
 NO_PERMISSION_ACTIONS = ("continue", "stop")
 
 
@@ -38,11 +46,13 @@ class OptimizerSettings:
     Attributes:
         policy: ``zeus`` (pruning + Gaussian Thompson Sampling, as published) or
             ``zeus-plus`` (our refinement, see `zeus_run.optimizer`).
-        pruning_rounds: Rounds of pruning exploration before Thompson Sampling.
+        pruning_rounds: Rounds of pruning exploration before Thompson Sampling
+            (default per policy: `POLICY_DEFAULTS`; `for_policy` applies them).
         window_size: Recent observations per arm used by the bandit (0: all).
         prior_mean: Mean of the Gaussian prior over an arm's mean reward (reward = -cost).
         prior_precision: Precision of that prior (0: uninformative).
-        num_explorations: Observations an arm needs before it is sampled rather than explored.
+        num_explorations: Observations an arm needs before it is sampled rather than explored
+            (default per policy).
     """
 
     policy: str = "zeus"
@@ -51,6 +61,17 @@ class OptimizerSettings:
     prior_mean: float = 0.0
     prior_precision: float = 0.0
     num_explorations: int = 2
+
+    @classmethod
+    def for_policy(cls, policy: str = "zeus", **knobs: Any) -> "OptimizerSettings":
+        """Settings of ``policy`` with its own defaults (`POLICY_DEFAULTS`) for knobs not given.
+
+        Raises:
+            ValueError: Unknown policy.
+        """
+        if policy not in POLICY_DEFAULTS:
+            raise ValueError(f"unknown optimizer policy {policy!r}; known: {', '.join(POLICIES)}")
+        return cls(policy=policy, **{**POLICY_DEFAULTS[policy], **knobs})
 
 
 @dataclass(frozen=True)
