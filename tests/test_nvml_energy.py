@@ -132,6 +132,20 @@ def test_device_selection_by_index_and_uuid():
     assert nv.init_count == 0  # failures shut NVML down again
 
 
+def test_index_order_warning_only_with_mixed_models(caplog):
+    nv = FakeNvml(_gpus(2))
+    nv.gpus[1].name = "NVIDIA A100"  # mixed models: CUDA's fastest-first order may differ from NVML's
+    with caplog.at_level("WARNING", logger="zeus_run.energy._nvml"):
+        NvmlEnergy(None, nvml=nv, environ={"CUDA_VISIBLE_DEVICES": "1"}).close()
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in caplog.text and "NVIDIA A100" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zeus_run.energy._nvml"):
+        NvmlEnergy(None, nvml=nv, environ={"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}).close()
+        NvmlEnergy(None, nvml=nv, environ={"CUDA_VISIBLE_DEVICES": "GPU-00000001-aaaa"}).close()
+        NvmlEnergy(None, nvml=FakeNvml(_gpus(2)), environ={"CUDA_VISIBLE_DEVICES": "1"}).close()
+    assert "CUDA_DEVICE_ORDER" not in caplog.text
+
+
 def test_mig_devices_are_refused():
     with pytest.raises(EnergyError, match="MIG"):
         visible_gpu_ids(None, {"CUDA_VISIBLE_DEVICES": "MIG-4b6b1c2e-aaaa"})

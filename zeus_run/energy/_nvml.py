@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from zeus_run.energy._base import EnergySource
 from zeus_run.errors import EnergyError
@@ -106,6 +106,8 @@ class NvmlEnergy(EnergySource):
         self._initialized = True
         try:
             self.gpus = [self._open(g) for g in (ids if ids is not None else self._all_indices())]
+            if not gpus:
+                self._warn_on_index_order(ids, os.environ if environ is None else environ)
         except Exception:
             self.close()
             raise
@@ -125,6 +127,25 @@ class NvmlEnergy(EnergySource):
             self._sampler.start()
 
     # -- setup ---------------------------------------------------------------------
+    def _warn_on_index_order(self, ids: list[str] | None, env: Mapping[str, str]) -> None:
+        """Warn when CUDA_VISIBLE_DEVICES indices may name other GPUs than NVML's indices.
+
+        NVML numbers GPUs by PCI bus; CUDA numbers them fastest first unless
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. The orders differ only on machines
+        with different GPU models, so only those get the warning.
+        """
+        if not ids or not any(g.isdigit() for g in ids) or env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+            return
+        n = self.nvml
+        models = {_text(n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(i))) for i in range(n.nvmlDeviceGetCount())}
+        if len(models) > 1:
+            logger.warning(
+                "CUDA_VISIBLE_DEVICES=%s uses indices, and this machine has different GPU models (%s): CUDA numbers "
+                "them fastest first, NVML by PCI bus, so zeus-run may measure other GPUs than the job uses. "
+                "Set CUDA_DEVICE_ORDER=PCI_BUS_ID, or name the GPUs by UUID.",
+                ",".join(ids), ", ".join(sorted(models)),
+            )
+
     def _all_indices(self) -> list[str]:
         return [str(i) for i in range(self.nvml.nvmlDeviceGetCount())]
 
