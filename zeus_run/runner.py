@@ -19,14 +19,12 @@ from typing import Iterator, Protocol
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import Engine, TrialRequest, position
-from zeus_run.errors import Interrupted, PowerLimitPermissionError, RunDirError
+from zeus_run.errors import Interrupted, RunDirError
 from zeus_run.optimizer import make_optimizer
-from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable, spec_differences
-from zeus_run.energy import NvmlEnergy
-from zeus_run.power import HOW_TO_ENABLE, JitProfiler, PowerLimitController, PowerLimitRangeError, ProfileStore
-from zeus_run.spec import JobSpec, PowerLimitSettings, substitute
+from zeus_run.power import PowerSession, open_power_session
+from zeus_run.spec import JobSpec, substitute
 from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial
 
 logger = logging.getLogger(__name__)
@@ -171,7 +169,7 @@ def run_job(
         if done >= spec.recurrences:
             logger.info("all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path)
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
-        power = _open_power(spec, energy, rd.path)
+        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
@@ -206,7 +204,7 @@ def _execute(
     cancel: threading.Event,
     grace: float,
     req: TrialRequest,
-    power: "_PowerRun | None" = None,
+    power: PowerSession | None = None,
 ) -> TrialRecord:
     bs = req.decision.batch_size
     lr = learning_rate_for(spec, bs)
@@ -319,78 +317,6 @@ def _execute(
         log=str((tdir / "output.log").relative_to(rd.path)),
         message=message,
     )
-
-
-@dataclass
-class _PowerRun:
-    """Power-limit optimization state of a run on NVML GPUs."""
-
-    settings: PowerLimitSettings
-    controller: PowerLimitController
-    store: ProfileStore
-    jit: JITPowerLimitOptimizer
-    state: PowerLimitState
-    disabled: bool = False
-
-    def profiler_for(self, batch_size: int) -> JitProfiler | None:
-        """A profiler for a trial of ``batch_size``: fresh if never profiled, else applying the stored choice."""
-        if self.disabled or not self.controller.usable:
-            return None
-
-        def pick(profile):
-            return self.jit.observe_profile(self.state, batch_size, profile).predict(batch_size)
-
-        stored = self.store.get(batch_size)
-        if stored:
-            return JitProfiler.from_profile(stored, pick, self._set, self.settings.observer_mode)
-        return JitProfiler(
-            self.controller.candidate_limits(self.settings.step_watts), pick, self._set,
-            self.settings.warmup_iters, self.settings.measure_iters, self.settings.observer_mode,
-        )
-
-    def _set(self, limit_w: float) -> bool:
-        try:
-            return self.controller.set(limit_w)
-        except PowerLimitRangeError as exc:  # e.g. a stored profile from other GPUs: never fail mid-run
-            logger.warning("%s; keeping the GPUs' own limit", exc)
-            return False
-
-    def trial_done(self, batch_size: int, profiler: JitProfiler) -> None:
-        """Persist a newly completed profile; later trials of the batch size reuse it."""
-        if profiler.complete and self.store.get(batch_size) is None:
-            self.store.put(batch_size, profiler.profile)
-            self.state = self.jit.observe_profile(self.state, batch_size, profiler.profile)
-            logger.info("batch size %d: power limit %g W (profile saved in %s)", batch_size, profiler.chosen, self.store.path)
-
-
-def _open_power(spec: JobSpec, energy: EnergySource, run_dir: Path) -> _PowerRun | None:
-    """Set up power-limit optimization, or None (estimate energy, disabled, or no permission).
-
-    Raises:
-        PowerLimitPermissionError: Limits cannot be set and ``on_no_permission`` is ``stop``.
-    """
-    settings = spec.power_limit
-    if not settings.enabled or not isinstance(energy, NvmlEnergy):
-        return None  # CPU machines never reach GPU code
-    controller = PowerLimitController(energy)
-    if not controller.check_permission():
-        if settings.on_no_permission == "stop":
-            raise PowerLimitPermissionError(
-                f"Cannot set GPU power limits: {controller.reason}. {HOW_TO_ENABLE} "
-                "Or set power_limit.on_no_permission: continue to run without power-limit optimization."
-            )
-        logger.warning("power-limit optimization is off: %s. %s", controller.reason, HOW_TO_ENABLE)
-        return None
-    store = ProfileStore(run_dir, energy.describe())
-    if store.profiles and store.stored_gpus and store.stored_gpus != energy.describe():
-        logger.warning("power profiles in %s were measured on %s; this run uses %s; they are reused anyway",
-                       store.path, store.stored_gpus, energy.describe())
-    jit = JITPowerLimitOptimizer(spec.eta, energy.max_power)
-    state = jit.initial_state()
-    for bs, profile in store.profiles.items():
-        state = jit.observe_profile(state, bs, profile)
-    logger.info("power-limit optimization on: %s; %d batch size(s) already profiled", controller.describe(), len(store.profiles))
-    return _PowerRun(settings, controller, store, jit, state)
 
 
 def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:

@@ -1,4 +1,4 @@
-"""GPU power limits: the NVML controller and the just-in-time profiler used by real runs.
+"""GPU power limits in real runs: the NVML controller, the just-in-time profiler, stored profiles, and the session that ties them to a run.
 
 The policy that picks a limit from a profile lives in `zeus_run.optimizer.power_limit`
 (shared with the trace simulator); this package only measures and sets.
@@ -6,6 +6,15 @@ The policy that picks a limit from a profile lives in `zeus_run.optimizer.power_
 
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
 from zeus_run.power._profiler import JitProfiler
+from zeus_run.power._session import PowerSession, open_power_session
 from zeus_run.power._store import ProfileStore
 
-__all__ = ["HOW_TO_ENABLE", "JitProfiler", "PowerLimitController", "PowerLimitRangeError", "ProfileStore"]
+__all__ = [
+    "HOW_TO_ENABLE",
+    "JitProfiler",
+    "PowerLimitController",
+    "PowerLimitRangeError",
+    "PowerSession",
+    "ProfileStore",
+    "open_power_session",
+]

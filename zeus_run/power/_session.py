@@ -1,0 +1,94 @@
+"""A run's power-limit optimization: which limit each trial runs at, and the profiles it keeps."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from zeus_run.energy import EnergySource, NvmlEnergy
+from zeus_run.errors import PowerLimitPermissionError
+from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
+from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
+from zeus_run.power._profiler import JitProfiler
+from zeus_run.power._store import ProfileStore
+from zeus_run.spec import PowerLimitSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PowerSession:
+    """Power-limit optimization of one run on NVML GPUs: the controller, stored profiles and the JIT policy's state."""
+
+    settings: PowerLimitSettings
+    controller: PowerLimitController
+    store: ProfileStore
+    jit: JITPowerLimitOptimizer
+    state: PowerLimitState
+    disabled: bool = False
+
+    def profiler_for(self, batch_size: int) -> JitProfiler | None:
+        """A profiler for a trial of ``batch_size``: fresh if never profiled, else applying the stored choice."""
+        if self.disabled or not self.controller.usable:
+            return None
+
+        def pick(profile):
+            return self.jit.observe_profile(self.state, batch_size, profile).predict(batch_size)
+
+        stored = self.store.get(batch_size)
+        if stored:
+            return JitProfiler.from_profile(stored, pick, self._set, self.settings.observer_mode)
+        return JitProfiler(
+            self.controller.candidate_limits(self.settings.step_watts), pick, self._set,
+            self.settings.warmup_iters, self.settings.measure_iters, self.settings.observer_mode,
+        )
+
+    def _set(self, limit_w: float) -> bool:
+        try:
+            return self.controller.set(limit_w)
+        except PowerLimitRangeError as exc:  # e.g. a stored profile from other GPUs: never fail mid-run
+            logger.warning("%s; keeping the GPUs' own limit", exc)
+            return False
+
+    def trial_done(self, batch_size: int, profiler: JitProfiler) -> None:
+        """Persist a newly completed profile; later trials of the batch size reuse it."""
+        if profiler.complete and self.store.get(batch_size) is None:
+            self.store.put(batch_size, profiler.profile)
+            self.state = self.jit.observe_profile(self.state, batch_size, profiler.profile)
+            logger.info("batch size %d: power limit %g W (profile saved in %s)", batch_size, profiler.chosen, self.store.path)
+
+
+def open_power_session(settings: PowerLimitSettings, eta: float, energy: EnergySource, run_dir: Path) -> PowerSession | None:
+    """Set up power-limit optimization, or None (estimate energy, disabled, or no permission).
+
+    Args:
+        settings: The spec's ``power_limit`` section.
+        eta: The cost knob (the JIT policy minimises the same cost as the batch-size optimizer).
+        energy: The run's energy source (only `NvmlEnergy` GPUs get power limits).
+        run_dir: Where ``power_profiles.json`` lives.
+
+    Raises:
+        PowerLimitPermissionError: Limits cannot be set and ``on_no_permission`` is ``stop``.
+    """
+    if not settings.enabled or not isinstance(energy, NvmlEnergy):
+        return None  # CPU machines never reach GPU code
+    controller = PowerLimitController(energy)
+    if not controller.check_permission():
+        if settings.on_no_permission == "stop":
+            raise PowerLimitPermissionError(
+                f"Cannot set GPU power limits: {controller.reason}. {HOW_TO_ENABLE} "
+                "Or set power_limit.on_no_permission: continue to run without power-limit optimization."
+            )
+        logger.warning("power-limit optimization is off: %s. %s", controller.reason, HOW_TO_ENABLE)
+        return None
+    store = ProfileStore(run_dir, energy.describe())
+    if store.profiles and store.stored_gpus and store.stored_gpus != energy.describe():
+        logger.warning("power profiles in %s were measured on %s; this run uses %s; they are reused anyway",
+                       store.path, store.stored_gpus, energy.describe())
+    jit = JITPowerLimitOptimizer(eta, energy.max_power)
+    state = jit.initial_state()
+    for bs, profile in store.profiles.items():
+        state = jit.observe_profile(state, bs, profile)
+    logger.info("power-limit optimization on: %s; %d batch size(s) already profiled", controller.describe(), len(store.profiles))
+    return PowerSession(settings, controller, store, jit, state)
