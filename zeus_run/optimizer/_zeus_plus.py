@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Iterable
 
 from zeus_run.optimizer._pruning import PruningState
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
@@ -107,8 +108,17 @@ class ZeusPlusOptimizer(ZeusOptimizer):
     PRIOR_CV2 = 0.01
     PRIOR_CV2_DOF = 1.0
 
-    def __init__(self, batch_sizes, default_batch_size, seed=123456, pruning_rounds=1, window_size=0,
-                 prior_mean=0.0, prior_precision=0.0, num_explorations=1) -> None:
+    def __init__(
+        self,
+        batch_sizes: Iterable[int],
+        default_batch_size: int,
+        seed: int = 123456,
+        pruning_rounds: int = 1,
+        window_size: int = 0,
+        prior_mean: float = 0.0,
+        prior_precision: float = 0.0,
+        num_explorations: int = 1,
+    ) -> None:
         """Args: as `ZeusOptimizer`, with ``zeus-plus``'s defaults (one pruning round, one observation per arm)."""
         super().__init__(batch_sizes, default_batch_size, seed, pruning_rounds, window_size,
                          prior_mean, prior_precision, num_explorations)

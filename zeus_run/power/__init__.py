@@ -1,7 +1,7 @@
 """GPU power limits in real runs: the NVML controller, the just-in-time profiler, stored profiles, and the session that ties them to a run.
 
 The policy that picks a limit from a profile lives in `zeus_run.optimizer.power_limit`
-(shared with the trace simulator); this package only measures and sets.
+(shared with the trace simulator); this package measures, sets and remembers.
 """
 
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
