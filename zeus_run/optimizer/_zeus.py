@@ -9,6 +9,7 @@ from typing import Iterable, Mapping
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
+from zeus_run.spec import POLICY_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -48,23 +49,27 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         batch_sizes: Iterable[int],
         default_batch_size: int,
         seed: int = 123456,
-        pruning_rounds: int = 2,
+        pruning_rounds: int | None = None,
         window_size: int = 0,
         prior_mean: float = 0.0,
         prior_precision: float = 0.0,
-        num_explorations: int = 2,
+        num_explorations: int | None = None,
     ) -> None:
         """Args:
             batch_sizes: Feasible batch sizes.
             default_batch_size: b0, where pruning starts.
             seed: Seed of the Thompson draws.
-            pruning_rounds: Rounds of pruning exploration (>= 0).
+            pruning_rounds: Rounds of pruning exploration (>= 0; None: the policy's default,
+                `zeus_run.spec.POLICY_DEFAULTS`).
             window_size: Most recent rewards per arm the bandit uses (0: all).
             prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
             prior_precision: Prior precision (0: uninformative).
-            num_explorations: Rewards an arm needs before it is sampled.
+            num_explorations: Rewards an arm needs before it is sampled (None: the policy's default).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
+        defaults = POLICY_DEFAULTS[self.name]
+        pruning_rounds = defaults["pruning_rounds"] if pruning_rounds is None else pruning_rounds
+        num_explorations = defaults["num_explorations"] if num_explorations is None else num_explorations
         if pruning_rounds < 0 or window_size < 0 or num_explorations < 0 or prior_precision < 0:
             raise ValueError("pruning_rounds, window_size, num_explorations and prior_precision must be >= 0")
         self.pruning_rounds = pruning_rounds

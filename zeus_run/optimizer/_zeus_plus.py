@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterable
 
 from zeus_run.optimizer._pruning import PruningState
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
@@ -92,7 +91,8 @@ class CostAwarePruningState(PruningState):
 class ZeusPlusOptimizer(ZeusOptimizer):
     """Zeus with cost-aware pruning and pooled-noise Thompson Sampling (see the module docstring).
 
-    Same fold interface as `ZeusOptimizer`; ``prior_mean`` and
+    Same fold interface and arguments as `ZeusOptimizer`, with ``zeus-plus``'s
+    defaults (one pruning round, one observation per arm); ``prior_mean`` and
     ``prior_precision`` are not used (the pooled variance plays that role).
     """
 
@@ -107,21 +107,6 @@ class ZeusPlusOptimizer(ZeusOptimizer):
     #: variation), and its weight in degrees of freedom.
     PRIOR_CV2 = 0.01
     PRIOR_CV2_DOF = 1.0
-
-    def __init__(
-        self,
-        batch_sizes: Iterable[int],
-        default_batch_size: int,
-        seed: int = 123456,
-        pruning_rounds: int = 1,
-        window_size: int = 0,
-        prior_mean: float = 0.0,
-        prior_precision: float = 0.0,
-        num_explorations: int = 1,
-    ) -> None:
-        """Args: as `ZeusOptimizer`, with ``zeus-plus``'s defaults (one pruning round, one observation per arm)."""
-        super().__init__(batch_sizes, default_batch_size, seed, pruning_rounds, window_size,
-                         prior_mean, prior_precision, num_explorations)
 
     def initial_state(self) -> ZeusState:
         base = PruningState.begin(self.batch_sizes, self.default_batch_size, 0)
