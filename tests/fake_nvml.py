@@ -105,6 +105,13 @@ class FakeNvml:
             raise NVMLError(1)  # uninitialized
         return self.gpus[handle]
 
+    def _settable(self, handle) -> FakeGpu:
+        """The GPU behind ``handle``, if this process may change its settings (NVML's root check)."""
+        g = self._gpu(handle)
+        if not self.root:
+            raise NVMLError_NoPermission()
+        return g
+
     def _advance(self, g: FakeGpu) -> None:
         if g.power_fn is None:
             return
@@ -182,9 +189,7 @@ class FakeNvml:
         return self._gpu(h).max_mw
 
     def nvmlDeviceSetPowerManagementLimit(self, h, mw: int) -> None:  # noqa: N802
-        g = self._gpu(h)
-        if not self.root:
-            raise NVMLError_NoPermission()
+        g = self._settable(h)
         if self.fail_set_after is not None:
             if self.fail_set_after <= 0:
                 raise NVMLError(999)
@@ -200,9 +205,7 @@ class FakeNvml:
         return self._gpu(h).persistence
 
     def nvmlDeviceSetPersistenceMode(self, h, mode: int) -> None:  # noqa: N802
-        g = self._gpu(h)
-        if not self.root:
-            raise NVMLError_NoPermission()
+        g = self._settable(h)
         g.persistence = int(mode)
         self._record("persistence", h, int(mode))
 
