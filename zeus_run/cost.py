@@ -37,6 +37,33 @@ def cost_threshold(beta: float | None, min_cost: float) -> float:
     return beta * min_cost
 
 
+#: Cost told to the optimizer for a trial that cannot run one epoch under the
+#: threshold, as a multiple of the threshold (the paper's simulator: 100 x beta x min cost).
+SKIP_PENALTY = 100.0
+
+
+def epochs_under_threshold(threshold: float, per_epoch: float, limit: int) -> tuple[int, bool]:
+    """Epochs a replayed path may run: at most ``limit``, and no more than fit under ``threshold``.
+
+    Used by executors that know each epoch's cost in advance (traces, recorded
+    runs): the path is cut at the last epoch whose cumulative cost stays under
+    the threshold.
+
+    Args:
+        threshold: Early-stop threshold (unit: J; inf: none).
+        per_epoch: Cost of one epoch (unit: J).
+        limit: Epoch limit without the threshold.
+
+    Returns:
+        ``(epochs, cut)``: the epoch limit, and whether the threshold set it.
+    """
+    if math.isfinite(threshold) and per_epoch > 0:
+        affordable = int(threshold // per_epoch)
+        if affordable < limit:
+            return affordable, True
+    return limit, False
+
+
 def scale_learning_rate(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -> float:
     """Learning rate for ``batch_size`` given the rate tuned for ``base_batch_size``.
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
-from zeus_run.cost import zeus_cost
+from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.errors import ConvergenceError, HistoryError
 from zeus_run.optimizer import make_optimizer
@@ -248,12 +248,7 @@ class EmpiricalExecutor:
         per_epoch = zeus_cost(p.energy_per_epoch, p.time_per_epoch, eta, p.max_power)
         # What the recording can tell: up to its own epochs (beyond them is unknown and
         # counted as not converging), within max_epochs and the new threshold.
-        limit = min(p.epochs, self.knobs.max_epochs)
-        cut = False
-        if math.isfinite(req.cost_threshold) and per_epoch > 0:
-            affordable = int(req.cost_threshold // per_epoch)
-            if affordable < limit:
-                limit, cut = affordable, True
+        limit, cut = epochs_under_threshold(req.cost_threshold, per_epoch, min(p.epochs, self.knobs.max_epochs))
         reached = p.reached_at is not None and p.reached_at <= limit
         epochs = p.reached_at if reached else limit
         reason = "target_reached" if reached else ("cost_threshold" if cut else "max_epochs")
@@ -264,7 +259,7 @@ class EmpiricalExecutor:
         return TrialRecord(
             job="replay", recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs,
             stage=req.decision.stage, epochs=epochs, time=time, energy=energy, max_power=p.max_power,
-            cost=cost if reason != "skipped" else 100.0 * req.cost_threshold, reached=reached, stop_reason=reason,
+            cost=cost if reason != "skipped" else SKIP_PENALTY * req.cost_threshold, reached=reached, stop_reason=reason,
             energy_source="replay", kind="replayed",
             cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
             detail=req.decision.detail,

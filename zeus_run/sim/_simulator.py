@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from zeus_run.cost import zeus_cost
+from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
 from zeus_run.records import TrialRecord
@@ -26,11 +26,6 @@ from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
 
 logger = logging.getLogger(__name__)
-
-#: Cost told to the optimizer for a trial that cannot run one epoch under the
-#: threshold, as a multiple of the threshold (the paper's simulator: 100 x beta x min cost).
-SKIP_PENALTY = 100.0
-
 
 def epoch_costs(table: JobTable, eta: float) -> np.ndarray:
     """``[bs, pl]`` cost of one epoch (unit: J; NaN where not traced)."""
@@ -86,12 +81,7 @@ class TraceExecutor:
         row = t.index(bs)
         col, profiled = self.power_limit(row)
         per_epoch = float(self._epoch_cost[row, col])
-        limit = t.job.max_epochs
-        cut_by_threshold = False
-        if math.isfinite(req.cost_threshold):
-            affordable = int(req.cost_threshold // per_epoch)
-            if affordable < limit:
-                limit, cut_by_threshold = affordable, True
+        limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
         common = dict(
             job=t.job.name, recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs,
             stage=req.decision.stage, max_power=t.max_power, energy_source="trace", kind="simulated",
