@@ -272,14 +272,14 @@ def _execute(
         }
     )
     lst.on_trial_start(req, lr, tdir)
-    invalid_before = getattr(energy, "invalid_windows", 0)
+    invalid_before = energy.invalid_windows
     try:
         out = run_trial(plan, energy, lst, cancel, profiler)
     finally:
         if power is not None:
             power.controller.restore()  # each GPU's original limit and persistence mode
     message = out.message
-    invalid = getattr(energy, "invalid_windows", 0) - invalid_before
+    invalid = energy.invalid_windows - invalid_before
     if invalid:
         message = _prepend(f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted", message)
     if power is not None and profiler is not None:

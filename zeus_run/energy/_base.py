@@ -14,10 +14,13 @@ class EnergySource(ABC):
     Attributes:
         name: ``nvml`` or ``estimate``; stored with every trial record.
         estimated: True when readings are an estimate rather than a measurement.
+        invalid_windows: Readings so far that were discarded because the device's
+            counter went backwards (never for an estimate).
     """
 
     name: str = ""
     estimated: bool = False
+    invalid_windows: int = 0
 
     @property
     def method(self) -> str:
