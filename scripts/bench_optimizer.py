@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zeus_run.errors import TraceError, ZeusRunError  # noqa: E402
-from zeus_run.sim import JOBS, job_table, load_traces, simulate  # noqa: E402
-from zeus_run.spec import OptimizerSettings  # noqa: E402
+from zeus_run.errors import TraceError, ZeusRunError
+from zeus_run.sim import JOBS, job_table, load_traces, simulate
+from zeus_run.spec import OptimizerSettings
 
 POLICIES = ("zeus", "zeus-plus")
 
@@ -44,7 +44,9 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--traces", required=True, type=Path, help="directory with summary_train.csv and summary_power_<gpu>.csv")
+    ap.add_argument(
+        "--traces", required=True, type=Path, help="directory with summary_train.csv and summary_power_<gpu>.csv"
+    )
     ap.add_argument("--gpus", default="v100,a40", help="comma-separated GPU names (default: v100,a40)")
     ap.add_argument("--seeds", default="1-5", help="seeds, e.g. 1-5 or 1,2,3 (default: 1-5)")
     ap.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names (default: the six paper jobs)")
@@ -86,7 +88,10 @@ def run(args: argparse.Namespace, seeds: list[int]) -> int:
             for job in jobs:
                 if (job, gpu) not in tables:
                     continue
-                results = [simulate(tables[job, gpu], eta=0.5, beta=2.0, seed=s, settings=settings, baselines=False) for s in seeds]
+                results = [
+                    simulate(tables[job, gpu], eta=0.5, beta=2.0, seed=s, settings=settings, baselines=False)
+                    for s in seeds
+                ]
                 rows.append((job, gpu, results))
         wall = time.perf_counter() - start
         if args.json:

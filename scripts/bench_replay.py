@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.history import HistoryStore, read_history
@@ -25,8 +26,6 @@ from zeus_run.records import TrialRecord
 from zeus_run.replay import Knobs, audit, what_if, with_changes
 from zeus_run.rundir import atomic_write
 from zeus_run.spec import OptimizerSettings
-
-import yaml
 
 BATCH_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 EPOCHS = {16: 4, 32: 4, 64: 5, 128: 6, 256: 9, 512: 14, 1024: 0}  # 0: never converges
@@ -48,12 +47,25 @@ def make_history(n_trials: int, run_dir: Path) -> int:
         epochs = need if reached else max(limit, 1)
         t, e = epochs * tpe, epochs * tpe * 200
         metrics = tuple(0.95 if reached and i == epochs else 0.5 for i in range(1, epochs + 1))
-        return TrialRecord(job="bench", recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs,
-                           stage=req.decision.stage, epochs=epochs, time=t, energy=e, max_power=400.0,
-                           cost=0.5 * e + 0.5 * 400 * t, reached=reached,
-                           stop_reason="target_reached" if reached else "max_epochs",
-                           cost_threshold=None if math.isinf(req.cost_threshold) else req.cost_threshold,
-                           metrics=metrics, energy_source="estimate", estimated=True)
+        return TrialRecord(
+            job="bench",
+            recurrence=req.recurrence,
+            attempt=req.attempt,
+            trial=req.trial,
+            batch_size=bs,
+            stage=req.decision.stage,
+            epochs=epochs,
+            time=t,
+            energy=e,
+            max_power=400.0,
+            cost=0.5 * e + 0.5 * 400 * t,
+            reached=reached,
+            stop_reason="target_reached" if reached else "max_epochs",
+            cost_threshold=None if math.isinf(req.cost_threshold) else req.cost_threshold,
+            metrics=metrics,
+            energy_source="estimate",
+            estimated=True,
+        )
 
     records: list[TrialRecord] = []
     engine = Engine(make_optimizer(knobs.optimizer, BATCH_SIZES, 256, 7), 10**9, 20, 2.0)
@@ -67,9 +79,18 @@ def make_history(n_trials: int, run_dir: Path) -> int:
         engine.run([], execute, keep)
     except StopIteration:
         pass
-    spec = {"batch_sizes": list(BATCH_SIZES), "default_batch_size": 256, "eta": 0.5, "beta": 2.0, "seed": 7,
-            "optimizer": OptimizerSettings().__dict__, "target_metric": 0.9, "higher_is_better": True,
-            "max_epochs": 20, "max_tries": 20}
+    spec = {
+        "batch_sizes": list(BATCH_SIZES),
+        "default_batch_size": 256,
+        "eta": 0.5,
+        "beta": 2.0,
+        "seed": 7,
+        "optimizer": OptimizerSettings().__dict__,
+        "target_metric": 0.9,
+        "higher_is_better": True,
+        "max_epochs": 20,
+        "max_tries": 20,
+    }
     atomic_write(run_dir / "spec.yaml", yaml.safe_dump(spec))
     path = run_dir / "history.jsonl"
     with open(path, "w") as f:  # bulk write for the benchmark's set-up only
@@ -100,8 +121,12 @@ def main() -> None:
         t3 = time.perf_counter()
     print(f"history: {n} trials, {len({r.recurrence for r in records})} recurrences")
     print(f"read history:       {t1 - t0:6.3f} s")
-    print(f"audit (replay):     {t2 - t1:6.3f} s  ({result.checked} decisions reproduced, divergence: {result.divergence})")
-    print(f"what-if eta=0.8:    {t3 - t2:6.3f} s  ({wi.recurrences} recurrences, cost {wi.cost / wi.recorded_cost:.3f}x recorded)")
+    print(
+        f"audit (replay):     {t2 - t1:6.3f} s  ({result.checked} decisions reproduced, divergence: {result.divergence})"
+    )
+    print(
+        f"what-if eta=0.8:    {t3 - t2:6.3f} s  ({wi.recurrences} recurrences, cost {wi.cost / wi.recorded_cost:.3f}x recorded)"
+    )
     print(f"read + audit total: {t2 - t0:6.3f} s  (target < 1 s)")
 
 

@@ -89,8 +89,10 @@ def main() -> int:
             work()
             n += 1
         dt, de = time.monotonic() - t0, src.read() - e0
-        print(f"at the current limit: {n} iterations in {dt:.2f} s, energy {de:.1f} J, "
-              f"average power {de / dt:.1f} W, {n / dt:.2f} iterations/s")
+        print(
+            f"at the current limit: {n} iterations in {dt:.2f} s, energy {de:.1f} J, "
+            f"average power {de / dt:.1f} W, {n / dt:.2f} iterations/s"
+        )
         if src.invalid_windows:
             print(f"warning: {src.invalid_windows} invalid window(s) (energy counter went backwards)")
 
@@ -100,8 +102,13 @@ def main() -> int:
             print(f"power limits cannot be set: {ctl.reason}. {HOW_TO_ENABLE}")
             return 0
         try:
-            prof = JitProfiler(ctl.candidate_limits(args.step), lambda p: best_power_limit(p, args.eta, src.max_power),
-                               ctl.set, args.warmup, args.measure)
+            prof = JitProfiler(
+                ctl.candidate_limits(args.step),
+                lambda p: best_power_limit(p, args.eta, src.max_power),
+                ctl.set,
+                args.warmup,
+                args.measure,
+            )
             prof.start()
             t0, steps = time.monotonic(), 0
             while not prof.done:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class NVMLError(Exception):
@@ -122,29 +122,29 @@ class FakeNvml:
         g.power_mw = g.power_fn(now, g.limit_mw / 1000.0) * 1000.0
 
     # -- the pynvml surface ----------------------------------------------------------
-    def nvmlInit(self) -> None:  # noqa: N802
+    def nvmlInit(self) -> None:
         if not self.driver:
             raise NVMLError_DriverNotLoaded()
         self.init_count += 1
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         if self.init_count <= 0:
             raise NVMLError(1)
         self.init_count -= 1
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         if self.init_count <= 0:
             raise NVMLError(1)
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, i: int):  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, i: int):
         if self.init_count <= 0:
             raise NVMLError(1)
         if not 0 <= i < len(self.gpus):
             raise NVMLError_InvalidArgument()
         return i
 
-    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+    def nvmlDeviceGetHandleByUUID(self, uuid):
         if self.init_count <= 0:
             raise NVMLError(1)
         uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
@@ -153,18 +153,18 @@ class FakeNvml:
                 return i
         raise NVMLError(13)  # NOT_FOUND
 
-    def nvmlDeviceGetName(self, h) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, h) -> str:
         return self._gpu(h).name
 
-    def nvmlDeviceGetUUID(self, h) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, h) -> str:
         return self._gpu(h).uuid
 
-    def nvmlDeviceGetMigMode(self, h):  # noqa: N802
+    def nvmlDeviceGetMigMode(self, h):
         g = self._gpu(h)
         m = self.NVML_DEVICE_MIG_ENABLE if g.mig else self.NVML_DEVICE_MIG_DISABLE
         return [m, m]
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, h) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEnergyConsumption(self, h) -> int:
         g = self._gpu(h)
         if not g.has_counter:
             raise NVMLError_NotSupported()
@@ -172,23 +172,23 @@ class FakeNvml:
             self._advance(g)
             return int(g.energy_mj)
 
-    def nvmlDeviceGetPowerUsage(self, h) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, h) -> int:
         g = self._gpu(h)
         with self.lock:
             self._advance(g)
             return int(g.power_mw)
 
-    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):  # noqa: N802
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
         g = self._gpu(h)
         return [g.min_mw, g.max_mw]
 
-    def nvmlDeviceGetPowerManagementLimit(self, h) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerManagementLimit(self, h) -> int:
         return self._gpu(h).limit_mw
 
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, h) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h) -> int:
         return self._gpu(h).max_mw
 
-    def nvmlDeviceSetPowerManagementLimit(self, h, mw: int) -> None:  # noqa: N802
+    def nvmlDeviceSetPowerManagementLimit(self, h, mw: int) -> None:
         g = self._settable(h)
         if self.fail_set_after is not None:
             if self.fail_set_after <= 0:
@@ -201,10 +201,10 @@ class FakeNvml:
             g.limit_mw = int(mw)
         self._record("limit", h, int(mw))
 
-    def nvmlDeviceGetPersistenceMode(self, h) -> int:  # noqa: N802
+    def nvmlDeviceGetPersistenceMode(self, h) -> int:
         return self._gpu(h).persistence
 
-    def nvmlDeviceSetPersistenceMode(self, h, mode: int) -> None:  # noqa: N802
+    def nvmlDeviceSetPersistenceMode(self, h, mode: int) -> None:
         g = self._settable(h)
         g.persistence = int(mode)
         self._record("persistence", h, int(mode))

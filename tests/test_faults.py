@@ -38,7 +38,10 @@ run_dir: runs
 def launch(spec: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 
@@ -57,13 +60,15 @@ def decisions(records: list[dict]) -> list[tuple]:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_interrupts_records_and_resumes(write_spec, sig, code, tmp_path):
     pidfile = tmp_path / "pids"
-    spec = write_spec(spec_text(f"--epoch-time 0.3 --pid-file {pidfile}", "recurrences: 2\n").replace("recurrences: 1\n", ""))
+    spec = write_spec(
+        spec_text(f"--epoch-time 0.3 --pid-file {pidfile}", "recurrences: 2\n").replace("recurrences: 1\n", "")
+    )
     proc = launch(spec)
     running = spec.parent / "runs" / "running.json"
     wait_for(lambda: running.exists() and pidfile.exists())
     pid, child = (int(x) for x in pidfile.read_text().split())
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)
     assert proc.returncode == code, err
     assert "Run the same command again to resume" in err and "Traceback" not in err
     (rec,) = history(spec)
@@ -127,7 +132,11 @@ def test_second_launcher_is_refused_naming_the_holder(write_spec):
 
 def test_per_trial_timeout(write_spec, tmp_path):
     pidfile = tmp_path / "pids"
-    spec = write_spec(spec_text(f"--epoch-time 0.4 --pid-file {pidfile}", "recurrences: 2\ntimeout: 1.0\n").replace("recurrences: 1\n", ""))
+    spec = write_spec(
+        spec_text(f"--epoch-time 0.4 --pid-file {pidfile}", "recurrences: 2\ntimeout: 1.0\n").replace(
+            "recurrences: 1\n", ""
+        )
+    )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     timed_out = [x for x in history(spec) if x["stop_reason"] == "timeout"]
@@ -188,10 +197,12 @@ def test_very_long_line_and_malformed_events_are_ignored(write_spec, tmp_path):
         "import os, sys\n"
         "print('y' * 5_000_000)\n"
         "with open(os.environ['ZEUS_EVENT_LOG'], 'a') as f:\n"
-        "    f.write('not json\\n{\"event\": \"epoch\"}\\n{\"event\": \"epoch\", \"metric\": \"abc\"}\\n')\n"
-        "    f.write('{\"event\": \"epoch\", \"epoch\": 1, \"metric\": 0.95}\\n')\n"
+        '    f.write(\'not json\\n{"event": "epoch"}\\n{"event": "epoch", "metric": "abc"}\\n\')\n'
+        '    f.write(\'{"event": "epoch", "epoch": 1, "metric": 0.95}\\n\')\n'
     )
-    spec = write_spec(spec_text().replace(f'"{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"', f'"{script}"'))
+    spec = write_spec(
+        spec_text().replace(f'"{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"', f'"{script}"')
+    )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     (rec,) = history(spec)
@@ -219,8 +230,10 @@ def test_placeholders_are_never_evaluated_by_a_shell(write_spec, tmp_path):
         "f = open(os.environ['ZEUS_EVENT_LOG'], 'a'); f.write('{\"event\": \"epoch\", \"metric\": 1}\\n')\n"
     )
     spec = write_spec(
-        spec_text()
-        .replace(f'"{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"', f'"{script}", "$(touch {marker})", "{{{{x}}}}", "--bs={{batch_size}}"')
+        spec_text().replace(
+            f'"{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"',
+            f'"{script}", "$(touch {marker})", "{{{{x}}}}", "--bs={{batch_size}}"',
+        )
     )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr

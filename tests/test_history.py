@@ -12,8 +12,21 @@ from zeus_run.records import TrialRecord
 
 
 def rec(i: int, **kw) -> TrialRecord:
-    base = dict(job="j", recurrence=i + 1, attempt=1, trial=i, batch_size=32, stage="pruning", epochs=3,
-                time=1.5, energy=150.0, max_power=100.0, cost=150.0, reached=True, stop_reason="target_reached")
+    base = dict(
+        job="j",
+        recurrence=i + 1,
+        attempt=1,
+        trial=i,
+        batch_size=32,
+        stage="pruning",
+        epochs=3,
+        time=1.5,
+        energy=150.0,
+        max_power=100.0,
+        cost=150.0,
+        reached=True,
+        stop_reason="target_reached",
+    )
     base.update(kw)
     return TrialRecord(**base)
 

@@ -15,7 +15,11 @@ def power_at(limit):  # W drawn: saturates below the limit
 
 
 def thr_at(limit):  # iterations/s: nearly flat above 250 W, dropping fast below 200 W (no exact ties)
-    return 10.0 + 0.004 * (limit - 250) if limit >= 250 else 10.0 - 0.02 * (250 - limit) - (0.0008 * (200 - limit) ** 2 if limit < 200 else 0)
+    return (
+        10.0 + 0.004 * (limit - 250)
+        if limit >= 250
+        else 10.0 - 0.02 * (250 - limit) - (0.0008 * (200 - limit) ** 2 if limit < 200 else 0)
+    )
 
 
 def drive(prof, set_calls, dt_step=0.01, max_iters=100_000, epoch_iters=None):
@@ -43,12 +47,17 @@ def test_profiler_picks_what_the_policy_predicts(eta):
     expected = best_power_limit(truth, eta, max_power)
     calls: list[float] = []
     jit = JITPowerLimitOptimizer(eta, max_power)
-    prof = JitProfiler(LIMITS, lambda p: jit.observe_profile(jit.initial_state(), 64, p).predict(64),
-                       lambda w: calls.append(w) or True, warmup_iters=5, measure_iters=20)
+    prof = JitProfiler(
+        LIMITS,
+        lambda p: jit.observe_profile(jit.initial_state(), 64, p).predict(64),
+        lambda w: calls.append(w) or True,
+        warmup_iters=5,
+        measure_iters=20,
+    )
     drive(prof, calls)
     assert prof.complete and prof.done
     assert [m.power_limit for m in prof.profile] == LIMITS
-    for m, tr in zip(prof.profile, truth):
+    for m, tr in zip(prof.profile, truth, strict=False):
         assert m.avg_power == pytest.approx(tr.avg_power, rel=1e-6)
         assert m.throughput == pytest.approx(tr.throughput, rel=1e-6)
     assert prof.chosen == expected
@@ -64,8 +73,13 @@ def test_eta_changes_the_choice():
 
 def test_windows_scale_down_when_epoch_is_short():
     calls: list[float] = []
-    prof = JitProfiler(LIMITS, lambda p: best_power_limit(p, 0.5, 300), lambda w: calls.append(w) or True,
-                       warmup_iters=10, measure_iters=40)
+    prof = JitProfiler(
+        LIMITS,
+        lambda p: best_power_limit(p, 0.5, 300),
+        lambda w: calls.append(w) or True,
+        warmup_iters=10,
+        measure_iters=40,
+    )
     steps = drive(prof, calls, epoch_iters=70)  # 7 x 50 iterations would not fit in 70
     assert (prof.warmup_iters, prof.measure_iters) == (2, 8)  # scaled by 70 / 350
     assert prof.complete
@@ -80,8 +94,9 @@ def test_windows_unchanged_when_epoch_is_long():
 
 def test_observer_mode_keeps_max_and_accounts_as_if_chosen():
     calls: list[float] = []
-    prof = JitProfiler(LIMITS, lambda p: 150.0, lambda w: calls.append(w) or True,
-                       warmup_iters=2, measure_iters=10, observer_mode=True)
+    prof = JitProfiler(
+        LIMITS, lambda p: 150.0, lambda w: calls.append(w) or True, warmup_iters=2, measure_iters=10, observer_mode=True
+    )
     drive(prof, calls)
     assert prof.chosen == 150.0 and calls[-1] == 300.0  # back at the maximum
     d = prof._done_at

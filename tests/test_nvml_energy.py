@@ -18,7 +18,7 @@ def _gpus(n=2, **kw):
 
 def test_counter_deltas_sum_all_selected_gpus():
     nv = FakeNvml(_gpus(3))
-    for g, e in zip(nv.gpus, (1_000_000, 2_000_000, 9_000_000)):
+    for g, e in zip(nv.gpus, (1_000_000, 2_000_000, 9_000_000), strict=False):
         g.energy_mj = e
     src = NvmlEnergy(["0", "1"], nvml=nv, environ={})
     assert src.read() == 0.0

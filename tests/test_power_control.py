@@ -82,11 +82,10 @@ def test_nvml_failure_mid_run_disables_and_restores():
 
 def test_restore_on_exception_via_context_manager():
     nv = FakeNvml(_gpus(1))
-    with pytest.raises(RuntimeError):
-        with PowerLimitController(_open(nv)) as ctl:
-            ctl.set(150)
-            assert nv.gpus[0].limit_mw == 150_000
-            raise RuntimeError("training blew up")
+    with pytest.raises(RuntimeError), PowerLimitController(_open(nv)) as ctl:
+        ctl.set(150)
+        assert nv.gpus[0].limit_mw == 150_000
+        raise RuntimeError("training blew up")
     assert nv.gpus[0].limit_mw == 280_000
     assert nv.gpus[0].persistence == 0
 

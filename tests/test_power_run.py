@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 def _spec(tmp_path, iters=100, extra="", recurrences=2):
     text = textwrap.dedent(f"""
         name: plt
-        command: ["{{python}}", "{SCRIPTS / 'step_train.py'}", "{iters}", "0.004"]
+        command: ["{{python}}", "{SCRIPTS / "step_train.py"}", "{iters}", "0.004"]
         workdir: {tmp_path}
-        run_dir: {tmp_path / 'run'}
+        run_dir: {tmp_path / "run"}
         batch_sizes: [32]
         default_batch_size: 32
         target_metric: 0.9
@@ -114,9 +114,8 @@ def test_no_permission_stop_refuses_before_first_trial(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     nv = FakeNvml([_gpu()], root=False)
     spec = _spec(tmp_path, recurrences=1, extra="  on_no_permission: stop")
-    with NvmlEnergy(None, nvml=nv, environ={}) as energy:
-        with pytest.raises(PowerLimitPermissionError) as ei:
-            run_job(spec, energy=energy)
+    with NvmlEnergy(None, nvml=nv, environ={}) as energy, pytest.raises(PowerLimitPermissionError) as ei:
+        run_job(spec, energy=energy)
     assert ei.value.exit_code == 2
     assert not (tmp_path / "run" / "trials").exists() or not any((tmp_path / "run" / "trials").iterdir())
 
@@ -132,9 +131,8 @@ def test_restore_when_the_trial_raises(tmp_path, monkeypatch):
         raise RuntimeError("launcher bug")
 
     monkeypatch.setattr(runner, "run_trial", boom)
-    with NvmlEnergy(None, nvml=nv, environ={}) as energy:
-        with pytest.raises(RuntimeError):
-            run_job(_spec(tmp_path, recurrences=1), energy=energy)
+    with NvmlEnergy(None, nvml=nv, environ={}) as energy, pytest.raises(RuntimeError):
+        run_job(_spec(tmp_path, recurrences=1), energy=energy)
     assert nv.gpus[0].limit_mw == 250_000 and nv.gpus[0].persistence == 0
     assert [c[2] for c in nv.calls if c[0] == "limit"][-2:] == [300_000, 250_000]
 
@@ -167,10 +165,14 @@ def test_restore_on_sigterm(tmp_path):
     log = tmp_path / "nvml.jsonl"
     code = CHILD.format(tests=str(Path(__file__).parent), spec=str(tmp_path / "job.yaml"), log=str(log))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:  # wait until profiling has lowered the limit
-        if log.exists() and any(json.loads(l)[:1] == ["limit"] and json.loads(l)[2] < 250_000 for l in log.read_text().splitlines()):
+        if log.exists() and any(
+            json.loads(l)[:1] == ["limit"] and json.loads(l)[2] < 250_000 for l in log.read_text().splitlines()
+        ):
             break
         time.sleep(0.05)
     else:

@@ -9,12 +9,12 @@ import math
 import pytest
 import yaml
 
+from tests.test_run_cli import zeus
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord
 from zeus_run.replay import Knobs, audit, what_if, with_changes
 from zeus_run.spec import OptimizerSettings
-from tests.test_run_cli import zeus
 
 # Batch size -> (epochs to target or 0 for never, seconds per epoch). Energy = 100 W x time.
 TABLE = {1: (0, 1.0), 2: (2, 1.0), 4: (3, 0.8)}
@@ -28,8 +28,18 @@ def execute(req: TrialRequest) -> TrialRecord:
     epochs = need if reached else KNOBS.max_epochs
     t = epochs * tpe
     return TrialRecord(
-        job="t", recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs, stage=req.decision.stage,
-        epochs=epochs, time=t, energy=100 * t, max_power=100.0, cost=0.5 * 100 * t + 0.5 * 100 * t, reached=reached,
+        job="t",
+        recurrence=req.recurrence,
+        attempt=req.attempt,
+        trial=req.trial,
+        batch_size=bs,
+        stage=req.decision.stage,
+        epochs=epochs,
+        time=t,
+        energy=100 * t,
+        max_power=100.0,
+        cost=0.5 * 100 * t + 0.5 * 100 * t,
+        reached=reached,
         stop_reason="target_reached" if reached else "max_epochs",
         metrics=tuple(1.0 if reached and i == epochs else 0.5 for i in range(1, epochs + 1)),
         cost_threshold=None if math.isinf(req.cost_threshold) else req.cost_threshold,
@@ -89,8 +99,16 @@ def test_never_observed_batch_size_is_unknown_not_invented():
 
 def test_replay_cli_audits_and_exits_1_on_divergence(tmp_path):
     recs = recorded()
-    spec = {"batch_sizes": [1, 2, 4], "default_batch_size": 2, "eta": 0.5, "beta": None, "seed": 3,
-            "optimizer": dataclasses.asdict(OptimizerSettings()), "target_metric": 0.9, "max_epochs": 5}
+    spec = {
+        "batch_sizes": [1, 2, 4],
+        "default_batch_size": 2,
+        "eta": 0.5,
+        "beta": None,
+        "seed": 3,
+        "optimizer": dataclasses.asdict(OptimizerSettings()),
+        "target_metric": 0.9,
+        "max_epochs": 5,
+    }
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     hist = tmp_path / "history.jsonl"
     hist.write_text("".join(json.dumps(r.to_json()) + "\n" for r in recs))
@@ -115,4 +133,3 @@ def test_what_if_policy_switch_takes_the_new_policys_defaults():
     kept = with_changes(tuned, policy="zeus-plus", eta=0.9)
     assert kept.optimizer.window_size == 5 and kept.eta == 0.9
     assert with_changes(KNOBS, eta=0.9).optimizer == KNOBS.optimizer
-

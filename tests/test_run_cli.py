@@ -36,7 +36,10 @@ run_dir: runs
 def zeus(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "zeus_run", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
         env={**os.environ, "COLUMNS": "200"},
     )
 
@@ -72,7 +75,9 @@ def test_never_reaching_target_hits_max_epochs(write_spec):
 
 
 def test_crashing_trial_is_a_failed_trial(write_spec):
-    spec = write_spec(spec_text("--crash-at 2 --crash-bs 1", "recurrences: 2\nbeta: null\n").replace("recurrences: 1\n", ""))
+    spec = write_spec(
+        spec_text("--crash-at 2 --crash-bs 1", "recurrences: 2\nbeta: null\n").replace("recurrences: 1\n", "")
+    )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     crashed = history(spec)[1]
@@ -84,8 +89,11 @@ def test_crashing_trial_is_a_failed_trial(write_spec):
 def test_cost_threshold_stops_early_and_kills_the_process_group(write_spec, tmp_path):
     pidfile = tmp_path / "pids"
     spec = write_spec(
-        spec_text(f"--epoch-time 0.15 --ignore-stop --pid-file {pidfile}", "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\n")
-        .replace("recurrences: 1\n", "").replace("max_epochs: 5\n", "")
+        spec_text(
+            f"--epoch-time 0.15 --ignore-stop --pid-file {pidfile}", "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\n"
+        )
+        .replace("recurrences: 1\n", "")
+        .replace("max_epochs: 5\n", "")
     )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr

@@ -13,13 +13,28 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def zr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
 
 
 def test_simulate_json_run_dir_and_history(tmp_path):
     d = write_tiny_traces(tmp_path / "traces")
     runs = tmp_path / "runs"
-    out = zr("simulate", "squad", "--traces", str(d), "--gpu", "tiny", "--seeds", "1", "--format", "json", "--run-dir", str(runs))
+    out = zr(
+        "simulate",
+        "squad",
+        "--traces",
+        str(d),
+        "--gpu",
+        "tiny",
+        "--seeds",
+        "1",
+        "--format",
+        "json",
+        "--run-dir",
+        str(runs),
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["workload"] == "squad" and summary["horizon"] == 8

@@ -100,7 +100,7 @@ def test_optimizer_sees_only_observed_outcomes(table):
     ex = TraceExecutor(table, 0.5, seed=2)
     records = Engine(opt, 12, 20, 1.2).run([], ex)
     assert opt.seen == [r.observation for r in records]
-    for r, obs in zip(records, opt.seen):
+    for r, obs in zip(records, opt.seen, strict=False):
         assert set(vars(obs)) == {"batch_size", "cost", "reached"}
         if r.stop_reason == "skipped":
             continue

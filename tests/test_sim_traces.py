@@ -42,7 +42,9 @@ def test_missing_file_and_bad_number(tmp_path):
     d = write_tiny_traces(tmp_path)
     with pytest.raises(TraceError, match="cannot read trace"):
         load_traces(d / "nope.csv", d / "summary_power_tiny.csv")
-    (d / "summary_train.csv").write_text("dataset,network,batch_size,optimizer,run,target_metric,target_epoch\nsquad,b,eight,adamw,1,84,3\n")
+    (d / "summary_train.csv").write_text(
+        "dataset,network,batch_size,optimizer,run,target_metric,target_epoch\nsquad,b,eight,adamw,1,84,3\n"
+    )
     with pytest.raises(TraceError, match="batch_size = 'eight'"):
         load_traces(d / "summary_train.csv", d / "summary_power_tiny.csv")
 
@@ -59,7 +61,9 @@ def test_job_without_batch_sizes(tiny):
 
 def test_job_spec_yaml(tmp_path, tiny):
     good = tmp_path / "job.yaml"
-    good.write_text("dataset: squad\nnetwork: bert_base_uncased\noptimizer: adamw\ntarget_metric: 84\nmax_epochs: 6\ndefault_batch_size: 8\n")
+    good.write_text(
+        "dataset: squad\nnetwork: bert_base_uncased\noptimizer: adamw\ntarget_metric: 84\nmax_epochs: 6\ndefault_batch_size: 8\n"
+    )
     job = load_trace_job(good)
     assert job.name == "job" and job.target_metric == 84.0
     assert job_table(tiny, job).default_batch_size == 8

@@ -108,7 +108,11 @@ def test_range_form_is_powers_of_two():
 
 
 def test_string_command_is_split_with_shlex():
-    spec = parse_spec(GOOD.replace('command: ["python", "train.py", "--bs", "{batch_size}"]', "command: python 'my train.py' --bs {batch_size}"))
+    spec = parse_spec(
+        GOOD.replace(
+            'command: ["python", "train.py", "--bs", "{batch_size}"]', "command: python 'my train.py' --bs {batch_size}"
+        )
+    )
     assert spec.command == ("python", "my train.py", "--bs", "{batch_size}")
 
 

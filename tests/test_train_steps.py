@@ -31,7 +31,33 @@ def test_profiling_steps_are_batched_and_counts_exact(tmp_path, monkeypatch):
         now[0] = i * 0.006  # 6 ms per iteration: at most one event per 20 ms -> every 4th
         t.step()
     steps = [e for e in _events(log) if e["event"] == "step"]
-    assert [e["n"] for e in steps] == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69, 73, 77, 81, 85, 89, 93, 97]
+    assert [e["n"] for e in steps] == [
+        1,
+        5,
+        9,
+        13,
+        17,
+        21,
+        25,
+        29,
+        33,
+        37,
+        41,
+        45,
+        49,
+        53,
+        57,
+        61,
+        65,
+        69,
+        73,
+        77,
+        81,
+        85,
+        89,
+        93,
+        97,
+    ]
     (tmp_path / "done").touch()
     for i in range(100, 200):
         now[0] = i * 0.006
@@ -50,7 +76,9 @@ def test_iterate_reports_iterations_per_epoch_and_steps(tmp_path):
     t.close()
     tail = EventLogTail(str(log))
     epochs = tail.finish()
-    assert tail.iters_per_epoch == 7 and tail.steps == 1 and tail.step_time is not None  # first step only (20 ms batching)
+    assert (
+        tail.iters_per_epoch == 7 and tail.steps == 1 and tail.step_time is not None
+    )  # first step only (20 ms batching)
     assert [e.epoch for e in epochs] == [1]
     assert t.steps == 7
 

@@ -9,8 +9,8 @@ far, so starting, resuming and replaying are one code path.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 from zeus_run.cost import cost_threshold
 from zeus_run.errors import ConvergenceError

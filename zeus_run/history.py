@@ -12,8 +12,8 @@ import fcntl
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from zeus_run.errors import HistoryError
 from zeus_run.records import TrialRecord
@@ -81,7 +81,10 @@ def parse_history(raw: bytes, label: str = "<history>") -> HistoryReadResult:
                 out.torn = line.decode("utf-8", "replace")
                 logger.warning(
                     "%s: ignoring a torn or corrupt last line (%d bytes; %s); earlier %d record(s) kept",
-                    label, len(line), exc, len(out),
+                    label,
+                    len(line),
+                    exc,
+                    len(out),
                 )
                 break
             raise HistoryError(
@@ -125,7 +128,9 @@ class HistoryStore:
             f.truncate(cut)
             f.flush()
             os.fsync(f.fileno())
-        logger.warning("cut a torn last line (%d bytes) from %s; kept in %s.torn", len(fragment), self.path, self.path.name)
+        logger.warning(
+            "cut a torn last line (%d bytes) from %s; kept in %s.torn", len(fragment), self.path, self.path.name
+        )
         return True
 
     def append(self, record: TrialRecord) -> None:

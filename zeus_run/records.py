@@ -122,7 +122,7 @@ class TrialRecord:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TrialRecord":
+    def from_json(cls, data: dict[str, Any]) -> TrialRecord:
         """Parse a dict written by `to_json` (unknown keys from newer versions are ignored).
 
         Raises:

@@ -17,9 +17,10 @@ import dataclasses
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import yaml
@@ -63,7 +64,7 @@ class Knobs:
     max_tries: int = 20
 
     @classmethod
-    def from_run_dir(cls, run_dir: str | Path) -> "Knobs":
+    def from_run_dir(cls, run_dir: str | Path) -> Knobs:
         """Read ``spec.yaml`` of a run directory.
 
         Raises:
@@ -150,7 +151,9 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs) -> AuditResult:
             ("batch size", rec.batch_size, req.decision.batch_size),
             ("cost threshold", _thr(rec.cost_threshold), _thr(req.cost_threshold)),
         ):
-            same = math.isclose(recorded, replayed, rel_tol=1e-9) if isinstance(recorded, float) else recorded == replayed
+            same = (
+                math.isclose(recorded, replayed, rel_tol=1e-9) if isinstance(recorded, float) else recorded == replayed
+            )
             if not same:
                 raise _Diverged(Divergence(checked, what, recorded, replayed))
         checked += 1
@@ -257,10 +260,21 @@ class EmpiricalExecutor:
         time, energy = epochs * p.time_per_epoch, epochs * p.energy_per_epoch
         cost = zeus_cost(energy, time, eta, p.max_power)
         return TrialRecord(
-            job="replay", recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs,
-            stage=req.decision.stage, epochs=epochs, time=time, energy=energy, max_power=p.max_power,
-            cost=cost if reason != "skipped" else SKIP_PENALTY * req.cost_threshold, reached=reached, stop_reason=reason,
-            energy_source="replay", kind="replayed",
+            job="replay",
+            recurrence=req.recurrence,
+            attempt=req.attempt,
+            trial=req.trial,
+            batch_size=bs,
+            stage=req.decision.stage,
+            epochs=epochs,
+            time=time,
+            energy=energy,
+            max_power=p.max_power,
+            cost=cost if reason != "skipped" else SKIP_PENALTY * req.cost_threshold,
+            reached=reached,
+            stop_reason=reason,
+            energy_source="replay",
+            kind="replayed",
             cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
             detail=req.decision.detail,
         )

@@ -44,7 +44,7 @@ class RunDir:
         self.history = HistoryStore(path / HISTORY_NAME)
 
     @classmethod
-    def open(cls, path: str | Path) -> "RunDir":
+    def open(cls, path: str | Path) -> RunDir:
         """Create (if needed) and lock a run directory.
 
         Raises:
@@ -84,7 +84,7 @@ class RunDir:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,18 +12,19 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import Engine, TrialRequest, position
 from zeus_run.errors import Interrupted, RunDirError
 from zeus_run.optimizer import make_optimizer
+from zeus_run.power import PowerSession, open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable, spec_differences
-from zeus_run.power import PowerSession, open_power_session
 from zeus_run.spec import JobSpec, substitute
 from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial
 
@@ -79,7 +80,9 @@ def learning_rate_for(spec: JobSpec, batch_size: int) -> float | None:
     return scale_learning_rate(spec.learning_rate, spec.default_batch_size, batch_size, spec.lr_scaling)
 
 
-def placeholder_values(spec: JobSpec, batch_size: int, seed: int, recurrence: int, attempt: int, log_dir: Path) -> dict[str, object]:
+def placeholder_values(
+    spec: JobSpec, batch_size: int, seed: int, recurrence: int, attempt: int, log_dir: Path
+) -> dict[str, object]:
     """Values of the ``{placeholders}`` for one trial."""
     lr = learning_rate_for(spec, batch_size)
     return {
@@ -167,7 +170,9 @@ def run_job(
         done = position(history).completed
         lst.on_run_start(spec, rd.path, energy.describe(), done)
         if done >= spec.recurrences:
-            logger.info("all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path)
+            logger.info(
+                "all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path
+            )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
         power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
         if power is not None:
@@ -190,7 +195,8 @@ def run_job(
         if new_records and new_records[-1].stop_reason == "interrupted":
             last = new_records[-1]
             raise _interrupted(
-                signum[0], rd.path,
+                signum[0],
+                rd.path,
                 f"during recurrence {last.recurrence}, try {last.attempt}; that trial is recorded as interrupted and will be re-run",
             )
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
@@ -281,11 +287,17 @@ def _execute(
     message = out.message
     invalid = energy.invalid_windows - invalid_before
     if invalid:
-        message = _prepend(f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted", message)
+        message = _prepend(
+            f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted",
+            message,
+        )
     if power is not None and profiler is not None:
         power.trial_done(bs, profiler)
         if power.settings.observer_mode and out.power_limit is not None:
-            message = _prepend(f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W", message)
+            message = _prepend(
+                f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
+                message,
+            )
     return TrialRecord(
         job=spec.name,
         recurrence=req.recurrence,
@@ -353,7 +365,8 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
         )
         logger.warning(
             "recurrence %d try %d was running when the launcher stopped; recorded as interrupted and re-run",
-            record.recurrence, record.attempt,
+            record.recurrence,
+            record.attempt,
         )
         rd.history.append(record)
         history.append(record)
@@ -409,12 +422,14 @@ def _stored_spec(path: Path) -> dict | None:
     spec_file = path / "spec.yaml"
     if not spec_file.exists():
         return None
-    import yaml  # noqa: PLC0415
+    import yaml
 
     try:
         return yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise RunDirError(f"Cannot read {str(spec_file)!r} ({exc}). Move the run directory aside or pass --new.") from exc
+        raise RunDirError(
+            f"Cannot read {str(spec_file)!r} ({exc}). Move the run directory aside or pass --new."
+        ) from exc
 
 
 def _fresh_sibling(base: Path) -> Path:

@@ -60,7 +60,8 @@ import json
 import math
 import os
 import time
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -119,7 +120,8 @@ class Trial:
         self.reached = False
         self.last_metric: float | None = None
         self._steps = 0
-        self._fh = open(event_log, "a", encoding="utf-8") if event_log else None
+        # Held for the trial's life and closed in close(), so no context manager.
+        self._fh = open(event_log, "a", encoding="utf-8") if event_log else None  # noqa: SIM115
         self._profiling = bool(profile) and self._fh is not None
         self._profile_stop_file = profile_stop_file
         self._last_step_emit = -1.0
@@ -135,7 +137,7 @@ class Trial:
         max_epochs: int = 100,
         target_metric: float | None = None,
         higher_is_better: bool = True,
-    ) -> "Trial":
+    ) -> Trial:
         """Read the ``ZEUS_*`` environment; the arguments are defaults for running by hand."""
         hib = os.environ.get("ZEUS_HIGHER_IS_BETTER")
         return cls(
@@ -175,7 +177,11 @@ class Trial:
         self.epoch = self.epoch + 1 if epoch is None else int(epoch)
         self.last_metric = float(metric)
         if self.target_metric is not None and math.isfinite(self.last_metric):
-            good = self.last_metric >= self.target_metric if self.higher_is_better else self.last_metric <= self.target_metric
+            good = (
+                self.last_metric >= self.target_metric
+                if self.higher_is_better
+                else self.last_metric <= self.target_metric
+            )
             self.reached = self.reached or good
         self._emit({"event": "epoch", "epoch": self.epoch, "metric": self.last_metric})
         return not self.should_stop()

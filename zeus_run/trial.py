@@ -22,9 +22,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource
@@ -149,11 +150,17 @@ def preflight(argv: tuple[str, ...], workdir: Path, env: Mapping[str, str], shel
     if "/" in prog:
         path = Path(prog) if os.path.isabs(prog) else workdir / prog
         if not path.is_file():
-            raise LaunchError(f"Training command {prog!r} does not exist (looked in {str(workdir)!r}). Fix `command` in the job spec.")
+            raise LaunchError(
+                f"Training command {prog!r} does not exist (looked in {str(workdir)!r}). Fix `command` in the job spec."
+            )
         if not os.access(path, os.X_OK):
-            raise LaunchError(f"Training command {prog!r} is not executable. Run `chmod +x {prog}` or prefix the interpreter in `command`.")
+            raise LaunchError(
+                f"Training command {prog!r} is not executable. Run `chmod +x {prog}` or prefix the interpreter in `command`."
+            )
     elif shutil.which(prog, path=env.get("PATH", os.defpath)) is None:
-        raise LaunchError(f"Training command {prog!r} was not found on PATH. Install it or give its full path in `command`.")
+        raise LaunchError(
+            f"Training command {prog!r} was not found on PATH. Install it or give its full path in `command`."
+        )
     if _INTERPRETERS.match(os.path.basename(prog)):
         script = _script_argument(argv[1:])
         if script is not None:
@@ -240,7 +247,11 @@ def run_trial(
 
 class _TrialRun:
     def __init__(
-        self, plan: TrialPlan, energy: EnergySource, listener: TrialListener, cancel: threading.Event,
+        self,
+        plan: TrialPlan,
+        energy: EnergySource,
+        listener: TrialListener,
+        cancel: threading.Event,
         profiler: TrialProfiler | None = None,
     ) -> None:
         self.plan = plan
@@ -270,7 +281,12 @@ class _TrialRun:
         self.listener.on_epoch(epochs, ev.metric, t, e, c)
         p = self.plan
         hit = ev.metric >= p.target_metric if p.higher_is_better else ev.metric <= p.target_metric
-        if self.profiler is not None and not self.profiler.done and self.steps_tail is not None and self.steps_tail.steps == 0:
+        if (
+            self.profiler is not None
+            and not self.profiler.done
+            and self.steps_tail is not None
+            and self.steps_tail.steps == 0
+        ):
             self.profiler.abandon(
                 "an epoch ended without step counts from the script; call trial.step() every iteration "
                 "(or iterate with trial.iterate(loader)) to enable power-limit profiling"
@@ -438,7 +454,10 @@ class _TrialRun:
         if malformed:
             logger.warning("ignored %d malformed metric line(s) from the script", malformed)
         if self.splitter.overlong:
-            logger.info("%d output line(s) longer than 64 KiB were cut in the live view (the log has them whole)", self.splitter.overlong)
+            logger.info(
+                "%d output line(s) longer than 64 KiB were cut in the live view (the log has them whole)",
+                self.splitter.overlong,
+            )
         if reason == "timeout":
             message = f"no result within the {self.plan.timeout:g} s timeout"
         return TrialOutcome(
@@ -490,4 +509,3 @@ def _tail(path: Path, limit: int = 1500) -> str:
             return f.read().decode("utf-8", "replace").strip()
     except OSError:
         return "(no log)"
-

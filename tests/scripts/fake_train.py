@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from zeus_run.train import Trial  # noqa: E402
+from zeus_run.train import Trial
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--batch-size", type=int, default=None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
@@ -36,7 +35,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool | None = typer.Option(
+        None, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """zeus-run."""
 

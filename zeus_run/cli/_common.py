@@ -7,7 +7,8 @@ import functools
 import logging
 import os
 import sys
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -23,7 +24,9 @@ F = TypeVar("F", bound=Callable)
 
 FORMATS = ("table", "json", "csv")
 
-FormatOption = typer.Option("table", "--format", "-f", help="Output format: table (for people), json or csv (for machines, on stdout).")
+FormatOption = typer.Option(
+    "table", "--format", "-f", help="Output format: table (for people), json or csv (for machines, on stdout)."
+)
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Show debug logging.")
 QuietOption = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr.")
 
@@ -70,7 +73,7 @@ def handle_errors(func: F) -> F:
             with contextlib.suppress(OSError):
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115
             raise typer.Exit(0) from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if os.environ.get("ZEUS_RUN_DEBUG"):
                 raise
             raise fail(
@@ -83,6 +86,6 @@ def handle_errors(func: F) -> F:
 
 
 def _escape(text: str) -> str:
-    from rich.markup import escape  # noqa: PLC0415
+    from rich.markup import escape
 
     return escape(text)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -71,7 +71,7 @@ class LiveRunView:
         self.estimated = False
         self.epoch_text = ""
 
-    def __enter__(self) -> "LiveRunView":
+    def __enter__(self) -> LiveRunView:
         self.progress.start()
         return self
 
@@ -82,13 +82,17 @@ class LiveRunView:
     def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
         self.estimated = energy.startswith("estimate")
         what = "Resuming" if done else "Running"
-        self.console.print(f"[bold]{what} {escape(spec.name)}[/] in {escape(str(run_dir))}: {spec.recurrences} recurrences, batch sizes {list(spec.batch_sizes)}")
+        self.console.print(
+            f"[bold]{what} {escape(spec.name)}[/] in {escape(str(run_dir))}: {spec.recurrences} recurrences, batch sizes {list(spec.batch_sizes)}"
+        )
         self.console.print(f"Energy: {escape(energy)}")
         self.task = self.progress.add_task("recurrences", total=spec.recurrences, completed=done, status="")
 
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
         lr = f" lr={learning_rate:.3g}" if learning_rate is not None else ""
-        self.trial_label = f"rec {req.recurrence} try {req.attempt}: bs={req.decision.batch_size}{lr} ({req.decision.stage})"
+        self.trial_label = (
+            f"rec {req.recurrence} try {req.attempt}: bs={req.decision.batch_size}{lr} ({req.decision.stage})"
+        )
         self.epoch_text = ""
         self._update(0.0, 0.0)
 
@@ -110,7 +114,9 @@ class LiveRunView:
             f"after {record.epochs} epoch(s), {fmt_time(record.time)}, {est}{fmt_energy(record.energy)}, cost {fmt_energy(record.cost)}"
         )
         if record.message and record.stop_reason in ("crashed", "timeout", "exited"):
-            self.console.print(f"[dim]    {escape(record.message.splitlines()[0])} (log: {escape(record.log or '')})[/]")
+            self.console.print(
+                f"[dim]    {escape(record.message.splitlines()[0])} (log: {escape(record.log or '')})[/]"
+            )
         if record.reached and self.task is not None:
             self.progress.advance(self.task)
 
@@ -125,8 +131,16 @@ class LiveRunView:
 def history_table(records: Sequence[TrialRecord], title: str) -> Table:
     """One row per recurrence; a recurrence that needed retries lists every batch size tried."""
     table = Table(title=title, title_justify="left", pad_edge=False)
-    for col, just in (("rec", "right"), ("batch sizes", "right"), ("stage", "left"), ("epochs", "right"),
-                      ("time", "right"), ("energy", "right"), ("cost", "right"), ("outcome", "left")):
+    for col, just in (
+        ("rec", "right"),
+        ("batch sizes", "right"),
+        ("stage", "left"),
+        ("epochs", "right"),
+        ("time", "right"),
+        ("energy", "right"),
+        ("cost", "right"),
+        ("outcome", "left"),
+    ):
         table.add_column(col, justify=just, no_wrap=col != "outcome")
     for row in recurrence_rows(records):
         sizes = ",".join(str(b) for b in row.batch_sizes)
@@ -136,8 +150,14 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Table:
             outcome += " after " + ", ".join(outcome_text(o) for o in failed)
         est = "~" if row.estimated else ""
         table.add_row(
-            str(row.recurrence), sizes, row.stages[-1] if row.stages else "", str(row.epochs),
-            fmt_time(row.time), f"{est}{fmt_energy(row.energy)}", fmt_energy(row.cost), outcome,
+            str(row.recurrence),
+            sizes,
+            row.stages[-1] if row.stages else "",
+            str(row.epochs),
+            fmt_time(row.time),
+            f"{est}{fmt_energy(row.energy)}",
+            fmt_energy(row.cost),
+            outcome,
         )
     return table
 
@@ -145,7 +165,8 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Table:
 def summary_lines(s: Summary) -> list[str]:
     est = " (estimated: no GPU was measured)" if s.estimated else ""
     lines = [
-        f"Recurrences converged: {s.recurrences}   trials: {s.trials}" + (f"   interrupted: {s.interrupted}" if s.interrupted else ""),
+        f"Recurrences converged: {s.recurrences}   trials: {s.trials}"
+        + (f"   interrupted: {s.interrupted}" if s.interrupted else ""),
         f"Batch size chosen over time: {' '.join(str(b) for b in s.chosen) or '-'}",
         f"Best batch size (lowest mean cost when converged): {s.best_batch_size if s.best_batch_size is not None else '-'}"
         f"   default: {s.default_batch_size if s.default_batch_size is not None else '-'}",

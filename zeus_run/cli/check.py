@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 import yaml
 
-from zeus_run.cli._common import handle_errors, out_console, setup_logging, err_console
+from zeus_run.cli._common import err_console, handle_errors, out_console, setup_logging
 from zeus_run.energy import NvmlEnergy, open_energy_source
 from zeus_run.errors import EnergyError
 from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
@@ -55,8 +55,12 @@ def gpu_report(source, power_limit_enabled: bool) -> list[str]:
         return ["GPUs: none measured (energy is an estimate; power-limit optimization is off)"]
     lines = [f"GPUs: {len(source.gpus)}"]
     for g in source.gpus:
-        method = "total energy counter" if g.has_counter else f"power sampling every {source._poll_interval * 1000:.0f} ms"
-        lines.append(f"  GPU {g.index}: {g.name}; energy: {method}; power limit range {g.min_limit_w:g}-{g.max_limit_w:g} W")
+        method = (
+            "total energy counter" if g.has_counter else f"power sampling every {source._poll_interval * 1000:.0f} ms"
+        )
+        lines.append(
+            f"  GPU {g.index}: {g.name}; energy: {method}; power limit range {g.min_limit_w:g}-{g.max_limit_w:g} W"
+        )
     lines.append(f"Max power for the cost: {source.max_power:g} W (sum of the GPUs' maximum power limits)")
     if not power_limit_enabled:
         lines.append("Power-limit optimization: disabled in the spec")

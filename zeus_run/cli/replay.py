@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -20,12 +19,12 @@ from zeus_run.spec._model import POLICIES
 @handle_errors
 def replay_command(
     path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (with history.jsonl and spec.yaml)."),
-    eta: Optional[float] = typer.Option(None, "--eta", min=0.0, max=1.0, help="What-if: another eta."),
-    beta: Optional[float] = typer.Option(None, "--beta", min=0.0, help="What-if: another early-stop beta (> 0)."),
+    eta: float | None = typer.Option(None, "--eta", min=0.0, max=1.0, help="What-if: another eta."),
+    beta: float | None = typer.Option(None, "--beta", min=0.0, help="What-if: another early-stop beta (> 0)."),
     no_early_stop: bool = typer.Option(False, "--no-early-stop", help="What-if: disable early stopping."),
-    window_size: Optional[int] = typer.Option(None, "--window-size", min=0, help="What-if: another bandit window."),
-    policy: Optional[str] = typer.Option(None, "--policy", help=f"What-if: another policy ({', '.join(POLICIES)})."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="What-if: another optimizer seed."),
+    window_size: int | None = typer.Option(None, "--window-size", min=0, help="What-if: another bandit window."),
+    policy: str | None = typer.Option(None, "--policy", help=f"What-if: another policy ({', '.join(POLICIES)})."),
+    seed: int | None = typer.Option(None, "--seed", help="What-if: another optimizer seed."),
     fmt: str = FormatOption,
 ) -> None:
     """Audit a run, or evaluate what other knobs would have done on its recorded outcomes.
@@ -55,11 +54,21 @@ def replay_command(
         result = audit(records, knobs)
         if fmt != "table":
             d = result.divergence
-            print(json.dumps({"checked": result.checked, "records": len(records), "divergence": None if d is None else d.__dict__}))
+            print(
+                json.dumps(
+                    {
+                        "checked": result.checked,
+                        "records": len(records),
+                        "divergence": None if d is None else d.__dict__,
+                    }
+                )
+            )
         elif result.divergence is None:
             out_console.print(f"[green]✓[/] replay reproduces all {result.checked} recorded decisions in {hist}")
         else:
-            err_console.print(f"[red]✗[/] replay diverges after {result.checked} matching record(s): {result.divergence.describe()}")
+            err_console.print(
+                f"[red]✗[/] replay diverges after {result.checked} matching record(s): {result.divergence.describe()}"
+            )
         if result.divergence is not None:
             raise typer.Exit(1)
         return
@@ -83,7 +92,12 @@ def replay_command(
         print(",".join(summary))
         print(",".join("" if v is None else str(v) for v in summary.values()))
         return
-    out_console.print(history_table(res.records, f"What-if replay of {hist.parent} (eta={new.eta}, beta={new.beta}, policy={new.optimizer.policy})"))
+    out_console.print(
+        history_table(
+            res.records,
+            f"What-if replay of {hist.parent} (eta={new.eta}, beta={new.beta}, policy={new.optimizer.policy})",
+        )
+    )
     rel = summary["relative_cost"]
     out_console.print(
         f"Replayed {res.recurrences} recurrence(s): cost {fmt_energy(res.cost)} vs {fmt_energy(res.recorded_cost)} "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,11 +18,21 @@ from zeus_run.summary import summarize
 @handle_errors
 def run_command(
     spec_path: Path = typer.Argument(..., metavar="JOB.yaml", help="The job spec (YAML)."),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", "-d", help="Run directory (default: the spec's run_dir, runs/<name>)."),
-    recurrences: Optional[int] = typer.Option(None, "--recurrences", "-n", min=1, help="Override the spec's recurrences."),
-    new: bool = typer.Option(False, "--new", help="Start a fresh run directory even if this one has history (the old one is kept)."),
-    force: bool = typer.Option(False, "--force", help="If the spec changed in a way that invalidates the history, start a fresh run directory instead of refusing."),
-    no_output: bool = typer.Option(False, "--no-output", help="Do not echo the training script's output (it is still logged per trial)."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", "-d", help="Run directory (default: the spec's run_dir, runs/<name>)."
+    ),
+    recurrences: int | None = typer.Option(None, "--recurrences", "-n", min=1, help="Override the spec's recurrences."),
+    new: bool = typer.Option(
+        False, "--new", help="Start a fresh run directory even if this one has history (the old one is kept)."
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="If the spec changed in a way that invalidates the history, start a fresh run directory instead of refusing.",
+    ),
+    no_output: bool = typer.Option(
+        False, "--no-output", help="Do not echo the training script's output (it is still logged per trial)."
+    ),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:

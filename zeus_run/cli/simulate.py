@@ -6,13 +6,20 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 import yaml
 from rich.table import Table
 
-from zeus_run.cli._common import FormatOption, check_format, err_console, fail, handle_errors, out_console, setup_logging
+from zeus_run.cli._common import (
+    FormatOption,
+    check_format,
+    err_console,
+    fail,
+    handle_errors,
+    out_console,
+    setup_logging,
+)
 from zeus_run.errors import UsageError
 from zeus_run.rundir import RunDir, atomic_write
 from zeus_run.sim import JOBS, SimResult, TraceJob, find_job, job_table, load_trace_job, load_traces, simulate
@@ -65,17 +72,27 @@ def resolve_job(ref: str) -> TraceJob:
 
 @handle_errors
 def simulate_command(
-    jobs: List[str] = typer.Argument(..., metavar="JOB...", help=f"Job names ({', '.join(JOBS)}) or job spec YAML files naming dataset/network/optimizer."),
-    traces: Optional[Path] = typer.Option(None, "--traces", help="Directory with summary_train.csv and summary_power_<gpu>.csv."),
+    jobs: list[str] = typer.Argument(
+        ...,
+        metavar="JOB...",
+        help=f"Job names ({', '.join(JOBS)}) or job spec YAML files naming dataset/network/optimizer.",
+    ),
+    traces: Path | None = typer.Option(
+        None, "--traces", help="Directory with summary_train.csv and summary_power_<gpu>.csv."
+    ),
     gpu: str = typer.Option("v100", "--gpu", help="GPU of the power trace in --traces."),
-    train: Optional[Path] = typer.Option(None, "--train", help="Train trace CSV (overrides --traces)."),
-    power: Optional[Path] = typer.Option(None, "--power", help="Power trace CSV (overrides --traces/--gpu)."),
+    train: Path | None = typer.Option(None, "--train", help="Train trace CSV (overrides --traces)."),
+    power: Path | None = typer.Option(None, "--power", help="Power trace CSV (overrides --traces/--gpu)."),
     eta: float = typer.Option(0.5, "--eta", help="Energy weight of the cost, in [0, 1]."),
     beta: float = typer.Option(2.0, "--beta", help="Early-stop knob: stop a trial above beta x best cost (0: off)."),
     seeds: str = typer.Option("1", "--seeds", help="Seeds, e.g. 1-5 or 1,2,3."),
-    horizon: str = typer.Option("paper", "--horizon", help="Recurrences, or `paper` (2 x |batch sizes| x |power limits|)."),
+    horizon: str = typer.Option(
+        "paper", "--horizon", help="Recurrences, or `paper` (2 x |batch sizes| x |power limits|)."
+    ),
     policy: str = typer.Option("zeus", "--policy", help="Batch-size policy: zeus or zeus-plus."),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Write one run directory per (job, seed) here, readable by `zeus-run history`."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Write one run directory per (job, seed) here, readable by `zeus-run history`."
+    ),
     fmt: str = FormatOption,
 ) -> None:
     """Replay recurring jobs on traces with the same optimizer as real runs, against Default, Oracle and grid search.
@@ -120,8 +137,10 @@ def result_table(results: list[SimResult]) -> Table:
     """One job's seeds and its baselines, relative to Default."""
     first = results[0]
     t = first.table
-    title = (f"{t.job.name} on {t.gpu}: {first.policy}, horizon {first.horizon}, b0 {t.default_batch_size}, "
-             f"{len(t.batch_sizes)} batch sizes x {len(t.power_limits)} power limits")
+    title = (
+        f"{t.job.name} on {t.gpu}: {first.policy}, horizon {first.horizon}, b0 {t.default_batch_size}, "
+        f"{len(t.batch_sizes)} batch sizes x {len(t.power_limits)} power limits"
+    )
     table = Table(title=title, caption="regret: cost / Oracle - 1; Def: Default (b0 at max power limit)")
     for col in ("run", "cost (MJ)", "cost/Def", "energy/Def", "time/Def", "regret", "final bs", "final PL W"):
         table.add_column(col, justify="left" if col == "run" else "right")
@@ -129,19 +148,50 @@ def result_table(results: list[SimResult]) -> Table:
     for r in results:
         js = r.to_json()
         table.add_row(
-            f"seed {r.seed}", f"{r.cost / 1e6:.4g}", f"{js['cost_vs_default']:.3f}", f"{js['energy_vs_default']:.3f}",
-            f"{js['time_vs_default']:.3f}", f"{r.regret * 100:.1f}%", str(r.final[0]), f"{r.final[1]:g}",
+            f"seed {r.seed}",
+            f"{r.cost / 1e6:.4g}",
+            f"{js['cost_vs_default']:.3f}",
+            f"{js['energy_vs_default']:.3f}",
+            f"{js['time_vs_default']:.3f}",
+            f"{r.regret * 100:.1f}%",
+            str(r.final[0]),
+            f"{r.final[1]:g}",
         )
     h = first.horizon
     o = first.oracle
-    table.add_row("Default", f"{h * d.cost / 1e6:.4g}", "1.000", "1.000", "1.000", f"{(d.cost / o.cost - 1) * 100:.1f}%",
-                  str(d.batch_size), f"{d.power_limit:g}")
-    table.add_row("Oracle", f"{h * o.cost / 1e6:.4g}", f"{o.cost / d.cost:.3f}", f"{o.energy / d.energy:.3f}",
-                  f"{o.time / d.time:.3f}", "0.0%", str(o.batch_size), f"{o.power_limit:g}")
+    table.add_row(
+        "Default",
+        f"{h * d.cost / 1e6:.4g}",
+        "1.000",
+        "1.000",
+        "1.000",
+        f"{(d.cost / o.cost - 1) * 100:.1f}%",
+        str(d.batch_size),
+        f"{d.power_limit:g}",
+    )
+    table.add_row(
+        "Oracle",
+        f"{h * o.cost / 1e6:.4g}",
+        f"{o.cost / d.cost:.3f}",
+        f"{o.energy / d.energy:.3f}",
+        f"{o.time / d.time:.3f}",
+        "0.0%",
+        str(o.batch_size),
+        f"{o.power_limit:g}",
+    )
     if math.isfinite(first.grid_cost):
         grid = [r.grid_cost for r in results]
         g = sum(grid) / len(grid)
-        table.add_row("Grid (mean)", f"{g / 1e6:.4g}", f"{g / (h * d.cost):.3f}", "", "", f"{(g / (h * o.cost) - 1) * 100:.1f}%", "", "")
+        table.add_row(
+            "Grid (mean)",
+            f"{g / 1e6:.4g}",
+            f"{g / (h * d.cost):.3f}",
+            "",
+            "",
+            f"{(g / (h * o.cost) - 1) * 100:.1f}%",
+            "",
+            "",
+        )
     return table
 
 
@@ -149,10 +199,17 @@ def write_run_dir(path: Path, result: SimResult, eta: float, beta: float, settin
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     t = result.table
     spec = {
-        "name": t.job.name, "kind": "simulated", "batch_sizes": list(t.batch_sizes),
-        "default_batch_size": t.default_batch_size, "target_metric": t.job.target_metric,
-        "max_epochs": t.job.max_epochs, "eta": eta, "beta": beta or None, "recurrences": result.horizon,
-        "seed": result.seed, "optimizer": dataclasses.asdict(settings),
+        "name": t.job.name,
+        "kind": "simulated",
+        "batch_sizes": list(t.batch_sizes),
+        "default_batch_size": t.default_batch_size,
+        "target_metric": t.job.target_metric,
+        "max_epochs": t.job.max_epochs,
+        "eta": eta,
+        "beta": beta or None,
+        "recurrences": result.horizon,
+        "seed": result.seed,
+        "optimizer": dataclasses.asdict(settings),
         "trace": {"gpu": t.gpu, "dataset": t.job.dataset, "network": t.job.network, "optimizer": t.job.optimizer},
     }
     with RunDir.open(path) as rd:

@@ -41,9 +41,10 @@ class EnergySource(ABC):
         """One line for people, e.g. ``NVML: 2 x NVIDIA A40 (total energy counter)``."""
 
     def close(self) -> None:
-        """Release resources (NVML handles, sampling threads)."""
+        """Release resources (NVML handles, sampling threads); nothing by default."""
+        return None
 
-    def __enter__(self) -> "EnergySource":
+    def __enter__(self) -> EnergySource:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,8 +15,8 @@ class EstimatedEnergy(EnergySource):
 
     def __init__(self, watts: float, clock=time.monotonic) -> None:
         """Args:
-            watts: Assumed average power (unit: W); also the max power for the cost.
-            clock: Monotonic clock in seconds (injectable for tests).
+        watts: Assumed average power (unit: W); also the max power for the cost.
+        clock: Monotonic clock in seconds (injectable for tests).
         """
         if watts <= 0:
             raise ValueError(f"watts must be > 0, got {watts}")

@@ -7,13 +7,15 @@ samples and integrates. Only the job's GPUs are measured.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from zeus_run.energy._base import EnergySource
 from zeus_run.errors import EnergyError
@@ -23,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 def import_nvml() -> ModuleType:
     """Import ``pynvml`` (from nvidia-ml-py). Separate so tests can inject a double."""
-    import pynvml  # noqa: PLC0415
+    import pynvml
 
     return pynvml
 
@@ -102,7 +104,9 @@ class NvmlEnergy(EnergySource):
         try:
             self.nvml.nvmlInit()
         except Exception as exc:  # NVMLError and friends: no driver, no GPU
-            raise EnergyError(f"NVML did not initialize ({exc}). No NVIDIA driver or GPU here; use energy.source: estimate.") from exc
+            raise EnergyError(
+                f"NVML did not initialize ({exc}). No NVIDIA driver or GPU here; use energy.source: estimate."
+            ) from exc
         self._initialized = True
         try:
             self.gpus = [self._open(g) for g in (ids if ids is not None else self._all_indices())]
@@ -113,7 +117,9 @@ class NvmlEnergy(EnergySource):
             raise
         if not self.gpus:
             self.close()
-            raise EnergyError("No GPU selected (CUDA_VISIBLE_DEVICES is empty). Select a GPU or use energy.source: estimate.")
+            raise EnergyError(
+                "No GPU selected (CUDA_VISIBLE_DEVICES is empty). Select a GPU or use energy.source: estimate."
+            )
         self.invalid_windows = 0
         self._accum_j = 0.0
         self._lock = threading.Lock()
@@ -143,7 +149,8 @@ class NvmlEnergy(EnergySource):
                 "CUDA_VISIBLE_DEVICES=%s uses indices, and this machine has different GPU models (%s): CUDA numbers "
                 "them fastest first, NVML by PCI bus, so zeus-run may measure other GPUs than the job uses. "
                 "Set CUDA_DEVICE_ORDER=PCI_BUS_ID, or name the GPUs by UUID.",
-                ",".join(ids), ", ".join(sorted(models)),
+                ",".join(ids),
+                ", ".join(sorted(models)),
             )
 
     def _all_indices(self) -> list[str]:
@@ -154,7 +161,9 @@ class NvmlEnergy(EnergySource):
         try:
             handle = n.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit() else n.nvmlDeviceGetHandleByUUID(ident)
         except Exception as exc:
-            raise EnergyError(f"GPU {ident!r} not found through NVML ({exc}). Check CUDA_VISIBLE_DEVICES or energy.gpus.") from exc
+            raise EnergyError(
+                f"GPU {ident!r} not found through NVML ({exc}). Check CUDA_VISIBLE_DEVICES or energy.gpus."
+            ) from exc
         if _is_mig_enabled(n, handle):
             raise EnergyError(
                 f"GPU {ident!r} has MIG mode enabled: NVML cannot measure the energy of MIG slices. "
@@ -167,7 +176,12 @@ class NvmlEnergy(EnergySource):
             has_counter = True
         except Exception:  # NVMLError_NotSupported on pre-Volta GPUs
             has_counter = False
-            logger.info("GPU %s (%s) has no energy counter; sampling its power every %.0f ms", ident, name, self._poll_interval * 1000)
+            logger.info(
+                "GPU %s (%s) has no energy counter; sampling its power every %.0f ms",
+                ident,
+                name,
+                self._poll_interval * 1000,
+            )
         return _Gpu(handle, name, ident, max_mw / 1000.0, min_mw / 1000.0, has_counter)
 
     # -- EnergySource ------------------------------------------------------------
@@ -195,7 +209,10 @@ class NvmlEnergy(EnergySource):
                     self.invalid_windows += 1
                     logger.warning(
                         "GPU %s energy counter went backwards (%.0f -> %.0f mJ); this measurement window "
-                        "is invalid and its energy on that GPU is not counted", g.index, g.last_mj, now,
+                        "is invalid and its energy on that GPU is not counted",
+                        g.index,
+                        g.last_mj,
+                        now,
                     )
                     delta = 0.0
                 self._accum_j += delta / 1000.0
@@ -220,10 +237,8 @@ class NvmlEnergy(EnergySource):
             self._sampler = None
         if getattr(self, "_initialized", False):
             self._initialized = False
-            try:
+            with contextlib.suppress(Exception):  # already shut down
                 self.nvml.nvmlShutdown()
-            except Exception:  # already shut down
-                pass
 
 
 class _PowerSampler:
@@ -299,4 +314,6 @@ def _import_or_fail() -> ModuleType:
     try:
         return import_nvml()
     except ImportError as exc:
-        raise EnergyError("nvidia-ml-py is not installed (import pynvml failed). `pip install nvidia-ml-py`, or use energy.source: estimate.") from exc
+        raise EnergyError(
+            "nvidia-ml-py is not installed (import pynvml failed). `pip install nvidia-ml-py`, or use energy.source: estimate."
+        ) from exc

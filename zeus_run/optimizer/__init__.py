@@ -16,7 +16,10 @@ from zeus_run.optimizer.power_limit import (
 from zeus_run.spec import OptimizerSettings
 
 #: Policy name (``optimizer.policy``) -> optimizer class.
-POLICIES: dict[str, type[ZeusOptimizer]] = {ZeusOptimizer.name: ZeusOptimizer, ZeusPlusOptimizer.name: ZeusPlusOptimizer}
+POLICIES: dict[str, type[ZeusOptimizer]] = {
+    ZeusOptimizer.name: ZeusOptimizer,
+    ZeusPlusOptimizer.name: ZeusPlusOptimizer,
+}
 
 
 def make_optimizer(
@@ -50,17 +53,17 @@ __all__ = [
     "POLICIES",
     "ArmStats",
     "BatchSizeOptimizer",
+    "CostAwarePruningState",
     "Decision",
     "JITPowerLimitOptimizer",
+    "Observation",
     "PowerLimitMeasurement",
     "PowerLimitState",
-    "best_power_limit",
-    "Observation",
     "PruningState",
     "ZeusOptimizer",
     "ZeusPlusOptimizer",
-    "CostAwarePruningState",
     "ZeusState",
+    "best_power_limit",
     "make_optimizer",
     "posterior",
     "sample_means",

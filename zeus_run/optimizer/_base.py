@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, Iterable, TypeVar
-
+from typing import Generic, TypeVar
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,9 @@ class BatchSizeOptimizer(ABC, Generic[S]):
 
     def __init__(self, batch_sizes: Iterable[int], default_batch_size: int, seed: int) -> None:
         """Args:
-            batch_sizes: Feasible batch sizes (any order; duplicates rejected).
-            default_batch_size: b0, where exploration starts; must be in batch_sizes.
-            seed: Seed of every random draw the optimizer makes.
+        batch_sizes: Feasible batch sizes (any order; duplicates rejected).
+        default_batch_size: b0, where exploration starts; must be in batch_sizes.
+        seed: Seed of every random draw the optimizer makes.
         """
         bs = tuple(sorted(batch_sizes))
         if not bs:

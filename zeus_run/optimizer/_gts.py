@@ -29,10 +29,10 @@ class ArmStats:
     m2: float = 0.0
     recent: tuple[float, ...] = ()
 
-    def add(self, reward: float, window: int) -> "ArmStats":
+    def add(self, reward: float, window: int) -> ArmStats:
         """Stats after one more reward."""
         if window > 0:
-            return ArmStats(recent=(self.recent + (reward,))[-window:])
+            return ArmStats(recent=((*self.recent, reward))[-window:])
         n = self.n + 1
         delta = reward - self.mean
         mean = self.mean + delta / n

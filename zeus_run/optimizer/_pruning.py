@@ -48,7 +48,7 @@ class PruningState:
     best: int | None = None
 
     @classmethod
-    def begin(cls, batch_sizes: tuple[int, ...], default: int, rounds: int) -> "PruningState":
+    def begin(cls, batch_sizes: tuple[int, ...], default: int, rounds: int) -> PruningState:
         """State before the first observation."""
         state = cls(rounds=rounds, round=0, candidates=tuple(sorted(batch_sizes)), start=default)
         return state._start_round() if rounds > 0 else dataclasses.replace(state, round=0, rounds=0)
@@ -71,7 +71,7 @@ class PruningState:
             return "pruning over"
         return f"round {self.round + 1}/{self.rounds}, {'downwards' if self.direction == 0 else 'upwards'}"
 
-    def observe(self, batch_size: int, cost: float, reached: bool) -> "PruningState":
+    def observe(self, batch_size: int, cost: float, reached: bool) -> PruningState:
         """Advance after the expected batch size ran.
 
         An observation of any other batch size does not move exploration (it
@@ -81,7 +81,7 @@ class PruningState:
             return self
         s = self
         if reached:
-            s = dataclasses.replace(s, good=s.good + (batch_size,))
+            s = dataclasses.replace(s, good=(*s.good, batch_size))
             if cost < s.best_cost:
                 s = dataclasses.replace(s, best_cost=cost, best=batch_size)
             s = dataclasses.replace(s, pos=s.pos + 1)
@@ -89,14 +89,14 @@ class PruningState:
             s = dataclasses.replace(s, direction=s.direction + 1, pos=0)
         return s._skip_exhausted()
 
-    def _start_round(self) -> "PruningState":
+    def _start_round(self) -> PruningState:
         idx = self.candidates.index(self.start)
         down = tuple(reversed(self.candidates[: idx + 1]))
         up = self.candidates[idx + 1 :]
         s = dataclasses.replace(self, down=down, up=up, direction=0, pos=0, good=(), best_cost=math.inf, best=None)
         return s._skip_exhausted()
 
-    def _skip_exhausted(self) -> "PruningState":
+    def _skip_exhausted(self) -> PruningState:
         s = self
         while s.direction < 2 and s.pos >= len((s.down, s.up)[s.direction]):
             s = dataclasses.replace(s, direction=s.direction + 1, pos=0)
@@ -109,7 +109,9 @@ class PruningState:
             # Nothing converged this round (only possible after round 1, when the
             # cheapest batch size failed this time). Keep the previous set rather
             # than pruning everything away.
-            logger.warning("no batch size reached the target in pruning round %d; keeping %s", s.round + 1, list(s.candidates))
+            logger.warning(
+                "no batch size reached the target in pruning round %d; keeping %s", s.round + 1, list(s.candidates)
+            )
             survivors, start = s.candidates, s.start
         s = dataclasses.replace(s, round=s.round + 1, candidates=survivors, start=start)
         return s if s.done else s._start_round()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
@@ -56,15 +56,15 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         num_explorations: int | None = None,
     ) -> None:
         """Args:
-            batch_sizes: Feasible batch sizes.
-            default_batch_size: b0, where pruning starts.
-            seed: Seed of the Thompson draws.
-            pruning_rounds: Rounds of pruning exploration (>= 0; None: the policy's default,
-                `zeus_run.spec.POLICY_DEFAULTS`).
-            window_size: Most recent rewards per arm the bandit uses (0: all).
-            prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
-            prior_precision: Prior precision (0: uninformative).
-            num_explorations: Rewards an arm needs before it is sampled (None: the policy's default).
+        batch_sizes: Feasible batch sizes.
+        default_batch_size: b0, where pruning starts.
+        seed: Seed of the Thompson draws.
+        pruning_rounds: Rounds of pruning exploration (>= 0; None: the policy's default,
+            `zeus_run.spec.POLICY_DEFAULTS`).
+        window_size: Most recent rewards per arm the bandit uses (0: all).
+        prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
+        prior_precision: Prior precision (0: uninformative).
+        num_explorations: Rewards an arm needs before it is sampled (None: the policy's default).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         defaults = POLICY_DEFAULTS[self.name]
@@ -79,7 +79,9 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         self.num_explorations = num_explorations
 
     def initial_state(self) -> ZeusState:
-        return ZeusState(step=0, pruning=PruningState.begin(self.batch_sizes, self.default_batch_size, self.pruning_rounds))
+        return ZeusState(
+            step=0, pruning=PruningState.begin(self.batch_sizes, self.default_batch_size, self.pruning_rounds)
+        )
 
     def observe(self, state: ZeusState, obs: Observation) -> ZeusState:
         if obs.batch_size not in self.batch_sizes:
@@ -120,7 +122,7 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
     def posteriors(self, state: ZeusState) -> dict[int, tuple[float, float]]:
         """Posterior ``(mean, precision)`` of each observed arm's mean reward (for display)."""
         arms = tuple(sorted(state.arms))
-        return dict(zip(arms, self.arm_posteriors(state, arms)))
+        return dict(zip(arms, self.arm_posteriors(state, arms), strict=False))
 
     def _count(self, state: ZeusState, arm: int) -> int:
         stats = state.arms.get(arm)

@@ -47,12 +47,12 @@ class CostAwarePruningState(PruningState):
     keep_ratio: float = 1.5
     costs: tuple[tuple[int, float], ...] = ()
 
-    def observe(self, batch_size: int, cost: float, reached: bool) -> "CostAwarePruningState":
+    def observe(self, batch_size: int, cost: float, reached: bool) -> CostAwarePruningState:
         if self.done or batch_size != self.expecting:
             return self
         s = self
         if reached:
-            s = dataclasses.replace(s, good=s.good + (batch_size,), costs=s.costs + ((batch_size, cost),))
+            s = dataclasses.replace(s, good=(*s.good, batch_size), costs=(*s.costs, (batch_size, cost)))
             if cost < s.best_cost:
                 s = dataclasses.replace(s, best_cost=cost, best=batch_size)
             if cost > s.stop_ratio * s.best_cost:
@@ -63,14 +63,14 @@ class CostAwarePruningState(PruningState):
             s = dataclasses.replace(s, direction=s.direction + 1, pos=0)
         return s._skip_exhausted()
 
-    def _start_round(self) -> "CostAwarePruningState":
+    def _start_round(self) -> CostAwarePruningState:
         return PruningState._start_round(dataclasses.replace(self, costs=()))
 
     def _start_too_costly(self) -> bool:
         start_cost = dict(self.costs).get(self.start)
         return start_cost is not None and start_cost > self.stop_ratio * self.best_cost
 
-    def _skip_exhausted(self) -> "CostAwarePruningState":
+    def _skip_exhausted(self) -> CostAwarePruningState:
         s = self
         while s.direction < 2:
             if s.direction == 1 and s.pos == 0 and s._start_too_costly():
@@ -111,8 +111,12 @@ class ZeusPlusOptimizer(ZeusOptimizer):
     def initial_state(self) -> ZeusState:
         base = PruningState.begin(self.batch_sizes, self.default_batch_size, 0)
         pruning = CostAwarePruningState(
-            rounds=self.pruning_rounds, round=0, candidates=base.candidates, start=self.default_batch_size,
-            stop_ratio=self.STOP_RATIO, keep_ratio=self.KEEP_RATIO,
+            rounds=self.pruning_rounds,
+            round=0,
+            candidates=base.candidates,
+            start=self.default_batch_size,
+            stop_ratio=self.STOP_RATIO,
+            keep_ratio=self.KEEP_RATIO,
         )
         if self.pruning_rounds > 0:
             pruning = pruning._start_round()
@@ -121,12 +125,18 @@ class ZeusPlusOptimizer(ZeusOptimizer):
     def arm_posteriors(self, state: ZeusState, arms: tuple[int, ...]) -> list[tuple[float, float]]:
         """Posteriors with each arm's variance shrunk toward the pooled relative variance."""
         return shrunk_posteriors(
-            [state.arms[a] for a in arms], self.VARIANCE_PRIOR_WEIGHT, self.PRIOR_CV2, self.PRIOR_CV2_DOF,
+            [state.arms[a] for a in arms],
+            self.VARIANCE_PRIOR_WEIGHT,
+            self.PRIOR_CV2,
+            self.PRIOR_CV2_DOF,
         )
 
 
 def shrunk_posteriors(
-    stats: list, prior_weight: float, prior_cv2: float = 0.0, prior_dof: float = 0.0,
+    stats: list,
+    prior_weight: float,
+    prior_cv2: float = 0.0,
+    prior_dof: float = 0.0,
 ) -> list[tuple[float, float]]:
     """Posterior ``(mean, precision)`` per arm with each arm's variance shrunk toward a pooled one.
 

@@ -13,9 +13,9 @@ size is remembered in an immutable mapping folded from profiles.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ class JITPowerLimitOptimizer:
 
     def __init__(self, eta: float, max_power: float) -> None:
         """Args:
-            eta: Cost knob in [0, 1].
-            max_power: Max power of the job's GPUs (unit: W).
+        eta: Cost knob in [0, 1].
+        max_power: Max power of the job's GPUs (unit: W).
         """
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"eta must be in [0, 1], got {eta}")

@@ -54,8 +54,8 @@ class PowerLimitController:
 
     def __init__(self, energy: NvmlEnergy, nvml: ModuleType | None = None) -> None:
         """Args:
-            energy: The run's NVML energy source; its GPUs are the ones controlled.
-            nvml: pynvml or a double (default: the energy source's module).
+        energy: The run's NVML energy source; its GPUs are the ones controlled.
+        nvml: pynvml or a double (default: the energy source's module).
         """
         self.nvml = nvml if nvml is not None else energy.nvml
         self.usable = True
@@ -71,8 +71,14 @@ class PowerLimitController:
             except Exception:  # not supported (e.g. Windows)
                 pers = None
             self.gpus.append(
-                _GpuLimits(g.handle, g.index, min_mw / 1000.0, max_mw / 1000.0,
-                           int(self.nvml.nvmlDeviceGetPowerManagementLimit(g.handle)), pers)
+                _GpuLimits(
+                    g.handle,
+                    g.index,
+                    min_mw / 1000.0,
+                    max_mw / 1000.0,
+                    int(self.nvml.nvmlDeviceGetPowerManagementLimit(g.handle)),
+                    pers,
+                )
             )
 
     # -- ranges ----------------------------------------------------------------------
@@ -150,10 +156,14 @@ class PowerLimitController:
         try:
             for g in self.gpus:
                 self._enable_persistence(g)
-                self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, int(round(limit_w * 1000)))
+                self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, round(limit_w * 1000))
                 self._changed = True
         except Exception as exc:
-            logger.warning("setting GPU power limit %g W failed (%s); power-limit optimization is off for the rest of the run", limit_w, exc)
+            logger.warning(
+                "setting GPU power limit %g W failed (%s); power-limit optimization is off for the rest of the run",
+                limit_w,
+                exc,
+            )
             self.usable = False
             self.reason = f"setting a limit failed ({exc})"
             self.restore()
@@ -171,8 +181,14 @@ class PowerLimitController:
                     self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, g.original_mw)
                 except Exception as exc:
                     failed = True
-                    logger.error("could not restore GPU %s's power limit to %g W (%s); run `sudo nvidia-smi -i %s -pl %g`",
-                                 g.index, g.original_mw / 1000, exc, g.index, g.original_mw / 1000)
+                    logger.error(
+                        "could not restore GPU %s's power limit to %g W (%s); run `sudo nvidia-smi -i %s -pl %g`",
+                        g.index,
+                        g.original_mw / 1000,
+                        exc,
+                        g.index,
+                        g.original_mw / 1000,
+                    )
             self._changed = failed  # try again at the next restore
             self.current = None
         if self._persistence_changed:
@@ -197,7 +213,7 @@ class PowerLimitController:
         rng = f"{self.min_limit:g}-{self.max_limit:g} W"
         return f"power limits {rng}: " + ("can be set" if self.usable else f"cannot be set: {self.reason}")
 
-    def __enter__(self) -> "PowerLimitController":
+    def __enter__(self) -> PowerLimitController:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,8 +27,8 @@ run) is done from the start: `start` applies the stored choice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from zeus_run.optimizer.power_limit import PowerLimitMeasurement
 
@@ -92,7 +92,7 @@ class JitProfiler:
     @classmethod
     def from_profile(
         cls, profile: Sequence[PowerLimitMeasurement], pick: Picker, set_limit: Setter, observer_mode: bool = False
-    ) -> "JitProfiler":
+    ) -> JitProfiler:
         """A profiler whose profiling is already done (from an earlier trial or run)."""
         p = cls([m.power_limit for m in profile], pick, set_limit, observer_mode=observer_mode)
         p.profile = list(profile)
@@ -124,7 +124,12 @@ class JitProfiler:
         self.measure_iters = max(2, int(m * f))
         logger.info(
             "power-limit profiling: %d limits x (%d + %d) iterations do not fit in an epoch of %d; using %d warm-up + %d measured",
-            len(self.limits), w, m, iters, self.warmup_iters, self.measure_iters,
+            len(self.limits),
+            w,
+            m,
+            iters,
+            self.warmup_iters,
+            self.measure_iters,
         )
 
     def observe(self, steps: int, script_time: float | None, time: float, energy: float) -> None:
@@ -214,4 +219,3 @@ class JitProfiler:
                 logger.warning("could not set power limit %g W; power-limit profiling stops", limit)
             self.done = True
             self._phase = "done"
-

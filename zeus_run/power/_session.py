@@ -40,8 +40,12 @@ class PowerSession:
         if stored:
             return JitProfiler.from_profile(stored, pick, self._set, self.settings.observer_mode)
         return JitProfiler(
-            self.controller.candidate_limits(self.settings.step_watts), pick, self._set,
-            self.settings.warmup_iters, self.settings.measure_iters, self.settings.observer_mode,
+            self.controller.candidate_limits(self.settings.step_watts),
+            pick,
+            self._set,
+            self.settings.warmup_iters,
+            self.settings.measure_iters,
+            self.settings.observer_mode,
         )
 
     def _set(self, limit_w: float) -> bool:
@@ -56,10 +60,14 @@ class PowerSession:
         if profiler.complete and self.store.get(batch_size) is None:
             self.store.put(batch_size, profiler.profile)
             self.state = self.jit.observe_profile(self.state, batch_size, profiler.profile)
-            logger.info("batch size %d: power limit %g W (profile saved in %s)", batch_size, profiler.chosen, self.store.path)
+            logger.info(
+                "batch size %d: power limit %g W (profile saved in %s)", batch_size, profiler.chosen, self.store.path
+            )
 
 
-def open_power_session(settings: PowerLimitSettings, eta: float, energy: EnergySource, run_dir: Path) -> PowerSession | None:
+def open_power_session(
+    settings: PowerLimitSettings, eta: float, energy: EnergySource, run_dir: Path
+) -> PowerSession | None:
     """Set up power-limit optimization, or None (estimate energy, disabled, or no permission).
 
     Args:
@@ -84,11 +92,17 @@ def open_power_session(settings: PowerLimitSettings, eta: float, energy: EnergyS
         return None
     store = ProfileStore(run_dir, energy.describe())
     if store.profiles and store.stored_gpus and store.stored_gpus != energy.describe():
-        logger.warning("power profiles in %s were measured on %s; this run uses %s; they are reused anyway",
-                       store.path, store.stored_gpus, energy.describe())
+        logger.warning(
+            "power profiles in %s were measured on %s; this run uses %s; they are reused anyway",
+            store.path,
+            store.stored_gpus,
+            energy.describe(),
+        )
     jit = JITPowerLimitOptimizer(eta, energy.max_power)
     state = jit.initial_state()
     for bs, profile in store.profiles.items():
         state = jit.observe_profile(state, bs, profile)
-    logger.info("power-limit optimization on: %s; %d batch size(s) already profiled", controller.describe(), len(store.profiles))
+    logger.info(
+        "power-limit optimization on: %s; %d batch size(s) already profiled", controller.describe(), len(store.profiles)
+    )
     return PowerSession(settings, controller, store, jit, state)

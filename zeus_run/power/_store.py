@@ -44,7 +44,8 @@ class ProfileStore:
             self.stored_gpus = str(data.get("gpus", ""))
             for bs, rows in data.get("profiles", {}).items():
                 self.profiles[int(bs)] = [
-                    PowerLimitMeasurement(float(r["power_limit"]), float(r["avg_power"]), float(r["throughput"])) for r in rows
+                    PowerLimitMeasurement(float(r["power_limit"]), float(r["avg_power"]), float(r["throughput"]))
+                    for r in rows
                 ]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             logger.warning("ignoring unreadable %s (%s); batch sizes will be profiled again", self.path, exc)
@@ -61,7 +62,9 @@ class ProfileStore:
             "version": 1,
             "gpus": self.gpus,
             "profiles": {
-                str(bs): [{"power_limit": m.power_limit, "avg_power": m.avg_power, "throughput": m.throughput} for m in prof]
+                str(bs): [
+                    {"power_limit": m.power_limit, "avg_power": m.avg_power, "throughput": m.throughput} for m in prof
+                ]
                 for bs, prof in sorted(self.profiles.items())
             },
         }

@@ -13,7 +13,17 @@ from zeus_run.sim._simulator import (
     oracle_baseline,
     simulate,
 )
-from zeus_run.sim._traces import JOBS, JobTable, Traces, TraceJob, find_job, job_table, load_trace_job, load_traces, trace_gpus
+from zeus_run.sim._traces import (
+    JOBS,
+    JobTable,
+    TraceJob,
+    Traces,
+    find_job,
+    job_table,
+    load_trace_job,
+    load_traces,
+    trace_gpus,
+)
 
 __all__ = [
     "JOBS",

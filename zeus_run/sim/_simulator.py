@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
 
 logger = logging.getLogger(__name__)
+
 
 def epoch_costs(table: JobTable, eta: float) -> np.ndarray:
     """``[bs, pl]`` cost of one epoch (unit: J; NaN where not traced)."""
@@ -55,8 +56,11 @@ class TraceExecutor:
         self._profile_energy = np.nanmean(self._epoch_energy, axis=1)
         self._profile_time = np.nanmean(tpe, axis=1)
         self._profiles = [
-            [PowerLimitMeasurement(pl, float(pwr[i, j]), 1.0 / float(tpe[i, j]))
-             for j, pl in enumerate(table.power_limits) if not math.isnan(tpe[i, j])]
+            [
+                PowerLimitMeasurement(pl, float(pwr[i, j]), 1.0 / float(tpe[i, j]))
+                for j, pl in enumerate(table.power_limits)
+                if not math.isnan(tpe[i, j])
+            ]
             for i in range(len(table.batch_sizes))
         ]
 
@@ -83,15 +87,29 @@ class TraceExecutor:
         per_epoch = float(self._epoch_cost[row, col])
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
         common = dict(
-            job=t.job.name, recurrence=req.recurrence, attempt=req.attempt, trial=req.trial, batch_size=bs,
-            stage=req.decision.stage, max_power=t.max_power, energy_source="trace", kind="simulated",
-            power_limit=t.power_limits[col], detail=req.decision.detail,
+            job=t.job.name,
+            recurrence=req.recurrence,
+            attempt=req.attempt,
+            trial=req.trial,
+            batch_size=bs,
+            stage=req.decision.stage,
+            max_power=t.max_power,
+            energy_source="trace",
+            kind="simulated",
+            power_limit=t.power_limits[col],
+            detail=req.decision.detail,
             cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
         )
         if limit <= 0:
             return TrialRecord(
-                epochs=0, time=0.0, energy=0.0, cost=SKIP_PENALTY * req.cost_threshold, reached=False,
-                stop_reason="skipped", message=f"one epoch costs {per_epoch:.4g} J, over the threshold", **common,
+                epochs=0,
+                time=0.0,
+                energy=0.0,
+                cost=SKIP_PENALTY * req.cost_threshold,
+                reached=False,
+                stop_reason="skipped",
+                message=f"one epoch costs {per_epoch:.4g} J, over the threshold",
+                **common,
             )
         target = self.sample_path(row)
         reached = not math.isnan(target) and target <= limit
@@ -99,8 +117,13 @@ class TraceExecutor:
         energy, time = self._charge(row, col, epochs, profiled)
         reason = "target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs")
         return TrialRecord(
-            epochs=epochs, time=time, energy=energy, cost=zeus_cost(energy, time, self.eta, t.max_power),
-            reached=reached, stop_reason=reason, message="profiled all power limits in epoch 1" if profiled else None,
+            epochs=epochs,
+            time=time,
+            energy=energy,
+            cost=zeus_cost(energy, time, self.eta, t.max_power),
+            reached=reached,
+            stop_reason=reason,
+            message="profiled all power limits in epoch 1" if profiled else None,
             **common,
         )
 
@@ -138,7 +161,9 @@ def expected(table: JobTable, eta: float, row: int, col: int) -> Expected:
     mean_epochs = float(np.nanmean(runs)) if np.any(~np.isnan(runs)) else math.nan
     energy = mean_epochs * float(table.avg_power[row, col] * table.time_per_epoch[row, col])
     time = mean_epochs * float(table.time_per_epoch[row, col])
-    return Expected(table.batch_sizes[row], table.power_limits[col], zeus_cost(energy, time, eta, table.max_power), energy, time)
+    return Expected(
+        table.batch_sizes[row], table.power_limits[col], zeus_cost(energy, time, eta, table.max_power), energy, time
+    )
 
 
 def default_baseline(table: JobTable, eta: float) -> Expected:
@@ -174,7 +199,12 @@ def grid_search_cost(table: JobTable, eta: float, horizon: int, seed: int) -> fl
     """
     rng = np.random.default_rng([seed, 0x6E1D])
     cost = epoch_costs(table, eta)
-    configs = [(r, c) for r in range(len(table.batch_sizes)) for c in range(len(table.power_limits)) if not math.isnan(cost[r, c])]
+    configs = [
+        (r, c)
+        for r in range(len(table.batch_sizes))
+        for c in range(len(table.power_limits))
+        if not math.isnan(cost[r, c])
+    ]
     total, best, best_cost = 0.0, None, math.inf
     for k in range(horizon):
         r, c = configs[k] if k < len(configs) else best
@@ -239,15 +269,25 @@ class SimResult:
     def to_json(self) -> dict:
         """Summary as a JSON-ready dict."""
         return {
-            "workload": self.table.job.name, "gpu": self.table.gpu, "policy": self.policy, "seed": self.seed,
-            "horizon": self.horizon, "trials": len(self.records), "cost": self.cost, "energy": self.energy,
-            "time": self.time, "default_cost": self.default_cost, "oracle_cost": self.oracle_cost,
-            "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None, "regret": self.regret,
+            "workload": self.table.job.name,
+            "gpu": self.table.gpu,
+            "policy": self.policy,
+            "seed": self.seed,
+            "horizon": self.horizon,
+            "trials": len(self.records),
+            "cost": self.cost,
+            "energy": self.energy,
+            "time": self.time,
+            "default_cost": self.default_cost,
+            "oracle_cost": self.oracle_cost,
+            "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None,
+            "regret": self.regret,
             "cost_vs_default": self.cost / self.default_cost,
             "energy_vs_default": self.energy / (self.horizon * self.default.energy),
             "time_vs_default": self.time / (self.horizon * self.default.time),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
-            "final_batch_size": self.final[0], "final_power_limit": self.final[1],
+            "final_batch_size": self.final[0],
+            "final_power_limit": self.final[1],
         }
 
 
@@ -294,8 +334,16 @@ def simulate(
     time = sum(r.time for r in records)
     last = records[-1] if records else None
     return SimResult(
-        table=table, policy=settings.policy, seed=seed, horizon=horizon, records=records,
-        cost=cost, energy=energy, time=time, default=default_baseline(table, eta), oracle=oracle_baseline(table, eta),
+        table=table,
+        policy=settings.policy,
+        seed=seed,
+        horizon=horizon,
+        records=records,
+        cost=cost,
+        energy=energy,
+        time=time,
+        default=default_baseline(table, eta),
+        oracle=oracle_baseline(table, eta),
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
     )

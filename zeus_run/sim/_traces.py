@@ -102,7 +102,9 @@ class JobTable:
         try:
             return self.batch_sizes.index(batch_size)
         except ValueError:
-            raise TraceError(f"batch size {batch_size} is not traced for {self.job.name}; traced: {list(self.batch_sizes)}") from None
+            raise TraceError(
+                f"batch size {batch_size} is not traced for {self.job.name}; traced: {list(self.batch_sizes)}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class Traces:
 def gpu_of(power_csv: str | Path) -> str:
     """GPU name from ``summary_power_<gpu>.csv`` (else the file's stem)."""
     stem = Path(power_csv).stem
-    return stem[len("summary_power_"):] if stem.startswith("summary_power_") else stem
+    return stem[len("summary_power_") :] if stem.startswith("summary_power_") else stem
 
 
 def trace_gpus(directory: str | Path) -> list[str]:
@@ -158,7 +160,9 @@ def load_traces(train_csv: str | Path, power_csv: str | Path) -> Traces:
             _float(row, "average_power", power_csv, line),
         )
     if not power:
-        raise TraceError(f"power trace {str(power_csv)!r} has no rows; it needs one row per (job, batch_size, power_limit).")
+        raise TraceError(
+            f"power trace {str(power_csv)!r} has no rows; it needs one row per (job, batch_size, power_limit)."
+        )
     max_power = max(pl for limits in power.values() for pl in limits)
     max_bs = max(k[3] for k in power)
     return Traces(gpu_of(power_csv), train, power, max_power, max_bs)
@@ -178,7 +182,11 @@ def job_table(traces: Traces, job: TraceJob) -> JobTable:
     for key, rows in traces.train.items():
         if key[:3] != prefix or key not in traces.power:
             continue
-        runs = sorted((run, ep) for metric, run, ep in rows if math.isclose(metric, job.target_metric, rel_tol=1e-9, abs_tol=1e-12))
+        runs = sorted(
+            (run, ep)
+            for metric, run, ep in rows
+            if math.isclose(metric, job.target_metric, rel_tol=1e-9, abs_tol=1e-12)
+        )
         if runs:
             epochs[key[3]] = np.array([ep for _, ep in runs], dtype=float)
     if not epochs:
@@ -188,11 +196,11 @@ def job_table(traces: Traces, job: TraceJob) -> JobTable:
             "network, optimizer and target_metric against the traces."
         )
     batch_sizes = tuple(sorted(epochs))
-    limits = tuple(sorted({pl for bs in batch_sizes for pl in traces.power[prefix + (bs,)]}))
+    limits = tuple(sorted({pl for bs in batch_sizes for pl in traces.power[(*prefix, bs)]}))
     tpe = np.full((len(batch_sizes), len(limits)), np.nan)
     pwr = np.full_like(tpe, np.nan)
     for i, bs in enumerate(batch_sizes):
-        for pl, (t, p) in traces.power[prefix + (bs,)].items():
+        for pl, (t, p) in traces.power[(*prefix, bs)].items():
             j = limits.index(pl)
             tpe[i, j], pwr[i, j] = t, p
     job_max = max(k[3] for k in traces.power if k[:3] == prefix)
@@ -224,7 +232,9 @@ def find_job(name: str) -> TraceJob:
     try:
         return JOBS[name]
     except KeyError:
-        raise TraceError(f"unknown job {name!r}; the traces' jobs are {', '.join(JOBS)} (or pass a job spec YAML).") from None
+        raise TraceError(
+            f"unknown job {name!r}; the traces' jobs are {', '.join(JOBS)} (or pass a job spec YAML)."
+        ) from None
 
 
 def _rows(path: str | Path, required: tuple[str, ...]):
@@ -232,16 +242,15 @@ def _rows(path: str | Path, required: tuple[str, ...]):
     try:
         f = open(p, newline="", encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
-        raise TraceError(f"cannot read trace {str(p)!r}: {exc.strerror or exc}. Pass the path of an existing CSV file.") from None
+        raise TraceError(
+            f"cannot read trace {str(p)!r}: {exc.strerror or exc}. Pass the path of an existing CSV file."
+        ) from None
     with f:
         reader = csv.DictReader(f)
         missing = [c for c in required if c not in (reader.fieldnames or ())]
         if missing:
-            raise TraceError(
-                f"trace {str(p)!r} lacks column(s) {', '.join(missing)}; it needs {', '.join(required)}."
-            )
-        for i, row in enumerate(reader, start=2):
-            yield i, row
+            raise TraceError(f"trace {str(p)!r} lacks column(s) {', '.join(missing)}; it needs {', '.join(required)}.")
+        yield from enumerate(reader, start=2)
 
 
 def _float(row: dict, col: str, path: str | Path, line: int) -> float:
@@ -268,9 +277,9 @@ def load_trace_job(path: str | Path) -> TraceJob:
         TraceError: The file cannot be read or is not a YAML mapping.
         SpecError: A key is missing or has the wrong type (every problem is listed).
     """
-    import yaml  # noqa: PLC0415
+    import yaml
 
-    from zeus_run.errors import SpecError, SpecProblem  # noqa: PLC0415
+    from zeus_run.errors import SpecError, SpecProblem
 
     p = Path(path)
     try:
@@ -280,12 +289,25 @@ def load_trace_job(path: str | Path) -> TraceJob:
     if not isinstance(data, dict):
         raise TraceError(f"job spec {str(p)!r} is not a YAML mapping of dataset, network, optimizer, ...")
     problems: list[SpecProblem] = []
-    kinds = {"dataset": str, "network": str, "optimizer": str, "target_metric": float, "max_epochs": int, "default_batch_size": int}
+    kinds = {
+        "dataset": str,
+        "network": str,
+        "optimizer": str,
+        "target_metric": float,
+        "max_epochs": int,
+        "default_batch_size": int,
+    }
     values: dict = {}
     for key, kind in kinds.items():
         value = data.get(key)
-        ok = isinstance(value, str) if kind is str else (
-            isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or float(value).is_integer())
+        ok = (
+            isinstance(value, str)
+            if kind is str
+            else (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and (kind is float or float(value).is_integer())
+            )
         )
         if value is None:
             problems.append(SpecProblem(key, None, "is required to find the job in the traces", f"Add `{key}:`"))

@@ -6,8 +6,9 @@ import difflib
 import math
 import re
 import shlex
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 
@@ -105,7 +106,15 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
     if not isinstance(data, dict):
         raise SpecError(
             label,
-            [SpecProblem("(top level)", None, "the spec must be a YAML mapping of settings", "Start from configs/demo.yaml", 1)],
+            [
+                SpecProblem(
+                    "(top level)",
+                    None,
+                    "the spec must be a YAML mapping of settings",
+                    "Start from configs/demo.yaml",
+                    1,
+                )
+            ],
         )
     lines = _key_lines(node)
     base = source.parent.resolve() if source else Path.cwd()
@@ -147,7 +156,7 @@ class _Validator:
 
     # -- typed getters ---------------------------------------------------------
     def get(self, mapping: Mapping, key: str, prefix: str, default: Any, check: Callable[[str, Any], Any]) -> Any:
-        if key not in mapping or mapping[key] is None and default is not _REQUIRED:
+        if key not in mapping or (mapping[key] is None and default is not _REQUIRED):
             if default is _REQUIRED:
                 return check(prefix + key, None)
             return default
@@ -171,7 +180,9 @@ class _Validator:
 
         return check
 
-    def float_(self, lo: float | None = None, hi: float | None = None, strict_lo: bool = False, fix: str = "") -> Callable[[str, Any], Any]:
+    def float_(
+        self, lo: float | None = None, hi: float | None = None, strict_lo: bool = False, fix: str = ""
+    ) -> Callable[[str, Any], Any]:
         def check(field: str, v: Any) -> Any:
             if v is None:
                 self.problem(field, v, "is required", fix or "Set it to a number")
@@ -227,12 +238,19 @@ class _Validator:
         default_name = self.source.stem if self.source else "job"
         name = g(d, "name", "", default_name, self.str_())
         if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)):
-            self.problem("name", name, "must be letters, digits, '.', '_' or '-' (it names a directory)", "Rename the job, e.g. 'cifar-nightly'")
+            self.problem(
+                "name",
+                name,
+                "must be letters, digits, '.', '_' or '-' (it names a directory)",
+                "Rename the job, e.g. 'cifar-nightly'",
+            )
             name = None
         shell = g(d, "shell", "", False, self.bool_())
         command = self.command(d.get("command"), bool(shell))
         batch_sizes = self.batch_sizes(d.get("batch_sizes"))
-        default_bs = g(d, "default_batch_size", "", _REQUIRED, self.int_(1, fix="Set it to the batch size the job normally uses"))
+        default_bs = g(
+            d, "default_batch_size", "", _REQUIRED, self.int_(1, fix="Set it to the batch size the job normally uses")
+        )
         if batch_sizes and default_bs is not None and default_bs not in batch_sizes:
             self.problem(
                 "default_batch_size",
@@ -243,8 +261,12 @@ class _Validator:
         learning_rate = g(d, "learning_rate", "", None, self.float_(0.0, strict_lo=True))
         lr_scaling = g(d, "lr_scaling", "", "none", self.choice(LR_SCALING_RULES))
         if lr_scaling not in (None, "none") and learning_rate is None and "lr_scaling" in d:
-            self.problem("lr_scaling", lr_scaling, "needs learning_rate (the rate at default_batch_size)", "Set learning_rate")
-        target = g(d, "target_metric", "", _REQUIRED, self.float_(fix="Set the validation metric that counts as converged"))
+            self.problem(
+                "lr_scaling", lr_scaling, "needs learning_rate (the rate at default_batch_size)", "Set learning_rate"
+            )
+        target = g(
+            d, "target_metric", "", _REQUIRED, self.float_(fix="Set the validation metric that counts as converged")
+        )
         higher = g(d, "higher_is_better", "", True, self.bool_())
         max_epochs = g(d, "max_epochs", "", 100, self.int_(1))
         eta = g(d, "eta", "", 0.5, self.float_(0.0, 1.0, fix="eta weighs energy against time; pick a value in [0, 1]"))
@@ -252,7 +274,9 @@ class _Validator:
         recurrences = g(d, "recurrences", "", 20, self.int_(1))
         max_tries = g(d, "max_tries", "", 20, self.int_(1))
         seed = g(d, "seed", "", 123456, self.int_(0))
-        timeout = g(d, "timeout", "", None, self.float_(0.0, strict_lo=True, fix="Seconds per trial, or null for no limit"))
+        timeout = g(
+            d, "timeout", "", None, self.float_(0.0, strict_lo=True, fix="Seconds per trial, or null for no limit")
+        )
         workdir = self.path(d, "workdir", Path("."))
         run_dir = self.path(d, "run_dir", Path("runs") / str(name or default_name))
         env = self.env(d.get("env"))
@@ -264,7 +288,12 @@ class _Validator:
 
         self.placeholders(command, env, learning_rate)
         if workdir is not None and "workdir" in d and not workdir.is_dir():
-            self.problem("workdir", d["workdir"], f"directory {str(workdir)!r} does not exist", "Create it or fix the path (relative paths start at the spec file's folder)")
+            self.problem(
+                "workdir",
+                d["workdir"],
+                f"directory {str(workdir)!r} does not exist",
+                "Create it or fix the path (relative paths start at the spec file's folder)",
+            )
 
         if self.problems:
             raise SpecError(self.label, self.problems)
@@ -309,7 +338,11 @@ class _Validator:
                 self.problem("command", raw, f"cannot be split into arguments ({exc})", fix)
                 return ()
             return argv or self._empty_command(raw, fix)
-        if isinstance(raw, list) and raw and all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in raw):
+        if (
+            isinstance(raw, list)
+            and raw
+            and all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in raw)
+        ):
             if shell and len(raw) != 1:
                 self.problem("command", raw, "with shell: true must be a single string", "Join it into one string")
                 return ()
@@ -343,11 +376,13 @@ class _Validator:
                 self.problem("batch_sizes", raw, "min is larger than max", "Swap them")
                 return ()
             if step is None:
-                values = [1 << k for k in range(0, 40) if lo <= (1 << k) <= hi]
+                values = [1 << k for k in range(40) if lo <= (1 << k) <= hi]
             else:
                 values = list(range(lo, hi + 1, step))
             if not values:
-                self.problem("batch_sizes", raw, "the range holds no batch size (no power of two between min and max)", fix)
+                self.problem(
+                    "batch_sizes", raw, "the range holds no batch size (no power of two between min and max)", fix
+                )
             return tuple(values)
         if isinstance(raw, list):
             if not raw:
@@ -370,7 +405,9 @@ class _Validator:
             return None if "beta" in d else 2.0
         v = d["beta"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            self.problem("beta", v, "must be a number greater than 0", "Use e.g. 2.0, or null to disable early stopping")
+            self.problem(
+                "beta", v, "must be a number greater than 0", "Use e.g. 2.0, or null to disable early stopping"
+            )
             return None
         return float(v)
 
@@ -416,7 +453,13 @@ class _Validator:
         return OptimizerSettings(
             policy=policy,
             pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
-            window_size=self.get(m, "window_size", p, d.window_size, self.int_(0, fix="0 keeps all observations; otherwise use at least 2")),
+            window_size=self.get(
+                m,
+                "window_size",
+                p,
+                d.window_size,
+                self.int_(0, fix="0 keeps all observations; otherwise use at least 2"),
+            ),
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
@@ -432,9 +475,13 @@ class _Validator:
                 self.problem(p + "regex", regex, f"is not a valid regular expression ({exc})")
             else:
                 if compiled.groups < 1:
-                    self.problem(p + "regex", regex, "needs a capture group around the number", r"e.g. 'val_acc=([0-9.]+)'")
+                    self.problem(
+                        p + "regex", regex, "needs a capture group around the number", r"e.g. 'val_acc=([0-9.]+)'"
+                    )
         if source == "regex" and regex is None:
-            self.problem(p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'")
+            self.problem(
+                p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'"
+            )
         return MetricSettings(source=source, regex=regex)
 
     def energy(self, m: Mapping, p: str) -> EnergySettings:
@@ -443,13 +490,23 @@ class _Validator:
         if gpus_raw is not None:
             if isinstance(gpus_raw, (int, str)) and not isinstance(gpus_raw, bool):
                 gpus_raw = [gpus_raw]
-            if isinstance(gpus_raw, list) and gpus_raw and all(isinstance(g, (int, str)) and not isinstance(g, bool) for g in gpus_raw):
+            if (
+                isinstance(gpus_raw, list)
+                and gpus_raw
+                and all(isinstance(g, (int, str)) and not isinstance(g, bool) for g in gpus_raw)
+            ):
                 gpus = tuple(str(g) for g in gpus_raw)
             else:
                 self.problem(p + "gpus", gpus_raw, "must be a list of GPU indices or UUIDs", "e.g. gpus: [0, 1]")
         return EnergySettings(
             source=self.get(m, "source", p, "auto", self.choice(ENERGY_SOURCES)),
-            watts=self.get(m, "watts", p, 100.0, self.float_(0.0, strict_lo=True, fix="The estimated average power of the job, e.g. 65")),
+            watts=self.get(
+                m,
+                "watts",
+                p,
+                100.0,
+                self.float_(0.0, strict_lo=True, fix="The estimated average power of the job, e.g. 65"),
+            ),
             gpus=gpus,
         )
 
@@ -471,9 +528,19 @@ class _Validator:
                 if name not in PLACEHOLDERS:
                     close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
                     hint = f"Did you mean {{{close[0]}}}? " if close else ""
-                    self.problem(field, text, f"uses unknown placeholder {{{name}}}", f"{hint}Known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ and }}}} for literal braces")
+                    self.problem(
+                        field,
+                        text,
+                        f"uses unknown placeholder {{{name}}}",
+                        f"{hint}Known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ and }}}} for literal braces",
+                    )
                 elif name == "learning_rate" and learning_rate is None:
-                    self.problem(field, text, "uses {learning_rate} but learning_rate is not set", "Set learning_rate to the rate of default_batch_size")
+                    self.problem(
+                        field,
+                        text,
+                        "uses {learning_rate} but learning_rate is not set",
+                        "Set learning_rate to the rate of default_batch_size",
+                    )
 
 
 _REQUIRED = object()

@@ -7,9 +7,10 @@ zeus-run reads these dataclasses.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 #: Names that may appear as ``{name}`` in ``command`` and ``env`` values.
 PLACEHOLDERS = (
@@ -63,7 +64,7 @@ class OptimizerSettings:
     num_explorations: int = 2
 
     @classmethod
-    def for_policy(cls, policy: str = "zeus", **knobs: Any) -> "OptimizerSettings":
+    def for_policy(cls, policy: str = "zeus", **knobs: Any) -> OptimizerSettings:
         """Settings of ``policy`` with its own defaults (`POLICY_DEFAULTS`) for knobs not given.
 
         Raises:
@@ -187,7 +188,7 @@ class JobSpec:
             out[f.name] = _plain(value)
         return out
 
-    def with_overrides(self, **changes: Any) -> "JobSpec":
+    def with_overrides(self, **changes: Any) -> JobSpec:
         """A copy with some top-level fields replaced (used by CLI overrides)."""
         return dataclasses.replace(self, **changes)
 
