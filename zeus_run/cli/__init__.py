@@ -1,8 +1,15 @@
-"""The ``zeus-run`` command line: a thin typer layer over the library."""
+"""The ``zeus-run`` command line: a thin typer layer over the library.
+
+Importing this package loads typer and the command signatures only; each
+command imports the library (numpy, YAML, rich) when it runs, so ``--help``
+and shell completion stay fast (``scripts/bench_startup.py``).
+"""
 
 from __future__ import annotations
 
+import difflib
 import sys
+from pathlib import Path
 
 import typer
 
@@ -20,9 +27,10 @@ app = typer.Typer(
         "(and GPU power limit) to cut energy and time.\n\n"
         "Example: zeus-run configs/demo.yaml   (same as: zeus-run run configs/demo.yaml)"
     ),
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -51,9 +59,32 @@ app.command("replay")(replay_command)
 COMMANDS = ("run", "history", "check", "simulate", "replay")
 
 
+def unknown_command_message(word: str) -> str | None:
+    """Why ``zeus-run WORD ...`` cannot be a job spec, or None if it may be one.
+
+    ``zeus-run JOB.yaml`` is short for ``zeus-run run JOB.yaml``, so a first
+    word that is neither a command nor something that looks like a file would
+    otherwise reach ``run`` and fail there with a puzzling message.
+    """
+    if word in COMMANDS or Path(word).exists() or word.endswith((".yaml", ".yml")) or "/" in word:
+        return None
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    if close:
+        return f"No such command {word!r}. Did you mean {close[0]!r}?"
+    return (
+        f"No such command or job spec {word!r}. Commands: {', '.join(COMMANDS)}; "
+        "or pass a job spec: zeus-run JOB.yaml. See zeus-run --help."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point; ``zeus-run JOB.yaml`` is short for ``zeus-run run JOB.yaml``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+        problem = unknown_command_message(args[0])
+        if problem is not None:
+            from zeus_run.cli._common import fail
+
+            raise SystemExit(fail(problem).exit_code)
         args.insert(0, "run")
     app(args=args, prog_name="zeus-run")

@@ -1,58 +1,236 @@
-"""What every command shares: consoles, logging set-up, error mapping, common options."""
+"""What every command shares: consoles, logging set-up, error mapping, common options.
+
+This module is imported for ``zeus-run --help``, so it imports only typer and
+the standard library at module level; rich and the library come in when a
+command runs (``scripts/bench_startup.py`` holds ``--help`` to its budget).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 
-from zeus_run.errors import ZeusRunError
+from zeus_run.errors import UsageError, ZeusRunError
 
-#: Diagnostics, progress and tables meant for people go to stderr; data to stdout.
-err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
 
 F = TypeVar("F", bound=Callable)
 
-FORMATS = ("table", "json", "csv")
+#: Width of the consoles when the stream is not a terminal (cron, CI, Slurm logs):
+#: wide enough that no table or line is ever wrapped.
+PLAIN_WIDTH = 10_000
 
-FormatOption = typer.Option(
-    "table", "--format", "-f", help="Output format: table (for people), json or csv (for machines, on stdout)."
-)
-VerboseOption = typer.Option(False, "--verbose", "-v", help="Show debug logging.")
-QuietOption = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr.")
+
+class Format(str, enum.Enum):
+    """``--format`` of commands that print records: the same three words everywhere."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+class Policy(str, enum.Enum):
+    """``--policy``: the batch-size policies (`zeus_run.spec.POLICIES`)."""
+
+    zeus = "zeus"
+    zeus_plus = "zeus-plus"
+
+
+class CheckFormat(str, enum.Enum):
+    """``--format`` of ``check``: the resolved spec for people, or as JSON/YAML for machines."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+FORMAT_HELP = "table: for people (stderr/stdout as a terminal shows it); json or csv: for machines, on stdout."
+
+FormatOption = typer.Option(Format.table, "--format", "-f", case_sensitive=False, help=FORMAT_HELP)
+VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging (e.g. the exact command of each trial).")
+QuietOption = typer.Option(False, "--quiet", "-q", help="Only warnings and errors, on stderr.")
+
+
+def eta_option(default: str) -> Any:
+    """``--eta``: the same meaning in every command; ``default`` says what applies without it."""
+    return typer.Option(
+        None,
+        "--eta",
+        min=0.0,
+        max=1.0,
+        help=f"Energy weight of the cost, in [0, 1] (0: time only, 1: energy only). Default: {default}.",
+    )
+
+
+def beta_option(default: str) -> Any:
+    """``--beta``: the same meaning in every command; ``default`` says what applies without it."""
+    return typer.Option(
+        None,
+        "--beta",
+        min=0.0,
+        help="Early stop: end a trial once its cost would exceed BETA x the cheapest recurrence so far (> 0; "
+        f"--no-early-stop disables it). Default: {default}.",
+    )
+
+
+NoEarlyStopOption = typer.Option(False, "--no-early-stop", help="Disable early stopping (beta: null).")
+
+
+def resolve_beta(beta: float | None, no_early_stop: bool, default: float | None) -> float | None:
+    """The early-stop beta from ``--beta``/``--no-early-stop`` (same rules in every command).
+
+    Raises:
+        UsageError: ``--beta`` is not above 0, or both options are given.
+    """
+    if no_early_stop and beta is not None:
+        raise UsageError("--beta and --no-early-stop contradict each other; pass one of them.")
+    if no_early_stop:
+        return None
+    if beta is None:
+        return default
+    if beta <= 0:
+        raise UsageError(f"--beta {beta:g} must be greater than 0; use --no-early-stop to disable early stopping.")
+    return beta
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is an interactive terminal (not a file, pipe or test capture)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console on stdout or stderr.
+
+    On a terminal it is rich's usual one. Elsewhere (cron, CI, Slurm, a pipe) it
+    prints plain lines: no colour, no cursor movement, and wide enough that
+    nothing is wrapped or cut.
+    """
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if is_terminal(stream):
+        return Console(stderr=stderr, highlight=False)
+    return Console(
+        stderr=stderr,
+        highlight=False,
+        width=PLAIN_WIDTH,
+        no_color=True,
+        color_system=None,
+        emoji=False,
+        soft_wrap=True,
+        force_terminal=False,
+    )
+
+
+def err_console() -> Console:
+    """Console for diagnostics, progress and summaries meant for people (stderr)."""
+    return make_console(stderr=True)
+
+
+def out_console() -> Console:
+    """Console for tables and data (stdout)."""
+    return make_console(stderr=False)
 
 
 def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
-    """Route library logging to stderr through rich."""
+    """Route the library's logging to stderr.
+
+    Args:
+        verbose: DEBUG and up (e.g. the exact command line of each trial).
+        quiet: WARNING and up only.
+    """
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     root = logging.getLogger("zeus_run")
     root.handlers.clear()
-    handler = RichHandler(console=err_console, show_time=False, show_path=verbose, markup=False, rich_tracebacks=False)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler: logging.Handler
+    if is_terminal(sys.stderr):
+        from rich.logging import RichHandler
+
+        handler = RichHandler(
+            console=err_console(), show_time=False, show_path=verbose, markup=False, rich_tracebacks=False
+        )
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        # NOTE: the stream is looked up when each record is written, so a test
+        # capturing sys.stderr after set-up still sees the lines.
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     root.addHandler(handler)
     root.setLevel(level)
     root.propagate = False
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A plain handler on whatever ``sys.stderr`` is at the time of writing."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``Error: message`` on stderr and return the exit to raise."""
-    err_console.print(f"[bold red]Error:[/] {_escape(message)}")
+    from rich.markup import escape
+
+    err_console().print(f"[bold red]Error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise fail(f"--format {fmt!r} is not one of {', '.join(FORMATS)}. Use e.g. --format json.")
-    return fmt
+def run_dir_history(path: Path) -> Path:
+    """The history file behind a RUN_DIR argument.
+
+    Raises:
+        UsageError: ``path`` is a job spec or another file that is not a history;
+            the message says what was passed and what is expected.
+        HistoryError: No history there.
+    """
+    from zeus_run.history import resolve_history_path
+
+    if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
+        hint = _run_dir_of_spec(path)
+        raise UsageError(
+            f"{str(path)!r} is a job spec (YAML); this command reads a run directory (or its history.jsonl)."
+            + (f" This spec's runs are in {hint}: pass that." if hint else " Pass e.g. runs/<name>.")
+        )
+    if path.is_file() and path.suffix.lower() not in (".jsonl", ".json"):
+        raise UsageError(
+            f"{str(path)!r} is a file, not a run directory; pass a run directory (e.g. runs/<name>) "
+            "or the history.jsonl inside one."
+        )
+    return resolve_history_path(path)
+
+
+def _run_dir_of_spec(path: Path) -> str | None:
+    try:
+        from zeus_run.spec import load_spec
+
+        run_dir = load_spec(path).run_dir
+    except (ZeusRunError, OSError):
+        return None
+    try:
+        return str(run_dir.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(run_dir)
 
 
 def handle_errors(func: F) -> F:
@@ -83,9 +261,3 @@ def handle_errors(func: F) -> F:
             ) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)

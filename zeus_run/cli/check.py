@@ -6,51 +6,68 @@ import json
 from pathlib import Path
 
 import typer
-import yaml
 
-from zeus_run.cli._common import err_console, handle_errors, out_console, setup_logging
-from zeus_run.energy import NvmlEnergy, open_energy_source
-from zeus_run.errors import EnergyError
-from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
-from zeus_run.runner import learning_rate_for
-from zeus_run.spec import load_spec
+from zeus_run.cli._common import CheckFormat, err_console, handle_errors, out_console, setup_logging
 
 
 @handle_errors
 def check_command(
     spec_path: Path = typer.Argument(..., metavar="JOB.yaml", help="The job spec (YAML)."),
-    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml (for people) or json."),
+    fmt: CheckFormat = typer.Option(
+        CheckFormat.table,
+        "--format",
+        "-f",
+        case_sensitive=False,
+        help="table: the resolved settings and the GPUs, for people; json or yaml: the resolved spec alone, "
+        "for machines, on stdout.",
+    ),
 ) -> None:
     """Validate a job spec and print the resolved settings, the learning rate per batch size, and the energy source detected.
 
-    Exit code 2 lists every problem in the spec.
+    Exit code 2 lists every problem in the spec. An energy source the spec asks
+    for but this machine lacks (`energy: {source: nvml}` without a GPU) is an
+    error here too, exit code 2, as it would be for `zeus-run run`.
 
     Example:
 
         zeus-run check configs/demo.yaml
+
+        zeus-run check job.yaml --format json | jq .batch_sizes
     """
+    import yaml
+
+    from zeus_run.energy import open_energy_source
+    from zeus_run.runner import learning_rate_for
+    from zeus_run.spec import load_spec
+
     setup_logging(quiet=True)
     spec = load_spec(spec_path)
     resolved = spec.to_dict()
-    if fmt == "json":
-        print(json.dumps(resolved, indent=1))
-        return
-    out_console.print(f"[green]✓[/] {spec_path} is valid. Resolved settings:")
-    out_console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False)
-    if spec.learning_rate is not None:
-        lrs = ", ".join(f"{b}: {learning_rate_for(spec, b):.4g}" for b in spec.batch_sizes)
-        out_console.print(f"Learning rate per batch size ({spec.lr_scaling} scaling): {lrs}", markup=False)
-    try:
-        with open_energy_source(spec.energy) as source:
-            err_console.print(f"Energy source: {source.describe()}", markup=False)
-            for line in gpu_report(source, spec.power_limit.enabled):
-                err_console.print(line, markup=False)
-    except EnergyError as exc:
-        err_console.print(f"[yellow]Energy source problem:[/] {exc}")
+    # An EnergyError (nvml asked for, none here) propagates before anything is
+    # printed: exit 2 with the same message as `zeus-run run`.
+    with open_energy_source(spec.energy) as source:
+        if fmt is CheckFormat.json:
+            print(json.dumps(resolved, indent=1))
+            return
+        if fmt is CheckFormat.yaml:
+            print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
+            return
+        out, err = out_console(), err_console()
+        out.print(f"[green]✓[/] {spec_path} is valid. Resolved settings:")
+        out.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False)
+        if spec.learning_rate is not None:
+            lrs = ", ".join(f"{b}: {learning_rate_for(spec, b):.4g}" for b in spec.batch_sizes)
+            out.print(f"Learning rate per batch size ({spec.lr_scaling} scaling): {lrs}", markup=False)
+        err.print(f"Energy source: {source.describe()}", markup=False)
+        for line in gpu_report(source, spec.power_limit.enabled):
+            err.print(line, markup=False)
 
 
 def gpu_report(source, power_limit_enabled: bool) -> list[str]:
     """Lines describing the detected GPUs: names, count, energy method, power-limit range and permission."""
+    from zeus_run.energy import NvmlEnergy
+    from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
+
     if not isinstance(source, NvmlEnergy):
         return ["GPUs: none measured (energy is an estimate; power-limit optimization is off)"]
     lines = [f"GPUs: {len(source.gpus)}"]

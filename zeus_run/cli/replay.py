@@ -8,24 +8,32 @@ from pathlib import Path
 
 import typer
 
-from zeus_run.cli._common import FormatOption, check_format, err_console, handle_errors, out_console, setup_logging
-from zeus_run.cli._render import fmt_energy, history_table
-from zeus_run.errors import UsageError
-from zeus_run.history import read_history, resolve_history_path
-from zeus_run.replay import Knobs, audit, what_if, with_changes
-from zeus_run.spec._model import POLICIES
+from zeus_run.cli._common import (
+    Format,
+    FormatOption,
+    NoEarlyStopOption,
+    Policy,
+    beta_option,
+    err_console,
+    eta_option,
+    handle_errors,
+    out_console,
+    resolve_beta,
+    run_dir_history,
+    setup_logging,
+)
 
 
 @handle_errors
 def replay_command(
     path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (with history.jsonl and spec.yaml)."),
-    eta: float | None = typer.Option(None, "--eta", min=0.0, max=1.0, help="What-if: another eta."),
-    beta: float | None = typer.Option(None, "--beta", min=0.0, help="What-if: another early-stop beta (> 0)."),
-    no_early_stop: bool = typer.Option(False, "--no-early-stop", help="What-if: disable early stopping."),
+    eta: float | None = eta_option("the recorded eta"),
+    beta: float | None = beta_option("the recorded beta"),
+    no_early_stop: bool = NoEarlyStopOption,
     window_size: int | None = typer.Option(None, "--window-size", min=0, help="What-if: another bandit window."),
-    policy: str | None = typer.Option(None, "--policy", help=f"What-if: another policy ({', '.join(POLICIES)})."),
+    policy: Policy | None = typer.Option(None, "--policy", case_sensitive=False, help="What-if: another policy."),
     seed: int | None = typer.Option(None, "--seed", help="What-if: another optimizer seed."),
-    fmt: str = FormatOption,
+    fmt: Format = FormatOption,
 ) -> None:
     """Audit a run, or evaluate what other knobs would have done on its recorded outcomes.
 
@@ -34,25 +42,33 @@ def replay_command(
     become an empirical trace per batch size and the new configuration is replayed on it;
     batch sizes the history never observed are reported as unknown, never invented.
 
+    Without --eta, --beta, --no-early-stop, --window-size, --policy or --seed
+    the replay is an audit; with any of them, a what-if. The eta and beta options
+    mean what they mean in `zeus-run simulate` and in the spec.
+
     Example:
 
         zeus-run replay runs/demo
 
         zeus-run replay runs/demo --eta 0.9 --policy zeus-plus
+
+        zeus-run replay runs/demo --no-early-stop --format json
     """
+    from zeus_run.cli._render import fmt_energy, history_table
+    from zeus_run.history import read_history
+    from zeus_run.replay import Knobs, audit, what_if, with_changes
+
     setup_logging()
-    check_format(fmt)
-    if policy is not None and policy not in POLICIES:
-        raise UsageError(f"--policy {policy!r} is not one of {', '.join(POLICIES)}.")
-    if beta is not None and beta <= 0:
-        raise UsageError("--beta must be greater than 0; use --no-early-stop to disable early stopping.")
-    hist = resolve_history_path(path)
+    resolve_beta(beta, no_early_stop, None)  # the same checks as everywhere
+    hist = run_dir_history(path)
     records = read_history(hist)
     knobs = Knobs.from_run_dir(hist.parent)
-    changed = any(v is not None for v in (eta, beta, window_size, policy, seed)) or no_early_stop
+    policy_name = policy.value if policy is not None else None
+    changed = any(v is not None for v in (eta, beta, window_size, policy_name, seed)) or no_early_stop
+    out = out_console()
     if not changed:
         result = audit(records, knobs)
-        if fmt != "table":
+        if fmt is not Format.table:
             d = result.divergence
             print(
                 json.dumps(
@@ -64,15 +80,15 @@ def replay_command(
                 )
             )
         elif result.divergence is None:
-            out_console.print(f"[green]✓[/] replay reproduces all {result.checked} recorded decisions in {hist}")
+            out.print(f"[green]✓[/] replay reproduces all {result.checked} recorded decisions in {hist}")
         else:
-            err_console.print(
+            err_console().print(
                 f"[red]✗[/] replay diverges after {result.checked} matching record(s): {result.divergence.describe()}"
             )
         if result.divergence is not None:
             raise typer.Exit(1)
         return
-    new = with_changes(knobs, eta=eta, beta=beta, window_size=window_size, policy=policy, seed=seed)
+    new = with_changes(knobs, eta=eta, beta=beta, window_size=window_size, policy=policy_name, seed=seed)
     if no_early_stop:
         new = replace(new, beta=None)
     res = what_if(records, new)
@@ -85,26 +101,26 @@ def replay_command(
         "stopped_at_recurrence": res.stopped_at,
         "final_batch_size": res.records[-1].batch_size if res.records else None,
     }
-    if fmt == "json":
+    if fmt is Format.json:
         print(json.dumps({"summary": summary, "trials": [r.to_json() for r in res.records]}, indent=1))
         return
-    if fmt == "csv":
+    if fmt is Format.csv:
         print(",".join(summary))
         print(",".join("" if v is None else str(v) for v in summary.values()))
         return
-    out_console.print(
+    out.print(
         history_table(
             res.records,
             f"What-if replay of {hist.parent} (eta={new.eta}, beta={new.beta}, policy={new.optimizer.policy})",
         )
     )
     rel = summary["relative_cost"]
-    out_console.print(
+    out.print(
         f"Replayed {res.recurrences} recurrence(s): cost {fmt_energy(res.cost)} vs {fmt_energy(res.recorded_cost)} "
         f"recorded under the same eta" + (f" ({rel:.3f}x)" if rel is not None else "")
     )
     if res.unknown is not None:
-        out_console.print(
+        out.print(
             f"[yellow]Stopped at recurrence {res.stopped_at}:[/] this configuration would run batch size {res.unknown}, "
             "which the history never observed; its outcome is unknown, so the replay ends there."
         )

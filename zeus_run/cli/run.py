@@ -6,13 +6,14 @@ from pathlib import Path
 
 import typer
 
-from zeus_run.cli._common import QuietOption, VerboseOption, err_console, handle_errors, out_console, setup_logging
-from zeus_run.cli._render import LiveRunView, history_table, summary_lines
-from zeus_run.errors import UsageError
-from zeus_run.rundir import SPEC_NAME
-from zeus_run.runner import run_job
-from zeus_run.spec import load_spec
-from zeus_run.summary import summarize
+from zeus_run.cli._common import (
+    QuietOption,
+    VerboseOption,
+    err_console,
+    handle_errors,
+    out_console,
+    setup_logging,
+)
 
 
 @handle_errors
@@ -46,16 +47,25 @@ def run_command(
 
         zeus-run run job.yaml --run-dir runs/nightly -n 50
     """
+    from zeus_run.cli._render import LiveRunView, history_table, summary_lines
+    from zeus_run.errors import UsageError
+    from zeus_run.rundir import SPEC_NAME
+    from zeus_run.runner import run_job
+    from zeus_run.spec import load_spec
+    from zeus_run.summary import summarize
+
     setup_logging(verbose, quiet)
     spec = load_spec(spec_path)
     if recurrences is not None:
         spec = spec.with_overrides(recurrences=recurrences)
     if new and force:
         raise UsageError("--new and --force both start a fresh run directory; pass only one.")
-    with LiveRunView(err_console, show_output=not no_output) as view:
+    err = err_console()
+    with LiveRunView(err, show_output=not no_output) as view:
         result = run_job(spec, run_dir=run_dir, listener=view, new=new, force=force)
     records = result.records
-    out_console.print(history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
+    out = out_console()
+    out.print(history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
     for line in summary_lines(summarize(records, spec.default_batch_size)):
-        out_console.print(line)
-    err_console.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
+        out.print(line)
+    err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")

@@ -2,29 +2,43 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-import yaml
-from rich.table import Table
 
 from zeus_run.cli._common import (
+    Format,
     FormatOption,
-    check_format,
+    NoEarlyStopOption,
+    Policy,
+    beta_option,
     err_console,
-    fail,
+    eta_option,
     handle_errors,
     out_console,
+    resolve_beta,
     setup_logging,
 )
 from zeus_run.errors import UsageError
-from zeus_run.rundir import RunDir, atomic_write
-from zeus_run.sim import JOBS, SimResult, TraceJob, find_job, job_table, load_trace_job, load_traces, simulate
-from zeus_run.spec import OptimizerSettings
-from zeus_run.spec._model import POLICIES
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from zeus_run.sim import SimResult, TraceJob
+    from zeus_run.spec import OptimizerSettings
+
+#: The Zeus paper's jobs (`zeus_run.sim.JOBS`), named here so ``--help`` need not load the traces module.
+PAPER_JOBS = ("cifar100", "imagenet", "squad", "librispeech", "movielens-1m", "sentiment140")
+
+#: Without --eta / --beta (the Zeus paper's settings).
+DEFAULT_ETA = 0.5
+DEFAULT_BETA = 2.0
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -63,6 +77,8 @@ def parse_horizon(text: str) -> int | None:
 
 def resolve_job(ref: str) -> TraceJob:
     """A paper job by name, or a job spec YAML path."""
+    from zeus_run.sim import JOBS, find_job, load_trace_job
+
     if ref in JOBS:
         return find_job(ref)
     if ref.endswith((".yaml", ".yml")) or Path(ref).exists():
@@ -75,7 +91,7 @@ def simulate_command(
     jobs: list[str] = typer.Argument(
         ...,
         metavar="JOB...",
-        help=f"Job names ({', '.join(JOBS)}) or job spec YAML files naming dataset/network/optimizer.",
+        help=f"Job names ({', '.join(PAPER_JOBS)}) or job spec YAML files naming dataset/network/optimizer.",
     ),
     traces: Path | None = typer.Option(
         None, "--traces", help="Directory with summary_train.csv and summary_power_<gpu>.csv."
@@ -83,17 +99,20 @@ def simulate_command(
     gpu: str = typer.Option("v100", "--gpu", help="GPU of the power trace in --traces."),
     train: Path | None = typer.Option(None, "--train", help="Train trace CSV (overrides --traces)."),
     power: Path | None = typer.Option(None, "--power", help="Power trace CSV (overrides --traces/--gpu)."),
-    eta: float = typer.Option(0.5, "--eta", help="Energy weight of the cost, in [0, 1]."),
-    beta: float = typer.Option(2.0, "--beta", help="Early-stop knob: stop a trial above beta x best cost (0: off)."),
+    eta: float | None = eta_option(f"{DEFAULT_ETA}"),
+    beta: float | None = beta_option(f"{DEFAULT_BETA}"),
+    no_early_stop: bool = NoEarlyStopOption,
     seeds: str = typer.Option("1", "--seeds", help="Seeds, e.g. 1-5 or 1,2,3."),
     horizon: str = typer.Option(
         "paper", "--horizon", help="Recurrences, or `paper` (2 x |batch sizes| x |power limits|)."
     ),
-    policy: str = typer.Option("zeus", "--policy", help="Batch-size policy: zeus or zeus-plus."),
+    policy: Policy = typer.Option(Policy.zeus, "--policy", case_sensitive=False, help="Batch-size policy."),
     run_dir: Path | None = typer.Option(
-        None, "--run-dir", help="Write one run directory per (job, seed) here, readable by `zeus-run history`."
+        None,
+        "--run-dir",
+        help="Write one run directory per (job, seed) here, readable by `zeus-run history` and `zeus-run plot`.",
     ),
-    fmt: str = FormatOption,
+    fmt: Format = FormatOption,
 ) -> None:
     """Replay recurring jobs on traces with the same optimizer as real runs, against Default, Oracle and grid search.
 
@@ -103,38 +122,67 @@ def simulate_command(
 
         zeus-run simulate job.yaml --train t.csv --power p.csv --horizon 50 --run-dir runs/sim --format json
     """
+    from zeus_run.sim import job_table, load_traces, simulate
+    from zeus_run.spec import OptimizerSettings
+
     setup_logging()
-    check_format(fmt)
-    if fmt == "csv":
-        raise fail("simulate writes --format table or json.")
-    if not 0.0 <= eta <= 1.0:
-        raise fail(f"--eta {eta} must be in [0, 1].")
-    if policy not in POLICIES:
-        raise fail(f"--policy {policy!r} is not one of {', '.join(POLICIES)}.")
+    eta_value = DEFAULT_ETA if eta is None else eta
+    beta_value = resolve_beta(beta, no_early_stop, DEFAULT_BETA)
     train_csv = train or (traces / "summary_train.csv" if traces else None)
     power_csv = power or (traces / f"summary_power_{gpu}.csv" if traces else None)
     if train_csv is None or power_csv is None:
-        raise fail("pass --traces DIR (with --gpu), or both --train and --power.")
+        raise UsageError("pass --traces DIR (with --gpu), or both --train and --power.")
     seed_list, n = parse_seeds(seeds), parse_horizon(horizon)
     loaded = load_traces(train_csv, power_csv)
-    settings = OptimizerSettings.for_policy(policy)
+    settings = OptimizerSettings.for_policy(policy.value)
+    rows: list[dict] = []
     for ref in jobs:
         table = job_table(loaded, resolve_job(ref))
-        results = [simulate(table, eta=eta, beta=beta or None, seed=s, horizon=n, settings=settings) for s in seed_list]
+        results = [
+            simulate(table, eta=eta_value, beta=beta_value, seed=s, horizon=n, settings=settings) for s in seed_list
+        ]
         if run_dir is not None:
             for r in results:
-                write_run_dir(run_dir / f"{table.job.name}-{table.gpu}-{policy}-seed{r.seed}", r, eta, beta, settings)
-        if fmt == "json":
+                write_run_dir(
+                    run_dir / f"{table.job.name}-{table.gpu}-{policy.value}-seed{r.seed}",
+                    r,
+                    eta_value,
+                    beta_value,
+                    settings,
+                )
+        if fmt is Format.json:
             for r in results:
-                out_console.print_json(json.dumps(r.to_json()))
+                out_console().print_json(json.dumps(r.to_json()))
+        elif fmt is Format.csv:
+            rows.extend(_flat(r.to_json()) for r in results)
         else:
-            out_console.print(result_table(results))
+            out_console().print(result_table(results))
+    if rows:
+        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
     if run_dir is not None:
-        err_console.print(f"Run directories written under {run_dir}; see one with: zeus-run history {run_dir}/<name>")
+        err_console().print(
+            f"Run directories written under {run_dir}; see one with: zeus-run history {run_dir}/<name>  "
+            f"(or zeus-run plot {run_dir}/<name>)"
+        )
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """Nested dicts as ``a_b`` columns, for CSV."""
+    out: dict = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}_"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def result_table(results: list[SimResult]) -> Table:
     """One job's seeds and its baselines, relative to Default."""
+    from rich.table import Table
+
     first = results[0]
     t = first.table
     title = (
@@ -195,8 +243,12 @@ def result_table(results: list[SimResult]) -> Table:
     return table
 
 
-def write_run_dir(path: Path, result: SimResult, eta: float, beta: float, settings: OptimizerSettings) -> None:
+def write_run_dir(path: Path, result: SimResult, eta: float, beta: float | None, settings: OptimizerSettings) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
+    import yaml
+
+    from zeus_run.rundir import RunDir, atomic_write
+
     t = result.table
     spec = {
         "name": t.job.name,
@@ -206,7 +258,7 @@ def write_run_dir(path: Path, result: SimResult, eta: float, beta: float, settin
         "target_metric": t.job.target_metric,
         "max_epochs": t.job.max_epochs,
         "eta": eta,
-        "beta": beta or None,
+        "beta": beta,
         "recurrences": result.horizon,
         "seed": result.seed,
         "optimizer": dataclasses.asdict(settings),

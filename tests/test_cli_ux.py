@@ -1,0 +1,208 @@
+"""What users see around the core: help, conventions, errors that say what to do, logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import PYTHON, SCRIPTS
+from zeus_run.cli import COMMANDS, app, main, unknown_command_message
+
+FAKE = str(SCRIPTS / "fake_train.py")
+runner = CliRunner()
+
+
+def spec_text(body: str = "", energy: str = "{source: estimate, watts: 100}") -> str:
+    return f"""
+name: t
+command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"]
+batch_sizes: [1, 2, 4]
+default_batch_size: 2
+target_metric: 0.9
+max_epochs: 5
+recurrences: 1
+energy: {energy}
+run_dir: runs
+{body}
+"""
+
+
+def zeus(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-m", "zeus_run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
+# --- help and commands ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(command):
+    r = runner.invoke(app, [command, "--help"])
+    assert r.exit_code == 0, r.output
+    assert "Example:" in r.output
+    assert f"zeus-run {command}" in r.output or command == "run"
+    # Every option has a help text (no bare option lines).
+    cmd = next(c for c in app.registered_commands if c.name == command)
+    import inspect
+
+    for name, param in inspect.signature(cmd.callback).parameters.items():
+        info = param.default
+        assert getattr(info, "help", None), f"{command}: option {name} has no help"
+
+
+def test_commands_tuple_lists_every_registered_command():
+    assert sorted(COMMANDS) == sorted(c.name for c in app.registered_commands)
+
+
+def test_root_help_lists_commands_and_completion():
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for command in COMMANDS:
+        assert command in r.output
+    assert "--install-completion" in r.output
+
+
+def test_format_is_a_declared_choice_listed_in_help():
+    for command in ("history", "replay", "simulate"):
+        r = runner.invoke(app, [command, "--help"])
+        assert "table|json|csv" in r.output.replace(" ", ""), command
+    assert "table|json|yaml" in runner.invoke(app, ["check", "--help"]).output
+
+
+def test_a_format_outside_the_choice_is_a_usage_error(tmp_path):
+    r = runner.invoke(app, ["history", str(tmp_path), "--format", "xml"])
+    assert r.exit_code == 2
+    assert "xml" in r.output and "table" in r.output
+
+
+def test_mistyped_command_gets_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["histroy", "runs/x"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "histroy" in err and "Did you mean 'history'?" in err
+
+
+def test_unknown_word_that_is_no_file_lists_the_commands():
+    msg = unknown_command_message("frobnicate")
+    assert msg is not None and "frobnicate" in msg and "history" in msg and "JOB.yaml" in msg
+    # A spec path (even a missing one) goes to `run`, which says the file is missing.
+    assert unknown_command_message("job.yaml") is None
+    assert unknown_command_message("configs/nightly") is None
+    assert unknown_command_message("history") is None
+
+
+def test_policy_and_paper_jobs_lists_match_the_library():
+    from zeus_run.cli._common import Policy
+    from zeus_run.cli.simulate import PAPER_JOBS
+    from zeus_run.sim import JOBS
+    from zeus_run.spec._model import POLICIES
+
+    assert tuple(p.value for p in Policy) == tuple(POLICIES)
+    assert tuple(JOBS) == PAPER_JOBS
+
+
+def test_help_does_not_import_numpy_yaml_or_rich():
+    code = (
+        "import sys\n"
+        "from zeus_run.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('numpy', 'yaml', 'rich', 'rich.console') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+# --- arguments that are the wrong kind of thing ---------------------------------------------------
+
+
+def test_history_of_a_spec_says_what_was_passed_and_what_is_expected(write_spec):
+    spec = write_spec(spec_text())
+    r = runner.invoke(app, ["history", str(spec)])
+    assert r.exit_code == 2
+    assert "job spec" in r.output and "run directory" in r.output
+    assert "corrupt" not in r.output
+    assert "runs" in r.output  # the spec's own run directory is named
+
+
+@pytest.mark.parametrize("command", ["history", "replay"])
+def test_run_dir_commands_refuse_a_spec(write_spec, command):
+    spec = write_spec(spec_text())
+    r = runner.invoke(app, [command, str(spec)])
+    assert r.exit_code == 2 and "run directory" in r.output
+
+
+def test_history_of_another_file_is_a_usage_error(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("hello\n")
+    r = runner.invoke(app, ["history", str(f)])
+    assert r.exit_code == 2 and "not a run directory" in r.output
+
+
+# --- beta means the same in every command ---------------------------------------------------------
+
+
+def test_resolve_beta_rules():
+    from zeus_run.cli._common import resolve_beta
+    from zeus_run.errors import UsageError
+
+    assert resolve_beta(None, False, 2.0) == 2.0
+    assert resolve_beta(1.5, False, 2.0) == 1.5
+    assert resolve_beta(None, True, 2.0) is None
+    with pytest.raises(UsageError, match="greater than 0"):
+        resolve_beta(0.0, False, 2.0)
+    with pytest.raises(UsageError, match="contradict"):
+        resolve_beta(1.5, True, 2.0)
+
+
+@pytest.mark.parametrize("command", ["simulate", "replay"])
+def test_beta_zero_is_refused_the_same_way_everywhere(tmp_path, command):
+    args = ["squad", "--traces", str(tmp_path)] if command == "simulate" else [str(tmp_path)]
+    r = runner.invoke(app, [command, *args, "--beta", "0"])
+    assert r.exit_code == 2
+    assert "--no-early-stop" in r.output
+
+
+# --- check fails like run on a missing GPU ----------------------------------------------------------
+
+
+def test_check_with_nvml_and_no_gpu_fails_like_run(write_spec):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pytest.skip("this machine has a working NVML")
+    except Exception:
+        pass
+    spec = write_spec(spec_text(energy="{source: nvml}"))
+    chk = zeus("check", str(spec))
+    run = zeus("run", str(spec), "--no-output", cwd=spec.parent)
+    assert run.returncode == 2
+    assert chk.returncode == 2, chk.stdout + chk.stderr
+    assert "NVML" in chk.stderr
+    assert "is valid" not in chk.stdout
+    chk_json = zeus("check", str(spec), "--format", "json")
+    assert chk_json.returncode == 2
+
+
+def test_check_formats(write_spec):
+    spec = write_spec(spec_text())
+    j = zeus("check", str(spec), "--format", "json")
+    assert j.returncode == 0, j.stderr
+    assert json.loads(j.stdout)["batch_sizes"] == [1, 2, 4]
+    y = zeus("check", str(spec), "--format", "yaml")
+    assert y.returncode == 0 and "default_batch_size: 2" in y.stdout and "valid" not in y.stdout
