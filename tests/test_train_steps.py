@@ -91,3 +91,26 @@ def test_from_env_reads_profile_contract(tmp_path, monkeypatch):
     t.step()
     t.close()
     assert _events(tmp_path / "ev.jsonl")[0]["event"] == "step"
+
+
+def test_from_env_by_hand_gives_usable_defaults(monkeypatch):
+    for key in [k for k in __import__("os").environ if k.startswith("ZEUS_")]:
+        monkeypatch.delenv(key)
+    from zeus_run.train import DEFAULT_LEARNING_RATE
+
+    t = Trial.from_env(batch_size=128)
+    assert t.batch_size == 128 and t.learning_rate == DEFAULT_LEARNING_RATE
+    assert not t.managed
+    # The README's loop runs: arithmetic on the learning rate works, and epochs() ends.
+    seen = []
+    for epoch in t.epochs():
+        seen.append(epoch * t.learning_rate)
+        t.report(0.5)
+    assert len(seen) == t.max_epochs
+
+
+def test_from_env_empty_learning_rate_falls_back_to_the_default(monkeypatch):
+    monkeypatch.setenv("ZEUS_LEARNING_RATE", "")
+    monkeypatch.setenv("ZEUS_BATCH_SIZE", "64")
+    t = Trial.from_env(batch_size=128, learning_rate=0.05)
+    assert t.batch_size == 64 and t.learning_rate == 0.05

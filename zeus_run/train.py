@@ -16,7 +16,10 @@ for every trial; the script may ignore any of them):
 ======================  =====================================================
 ZEUS_BATCH_SIZE         batch size to train with
 ZEUS_LEARNING_RATE      learning rate, scaled for the batch size (empty if none)
-ZEUS_SEED               random seed for this trial
+ZEUS_SEED               random seed for this trial: the spec's ``seed`` plus
+                        the trial's index (trials the optimizer observed
+                        before it; an interrupted trial that is re-run keeps
+                        its seed), so every trial differs yet a re-run repeats
 ZEUS_TARGET_METRIC      validation metric that counts as converged
 ZEUS_HIGHER_IS_BETTER   ``1`` if larger metrics are better, else ``0``
 ZEUS_MAX_EPOCHS         most epochs to train
@@ -65,6 +68,10 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+#: Learning rate `Trial.from_env` gives a script run by hand that names none
+#: (and a job whose spec has no ``learning_rate``): Adam's usual default.
+DEFAULT_LEARNING_RATE = 1e-3
+
 #: Least time between two step events (unit: s).
 STEP_EVENT_INTERVAL = 0.02
 #: Least time between two checks of the profiling stop file (unit: s).
@@ -76,7 +83,7 @@ def _env_float(name: str, default: float | None) -> float | None:
     return float(raw) if raw.strip() else default
 
 
-def _env_int(name: str, default: int | None) -> int | None:
+def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name, "")
     return int(raw) if raw.strip() else default
 
@@ -132,13 +139,20 @@ class Trial:
     def from_env(
         cls,
         batch_size: int = 32,
-        learning_rate: float | None = None,
+        learning_rate: float = DEFAULT_LEARNING_RATE,
         seed: int = 0,
         max_epochs: int = 100,
         target_metric: float | None = None,
         higher_is_better: bool = True,
     ) -> Trial:
-        """Read the ``ZEUS_*`` environment; the arguments are defaults for running by hand."""
+        """Read the ``ZEUS_*`` environment; the arguments are defaults for running by hand.
+
+        Run by hand (no ``ZEUS_*`` variables), every attribute has a usable
+        value: ``learning_rate`` is `DEFAULT_LEARNING_RATE` unless given, and
+        `epochs` runs ``max_epochs`` epochs, or until ``target_metric`` when one
+        is given. The same default applies when zeus-run passes no learning rate
+        (the spec has none).
+        """
         hib = os.environ.get("ZEUS_HIGHER_IS_BETTER")
         return cls(
             batch_size=_env_int("ZEUS_BATCH_SIZE", batch_size),
@@ -157,7 +171,7 @@ class Trial:
         """Whether training should end now (target reached, max epochs, or zeus-run asked)."""
         if self.reached or self.epoch >= self.max_epochs:
             return True
-        return bool(self.stop_file) and os.path.exists(self.stop_file)
+        return self.stop_file is not None and os.path.exists(self.stop_file)
 
     def epochs(self) -> Iterator[int]:
         """Yield epoch numbers 1, 2, ... until `should_stop`."""
