@@ -206,3 +206,128 @@ def test_check_formats(write_spec):
     assert json.loads(j.stdout)["batch_sizes"] == [1, 2, 4]
     y = zeus("check", str(spec), "--format", "yaml")
     assert y.returncode == 0 and "default_batch_size: 2" in y.stdout and "valid" not in y.stdout
+
+
+# --- logs where recurring jobs run: plain lines, N/M, elapsed, ETA, -q, -v ------------------------
+
+OOM = str(SCRIPTS / "oom_train.py")
+
+
+def oom_spec(recurrences: int = 3) -> str:
+    # Pruning tries 2 (the default), then 1, then 4, which runs out of memory, then 2 again.
+    return f"""
+name: oom
+command: ["{PYTHON}", "{OOM}", "--batch-size", "{{batch_size}}", "--oom-above", "2"]
+batch_sizes: [1, 2, 4]
+default_batch_size: 2
+target_metric: 0.9
+max_epochs: 5
+recurrences: {recurrences}
+beta: null
+energy: {{source: estimate, watts: 100}}
+run_dir: runs
+"""
+
+
+def test_run_clock_counts_and_estimates():
+    from zeus_run.cli._live import RunClock
+
+    now = [100.0]
+    c = RunClock(total=10, done=2, clock=lambda: now[0])
+    assert c.current == 3 and c.eta() is None
+    assert c.head() == "recurrence 3/10 | elapsed 0s | ETA --"
+    now[0] = 130.0
+    c.complete()  # 30 s per recurrence in this session, 7 left
+    assert c.eta() == pytest.approx(210.0)
+    now[0] = 140.0  # 10 s into the next one
+    assert c.eta() == pytest.approx(200.0)
+    assert c.head() == "recurrence 4/10 | elapsed 40s | ETA 3m20s"
+    assert c.head(recurrence=3).startswith("recurrence 3/10")
+    for _ in range(7):
+        c.complete()
+    assert c.eta() == 0.0 and c.current == 10
+
+
+def test_sparkline_scales_and_bounds_its_width():
+    from zeus_run.cli._render import sparkline
+
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5, 5, 5]) == "▅▅▅"
+    assert sparkline([]) == ""
+    assert len(sparkline(list(range(500)), width=40)) == 40
+    assert set(sparkline([0, 10], ascii_only=True)) <= set("_.-~=+*#")
+
+
+def test_plain_tables_are_aligned_and_never_wrapped():
+    from zeus_run.cli._render import Grid
+
+    g = Grid("title", [("a", "right"), ("outcome", "left")])
+    g.add_row("1", "[green]reached[/] after " + "crashed (" + "x" * 150 + ")")
+    g.add_row("22", "reached")
+    lines = g.plain_lines()
+    assert lines[0] == "title" and lines[1] == " a  outcome"
+    assert all(line == line.rstrip() for line in lines)
+    assert len(lines) == 5 and "[green]" not in lines[3] and len(lines[3]) > 150
+
+
+def test_cron_log_has_plain_unwrapped_lines_with_progress_and_crash_reasons(write_spec):
+    spec = write_spec(oom_spec())
+    r = zeus("run", str(spec), "--no-output", cwd=spec.parent, env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.splitlines()
+    assert "\x1b[" not in r.stderr + r.stdout  # no colour, no cursor movement
+    ends = [line for line in err if "started" not in line and "recurrence " in line and " | try " in line]
+    # One line per finished trial, each with N/M, elapsed and ETA; longer than 80 columns, not wrapped.
+    assert len(ends) == 4, r.stderr
+    assert all(" | elapsed " in line and " | ETA " in line for line in ends)
+    assert ends[0].split(" | ")[0].endswith("recurrence 1/3") and ends[-1].split(" | ")[0].endswith("recurrence 3/3")
+    crash = next(line for line in ends if "crashed" in line)
+    assert "RuntimeError: CUDA out of memory" in crash and len(crash) > 80
+    assert "last output:" not in r.stderr
+    # The history table's outcome column names the cause.
+    h = zeus("history", str(spec.parent / "runs"), env={"COLUMNS": "80"})
+    assert h.returncode == 0, h.stderr
+    row = next(line for line in h.stdout.splitlines() if "crashed" in line)
+    assert "reached after crashed (RuntimeError: CUDA out of memory." in row
+    assert row == row.rstrip() and "│" not in h.stdout
+    j = zeus("history", str(spec.parent / "runs"), "--format", "json")
+    trials = json.loads(j.stdout)["trials"]
+    assert next(t["reason"] for t in trials if t["stop_reason"] == "crashed").startswith("RuntimeError: CUDA out of")
+
+
+def test_quiet_prints_only_warnings_and_errors(write_spec):
+    spec = write_spec(oom_spec())
+    r = zeus("run", str(spec), "-q", cwd=spec.parent)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines, "the crash is a warning"
+    assert all(" WARNING " in line or " ERROR " in line for line in lines), r.stderr
+    assert any("RuntimeError: CUDA out of memory" in line for line in lines)
+    # A clean quiet run prints nothing at all.
+    again = zeus("run", str(spec), "-q", "-n", "4", cwd=spec.parent)
+    assert again.returncode == 0 and again.stdout == ""
+    assert all(" WARNING " in line for line in again.stderr.splitlines() if line.strip()), again.stderr
+
+
+def test_verbose_renders_debug_lines(write_spec):
+    spec = write_spec(oom_spec(recurrences=1))
+    r = zeus("run", str(spec), "-v", "--no-output", cwd=spec.parent)
+    assert r.returncode == 0, r.stderr
+    assert " DEBUG " in r.stderr
+    quiet_default = zeus("run", str(spec), "--no-output", "-n", "2", cwd=spec.parent)
+    assert " DEBUG " not in quiet_default.stderr
+
+
+def test_setup_logging_levels():
+    import logging
+
+    from zeus_run.cli._common import setup_logging
+
+    root = logging.getLogger("zeus_run")
+    setup_logging(verbose=True)
+    assert root.level == logging.DEBUG
+    setup_logging(quiet=True)
+    assert root.level == logging.WARNING
+    setup_logging()
+    assert root.level == logging.INFO and len(root.handlers) == 1

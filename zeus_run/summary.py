@@ -1,12 +1,51 @@
-"""Summaries of a history: per-recurrence rows, totals, and savings against the default."""
+"""Summaries of a history: what a user comes to `zeus-run history` for.
+
+Everything here is a pure function of the trial records (real, simulated or
+replayed alike), so the CLI only renders and tests call these directly:
+
+* `recurrence_rows`: one row per recurrence, its tries taken together;
+* `batch_size_stats`: per batch size, trials, converged runs, mean and spread
+  of the cost, epochs, time and energy;
+* `exploration_status`: whether the optimizer is still exploring;
+* `steady_state`: the cost of the last K recurrences after exploration, against
+  the default batch size's mean (the figure that says what zeus-run saves per
+  run from now on, which the whole-history total hides while exploration is
+  young);
+* `recommend`: the setting to use (batch size, learning rate, power limit);
+* `failure_reason`: a crashed trial's cause, from the tail of its log;
+* `summarize`: all of it, plus totals and savings against always running the default.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+import re
+import signal
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from zeus_run.records import TrialRecord
+
+#: Recurrences in the steady-state figure (the most recent ones after exploration).
+STEADY_WINDOW = 5
+
+#: Optimizer stages that are exploration (the rest, ``thompson``, is exploitation).
+EXPLORING_STAGES = ("pruning", "explore")
+
+#: Stop reasons that are failures with a cause worth showing.
+FAILURES = ("crashed", "timeout", "exited")
+
+#: Provenance fields a trial record may carry (shown when present).
+PROVENANCE_FIELDS = ("zeus_run_version", "host", "gpu_names", "gpu_uuids", "slurm_job_id")
+
+#: A line that names an error: ``RuntimeError: CUDA out of memory``, ``torch.OutOfMemoryError: ...``,
+#: ``ERROR: ...``, ``Killed``, ``Segmentation fault``.
+_ERROR_LINE = re.compile(
+    r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b|(?:ERROR|Error|FATAL|Fatal)\b|"
+    r"Killed\b|Segmentation fault|Traceback \(most recent call last\)|CUDA error)"
+)
+_LAUNCHER_HEADER = re.compile(r"^exit code -?\d+; last output:\s*$")
 
 
 @dataclass(frozen=True)
@@ -23,6 +62,9 @@ class RecurrenceRow:
         reached: Whether the recurrence converged.
         outcomes: Stop reason of each trial.
         estimated: Whether any energy figure is an estimate.
+        stages: Optimizer stage of each trial.
+        reasons: Each trial's failure cause (`failure_reason`), None where it did not fail.
+        power_limit: Power limit of the last trial (unit: W), if one was set.
     """
 
     recurrence: int
@@ -37,6 +79,97 @@ class RecurrenceRow:
     outcomes: tuple[str, ...]
     estimated: bool
     stages: tuple[str, ...] = ()
+    reasons: tuple[str | None, ...] = ()
+    power_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class BatchSizeStats:
+    """What the history knows about one batch size.
+
+    Attributes:
+        batch_size: The batch size.
+        trials: Trials run with it (interrupted ones excluded).
+        converged: Trials that reached the target.
+        mean_cost: Mean cost of the converged trials (unit: J), None if none converged.
+        std_cost: Sample standard deviation of those costs (unit: J), None below two.
+        mean_epochs: Mean epochs of the converged trials.
+        mean_time: Mean time of the converged trials (unit: s).
+        mean_energy: Mean energy of the converged trials (unit: J).
+        learning_rate: Learning rate it ran with (the latest trial's), if any.
+        power_limit: Power limit of its latest converged trial (unit: W), if one was set.
+    """
+
+    batch_size: int
+    trials: int
+    converged: int
+    mean_cost: float | None
+    std_cost: float | None
+    mean_epochs: float | None
+    mean_time: float | None
+    mean_energy: float | None
+    learning_rate: float | None = None
+    power_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class ExplorationStatus:
+    """Whether the optimizer still explores.
+
+    Attributes:
+        exploring: True while the latest trial came from pruning or an arm's
+            first explorations; the figures then include exploration's cost.
+        stage: Stage of the latest trial (None for an empty history).
+        ended_after: Last recurrence that explored, once exploration is over.
+        recurrences: Recurrences in the history (converged or not).
+    """
+
+    exploring: bool
+    stage: str | None
+    ended_after: int | None
+    recurrences: int
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """The cost of recent recurrences after exploration, against the default.
+
+    Attributes:
+        recurrences: How many recurrences the mean covers (at most `STEADY_WINDOW`).
+        first: First recurrence covered. last: Last recurrence covered.
+        mean_cost: Mean cost per recurrence, all its tries included (unit: J).
+        savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
+        batch_sizes: Batch size each covered recurrence converged with.
+    """
+
+    recurrences: int
+    first: int
+    last: int
+    mean_cost: float
+    savings: float | None
+    batch_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The setting to run this job with.
+
+    Attributes:
+        batch_size: Batch size with the lowest mean converged cost (among those
+            with at least two converged runs, when any has two).
+        learning_rate: Its learning rate, as zeus-run passed it.
+        power_limit: Its power limit (unit: W), None if none was set.
+        mean_cost: Its mean converged cost (unit: J).
+        runs: Converged runs the mean rests on.
+        savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
+    """
+
+    batch_size: int
+    learning_rate: float | None
+    power_limit: float | None
+    mean_cost: float
+    runs: int
+    savings: float | None
 
 
 @dataclass(frozen=True)
@@ -50,10 +183,18 @@ class Summary:
         best_batch_size: Batch size with the lowest mean cost among converged trials.
         default_batch_size: b0, if known.
         default_mean_cost/energy/time: Mean over b0's own converged trials.
+        default_runs: How many converged runs of b0 those means rest on.
         baseline_cost/energy/time: What always running b0 would have cost for these recurrences.
         savings_cost/energy/time: ``1 - total / baseline`` (None without converged b0 trials).
         estimated: Whether energy figures are estimates.
-        chosen: Batch size of the final trial of each recurrence, in order.
+        chosen: Batch size of the final trial of each converged recurrence, in order.
+        interrupted: Trials cut short by the launcher's own interruption.
+        recurrence_costs: Cost of each recurrence, all tries included (unit: J), in order.
+        by_batch_size: `BatchSizeStats` of every batch size tried, ascending.
+        exploration: `ExplorationStatus`.
+        steady: `SteadyState`, None while exploring or before a recurrence after it.
+        recommendation: `Recommendation`, None before anything converged.
+        provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
     """
 
     trials: int
@@ -66,6 +207,7 @@ class Summary:
     default_mean_cost: float | None = None
     default_mean_energy: float | None = None
     default_mean_time: float | None = None
+    default_runs: int = 0
     baseline_cost: float | None = None
     baseline_energy: float | None = None
     baseline_time: float | None = None
@@ -75,6 +217,48 @@ class Summary:
     estimated: bool = False
     chosen: tuple[int, ...] = field(default_factory=tuple)
     interrupted: int = 0
+    recurrence_costs: tuple[float, ...] = ()
+    by_batch_size: tuple[BatchSizeStats, ...] = ()
+    exploration: ExplorationStatus | None = None
+    steady: SteadyState | None = None
+    recommendation: Recommendation | None = None
+    provenance: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def failure_reason(record: TrialRecord) -> str | None:
+    """A failed trial's cause in one line, e.g. ``RuntimeError: CUDA out of memory``.
+
+    For a crash, the last line of the log's tail that names an error (a Python
+    exception, ``ERROR ...``, ``Killed``); failing that, its last non-empty
+    line; failing that, the exit code or the signal that killed it. For a
+    timeout or a script that exited early, the launcher's explanation.
+
+    Returns:
+        None when the trial did not fail.
+    """
+    if record.stop_reason not in FAILURES:
+        return None
+    lines = [ln.strip() for ln in (record.message or "").splitlines()]
+    lines = [ln for ln in lines if ln and not _LAUNCHER_HEADER.match(ln)]
+    if record.stop_reason == "crashed":
+        for line in reversed(lines):
+            if _ERROR_LINE.match(line) and not line.startswith("Traceback"):
+                return line
+        if lines and not lines[-1].startswith("exit code") and lines[-1] != "(no log)":
+            return lines[-1]
+        return _exit_text(record.exit_code)
+    return lines[0] if lines else record.stop_reason
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
@@ -99,32 +283,158 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
                 outcomes=tuple(r.stop_reason for r in rs),
                 estimated=any(r.estimated for r in rs),
                 stages=tuple(r.stage for r in rs),
+                reasons=tuple(failure_reason(r) for r in rs),
+                power_limit=rs[-1].power_limit,
             )
         )
     return rows
 
 
-def summarize(records: Sequence[TrialRecord], default_batch_size: int | None = None) -> Summary:
-    """Totals and savings against always running the default batch size.
+def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
+    """Per batch size tried, ascending: trials, converged runs, and their means and spread."""
+    by_bs: dict[int, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        if r.stop_reason != "interrupted":
+            by_bs[r.batch_size].append(r)
+    out = []
+    for bs in sorted(by_bs):
+        rs = by_bs[bs]
+        ok = [r for r in rs if r.reached]
+        limits = [r.power_limit for r in ok if r.power_limit is not None]
+        lrs = [r.learning_rate for r in rs if r.learning_rate is not None]
+        out.append(
+            BatchSizeStats(
+                batch_size=bs,
+                trials=len(rs),
+                converged=len(ok),
+                mean_cost=_mean([r.cost for r in ok]),
+                std_cost=_std([r.cost for r in ok]),
+                mean_epochs=_mean([float(r.epochs) for r in ok]),
+                mean_time=_mean([r.time for r in ok]),
+                mean_energy=_mean([r.energy for r in ok]),
+                learning_rate=lrs[-1] if lrs else None,
+                power_limit=limits[-1] if limits else None,
+            )
+        )
+    return out
+
+
+def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
+    """Whether the optimizer is still exploring, from the stages of the trials."""
+    counted = [r for r in records if r.stop_reason != "interrupted"]
+    n_rec = max((r.recurrence for r in records), default=0)
+    if not counted:
+        return ExplorationStatus(exploring=True, stage=None, ended_after=None, recurrences=n_rec)
+    stage = counted[-1].stage
+    if stage in EXPLORING_STAGES:
+        return ExplorationStatus(exploring=True, stage=stage, ended_after=None, recurrences=n_rec)
+    explored = [r.recurrence for r in counted if r.stage in EXPLORING_STAGES]
+    return ExplorationStatus(
+        exploring=False, stage=stage, ended_after=max(explored) if explored else 0, recurrences=n_rec
+    )
+
+
+def steady_state(
+    rows: Sequence[RecurrenceRow],
+    exploration: ExplorationStatus,
+    default_mean_cost: float | None,
+    window: int = STEADY_WINDOW,
+) -> SteadyState | None:
+    """Mean cost of the last ``window`` converged recurrences after exploration ended.
+
+    Returns:
+        None while exploring, or before a recurrence converged after exploration.
+    """
+    if exploration.exploring or exploration.ended_after is None:
+        return None
+    after = [row for row in rows if row.reached and row.recurrence > exploration.ended_after]
+    recent = after[-window:]
+    if not recent:
+        return None
+    mean = sum(row.cost for row in recent) / len(recent)
+    return SteadyState(
+        recurrences=len(recent),
+        first=recent[0].recurrence,
+        last=recent[-1].recurrence,
+        mean_cost=mean,
+        savings=_savings(mean, default_mean_cost),
+        batch_sizes=tuple(row.final_batch_size for row in recent),
+    )
+
+
+def recommend(stats: Sequence[BatchSizeStats], default_mean_cost: float | None) -> Recommendation | None:
+    """The batch size (with its learning rate and power limit) to run with.
+
+    The lowest mean converged cost wins; when some batch size has two or more
+    converged runs, a batch size with a single lucky run does not compete.
+    """
+    candidates = [s for s in stats if s.mean_cost is not None]
+    if any(s.converged >= 2 for s in candidates):
+        candidates = [s for s in candidates if s.converged >= 2]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda s: (s.mean_cost, -s.converged))
+    assert best.mean_cost is not None
+    return Recommendation(
+        batch_size=best.batch_size,
+        learning_rate=best.learning_rate,
+        power_limit=best.power_limit,
+        mean_cost=best.mean_cost,
+        runs=best.converged,
+        savings=_savings(best.mean_cost, default_mean_cost),
+    )
+
+
+def provenance(records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
+    """Distinct values of each provenance field present in the records, in first-seen order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in PROVENANCE_FIELDS:
+        seen: Counter[str] = Counter()
+        for r in records:
+            value = getattr(r, name, None)
+            if value is None or value in ("", [], ()):
+                continue
+            text = ", ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+            seen[text] += 1
+        if seen:
+            out[name] = tuple(seen)
+    return out
+
+
+def summarize(
+    records: Sequence[TrialRecord], default_batch_size: int | None = None, steady_window: int = STEADY_WINDOW
+) -> Summary:
+    """Totals, per-batch-size statistics, exploration, steady state, recommendation and savings.
 
     Args:
         records: The history.
         default_batch_size: b0; when None, the batch size of the first trial
             (zeus-run always starts there).
+        steady_window: Recurrences in the steady-state figure.
     """
     if default_batch_size is None and records:
         default_batch_size = records[0].batch_size
     rows = recurrence_rows(records)
-    converged = [r for r in records if r.reached]
-    by_bs: dict[int, list[float]] = defaultdict(list)
-    for r in converged:
-        by_bs[r.batch_size].append(r.cost)
-    best = min(by_bs, key=lambda b: sum(by_bs[b]) / len(by_bs[b])) if by_bs else None
+    stats = batch_size_stats(records)
+    converged_rows = [row for row in rows if row.reached]
+    n_rec = len(converged_rows)
     total_cost = sum(r.spent_cost for r in records)
     total_energy = sum(r.energy for r in records)
     total_time = sum(r.time for r in records)
-    n_rec = sum(1 for row in rows if row.reached)
-    s = dict(
+    with_cost = [s for s in stats if s.mean_cost is not None]
+    best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
+    base = [r for r in records if r.reached and r.batch_size == default_batch_size]
+    means: dict[str, float | None] = {"cost": None, "energy": None, "time": None}
+    baselines: dict[str, float | None] = dict(means)
+    savings: dict[str, float | None] = dict(means)
+    if base and n_rec:
+        for key, total in (("cost", total_cost), ("energy", total_energy), ("time", total_time)):
+            mean = sum(getattr(r, key) for r in base) / len(base)
+            means[key] = mean
+            baselines[key] = mean * n_rec
+            savings[key] = _savings(total, mean * n_rec)
+    exploration = exploration_status(records)
+    return Summary(
         trials=len(records),
         recurrences=n_rec,
         total_time=total_time,
@@ -132,16 +442,41 @@ def summarize(records: Sequence[TrialRecord], default_batch_size: int | None = N
         total_cost=total_cost,
         best_batch_size=best,
         default_batch_size=default_batch_size,
+        default_mean_cost=means["cost"],
+        default_mean_energy=means["energy"],
+        default_mean_time=means["time"],
+        default_runs=len(base),
+        baseline_cost=baselines["cost"],
+        baseline_energy=baselines["energy"],
+        baseline_time=baselines["time"],
+        savings_cost=savings["cost"],
+        savings_energy=savings["energy"],
+        savings_time=savings["time"],
         estimated=any(r.estimated for r in records),
-        chosen=tuple(row.final_batch_size for row in rows if row.reached),
+        chosen=tuple(row.final_batch_size for row in converged_rows),
         interrupted=sum(1 for r in records if r.stop_reason == "interrupted"),
+        recurrence_costs=tuple(row.cost for row in rows),
+        by_batch_size=tuple(stats),
+        exploration=exploration,
+        steady=steady_state(rows, exploration, means["cost"], steady_window),
+        recommendation=recommend(stats, means["cost"]),
+        provenance=provenance(records),
     )
-    base = [r for r in converged if r.batch_size == default_batch_size]
-    if base and n_rec:
-        for key, total in (("cost", total_cost), ("energy", total_energy), ("time", total_time)):
-            mean = sum(getattr(r, key) for r in base) / len(base)
-            baseline = mean * n_rec
-            s[f"default_mean_{key}"] = mean
-            s[f"baseline_{key}"] = baseline
-            s[f"savings_{key}"] = 1.0 - total / baseline if baseline > 0 else None
-    return Summary(**s)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation (n - 1), None below two values."""
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def _savings(value: float, baseline: float | None) -> float | None:
+    if baseline is None or baseline <= 0 or not math.isfinite(value):
+        return None
+    return 1.0 - value / baseline

@@ -1,21 +1,24 @@
-"""Rich rendering: the live view of a run, and history tables and summaries."""
+"""Rendering of histories with rich: recurrence and batch-size tables, summary lines, machine formats.
+
+The figures come from `zeus_run.summary`; this module only lays them out.
+"""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from zeus_run.engine import TrialRequest
 from zeus_run.records import TrialRecord
-from zeus_run.spec import JobSpec
-from zeus_run.summary import Summary, recurrence_rows
+from zeus_run.summary import Summary, failure_reason, recurrence_rows
 
 OUTCOME_STYLE = {
     "target_reached": ("reached", "green"),
@@ -28,6 +31,75 @@ OUTCOME_STYLE = {
     "skipped": ("skipped", "bright_black"),
 }
 
+#: Longest failure reason shown in a table cell (the full text is in the log and in --format json).
+REASON_WIDTH = 50
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+SPARK_ASCII = "_.-~=+*#"
+
+Justify = Literal["left", "right"]
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@dataclass
+class Grid:
+    """A table as data, printed as a rich table on a terminal and as plain aligned lines elsewhere.
+
+    Attributes:
+        title: Line above the table.
+        columns: Header and justification of each column.
+        rows: Cells (rich markup allowed).
+        wrap: Columns a terminal may wrap; the others never wrap.
+        caption: Line below the table.
+    """
+
+    title: str
+    columns: list[tuple[str, Justify]]
+    rows: list[list[str]] = field(default_factory=list)
+    wrap: tuple[str, ...] = ("outcome",)
+    caption: str | None = None
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(list(cells))
+
+    def to_rich(self) -> Table:
+        table = Table(title=self.title, title_justify="left", pad_edge=False, show_edge=False, caption=self.caption)
+        for name, just in self.columns:
+            table.add_column(name, justify=just, no_wrap=name not in self.wrap)
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+    def plain_lines(self) -> list[str]:
+        """Aligned columns two spaces apart, a dashed rule under the header, no markup, nothing trailing."""
+        cells = [[Text.from_markup(c).plain for c in row] for row in self.rows]
+        heads = [name for name, _ in self.columns]
+        widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(heads)]
+
+        def line(values: Sequence[str]) -> str:
+            parts = [
+                v.rjust(w) if just == "right" else v.ljust(w)
+                for v, w, (_, just) in zip(values, widths, self.columns, strict=True)
+            ]
+            return "  ".join(parts).rstrip()
+
+        out = [self.title, line(heads), "  ".join("-" * w for w in widths)]
+        out.extend(line(r) for r in cells)
+        if self.caption:
+            out.append(self.caption)
+        return out
+
+
+def print_grid(console: Console, grid: Grid) -> None:
+    """A rich table on a terminal; plain lines in a log file or pipe."""
+    if console.is_terminal:
+        console.print(grid.to_rich())
+        return
+    for line in grid.plain_lines():
+        console.print(line, markup=False, highlight=False)
+
 
 def fmt_energy(j: float) -> str:
     """Joules with a readable unit."""
@@ -38,6 +110,7 @@ def fmt_energy(j: float) -> str:
 
 
 def fmt_time(s: float) -> str:
+    """Seconds with a readable unit."""
     if s >= 3600:
         return f"{s / 3600:.2f} h"
     if s >= 60:
@@ -45,93 +118,66 @@ def fmt_time(s: float) -> str:
     return f"{s:.2f} s"
 
 
+def fmt_duration(s: float) -> str:
+    """A wall-clock span, compact: ``45s``, ``3m05s``, ``2h07m``."""
+    s = max(0, round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def outcome_text(reason: str) -> str:
+    """A stop reason as its coloured outcome word (see the README's outcome table)."""
     label, style = OUTCOME_STYLE.get(reason, (reason, "white"))
     return f"[{style}]{label}[/]"
 
 
-class LiveRunView:
-    """Renders a run live: a progress bar over recurrences and a status line for the trial."""
-
-    def __init__(self, console, show_output: bool = True) -> None:
-        self.console = console
-        self.show_output = show_output
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        )
-        self.task = None
-        self.trial_label = ""
-        self.estimated = False
-        self.epoch_text = ""
-
-    def __enter__(self) -> LiveRunView:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-    # RunListener
-    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
-        self.estimated = energy.startswith("estimate")
-        what = "Resuming" if done else "Running"
-        self.console.print(
-            f"[bold]{what} {escape(spec.name)}[/] in {escape(str(run_dir))}: {spec.recurrences} recurrences, batch sizes {list(spec.batch_sizes)}"
-        )
-        self.console.print(f"Energy: {escape(energy)}")
-        self.task = self.progress.add_task("recurrences", total=spec.recurrences, completed=done, status="")
-
-    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
-        lr = f" lr={learning_rate:.3g}" if learning_rate is not None else ""
-        self.trial_label = (
-            f"rec {req.recurrence} try {req.attempt}: bs={req.decision.batch_size}{lr} ({req.decision.stage})"
-        )
-        self.epoch_text = ""
-        self._update(0.0, 0.0)
-
-    def on_output(self, line: str) -> None:
-        if self.show_output:
-            self.console.print(f"[dim]  | {escape(line.rstrip())}[/]")
-
-    def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None:
-        self.epoch_text = f"epoch {epoch} metric {metric:.4g}"
-        self._update(energy, cost)
-
-    def on_tick(self, time: float, energy: float, cost: float) -> None:
-        self._update(energy, cost)
-
-    def on_trial_end(self, record: TrialRecord) -> None:
-        est = "~" if record.estimated else ""
-        self.console.print(
-            f"  rec {record.recurrence} try {record.attempt}: bs={record.batch_size:<5} {outcome_text(record.stop_reason)} "
-            f"after {record.epochs} epoch(s), {fmt_time(record.time)}, {est}{fmt_energy(record.energy)}, cost {fmt_energy(record.cost)}"
-        )
-        if record.message and record.stop_reason in ("crashed", "timeout", "exited"):
-            self.console.print(
-                f"[dim]    {escape(record.message.splitlines()[0])} (log: {escape(record.log or '')})[/]"
-            )
-        if record.reached and self.task is not None:
-            self.progress.advance(self.task)
-
-    def _update(self, energy: float, cost: float) -> None:
-        if self.task is None:
-            return
-        est = "~" if self.estimated else ""
-        parts = [self.trial_label, self.epoch_text, f"{est}{fmt_energy(energy)}", f"cost {fmt_energy(cost)}"]
-        self.progress.update(self.task, status=" | ".join(p for p in parts if p))
+def shorten(text: str, width: int = REASON_WIDTH) -> str:
+    """One line, at most ``width`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def history_table(records: Sequence[TrialRecord], title: str) -> Table:
-    """One row per recurrence; a recurrence that needed retries lists every batch size tried."""
-    table = Table(title=title, title_justify="left", pad_edge=False)
-    for col, just in (
+def sparkline(values: Sequence[float], width: int = 60, ascii_only: bool = False) -> str:
+    """A one-line bar chart of ``values`` (low ``▁`` to high ``█``).
+
+    More values than ``width`` are averaged in consecutive buckets, so the
+    line never grows past ``width`` characters.
+    """
+    vals = [float(v) for v in values]
+    if not vals:
+        return ""
+    if len(vals) > width:
+        n = len(vals)
+        vals = [
+            sum(vals[i * n // width : (i + 1) * n // width]) / len(vals[i * n // width : (i + 1) * n // width])
+            for i in range(width)
+        ]
+    chars = SPARK_ASCII if ascii_only else SPARK_CHARS
+    lo, hi = min(vals), max(vals)
+    if hi <= lo:
+        return chars[len(chars) // 2] * len(vals)
+    top = len(chars) - 1
+    return "".join(chars[round((v - lo) / (hi - lo) * top)] for v in vals)
+
+
+def can_encode(text: str, stream: Any = None) -> bool:
+    """Whether ``stream`` (default stdout) can write ``text`` (not on an ASCII-only locale)."""
+    encoding = getattr(stream or sys.stdout, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
+    """One row per recurrence; a recurrence that needed retries lists every batch size tried and why they failed."""
+    rows = recurrence_rows(records)
+    with_limits = any(r.power_limit is not None for r in records)
+    columns: list[tuple[str, Justify]] = [
         ("rec", "right"),
         ("batch sizes", "right"),
         ("stage", "left"),
@@ -139,48 +185,165 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Table:
         ("time", "right"),
         ("energy", "right"),
         ("cost", "right"),
-        ("outcome", "left"),
-    ):
-        table.add_column(col, justify=just, no_wrap=col != "outcome")
-    for row in recurrence_rows(records):
-        sizes = ",".join(str(b) for b in row.batch_sizes)
-        failed = [o for o in row.outcomes[:-1]]
-        outcome = outcome_text(row.outcomes[-1])
-        if failed:
-            outcome += " after " + ", ".join(outcome_text(o) for o in failed)
+    ]
+    if with_limits:
+        columns.insert(2, ("power limit", "right"))
+    columns.append(("outcome", "left"))
+    table = Grid(title, columns)
+    for row in rows:
         est = "~" if row.estimated else ""
-        table.add_row(
+        cells = [
             str(row.recurrence),
-            sizes,
+            ",".join(str(b) for b in row.batch_sizes),
             row.stages[-1] if row.stages else "",
             str(row.epochs),
             fmt_time(row.time),
             f"{est}{fmt_energy(row.energy)}",
             fmt_energy(row.cost),
-            outcome,
-        )
+        ]
+        if with_limits:
+            cells.insert(2, f"{row.power_limit:g} W" if row.power_limit is not None else "-")
+        cells.append(_outcome_cell(row.outcomes, row.reasons))
+        table.add_row(*cells)
     return table
 
 
-def summary_lines(s: Summary) -> list[str]:
+def _outcome_cell(outcomes: Sequence[str], reasons: Sequence[str | None]) -> str:
+    """``reached after crashed (RuntimeError: CUDA out of memory)``."""
+    reasons = list(reasons) or [None] * len(outcomes)
+
+    def one(outcome: str, reason: str | None) -> str:
+        text = outcome_text(outcome)
+        if reason and outcome in ("crashed", "timeout"):
+            text += f" ({escape(shorten(reason))})"
+        return text
+
+    cell = one(outcomes[-1], reasons[-1])
+    if len(outcomes) > 1:
+        cell += " after " + ", ".join(one(o, r) for o, r in zip(outcomes[:-1], reasons[:-1], strict=True))
+    return cell
+
+
+def batch_size_table(s: Summary) -> Grid:
+    """Per batch size: trials, converged, mean and std of cost, mean epochs, time and energy."""
+    with_limits = any(b.power_limit is not None for b in s.by_batch_size)
+    cols: list[tuple[str, Justify]] = [
+        ("batch", "right"),
+        ("trials", "right"),
+        ("conv.", "right"),
+        ("mean cost", "right"),
+        ("std", "right"),
+        ("epochs", "right"),
+        ("time", "right"),
+        ("energy", "right"),
+    ]
+    if with_limits:
+        cols.append(("power", "right"))
+    cols.append(("note", "left"))
+    table = Grid(
+        "Per batch size (conv.: converged runs; mean and std over them; best: the recommended one)",
+        cols,
+        wrap=("note",),
+    )
+    est = "~" if s.estimated else ""
+    rec = s.recommendation.batch_size if s.recommendation else None
+    for b in s.by_batch_size:
+        notes = [
+            n for n, on in (("default", b.batch_size == s.default_batch_size), ("best", b.batch_size == rec)) if on
+        ]
+        cells = [
+            str(b.batch_size),
+            str(b.trials),
+            str(b.converged),
+            _opt(b.mean_cost, fmt_energy),
+            _opt(b.std_cost, fmt_energy),
+            _opt(b.mean_epochs, lambda v: f"{v:.1f}"),
+            _opt(b.mean_time, fmt_time),
+            est + _opt(b.mean_energy, fmt_energy) if b.mean_energy is not None else "-",
+        ]
+        if with_limits:
+            cells.append(_opt(b.power_limit, lambda v: f"{v:g} W"))
+        cells.append(", ".join(notes))
+        table.add_row(*cells)
+    return table
+
+
+def _opt(value: float | None, fmt: Any) -> str:
+    return "-" if value is None else fmt(value)
+
+
+def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
+    """The summary under the tables: what zeus-run chose, saves now and recommends."""
     est = " (estimated: no GPU was measured)" if s.estimated else ""
     lines = [
         f"Recurrences converged: {s.recurrences}   trials: {s.trials}"
         + (f"   interrupted: {s.interrupted}" if s.interrupted else ""),
-        f"Batch size chosen over time: {' '.join(str(b) for b in s.chosen) or '-'}",
-        f"Best batch size (lowest mean cost when converged): {s.best_batch_size if s.best_batch_size is not None else '-'}"
-        f"   default: {s.default_batch_size if s.default_batch_size is not None else '-'}",
-        f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}",
     ]
+    if s.recurrence_costs:
+        spark = sparkline(s.recurrence_costs, ascii_only=ascii_only)
+        lo, hi = min(s.recurrence_costs), max(s.recurrence_costs)
+        default = f"; default's mean {fmt_energy(s.default_mean_cost)}" if s.default_mean_cost is not None else ""
+        lines.append(
+            f"Cost per recurrence: {spark}  ({fmt_energy(lo)} to {fmt_energy(hi)}, recurrences 1-{len(s.recurrence_costs)}{default})"
+        )
+    lines.append(f"Batch size chosen over time: {' '.join(str(b) for b in s.chosen) or '-'}")
+    lines.append(_exploration_line(s))
+    lines.append(_default_line(s))
+    if s.steady is not None:
+        st = s.steady
+        span = (
+            f"recurrence {st.first}"
+            if st.recurrences == 1
+            else f"last {st.recurrences} recurrences, {st.first}-{st.last}"
+        )
+        vs = f", {_pct(st.savings)} against the default" if st.savings is not None else ""
+        lines.append(f"Steady state ({span}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
     if s.savings_cost is not None:
         lines.append(
-            f"Against always running the default batch size {s.default_batch_size} "
-            f"(its own mean of {fmt_energy(s.default_mean_cost or 0)} per recurrence): "
+            f"Whole history ({s.recurrences} recurrences, exploration included) against always running the default: "
             f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}"
         )
     else:
         lines.append("Savings against the default: unknown (the default batch size never converged in this history)")
+    if s.recommendation is not None:
+        r = s.recommendation
+        parts = [f"batch size {r.batch_size}"]
+        if r.learning_rate is not None:
+            parts.append(f"learning rate {r.learning_rate:.4g}")
+        parts.append(f"power limit {r.power_limit:g} W" if r.power_limit is not None else "power limit unchanged")
+        vs = f", {_pct(r.savings)} against the default" if r.savings is not None else ""
+        runs = "1 run" if r.runs == 1 else f"{r.runs} runs"
+        lines.append(f"Recommended: {', '.join(parts)} (mean cost {fmt_energy(r.mean_cost)} over {runs}{vs})")
+    lines.append(
+        f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
+    )
+    for name, values in s.provenance.items():
+        lines.append(f"{name.replace('_', ' ').capitalize()}: {escape('; '.join(values))}")
     return lines
+
+
+def _exploration_line(s: Summary) -> str:
+    x = s.exploration
+    if x is None or x.stage is None:
+        return "Exploration: not started"
+    if x.exploring:
+        return (
+            f"[yellow]Exploration: still going[/] ({x.stage}, after {x.recurrences} recurrence(s)); the savings "
+            "below include its cost and understate what the chosen batch size saves once it settles"
+        )
+    if not x.ended_after:
+        return "Exploration: none in this history"
+    return f"Exploration: over after recurrence {x.ended_after}; since then Thompson sampling picks among the survivors"
+
+
+def _default_line(s: Summary) -> str:
+    if s.default_batch_size is None:
+        return "Default batch size: unknown"
+    if s.default_mean_cost is None:
+        return f"Default batch size {s.default_batch_size}: never converged, so savings against it are unknown"
+    rough = " (a single run: a rough baseline)" if s.default_runs == 1 else ""
+    runs = "1 run" if s.default_runs == 1 else f"{s.default_runs} runs"
+    return f"Default batch size {s.default_batch_size}: mean cost {fmt_energy(s.default_mean_cost)} over {runs}{rough}"
 
 
 def _pct(v: float | None) -> str:
@@ -189,17 +352,22 @@ def _pct(v: float | None) -> str:
     return f"[green]{v * 100:.1f}% saved[/]" if v >= 0 else f"[red]{-v * 100:.1f}% more[/]"
 
 
+def summary_json(summary: Summary) -> dict[str, Any]:
+    """The summary as a JSON-ready dict (nested dataclasses as objects)."""
+    return dataclasses.asdict(summary)
+
+
 def write_records(records: Sequence[TrialRecord], fmt: str, summary: Summary | None = None) -> None:
-    """Machine-readable output on stdout."""
-    rows = [r.to_json() for r in records]
+    """Machine-readable output on stdout: ``json`` (trials and summary) or ``csv`` (one row per trial)."""
+    rows = [r.to_json() | {"reason": failure_reason(r)} for r in records]
     if fmt == "json":
-        out = {"trials": rows}
+        out: dict[str, Any] = {"trials": rows}
         if summary is not None:
-            out["summary"] = summary.__dict__ | {"chosen": list(summary.chosen)}
+            out["summary"] = summary_json(summary)
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    fields = list(rows[0]) if rows else list(TrialRecord.__dataclass_fields__)
+    fields = list(rows[0]) if rows else [*TrialRecord.__dataclass_fields__, "reason"]
     w = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r in rows:

@@ -28,7 +28,15 @@ def history_command(
     fmt: Format = FormatOption,
     trials: bool = typer.Option(False, "--trials", help="With --format table: also list every trial."),
 ) -> None:
-    """Show a run's recurrences: batch size chosen, epochs, time, energy, cost, outcome, and the savings.
+    """Show a run's recurrences, per-batch-size statistics, the savings and a recommended setting.
+
+    The table has one row per recurrence (a failed try shows its cause, e.g.
+    `crashed (RuntimeError: CUDA out of memory)`). Below it: per batch size,
+    trials, converged runs, mean and std of cost, epochs, time and energy; a
+    sparkline of cost per recurrence; whether exploration is still going; the
+    default batch size's mean and how many runs it rests on; the steady state
+    (the last recurrences after exploration against the default); and the
+    recommended batch size, learning rate and power limit.
 
     Example:
 
@@ -36,9 +44,16 @@ def history_command(
 
         zeus-run history runs/demo --format csv > demo.csv
     """
-    from zeus_run.cli._render import history_table, summary_lines, write_records
+    from zeus_run.cli._render import (
+        batch_size_table,
+        can_encode,
+        history_table,
+        print_grid,
+        summary_lines,
+        write_records,
+    )
     from zeus_run.history import read_history
-    from zeus_run.summary import summarize
+    from zeus_run.summary import failure_reason, summarize
 
     setup_logging()
     hist = run_dir_history(path)
@@ -48,12 +63,15 @@ def history_command(
         write_records(records, fmt.value, summary)
         return
     out = out_console()
-    out.print(history_table(records, f"{len(records)} trial(s) in {hist}"))
+    print_grid(out, history_table(records, f"{len(records)} trial(s) in {hist}"))
     if trials:
         for r in records:
+            reason = failure_reason(r)
             out.print(
                 f"  #{r.trial} rec {r.recurrence} try {r.attempt} bs={r.batch_size} {r.stop_reason} epochs={r.epochs} "
-                f"cost={r.cost:.1f} J metrics={list(r.metrics)}"
+                f"cost={r.cost:.1f} J metrics={list(r.metrics)}" + (f" reason={reason!r}" if reason else ""),
+                markup=False,
             )
-    for line in summary_lines(summary):
+    print_grid(out, batch_size_table(summary))
+    for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)

@@ -54,7 +54,7 @@ def replay_command(
 
         zeus-run replay runs/demo --no-early-stop --format json
     """
-    from zeus_run.cli._render import fmt_energy, history_table
+    from zeus_run.cli._render import fmt_energy, history_table, print_grid
     from zeus_run.history import read_history
     from zeus_run.replay import Knobs, audit, what_if, with_changes
 
@@ -108,11 +108,12 @@ def replay_command(
         print(",".join(summary))
         print(",".join("" if v is None else str(v) for v in summary.values()))
         return
-    out.print(
+    print_grid(
+        out,
         history_table(
             res.records,
             f"What-if replay of {hist.parent} (eta={new.eta}, beta={new.beta}, policy={new.optimizer.policy})",
-        )
+        ),
     )
     rel = summary["relative_cost"]
     out.print(

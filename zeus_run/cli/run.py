@@ -40,6 +40,10 @@ def run_command(
     """Run a recurring training job, choosing each recurrence's batch size with Zeus.
 
     Re-running the same command on the same run directory resumes where it stopped.
+    On a terminal a status line shows the recurrence N/M, the elapsed time and
+    an ETA; elsewhere (cron, CI, Slurm) each trial's start and end is one plain
+    line with the same figures. -q prints only warnings and errors (a crashed
+    trial is a warning); -v adds debug lines such as each trial's command.
 
     Example:
 
@@ -47,7 +51,8 @@ def run_command(
 
         zeus-run run job.yaml --run-dir runs/nightly -n 50
     """
-    from zeus_run.cli._render import LiveRunView, history_table, summary_lines
+    from zeus_run.cli._live import make_run_view
+    from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
     from zeus_run.errors import UsageError
     from zeus_run.rundir import SPEC_NAME
     from zeus_run.runner import run_job
@@ -61,11 +66,15 @@ def run_command(
     if new and force:
         raise UsageError("--new and --force both start a fresh run directory; pass only one.")
     err = err_console()
-    with LiveRunView(err, show_output=not no_output) as view:
+    with make_run_view(err, show_output=not no_output, quiet=quiet) as view:
         result = run_job(spec, run_dir=run_dir, listener=view, new=new, force=force)
+    if quiet:
+        return
     records = result.records
+    summary = summarize(records, spec.default_batch_size)
     out = out_console()
-    out.print(history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
-    for line in summary_lines(summarize(records, spec.default_batch_size)):
+    print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
+    print_grid(out, batch_size_table(summary))
+    for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
     err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")

@@ -28,8 +28,7 @@ from zeus_run.cli._common import (
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
+    from zeus_run.cli._render import Grid
     from zeus_run.sim import SimResult, TraceJob
     from zeus_run.spec import OptimizerSettings
 
@@ -122,6 +121,7 @@ def simulate_command(
 
         zeus-run simulate job.yaml --train t.csv --power p.csv --horizon 50 --run-dir runs/sim --format json
     """
+    from zeus_run.cli._render import print_grid
     from zeus_run.sim import job_table, load_traces, simulate
     from zeus_run.spec import OptimizerSettings
 
@@ -156,7 +156,7 @@ def simulate_command(
         elif fmt is Format.csv:
             rows.extend(_flat(r.to_json()) for r in results)
         else:
-            out_console().print(result_table(results))
+            print_grid(out_console(), result_table(results))
     if rows:
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
@@ -179,9 +179,9 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def result_table(results: list[SimResult]) -> Table:
+def result_table(results: list[SimResult]) -> Grid:
     """One job's seeds and its baselines, relative to Default."""
-    from rich.table import Table
+    from zeus_run.cli._render import Grid
 
     first = results[0]
     t = first.table
@@ -189,9 +189,14 @@ def result_table(results: list[SimResult]) -> Table:
         f"{t.job.name} on {t.gpu}: {first.policy}, horizon {first.horizon}, b0 {t.default_batch_size}, "
         f"{len(t.batch_sizes)} batch sizes x {len(t.power_limits)} power limits"
     )
-    table = Table(title=title, caption="regret: cost / Oracle - 1; Def: Default (b0 at max power limit)")
-    for col in ("run", "cost (MJ)", "cost/Def", "energy/Def", "time/Def", "regret", "final bs", "final PL W"):
-        table.add_column(col, justify="left" if col == "run" else "right")
+    table = Grid(
+        title,
+        [
+            (col, "left" if col == "run" else "right")
+            for col in ("run", "cost (MJ)", "cost/Def", "energy/Def", "time/Def", "regret", "final bs", "final PL W")
+        ],
+        caption="regret: cost / Oracle - 1; Def: Default (b0 at max power limit)",
+    )
     d = first.default
     for r in results:
         js = r.to_json()
