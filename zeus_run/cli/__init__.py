@@ -16,6 +16,7 @@ import typer
 from zeus_run import __version__
 from zeus_run.cli.check import check_command
 from zeus_run.cli.history import history_command
+from zeus_run.cli.plot import plot_command
 from zeus_run.cli.replay import replay_command
 from zeus_run.cli.run import run_command
 from zeus_run.cli.simulate import simulate_command
@@ -52,11 +53,12 @@ def _root(
 
 app.command("run")(run_command)
 app.command("history")(history_command)
+app.command("plot")(plot_command)
 app.command("check")(check_command)
 app.command("simulate")(simulate_command)
 app.command("replay")(replay_command)
 
-COMMANDS = ("run", "history", "check", "simulate", "replay")
+COMMANDS = ("run", "history", "plot", "check", "simulate", "replay")
 
 
 def unknown_command_message(word: str) -> str | None:

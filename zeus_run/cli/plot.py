@@ -1,0 +1,39 @@
+"""``zeus-run plot``: a picture of a run (needs the optional extra ``zeus-run[plot]``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from zeus_run.cli._common import err_console, handle_errors, run_dir_history, setup_logging
+
+
+@handle_errors
+def plot_command(
+    path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (e.g. runs/demo) or its history.jsonl."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Image to write: .png, .svg or .pdf (default: RUN_DIR/plot.png)."
+    ),
+) -> None:
+    """Draw a run into an image: cost per recurrence against the default batch size's, batch size and power limit over time, and each batch size's cost distribution.
+
+    Works for real runs and for the run directories that `zeus-run simulate
+    --run-dir` writes. Needs matplotlib: pip install 'zeus-run[plot]'.
+
+    Example:
+
+        zeus-run plot runs/demo
+
+        zeus-run plot runs/sim/cifar100-a40-zeus-seed1 -o cifar100.png
+    """
+    from zeus_run.cli.history import default_batch_size_of
+    from zeus_run.history import read_history
+    from zeus_run.plot import load_matplotlib, plot_history
+
+    setup_logging()
+    hist = run_dir_history(path)
+    load_matplotlib()  # a missing extra is reported before the history is read
+    records = read_history(hist)
+    out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=default_batch_size_of(hist))
+    err_console().print(f"Plot written to {out}", markup=False)
