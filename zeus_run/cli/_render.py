@@ -313,7 +313,10 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         parts.append(f"power limit {r.power_limit:g} W" if r.power_limit is not None else "power limit unchanged")
         vs = f", {_pct(r.savings)} against the default" if r.savings is not None else ""
         runs = "1 run" if r.runs == 1 else f"{r.runs} runs"
-        lines.append(f"Recommended: {', '.join(parts)} (mean cost {fmt_energy(r.mean_cost)} over {runs}{vs})")
+        provisional = " [yellow](provisional: still exploring)[/]" if s.exploration and s.exploration.exploring else ""
+        lines.append(
+            f"Recommended: {', '.join(parts)} (mean cost {fmt_energy(r.mean_cost)} over {runs}{vs}){provisional}"
+        )
     lines.append(
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
     )
