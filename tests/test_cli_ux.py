@@ -331,3 +331,14 @@ def test_setup_logging_levels():
     assert root.level == logging.WARNING
     setup_logging()
     assert root.level == logging.INFO and len(root.handlers) == 1
+
+
+def test_shell_completion_lists_commands_and_format_choices():
+    def complete(words: str, cword: int) -> list[str]:
+        env = {"_ZEUS_RUN_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+        r = zeus(env=env)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    assert complete("zeus-run hi", 1) == ["history"]
+    assert complete("zeus-run history runs/x --format ", 4) == ["table", "json", "csv"]

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("zeus_run.cli")
 
-FAILED = ("crashed", "timeout", "exited", "max_epochs", "cost_threshold", "skipped")
-
 
 class RunClock:
     """Recurrences done, elapsed time and an ETA for one launcher session.
