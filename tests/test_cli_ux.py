@@ -342,3 +342,45 @@ def test_shell_completion_lists_commands_and_format_choices():
 
     assert complete("zeus-run hi", 1) == ["history"]
     assert complete("zeus-run history runs/x --format ", 4) == ["table", "json", "csv"]
+
+
+def test_live_line_keeps_progress_whole_at_80_columns(write_spec):
+    import io
+    import re
+
+    from rich.console import Console
+
+    from zeus_run.cli._live import LiveRunView, make_run_view
+    from zeus_run.engine import TrialRequest
+    from zeus_run.optimizer import Decision
+    from zeus_run.spec import load_spec
+
+    spec = load_spec(write_spec(spec_text(body="recurrences: 20").replace("recurrences: 1\n", "")))
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    view = make_run_view(console, show_output=False, quiet=False)
+    assert isinstance(view, LiveRunView)
+    with view:
+        view.on_run_start(spec, Path("runs/t"), "estimate: 100 W x time", 0)
+        req = TrialRequest(1, 1, 0, 0, Decision(2, "pruning", "round 1"), float("inf"))
+        view.on_trial_start(req, 0.123456, Path("runs/t/trials/r0001-t01"))
+        view.on_epoch(3, 0.7123, 12.0, 1234.5, 2345.6)
+        view.progress.refresh()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", buf.getvalue())
+    lines = [line for line in text.splitlines() if "recurrence 1/20" in line]
+    assert lines, buf.getvalue()
+    line = lines[-1]
+    assert "recurrence 1/20 | elapsed 0s | ETA --" in line
+    assert len(line) <= 80 and "bs=2" in line  # the trial's details come after and are cut to fit
+
+
+def test_plain_view_is_chosen_off_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from zeus_run.cli._live import PlainRunView, QuietRunView, make_run_view
+
+    console = Console(file=io.StringIO(), width=80)
+    assert type(make_run_view(console, show_output=True, quiet=False)) is PlainRunView
+    assert type(make_run_view(console, show_output=True, quiet=True)) is QuietRunView
