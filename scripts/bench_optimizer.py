@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Benchmark the batch-size policies on the Zeus paper's traces.
 
-Runs the six recurring jobs on each GPU and seed over the paper's horizon
-(eta 0.5, beta 2.0) with the faithful ``zeus`` policy and ``zeus-plus``, and
-prints per (job, gpu) the medians over seeds of cost / Default and regret vs
-Oracle, the median over rows, and the wall time.
+Runs each (job, gpu) row over the paper's horizon for every seed and policy,
+and prints per row the median over seeds of cost / Default, the median and
+90th percentile of regret vs Oracle and, where the trace directory has
+``zeus_reference_200_seeds.jsonl``, the Zeus reference's 200-seed median.
+Under each table: the median over rows, the worst row, rows worse than the
+reference (eta 0.5, beta 2.0 only: the reference was measured there) and rows
+worse than ``zeus`` on the same seeds (when ``zeus`` is benchmarked too), and
+the grid's wall time.
 
 Example:
 
-    python scripts/bench_optimizer.py --traces ../shared/traces --gpus v100,a40 --seeds 1-5
+    python scripts/bench_optimizer.py --traces ../shared/traces                   # seeds 1-100, eta 0.5, beta 2
+    python scripts/bench_optimizer.py --traces ../shared/traces --eta 0.2 --beta null
     python scripts/bench_optimizer.py --traces ../shared/traces --gpus v100 --seeds 1 --json
 """
 
@@ -16,18 +21,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zeus_run.errors import TraceError, ZeusRunError
-from zeus_run.sim import JOBS, job_table, load_traces, simulate
-from zeus_run.spec import OptimizerSettings
+from zeus_run.sim import JOBS, JobTable, job_table, load_traces, simulate
+from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
 
-POLICIES = ("zeus", "zeus-plus")
+REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
+#: Knobs the reference was measured with.
+REFERENCE_KNOBS = (0.5, 2.0)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (job, gpu) row of one policy: per-seed outcomes, in seed order."""
+
+    job: str
+    gpu: str
+    horizon: int
+    regrets: tuple[float, ...]
+    cost_ratios: tuple[float, ...]
+    summaries: tuple[dict, ...] = ()
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.regrets)
+
+    @property
+    def p90(self) -> float:
+        return float(np.percentile(self.regrets, 90))
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -42,29 +74,62 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+def parse_beta(text: str) -> float | None:
+    """``2.0`` -> 2.0; ``null`` or ``none`` -> None (early stopping off)."""
+    if text.lower() in ("null", "none", "off"):
+        return None
+    value = float(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument(
         "--traces", required=True, type=Path, help="directory with summary_train.csv and summary_power_<gpu>.csv"
     )
     ap.add_argument("--gpus", default="v100,a40", help="comma-separated GPU names (default: v100,a40)")
-    ap.add_argument("--seeds", default="1-5", help="seeds, e.g. 1-5 or 1,2,3 (default: 1-5)")
+    ap.add_argument("--seeds", default="1-100", help="seeds, e.g. 1-100 or 1,2,3 (default: 1-100)")
     ap.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names (default: the six paper jobs)")
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies (default: zeus,zeus-plus)")
+    ap.add_argument(
+        "--policies",
+        default=",".join(dict.fromkeys(("zeus", DEFAULT_POLICY))),
+        help=f"comma-separated policies among {', '.join(POLICIES)} (default: zeus and the default policy)",
+    )
+    ap.add_argument("--eta", type=float, default=0.5, help="cost knob in [0, 1] (default: 0.5)")
+    ap.add_argument("--beta", default="2.0", help="early-stop knob, or null to disable it (default: 2.0)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=min(os.cpu_count() or 1, 8),
+        help="processes simulating rows in parallel (default: the CPU count, at most 8; 1: in this process)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError:
-        ap.error(f"--seeds {args.seeds!r}: use e.g. 1-5 or 1,2,3")
+        ap.error(f"--seeds {args.seeds!r}: use e.g. 1-100 or 1,2,3")
     try:
-        return run(args, seeds)
+        beta = parse_beta(args.beta)
+    except ValueError:
+        ap.error(f"--beta {args.beta!r}: use a positive number, or null to disable early stopping")
+    if not 0.0 <= args.eta <= 1.0:
+        ap.error(f"--eta {args.eta}: use a number in [0, 1]")
+    if not seeds:
+        ap.error("--seeds is empty")
+    unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
+    if unknown:
+        ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    try:
+        return run(args, seeds, beta)
     except ZeusRunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
-def run(args: argparse.Namespace, seeds: list[int]) -> int:
+def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     gpus = [g for g in args.gpus.split(",") if g]
     jobs = [j for j in args.jobs.split(",") if j]
     policies = [p for p in args.policies.split(",") if p]
@@ -72,49 +137,106 @@ def run(args: argparse.Namespace, seeds: list[int]) -> int:
     if unknown:
         print(f"error: unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}", file=sys.stderr)
         return 2
-    tables = {}
+    tables: list[JobTable] = []
     for gpu in gpus:
         traces = load_traces(args.traces / "summary_train.csv", args.traces / f"summary_power_{gpu}.csv")
         for job in jobs:
             try:
-                tables[job, gpu] = job_table(traces, JOBS[job])
+                tables.append(job_table(traces, JOBS[job]))
             except TraceError as exc:
                 print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
+    reference = load_reference(args.traces / REFERENCE_FILE) if (args.eta, beta) == REFERENCE_KNOBS else {}
+    results: dict[str, list[Row]] = {}
+    walls: dict[str, float] = {}
     for policy in policies:
-        settings = OptimizerSettings.for_policy(policy)
+        tasks = [(t, policy, args.eta, beta, seeds, args.json) for t in tables]
         start = time.perf_counter()
-        rows = []
-        for gpu in gpus:
-            for job in jobs:
-                if (job, gpu) not in tables:
-                    continue
-                results = [
-                    simulate(tables[job, gpu], eta=0.5, beta=2.0, seed=s, settings=settings, baselines=False)
-                    for s in seeds
-                ]
-                rows.append((job, gpu, results))
-        wall = time.perf_counter() - start
-        if args.json:
-            for _, _, results in rows:
-                for r in results:
-                    print(json.dumps(r.to_json()))
+        if args.workers > 1 and len(tasks) > 1:
+            with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
+                results[policy] = list(pool.map(simulate_row, tasks))
         else:
-            print_table(policy, rows, wall)
+            results[policy] = [simulate_row(t) for t in tasks]
+        walls[policy] = time.perf_counter() - start
+    if args.json:
+        for rows in results.values():
+            for row in rows:
+                for summary in row.summaries:
+                    print(json.dumps(summary))
+        return 0
+    print(f"eta {args.eta}, beta {'null' if beta is None else beta}, seeds {args.seeds} ({len(seeds)})\n")
+    for policy in policies:
+        print_table(
+            policy, results[policy], walls[policy], reference, results.get("zeus") if policy != "zeus" else None
+        )
     return 0
 
 
-def print_table(policy: str, rows: list, wall: float) -> None:
+def simulate_row(task: tuple) -> Row:
+    """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
+    table, policy, eta, beta, seeds, keep = task
+    settings = OptimizerSettings.for_policy(policy)
+    regrets, ratios, summaries = [], [], []
+    for seed in seeds:
+        try:
+            r = simulate(table, eta=eta, beta=beta, seed=seed, settings=settings, baselines=False)
+        except ZeusRunError as exc:
+            raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
+        regrets.append(r.regret)
+        ratios.append(r.cost / r.default_cost)
+        if keep:
+            summaries.append(r.to_json())
+    return Row(table.job.name, table.gpu, table.horizon, tuple(regrets), tuple(ratios), tuple(summaries))
+
+
+def load_reference(path: Path) -> dict[tuple[str, str], float]:
+    """``(job, gpu) -> median regret`` of the Zeus reference (fraction), if the file exists."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out[d["workload"], d["gpu"]] = d["median_regret"] / 100.0
+    return out
+
+
+def print_table(
+    policy: str, rows: list[Row], wall: float, reference: dict[tuple[str, str], float], zeus: list[Row] | None
+) -> None:
+    zeus_rows = {(r.job, r.gpu): r for r in zeus or ()}
     print(f"policy {policy}")
-    print(f"{'job':<14}{'gpu':<6}{'horizon':>8}{'cost/Default':>14}{'regret':>9}")
-    regrets = []
-    for job, gpu, results in rows:
-        cost_ratio = statistics.median(r.cost / r.default_cost for r in results)
-        regret = statistics.median(r.regret for r in results)
-        regrets.append(regret)
-        print(f"{job:<14}{gpu:<6}{results[0].horizon:>8}{cost_ratio:>14.3f}{regret * 100:>8.1f}%")
-    if regrets:
-        print(f"median regret over {len(rows)} rows: {statistics.median(regrets) * 100:.2f}%")
-    print(f"wall time: {wall:.2f} s ({sum(len(r[2]) for r in rows)} simulations)")
+    head = f"{'job':<14}{'gpu':<6}{'horizon':>8}{'cost/Default':>14}{'median':>9}{'p90':>8}"
+    head += f"{'reference':>11}" if reference else ""
+    head += f"{'zeus':>8}" if zeus_rows else ""
+    print(head)
+    worse_ref, worse_zeus = [], []
+    for r in rows:
+        line = (
+            f"{r.job:<14}{r.gpu:<6}{r.horizon:>8}{statistics.median(r.cost_ratios):>14.3f}"
+            f"{r.median * 100:>8.2f}%{r.p90 * 100:>7.2f}%"
+        )
+        ref = reference.get((r.job, r.gpu))
+        if reference:
+            line += f"{ref * 100:>10.2f}%" if ref is not None else f"{'-':>11}"
+            if ref is not None and r.median > ref:
+                worse_ref.append(f"{r.job} {r.gpu}")
+        z = zeus_rows.get((r.job, r.gpu))
+        if zeus_rows:
+            line += f"{z.median * 100:>7.2f}%" if z is not None else f"{'-':>8}"
+            if z is not None and r.median > z.median:
+                worse_zeus.append(f"{r.job} {r.gpu}")
+        print(line)
+    if rows:
+        worst = max(rows, key=lambda r: r.median)
+        print(
+            f"median regret over {len(rows)} rows: {statistics.median(r.median for r in rows) * 100:.2f}%; "
+            f"worst row: {worst.median * 100:.2f}% ({worst.job} {worst.gpu})"
+        )
+    if reference:
+        print(f"rows worse than the reference: {', '.join(worse_ref) or 'none'}")
+    if zeus_rows:
+        print(f"rows worse than zeus: {', '.join(worse_zeus) or 'none'}")
+    print(f"wall time: {wall:.2f} s ({sum(len(r.regrets) for r in rows)} simulations)")
     print()
 
 

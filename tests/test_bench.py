@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.sim_helpers import write_tiny_traces
+from zeus_run.sim import JOBS, job_table, load_traces, simulate
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
 
@@ -33,7 +36,66 @@ def test_bench_json_on_tiny_traces(tmp_path):
 
 
 def test_bench_table_on_real_traces(traces_dir):
-    out = bench("--traces", str(traces_dir), "--gpus", "v100", "--seeds", "1", "--jobs", "squad")
+    out = bench(
+        "--traces",
+        str(traces_dir),
+        "--gpus",
+        "v100",
+        "--seeds",
+        "1-3",
+        "--jobs",
+        "squad",
+        "--policies",
+        "zeus,zeus-plus",
+    )
     assert out.returncode == 0, out.stderr
     assert "policy zeus\n" in out.stdout and "policy zeus-plus" in out.stdout
-    assert "squad" in out.stdout and "median regret over 1 rows" in out.stdout
+    assert "eta 0.5, beta 2.0, seeds 1-3 (3)" in out.stdout
+    headers = [line.split() for line in out.stdout.splitlines() if line.startswith("job")]
+    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "reference"]
+    assert headers == [columns, [*columns, "zeus"]]  # zeus-plus's table also shows zeus's medians
+    assert "median regret over 1 rows" in out.stdout and "worst row:" in out.stdout
+    assert "rows worse than the reference:" in out.stdout
+    assert "rows worse than zeus:" in out.stdout  # zeus-plus is compared with zeus on the same seeds
+    assert "(3 simulations)" in out.stdout
+
+
+def test_bench_rows_match_simulate_in_one_or_many_processes(traces_dir):
+    """Medians and p90 are those of the per-seed regrets, whatever the number of worker processes."""
+    args = ("--traces", str(traces_dir), "--gpus", "v100", "--jobs", "squad", "--seeds", "1-6", "--policies", "zeus")
+    one, many = bench(*args, "--eta", "0.2", "--workers", "1"), bench(*args, "--eta", "0.2", "--workers", "2")
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    table = [line for line in one.stdout.splitlines() if line.startswith("squad")]
+    assert len(table) == 1 and table == [line for line in many.stdout.splitlines() if line.startswith("squad")]
+    regrets = [json.loads(line)["regret"] for line in bench(*args, "--eta", "0.2", "--json").stdout.splitlines()]
+    assert len(regrets) == 6
+    cells = table[0].split()
+    assert float(cells[4].rstrip("%")) == pytest.approx(statistics.median(regrets) * 100, abs=0.006)
+    assert float(cells[5].rstrip("%")) == pytest.approx(float(np.percentile(regrets, 90)) * 100, abs=0.006)
+    assert "rows worse than the reference" not in one.stdout  # the reference was measured at eta 0.5 only
+
+
+@pytest.mark.parametrize(("eta", "beta", "flag"), [(0.2, None, "null"), (0.8, 1.5, "1.5")])
+def test_bench_passes_eta_and_beta_to_the_simulator(traces_dir, eta, beta, flag):
+    args = ("--traces", str(traces_dir), "--gpus", "v100", "--jobs", "squad", "--seeds", "3-4", "--policies", "zeus")
+    out = bench(*args, "--eta", str(eta), "--beta", flag, "--json")
+    assert out.returncode == 0, out.stderr
+    table = job_table(
+        load_traces(traces_dir / "summary_train.csv", traces_dir / "summary_power_v100.csv"), JOBS["squad"]
+    )
+    expected = [simulate(table, eta=eta, beta=beta, seed=s, baselines=False).to_json() for s in (3, 4)]
+    assert [json.loads(line) for line in out.stdout.splitlines()] == expected
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--beta", "-1", "--beta"),
+        ("--eta", "1.5", "--eta"),
+        ("--policies", "nope", "unknown nope"),
+        ("--seeds", "x", "--seeds"),
+    ],
+)
+def test_bench_rejects_bad_options(tmp_path, flag, value, message):
+    out = bench("--traces", str(tmp_path), flag, value)
+    assert out.returncode == 2 and message in out.stderr

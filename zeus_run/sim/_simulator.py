@@ -86,22 +86,10 @@ class TraceExecutor:
         col, profiled = self.power_limit(row)
         per_epoch = float(self._epoch_cost[row, col])
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
-        common = dict(
-            job=t.job.name,
-            recurrence=req.recurrence,
-            attempt=req.attempt,
-            trial=req.trial,
-            batch_size=bs,
-            stage=req.decision.stage,
-            max_power=t.max_power,
-            energy_source="trace",
-            kind="simulated",
-            power_limit=t.power_limits[col],
-            detail=req.decision.detail,
-            cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
-        )
         if limit <= 0:
-            return TrialRecord(
+            return self._record(
+                req,
+                col,
                 epochs=0,
                 time=0.0,
                 energy=0.0,
@@ -109,22 +97,57 @@ class TraceExecutor:
                 reached=False,
                 stop_reason="skipped",
                 message=f"one epoch costs {per_epoch:.4g} J, over the threshold",
-                **common,
             )
         target = self.sample_path(row)
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
         energy, time = self._charge(row, col, epochs, profiled)
-        reason = "target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs")
-        return TrialRecord(
+        return self._record(
+            req,
+            col,
             epochs=epochs,
             time=time,
             energy=energy,
             cost=zeus_cost(energy, time, self.eta, t.max_power),
             reached=reached,
-            stop_reason=reason,
+            stop_reason="target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs"),
             message="profiled all power limits in epoch 1" if profiled else None,
-            **common,
+        )
+
+    def _record(
+        self,
+        req: TrialRequest,
+        col: int,
+        *,
+        epochs: int,
+        time: float,
+        energy: float,
+        cost: float,
+        reached: bool,
+        stop_reason: str,
+        message: str | None,
+    ) -> TrialRecord:
+        t = self.table
+        return TrialRecord(
+            job=t.job.name,
+            recurrence=req.recurrence,
+            attempt=req.attempt,
+            trial=req.trial,
+            batch_size=req.decision.batch_size,
+            stage=req.decision.stage,
+            epochs=epochs,
+            time=time,
+            energy=energy,
+            max_power=t.max_power,
+            cost=cost,
+            reached=reached,
+            stop_reason=stop_reason,
+            energy_source="trace",
+            kind="simulated",
+            power_limit=t.power_limits[col],
+            cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
+            message=message,
+            detail=req.decision.detail,
         )
 
     def _charge(self, row: int, col: int, epochs: int, profiled: bool) -> tuple[float, float]:
@@ -157,8 +180,7 @@ class Expected:
 
 def expected(table: JobTable, eta: float, row: int, col: int) -> Expected:
     """Expected outcome of batch-size row ``row`` at limit column ``col`` (mean target epoch of the runs that reached)."""
-    runs = table.target_epochs[row]
-    mean_epochs = float(np.nanmean(runs)) if np.any(~np.isnan(runs)) else math.nan
+    mean_epochs = float(table.mean_epochs[row])
     energy = mean_epochs * float(table.avg_power[row, col] * table.time_per_epoch[row, col])
     time = mean_epochs * float(table.time_per_epoch[row, col])
     return Expected(
@@ -205,9 +227,10 @@ def grid_search_cost(table: JobTable, eta: float, horizon: int, seed: int) -> fl
         for c in range(len(table.power_limits))
         if not math.isnan(cost[r, c])
     ]
-    total, best, best_cost = 0.0, None, math.inf
+    total, best_cost = 0.0, math.inf
+    best: tuple[int, int] | None = None
     for k in range(horizon):
-        r, c = configs[k] if k < len(configs) else best
+        r, c = configs[k] if k < len(configs) or best is None else best
         runs = table.target_epochs[r]
         target = float(runs[rng.integers(len(runs))])
         reached = not math.isnan(target) and target <= table.job.max_epochs

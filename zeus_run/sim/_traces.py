@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,11 @@ class JobTable:
     time_per_epoch: np.ndarray
     avg_power: np.ndarray
     target_epochs: tuple[np.ndarray, ...]
+
+    @cached_property
+    def mean_epochs(self) -> np.ndarray:
+        """Per batch size, the mean target epoch of the runs that reached it (NaN: none did)."""
+        return np.array([float(np.mean(r[~np.isnan(r)])) if np.any(~np.isnan(r)) else math.nan for r in self.target_epochs])
 
     @property
     def horizon(self) -> int:
@@ -196,11 +202,15 @@ def job_table(traces: Traces, job: TraceJob) -> JobTable:
             "network, optimizer and target_metric against the traces."
         )
     batch_sizes = tuple(sorted(epochs))
-    limits = tuple(sorted({pl for bs in batch_sizes for pl in traces.power[(*prefix, bs)]}))
+
+    def key_of(bs: int) -> tuple[str, str, str, int]:
+        return (job.dataset, job.network, job.optimizer, bs)
+
+    limits = tuple(sorted({pl for bs in batch_sizes for pl in traces.power[key_of(bs)]}))
     tpe = np.full((len(batch_sizes), len(limits)), np.nan)
     pwr = np.full_like(tpe, np.nan)
     for i, bs in enumerate(batch_sizes):
-        for pl, (t, p) in traces.power[(*prefix, bs)].items():
+        for pl, (t, p) in traces.power[key_of(bs)].items():
             j = limits.index(pl)
             tpe[i, j], pwr[i, j] = t, p
     job_max = max(k[3] for k in traces.power if k[:3] == prefix)

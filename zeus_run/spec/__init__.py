@@ -3,7 +3,9 @@
 from zeus_run.spec._load import load_spec, parse_spec, placeholder_names, substitute
 from zeus_run.spec._model import (
     DECISION_FIELDS,
+    DEFAULT_POLICY,
     PLACEHOLDERS,
+    POLICIES,
     POLICY_DEFAULTS,
     EnergySettings,
     JobSpec,
@@ -14,7 +16,9 @@ from zeus_run.spec._model import (
 
 __all__ = [
     "DECISION_FIELDS",
+    "DEFAULT_POLICY",
     "PLACEHOLDERS",
+    "POLICIES",
     "POLICY_DEFAULTS",
     "EnergySettings",
     "JobSpec",

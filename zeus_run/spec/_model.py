@@ -29,6 +29,8 @@ LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
 ENERGY_SOURCES = ("auto", "nvml", "estimate")
 POLICIES = ("zeus", "zeus-plus")
+#: The policy a spec without ``optimizer.policy`` gets.
+DEFAULT_POLICY = "zeus"
 
 #: Knobs whose default depends on the policy: ``zeus`` keeps the published
 #: two pruning rounds and two observations per arm; ``zeus-plus`` prunes once and
