@@ -334,10 +334,10 @@ def run_job_prefix(run_name: str, run_dir: Path) -> str:
     """The job-name prefix shared by all the trials of one run.
 
     It carries the run's name (for people reading ``squeue``) and a hash of its
-    absolute directory, so that two runs of the same name in different
+    resolved directory, so that two runs of the same name in different
     directories never take each other's jobs.
     """
-    digest = hashlib.sha1(str(Path(run_dir).absolute()).encode()).hexdigest()[:8]
+    digest = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:8]
     clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_name)[:40]
     return f"zeus-{clean}-{digest}-"
 
