@@ -51,8 +51,14 @@ elapsed() { # since EPOCHREALTIME value -> seconds with one decimal
 
 is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 
+alive() { # pid -> running (a zombie that nobody reaps counts as gone)
+    local st
+    st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+    [[ -n $st && $st != Z ]]
+}
+
 pid_alive() { # pidfile
-    [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
+    [[ -s $1 ]] && alive "$(cat "$1")"
 }
 
 node_names() { # N -> n1 n2 ...
@@ -200,8 +206,17 @@ log_tail() {
     done
 }
 
-daemons_running() {
+daemons_running() { # slurmctld is up
     pid_alive "$DIR/run/slurmctld.pid"
+}
+
+all_running() { # slurmctld and every configured slurmd are up
+    local n node
+    n=$(configured_nodes)
+    ((n > 0)) && daemons_running || return 1
+    for node in $(node_names "$n"); do
+        pid_alive "$DIR/run/slurmd-$node.pid" || return 1
+    done
 }
 
 cmd_start() {
@@ -214,19 +229,18 @@ cmd_start() {
         say "ZEUS_SLURM_GPUS, ZEUS_SLURM_PORT and ZEUS_SLURM_MIN_JOB_AGE must be whole numbers, ZEUS_SLURM_CPUS at least 1"
         exit 2
     fi
-    if daemons_running; then
-        if [[ $(configured_nodes) == "$n" ]] && wait_idle "$n" 10; then
-            say "already running with $n nodes (SLURM_CONF=$CONF)"
-            return 0
-        fi
-        say "running with a different setup ($(configured_nodes) nodes); restarting with $n"
-        cmd_stop
+    if all_running && [[ $(configured_nodes) == "$n" ]] && wait_idle "$n" 10; then
+        say "already running with $n nodes (SLURM_CONF=$CONF)"
+        return 0
+    fi
+    if [[ -d $DIR/run ]]; then
+        say "restarting: the cluster under $DIR is not complete, not answering or not $n nodes"
+        stop_daemons
     fi
     local t0=$EPOCHREALTIME
     mkdir -p "$DIR"
     install_if_missing
-    # A leftover directory without running daemons is stale state: start clean
-    # (but remember what an earlier start owns: munged, the /etc link).
+    # Start from a clean state, but remember what an earlier start owns (munged, the /etc link).
     rm -rf "${DIR:?}"/{etc,state,spool,log,run,dev,nodes}
     mkdir -p "$DIR/run" "$DIR/owned"
     start_munge
@@ -249,6 +263,10 @@ cmd_start() {
         log_tail
         die "the $n nodes did not become idle within 60 s (logs: $DIR/log/)"
     fi
+    if ! all_running; then
+        log_tail
+        die "a Slurm daemon exited after starting (a port in use? logs: $DIR/log/)"
+    fi
     say "up: $n nodes idle in partition debug after $(elapsed "$t0") s"
     say "use it with: export SLURM_CONF=$CONF"
 }
@@ -260,7 +278,7 @@ stop_pids() { # name pid... : SIGTERM all at once, SIGKILL what is left after 5 
     kill -TERM "$@" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do
         left=()
-        for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left+=("$pid"); done
+        for pid in "$@"; do alive "$pid" && left+=("$pid"); done
         ((${#left[@]} == 0)) && return 0
         sleep 0.1
     done
@@ -280,16 +298,13 @@ our_stepds() { # slurmstepd processes started by our slurmds (they inherit SLURM
     local p
     for p in /proc/[0-9]*; do
         [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd ]] || continue
-        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$CONF" && echo "${p#/proc/}"
+        alive "${p#/proc/}" || continue
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_CONF=$CONF" && echo "${p#/proc/}"
     done
     return 0
 }
 
-cmd_stop() {
-    if [[ ! -d $DIR ]]; then
-        say "not running (no $DIR)"
-        return 0
-    fi
+stop_daemons() { # cancel jobs, stop slurmctld, the slurmds and what is left of their jobs
     if daemons_running; then
         # Cancel jobs first so their processes are ended by Slurm itself.
         local jobs
@@ -311,6 +326,14 @@ cmd_stop() {
         # shellcheck disable=SC2086
         kill -KILL $pids 2>/dev/null || true
     fi
+}
+
+cmd_stop() {
+    if [[ ! -d $DIR ]]; then
+        say "not running (no $DIR)"
+        return 0
+    fi
+    stop_daemons
     if [[ -f $DIR/owned/munged ]]; then
         # shellcheck disable=SC2046
         stop_pids munged $(live_pids /run/munge/munged.pid)
