@@ -35,3 +35,5 @@ def write_spec(tmp_path: Path):
 
 PYTHON = sys.executable
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fake_nvml.py
+
+from tests.slurm_helpers import slurm_cluster  # noqa: E402, F401  (the `slurm` tests' fixture)

@@ -1,0 +1,141 @@
+"""The real Slurm that tests marked ``slurm`` run against: the dev cluster of scripts/slurm_dev.sh.
+
+`slurm_cluster` (session fixture, made visible to all tests by conftest.py)
+points the Slurm commands at that cluster (``SLURM_CONF``) and skips, with the
+reason and the command that fixes it, when the client is not installed, the
+cluster is not started, or no node is up. Tests never submit to a cluster that
+was not started by slurm_dev.sh.
+
+Several test sessions may share the cluster: tests use unique job names and
+only ever look at (and cancel) their own jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from zeus_run.slurm import JobInfo, query
+
+DEV_DIR = Path(os.environ.get("ZEUS_SLURM_DIR", "/tmp/zeus-slurm"))
+START_HINT = "start it with `scripts/slurm_dev.sh start 2` (as root; installs Slurm with apt-get if missing)"
+UP_STATES = ("idle", "mix", "alloc", "comp")
+
+#: Generous: the machine running the tests may be busy.
+WAIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The dev cluster as the tests found it.
+
+    Attributes:
+        conf: Its slurm.conf (exported as ``SLURM_CONF`` for the session).
+        nodes: Names of the nodes that are up.
+        gpus: Fake GPUs per up node (from its Gres).
+    """
+
+    conf: Path
+    nodes: tuple[str, ...]
+    gpus: dict[str, int]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """The running dev cluster, or a skip that says why there is none."""
+    missing = [c for c in ("sinfo", "sbatch", "squeue", "scancel") if shutil.which(c) is None]
+    if missing:
+        pytest.skip(f"Slurm client commands missing ({', '.join(missing)}); {START_HINT}")
+    conf = DEV_DIR / "etc" / "slurm.conf"
+    if not conf.exists():
+        pytest.skip(f"no dev Slurm cluster ({conf} does not exist); {START_HINT}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLURM_CONF", str(conf))
+        try:
+            proc = subprocess.run(
+                ["sinfo", "--noheader", "--Node", "--format=%N|%t|%G"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"sinfo did not answer within 30 s: the dev cluster is not running; {START_HINT}")
+        if proc.returncode != 0:
+            pytest.skip(f"sinfo failed ({proc.stderr.strip()}): the dev cluster is not running; {START_HINT}")
+        nodes: list[str] = []
+        gpus: dict[str, int] = {}
+        for line in proc.stdout.splitlines():
+            name, state, gres = line.split("|")
+            if state.rstrip("*~#!%$@^-") in UP_STATES and name not in nodes:
+                nodes.append(name)
+                gpus[name] = _gpu_count(gres)
+        if not nodes:
+            pytest.skip(f"no Slurm node is up:\n{proc.stdout}; restart the dev cluster: {START_HINT}")
+        yield SlurmCluster(conf=conf, nodes=tuple(nodes), gpus=gpus)
+
+
+def _gpu_count(gres: str) -> int:
+    """GPUs in a Gres string such as ``gpu:2`` or ``gpu:a100:2(S:0)``."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def unique(prefix: str = "zt") -> str:
+    """A job name no other test (or test session) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(check: Callable[[], object], timeout: float = WAIT_S, what: str = "condition") -> object:
+    """Poll ``check`` every 0.2 s until it returns something truthy; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def wait_final(job_id: str, timeout: float = WAIT_S) -> JobInfo:
+    """The job's info once it is in a final state (fails the test if it vanishes first)."""
+    seen: list[JobInfo] = []
+
+    def final() -> JobInfo | None:
+        info = query([job_id]).get(job_id)
+        if info is None:
+            last = seen[-1].state if seen else "never seen"
+            pytest.fail(f"job {job_id} left squeue before a final state was read (last: {last})")
+        seen.append(info)
+        return info if info.final else None
+
+    result = wait_for(final, timeout, f"job {job_id} to end")
+    assert isinstance(result, JobInfo)
+    return result
+
+
+def wait_file(path: Path, timeout: float = WAIT_S) -> str:
+    """The text of ``path`` once it exists and is not empty."""
+
+    def read() -> str:
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            return ""
+
+    text = wait_for(read, timeout, f"{path} to be written")
+    assert isinstance(text, str)
+    return text
