@@ -10,6 +10,7 @@ from zeus_run.spec._model import (
     MetricSettings,
     OptimizerSettings,
     PowerLimitSettings,
+    StopSettings,
 )
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "MetricSettings",
     "OptimizerSettings",
     "PowerLimitSettings",
+    "StopSettings",
     "load_spec",
     "parse_spec",
     "placeholder_names",
