@@ -51,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1-5", help="seeds, e.g. 1-5 or 1,2,3 (default: 1-5)")
     ap.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names (default: the six paper jobs)")
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies (default: zeus,zeus-plus)")
+    ap.add_argument(
+        "--max-early-stops",
+        type=int,
+        default=None,
+        help="switch on the fallback rule: after N early stops a recurrence runs its best known batch size "
+        "without a threshold (default: off, the paper's semantics)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
@@ -89,7 +96,15 @@ def run(args: argparse.Namespace, seeds: list[int]) -> int:
                 if (job, gpu) not in tables:
                     continue
                 results = [
-                    simulate(tables[job, gpu], eta=0.5, beta=2.0, seed=s, settings=settings, baselines=False)
+                    simulate(
+                        tables[job, gpu],
+                        eta=0.5,
+                        beta=2.0,
+                        seed=s,
+                        settings=settings,
+                        baselines=False,
+                        max_early_stops=args.max_early_stops,
+                    )
                     for s in seeds
                 ]
                 rows.append((job, gpu, results))
@@ -99,7 +114,11 @@ def run(args: argparse.Namespace, seeds: list[int]) -> int:
                 for r in results:
                     print(json.dumps(r.to_json()))
         else:
-            print_table(policy, rows, wall)
+            print_table(
+                policy if args.max_early_stops is None else f"{policy}, max_early_stops {args.max_early_stops}",
+                rows,
+                wall,
+            )
     return 0
 
 
