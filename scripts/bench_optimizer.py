@@ -105,6 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         default=min(os.cpu_count() or 1, 8),
         help="processes simulating rows in parallel (default: the CPU count, at most 8; 1: in this process)",
     )
+    ap.add_argument(
+        "--max-early-stops",
+        type=int,
+        default=None,
+        help="switch on the fallback rule: after N early stops a recurrence runs its best known batch size "
+        "without a threshold (default: off, the paper's semantics)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
@@ -149,7 +156,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     results: dict[str, list[Row]] = {}
     walls: dict[str, float] = {}
     for policy in policies:
-        tasks = [(t, policy, args.eta, beta, seeds, args.json) for t in tables]
+        tasks = [(t, policy, args.eta, beta, seeds, args.json, args.max_early_stops) for t in tables]
         start = time.perf_counter()
         if args.workers > 1 and len(tasks) > 1:
             with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
@@ -163,7 +170,8 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                 for summary in row.summaries:
                     print(json.dumps(summary))
         return 0
-    print(f"eta {args.eta}, beta {'null' if beta is None else beta}, seeds {args.seeds} ({len(seeds)})\n")
+    fallback = "" if args.max_early_stops is None else f", max_early_stops {args.max_early_stops}"
+    print(f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}, seeds {args.seeds} ({len(seeds)})\n")
     for policy in policies:
         print_table(
             policy, results[policy], walls[policy], reference, results.get("zeus") if policy != "zeus" else None
@@ -173,12 +181,20 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep = task
+    table, policy, eta, beta, seeds, keep, max_early_stops = task
     settings = OptimizerSettings.for_policy(policy)
     regrets, ratios, summaries = [], [], []
     for seed in seeds:
         try:
-            r = simulate(table, eta=eta, beta=beta, seed=seed, settings=settings, baselines=False)
+            r = simulate(
+                table,
+                eta=eta,
+                beta=beta,
+                seed=seed,
+                settings=settings,
+                baselines=False,
+                max_early_stops=max_early_stops,
+            )
         except ZeusRunError as exc:
             raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
         regrets.append(r.regret)

@@ -117,7 +117,7 @@ def main() -> None:
         knobs = Knobs.from_run_dir(run_dir)
         result = audit(records, knobs)
         t2 = time.perf_counter()
-        wi = what_if(records, with_changes(knobs, eta=0.8))
+        wi = what_if(records, with_changes(knobs, eta=0.8), recorded=knobs)
         t3 = time.perf_counter()
     print(f"history: {n} trials, {len({r.recurrence for r in records})} recurrences")
     print(f"read history:       {t1 - t0:6.3f} s")

@@ -74,9 +74,9 @@ def test_audit_detects_another_seed_or_threshold():
 
 def test_what_if_with_the_same_knobs_costs_the_same():
     recs = recorded()
-    res = what_if(recs, KNOBS)
+    res = what_if(recs, KNOBS, recorded=KNOBS)
     assert res.unknown is None and res.recurrences == 8
-    assert res.cost == pytest.approx(res.recorded_cost)
+    assert res.cost == res.recorded_cost
     assert [r.batch_size for r in res.records] == [r.batch_size for r in recs]
     assert all(r.kind == "replayed" for r in res.records)
 
@@ -133,3 +133,99 @@ def test_what_if_policy_switch_takes_the_new_policys_defaults():
     kept = with_changes(tuned, policy="zeus-plus", eta=0.9)
     assert kept.optimizer.window_size == 5 and kept.eta == 0.9
     assert with_changes(KNOBS, eta=0.9).optimizer == KNOBS.optimizer
+
+
+# -- what-if on a history with early stops and crashes -----------------------------------
+
+# Batch size -> (epochs to target or 0 for never, seconds per epoch, crash before epoch 1).
+RICH = {1: (0, 1.4, False), 2: (3, 1.0, False), 4: (2, 2.5, False), 8: (0, 0.3, True)}
+RICH_KNOBS = Knobs((1, 2, 4, 8), 2, 0.5, 2.0, 3, OptimizerSettings(), 0.9, True, 6, 20, max_early_stops=3)
+
+
+def live(req: TrialRequest) -> TrialRecord:
+    """Like the launcher: predictive early stop at epoch boundaries, crashes with partial time."""
+    bs = req.decision.batch_size
+    need, tpe, crash = RICH[bs]
+    base = dict(
+        job="t",
+        recurrence=req.recurrence,
+        attempt=req.attempt,
+        trial=req.trial,
+        batch_size=bs,
+        stage=req.decision.stage,
+        max_power=100.0,
+        cost_threshold=None if math.isinf(req.cost_threshold) else req.cost_threshold,
+    )
+    if crash:
+        t = 0.7  # imports, then an OOM
+        return TrialRecord(**base, epochs=0, time=t, energy=100 * t, cost=100 * t, reached=False, stop_reason="crashed")
+    metrics: list[float] = []
+    prev = 0.0
+    for epoch in range(1, RICH_KNOBS.max_epochs + 1):
+        t = epoch * tpe
+        cost = 100 * t
+        metrics.append(1.0 if need and epoch >= need else 0.5)
+        if need and epoch >= need:
+            reason = "target_reached"
+        elif epoch >= RICH_KNOBS.max_epochs:
+            reason = "max_epochs"
+        elif epoch >= 2 and cost + (cost - prev) > req.cost_threshold:
+            reason = "cost_threshold"
+        else:
+            prev = cost
+            continue
+        return TrialRecord(
+            **base,
+            epochs=epoch,
+            time=t,
+            energy=100 * t,
+            cost=cost,
+            reached=reason == "target_reached",
+            stop_reason=reason,
+            metrics=tuple(metrics),
+        )
+    raise AssertionError("unreachable")
+
+
+def rich_history(n: int = 15) -> list[TrialRecord]:
+    opt = make_optimizer(RICH_KNOBS.optimizer, RICH_KNOBS.batch_sizes, 2, RICH_KNOBS.seed)
+    return Engine(opt, n, 20, RICH_KNOBS.beta, RICH_KNOBS.max_early_stops).run([], live)
+
+
+def test_what_if_with_the_recorded_knobs_reproduces_every_trial_and_the_cost_exactly():
+    recs = rich_history()
+    reasons = {r.stop_reason for r in recs}
+    assert {"crashed", "cost_threshold", "target_reached"} <= reasons  # the history has all of them
+    res = what_if(recs, RICH_KNOBS, recorded=RICH_KNOBS)
+    assert res.unknown is None and res.recurrences == 15
+    assert res.cost == res.recorded_cost  # exactly: 1.000x
+    key = [(r.batch_size, r.epochs, r.stop_reason, r.time, r.energy, r.cost) for r in recs]
+    assert [(r.batch_size, r.epochs, r.stop_reason, r.time, r.energy, r.cost) for r in res.records] == key
+
+
+def test_a_batch_size_that_crashed_replays_as_crashed():
+    recs = rich_history()
+    assert any(r.batch_size == 8 and r.stop_reason == "crashed" for r in recs)
+    for seed in range(1, 8):
+        res = what_if(recs, with_changes(RICH_KNOBS, seed=seed, eta=0.8), recorded=RICH_KNOBS)
+        assert res.unknown != 8, res.unknown_reason
+        assert all(r.stop_reason == "crashed" for r in res.records if r.batch_size == 8)
+
+
+def test_an_outcome_the_history_cannot_supply_is_unknown_with_the_reason():
+    recs = rich_history()
+    cut = [r for r in recs if r.stop_reason == "cost_threshold"]
+    assert cut
+    bs = cut[0].batch_size
+    # Keep only the cut trials of that batch size: without early stopping the replay would run them further.
+    hist = [r for r in recs if r.batch_size != bs or r.stop_reason == "cost_threshold"]
+    res = what_if(hist, _no_beta(RICH_KNOBS), recorded=RICH_KNOBS)
+    assert res.unknown == bs
+    assert f"stopped at epoch {cut[0].epochs} (cost_threshold)" in res.unknown_reason
+    assert "never observed" in res.unknown_reason
+    # Nothing after the unknown point was invented.
+    assert all(r.recurrence < res.stopped_at or r.batch_size != bs for r in res.records)
+
+
+def _no_beta(k: Knobs) -> Knobs:
+    return dataclasses.replace(k, beta=None)

@@ -27,7 +27,7 @@ default_batch_size: 2
 target_metric: 0.9
 max_epochs: 5
 recurrences: 1
-energy: {{source: estimate, watts: 100}}
+energy: {{source: estimate, watts: 100, basis: wall-time}}
 run_dir: runs
 {body}
 """
@@ -90,7 +90,8 @@ def test_cost_threshold_stops_early_and_kills_the_process_group(write_spec, tmp_
     pidfile = tmp_path / "pids"
     spec = write_spec(
         spec_text(
-            f"--epoch-time 0.15 --ignore-stop --pid-file {pidfile}", "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\n"
+            f"--epoch-time 0.15 --ignore-stop --pid-file {pidfile}",
+            "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\nstop: {grace: 1}\n",  # it ignores the stop file
         )
         .replace("recurrences: 1\n", "")
         .replace("max_epochs: 5\n", "")

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zeus_run.cost import cost_threshold
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision
 from zeus_run.records import TrialRecord
+
+#: Stop reasons that count as an early stop (the cost threshold cut the trial, or it could not start under it).
+EARLY_STOPS = ("cost_threshold", "skipped")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Position:
         tries: Observed (counted) tries already spent on that recurrence.
         min_cost: Cheapest total cost of a converged recurrence (unit: J; inf if none).
         completed: Recurrences that reached the target.
+        early_stops: Early stops (`EARLY_STOPS`) already taken by that recurrence.
+        converged: Per batch size, (sum of costs, count) of its converged trials.
     """
 
     recurrence: int
@@ -59,25 +64,39 @@ class Position:
     tries: int
     min_cost: float
     completed: int
+    early_stops: int = 0
+    converged: dict[int, tuple[float, int]] = field(default_factory=dict)
 
 
 def position(records: Sequence[TrialRecord]) -> Position:
     """Derive the run's position from its records (pure)."""
     min_cost = math.inf
     completed = 0
-    rec, attempt, tries, acc = 1, 1, 0, 0.0
+    rec, attempt, tries, acc, early = 1, 1, 0, 0.0, 0
+    converged: dict[int, tuple[float, int]] = {}
     for r in records:
         if r.recurrence != rec:
-            rec, tries, acc = r.recurrence, 0, 0.0
+            rec, tries, acc, early = r.recurrence, 0, 0.0, 0
         attempt = r.attempt + 1
         if r.observed:
             tries += 1
             acc += r.spent_cost
+            early += r.stop_reason in EARLY_STOPS
+            if r.reached:
+                total, n = converged.get(r.batch_size, (0.0, 0))
+                converged[r.batch_size] = (total + r.cost, n + 1)
         if r.reached:
             completed += 1
             min_cost = min(min_cost, acc)
-            rec, attempt, tries, acc = rec + 1, 1, 0, 0.0
-    return Position(rec, attempt, tries, min_cost, completed)
+            rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
+    return Position(rec, attempt, tries, min_cost, completed, early, converged)
+
+
+def best_known(converged: dict[int, tuple[float, int]], default: int) -> int:
+    """The batch size with the lowest mean cost among converged ones (ties: the smaller), or ``default``."""
+    if not converged:
+        return default
+    return min(converged, key=lambda b: (converged[b][0] / converged[b][1], b))
 
 
 def observations(records: Iterable[TrialRecord]):
@@ -93,13 +112,25 @@ class Engine:
         recurrences: Total recurrences of the job.
         max_tries: Counted tries per recurrence before giving up.
         beta: Early-stop knob (None: off).
+        max_early_stops: After this many early stops in one recurrence, its next tries run
+            the best known batch size (`best_known`) without a cost threshold, so the
+            recurrence ends with a trained model whenever one is reachable. None: never
+            (the published algorithm; the trace simulator's default).
     """
 
-    def __init__(self, optimizer: BatchSizeOptimizer, recurrences: int, max_tries: int, beta: float | None) -> None:
+    def __init__(
+        self,
+        optimizer: BatchSizeOptimizer,
+        recurrences: int,
+        max_tries: int,
+        beta: float | None,
+        max_early_stops: int | None = None,
+    ) -> None:
         self.optimizer = optimizer
         self.recurrences = recurrences
         self.max_tries = max_tries
         self.beta = beta
+        self.max_early_stops = max_early_stops
 
     def run(
         self,
@@ -127,6 +158,7 @@ class Engine:
         state = opt.fold(observations(history))
         pos = position(history)
         rec, attempt, tries, min_cost = pos.recurrence, pos.attempt, pos.tries, pos.min_cost
+        early, converged = pos.early_stops, dict(pos.converged)
         trial = len(history)
         n_obs = len(observations(history))
         acc = _recurrence_cost(history, rec)
@@ -137,8 +169,18 @@ class Engine:
                     f"Recurrence {rec} did not reach the target in {self.max_tries} tries. The target may be "
                     "unreachable with these batch sizes; check target_metric and max_epochs, or raise max_tries."
                 )
-            decision = opt.decide(state)
-            req = TrialRequest(rec, attempt, trial, n_obs, decision, cost_threshold(self.beta, min_cost))
+            if self.max_early_stops is not None and early >= self.max_early_stops:
+                bs = best_known(converged, opt.default_batch_size)
+                decision = Decision(
+                    bs,
+                    "fallback",
+                    f"{early} early stops in this recurrence: the best known batch size, without a cost threshold",
+                )
+                threshold = math.inf
+            else:
+                decision = opt.decide(state)
+                threshold = cost_threshold(self.beta, min_cost)
+            req = TrialRequest(rec, attempt, trial, n_obs, decision, threshold)
             record = execute(req)
             new.append(record)
             on_record(record)
@@ -152,9 +194,13 @@ class Engine:
                 n_obs += 1
                 tries += 1
                 acc += record.spent_cost
+                early += record.stop_reason in EARLY_STOPS
+                if record.reached:
+                    total, n = converged.get(record.batch_size, (0.0, 0))
+                    converged[record.batch_size] = (total + record.cost, n + 1)
             if record.reached:
                 min_cost = min(min_cost, acc)
-                rec, attempt, tries, acc = rec + 1, 1, 0, 0.0
+                rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
             elif rec == 1 and obs is not None:
                 raise ConvergenceError(
                     f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "

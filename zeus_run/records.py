@@ -30,6 +30,13 @@ STOP_REASONS = {
 
 KINDS = ("real", "simulated", "replayed")
 
+#: How a real trial's process ended (``TrialRecord.ended``).
+ENDINGS = {
+    "exited": "ended by itself (after the stop file, if one was created)",
+    "sigterm": "ended after zeus-run sent SIGTERM",
+    "killed": "killed with SIGKILL after ignoring SIGTERM for kill_grace",
+}
+
 
 @dataclass(frozen=True)
 class TrialRecord:
@@ -60,7 +67,13 @@ class TrialRecord:
         power_limit: GPU power limit it ran at (unit: W), if set.
         cost_threshold: Early-stop threshold in force (unit: J), None if none.
         metrics: Validation metric after each counted epoch.
-        exit_code: The script's exit code (negative: killed by that signal), if it ran.
+        exit_code: The script's own exit code (negative: ended by that signal), if it ran.
+        ended: How its process ended, a key of `ENDINGS` (real trials).
+        after_time: Time between the point the trial was judged at (target, early stop)
+            and the script's exit: saving, uploading (unit: s). Not part of ``cost``.
+        after_energy: Energy in that time (unit: J). Not part of ``cost``.
+        provenance: Where it ran: ``zeus_run`` version, ``host``, ``gpus`` (name, uuid),
+            ``slurm_job_id`` when there is one.
         started_at: ISO-8601 start time (real trials).
         ended_at: ISO-8601 end time (real trials).
         log: Trial log path relative to the run directory.
@@ -92,6 +105,10 @@ class TrialRecord:
     cost_threshold: float | None = None
     metrics: tuple[float, ...] = ()
     exit_code: int | None = None
+    ended: str | None = None
+    after_time: float | None = None
+    after_energy: float | None = None
+    provenance: dict[str, Any] | None = None
     started_at: str | None = None
     ended_at: str | None = None
     log: str | None = None

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
@@ -50,6 +49,7 @@ class Knobs:
         higher_is_better: Direction of the metric.
         max_epochs: Epoch limit.
         max_tries: Counted tries per recurrence.
+        max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
     """
 
     batch_sizes: tuple[int, ...]
@@ -62,6 +62,7 @@ class Knobs:
     higher_is_better: bool = True
     max_epochs: int = 100
     max_tries: int = 20
+    max_early_stops: int | None = None
 
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> Knobs:
@@ -84,6 +85,7 @@ class Knobs:
                 higher_is_better=bool(d.get("higher_is_better", True)),
                 max_epochs=int(d.get("max_epochs", 100)),
                 max_tries=int(d.get("max_tries", 20)),
+                max_early_stops=None if d.get("max_early_stops") is None else int(d["max_early_stops"]),
             )
         except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
             raise HistoryError(
@@ -93,7 +95,7 @@ class Knobs:
 
     def engine(self, recurrences: int) -> Engine:
         opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed)
-        return Engine(opt, recurrences, self.max_tries, self.beta)
+        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops)
 
 
 # -- audit ------------------------------------------------------------------------------
@@ -177,16 +179,22 @@ def _thr(v: float | None) -> float:
 
 # -- what-if ----------------------------------------------------------------------------
 
+#: Recorded ends that the script reached by itself: they happen again at the same point
+#: whatever the knobs, unless the replay stops the trial earlier.
+NATURAL_ENDS = ("crashed", "exited", "timeout")
+
 
 @dataclass(frozen=True)
 class RecordedPath:
-    """One observed trial as a training path: per-epoch time and energy, and when it converged."""
+    """One observed trial as a training path.
 
-    epochs: int
+    Attributes:
+        record: The recorded trial.
+        reached_at: First epoch whose metric meets the replay's target, if any.
+    """
+
+    record: TrialRecord
     reached_at: int | None
-    time_per_epoch: float
-    energy_per_epoch: float
-    max_power: float
 
 
 @dataclass
@@ -198,7 +206,8 @@ class WhatIfResult:
         recurrences: Recurrences replayed to convergence.
         cost: Cumulative cost of the replay (unit: J), under the replay's eta.
         recorded_cost: Cost of the same recurrences as recorded, under the replay's eta.
-        unknown: Batch size the replay wanted but the history never observed (replay stopped there).
+        unknown: Batch size whose outcome the history cannot supply (the replay stopped there).
+        unknown_reason: Why it cannot.
         stopped_at: Recurrence where it stopped early, if it did.
     """
 
@@ -208,107 +217,201 @@ class WhatIfResult:
     recorded_cost: float
     unknown: int | None = None
     stopped_at: int | None = None
+    unknown_reason: str | None = None
 
 
 class _Unknown(Exception):
-    def __init__(self, batch_size: int, recurrence: int) -> None:
+    def __init__(self, batch_size: int, recurrence: int, reason: str) -> None:
         self.batch_size = batch_size
         self.recurrence = recurrence
+        self.reason = reason
 
 
 def empirical_paths(records: Sequence[TrialRecord], knobs: Knobs) -> dict[int, list[RecordedPath]]:
-    """Per batch size, the observed trials that ran at least one epoch."""
+    """Per batch size, in recorded order, the observed trials that ran (a crash before epoch 1 included)."""
     paths: dict[int, list[RecordedPath]] = defaultdict(list)
     for r in records:
-        if not r.observed or r.epochs <= 0:
+        if not r.observed or (r.epochs <= 0 and r.stop_reason not in NATURAL_ENDS):
             continue
         hit = None
         for i, m in enumerate(r.metrics, start=1):
             if (m >= knobs.target_metric) if knobs.higher_is_better else (m <= knobs.target_metric):
                 hit = i
                 break
-        if hit is None and r.reached:
+        if hit is None and r.reached:  # a record without metrics (e.g. simulated)
             hit = r.epochs
-        paths[r.batch_size].append(RecordedPath(r.epochs, hit, r.time / r.epochs, r.energy / r.epochs, r.max_power))
+        paths[r.batch_size].append(RecordedPath(r, hit))
     return dict(paths)
 
 
 class EmpiricalExecutor:
-    """Runs trials on recorded paths (an `zeus_run.engine.Executor`)."""
+    """Runs trials on recorded paths (an `zeus_run.engine.Executor`).
 
-    def __init__(self, paths: dict[int, list[RecordedPath]], knobs: Knobs, seed: int) -> None:
+    The k-th trial of a batch size replays the k-th recorded trial of it (then
+    they repeat in order). Under the recorded conditions (same threshold, eta,
+    target and max_epochs) a trial replays exactly as recorded. Otherwise the
+    recorded path is cut by the new threshold (`zeus_run.cost.epochs_under_threshold`),
+    target or max_epochs; a crash, an exit or a timeout happens again where it
+    did. When the replay would run a path past the epoch where its recording
+    ends (it was cut by the cost limit, or by a smaller max_epochs), the next
+    recorded trial of that batch size that can answer is used; if none can,
+    the outcome is unknown and the replay stops, saying why.
+
+    Args:
+        paths: `empirical_paths` of the history.
+        knobs: The configuration being replayed.
+        recorded: The configuration the history was recorded under (None: unknown, so
+            no trial is taken to be under the recorded conditions).
+    """
+
+    def __init__(self, paths: dict[int, list[RecordedPath]], knobs: Knobs, recorded: Knobs | None = None) -> None:
         self.paths = paths
         self.knobs = knobs
-        self.rng = np.random.default_rng([seed, 0xE3B])
+        self.recorded = recorded
+        self.next: dict[int, int] = defaultdict(int)
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         bs = req.decision.batch_size
         options = self.paths.get(bs)
         if not options:
-            raise _Unknown(bs, req.recurrence)
-        p = options[int(self.rng.integers(len(options)))]
-        eta = self.knobs.eta
-        per_epoch = zeus_cost(p.energy_per_epoch, p.time_per_epoch, eta, p.max_power)
-        # What the recording can tell: up to its own epochs (beyond them is unknown and
-        # counted as not converging), within max_epochs and the new threshold.
-        limit, cut = epochs_under_threshold(req.cost_threshold, per_epoch, min(p.epochs, self.knobs.max_epochs))
-        reached = p.reached_at is not None and p.reached_at <= limit
-        epochs = p.reached_at if reached else limit
-        reason = "target_reached" if reached else ("cost_threshold" if cut else "max_epochs")
+            raise _Unknown(bs, req.recurrence, f"batch size {bs} was never observed in the history")
+        start = self.next[bs] % len(options)
+        first_reason = ""
+        for k in range(len(options)):
+            i = (start + k) % len(options)
+            out = self._replay(options[i], req)
+            if isinstance(out, TrialRecord):
+                self.next[bs] = i + 1
+                return out
+            first_reason = first_reason or out
+        raise _Unknown(bs, req.recurrence, first_reason)
+
+    def _same_conditions(self, r: TrialRecord, threshold: float) -> bool:
+        rk, k = self.recorded, self.knobs
+        if rk is None or (rk.eta, rk.target_metric, rk.higher_is_better, rk.max_epochs) != (
+            k.eta,
+            k.target_metric,
+            k.higher_is_better,
+            k.max_epochs,
+        ):
+            return False
+        recorded = _thr(r.cost_threshold)
+        return recorded == threshold or (
+            math.isfinite(recorded) and math.isclose(recorded, threshold, rel_tol=1e-12, abs_tol=0.0)
+        )
+
+    def _replay(self, path: RecordedPath, req: TrialRequest) -> TrialRecord | str:
+        """The replayed trial, or why the recording cannot tell."""
+        r, k = path.record, self.knobs
+        T = req.cost_threshold
+        if self._same_conditions(r, T):
+            return self._record(req, r, r.epochs, r.time, r.energy, r.cost, r.reached, r.stop_reason)
+        n = r.epochs
+        cost = zeus_cost(r.energy, r.time, k.eta, r.max_power)
+        per = cost / n if n else cost
+        h = path.reached_at
+        stop_at, reason = (h, "target_reached") if h is not None and h <= k.max_epochs else (k.max_epochs, "max_epochs")
+        if r.stop_reason in NATURAL_ENDS and n < stop_at:
+            # The script ends by itself at epoch n (and a bit): again, unless the threshold cuts it first.
+            if cost <= T:
+                return self._record(req, r, n, r.time, r.energy, cost, False, r.stop_reason)
+            afford, _ = epochs_under_threshold(T, per, n)
+            return self._cut(req, r, afford)
+        afford, cut = epochs_under_threshold(T, per, stop_at)
+        if cut and afford <= n:
+            return self._cut(req, r, afford)
+        if stop_at > n:
+            return (
+                f"batch size {r.batch_size}: its recorded trial #{r.trial} stopped at epoch {n} ({r.stop_reason}); "
+                f"this replay would run it further (threshold {T:.6g} J, max_epochs {k.max_epochs}, target "
+                f"{k.target_metric:g}), and what happens after epoch {n} was never observed"
+            )
+        if stop_at == n and r.stop_reason == reason:
+            return self._record(req, r, n, r.time, r.energy, cost, reason == "target_reached", reason)
+        t, e = stop_at * r.time / n, stop_at * r.energy / n
+        return self._record(
+            req, r, stop_at, t, e, zeus_cost(e, t, k.eta, r.max_power), reason == "target_reached", reason
+        )
+
+    def _cut(self, req: TrialRequest, r: TrialRecord, epochs: int) -> TrialRecord:
         if epochs <= 0:
-            reason, epochs = "skipped", 0
-        time, energy = epochs * p.time_per_epoch, epochs * p.energy_per_epoch
-        cost = zeus_cost(energy, time, eta, p.max_power)
+            return self._record(req, r, 0, 0.0, 0.0, SKIP_PENALTY * req.cost_threshold, False, "skipped")
+        t, e = epochs * r.time / r.epochs, epochs * r.energy / r.epochs
+        return self._record(req, r, epochs, t, e, zeus_cost(e, t, self.knobs.eta, r.max_power), False, "cost_threshold")
+
+    def _record(
+        self,
+        req: TrialRequest,
+        r: TrialRecord,
+        epochs: int,
+        time: float,
+        energy: float,
+        cost: float,
+        reached: bool,
+        reason: str,
+    ) -> TrialRecord:
         return TrialRecord(
             job="replay",
             recurrence=req.recurrence,
             attempt=req.attempt,
             trial=req.trial,
-            batch_size=bs,
+            batch_size=req.decision.batch_size,
             stage=req.decision.stage,
             epochs=epochs,
             time=time,
             energy=energy,
-            max_power=p.max_power,
-            cost=cost if reason != "skipped" else SKIP_PENALTY * req.cost_threshold,
+            max_power=r.max_power,
+            cost=cost,
             reached=reached,
             stop_reason=reason,
             energy_source="replay",
+            estimated=r.estimated,
             kind="replayed",
             cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
-            detail=req.decision.detail,
+            metrics=r.metrics[:epochs],
+            detail=f"{req.decision.detail}; recorded trial #{r.trial}".lstrip("; "),
         )
 
 
-def what_if(records: Sequence[TrialRecord], knobs: Knobs, recurrences: int | None = None) -> WhatIfResult:
+def what_if(
+    records: Sequence[TrialRecord],
+    knobs: Knobs,
+    recurrences: int | None = None,
+    recorded: Knobs | None = None,
+) -> WhatIfResult:
     """Replay ``knobs`` on the recorded outcomes.
 
     Args:
         records: The history.
         knobs: The configuration to evaluate (e.g. the run's knobs with another eta).
         recurrences: Recurrences to replay (default: as many as the history converged).
+        recorded: The configuration the history was recorded under (`Knobs.from_run_dir`);
+            with it, a replay of unchanged knobs reproduces every recorded trial exactly.
     """
     recorded_rec = sorted({r.recurrence for r in records if r.reached})
     n = recurrences if recurrences is not None else len(recorded_rec)
-    executor = EmpiricalExecutor(empirical_paths(records, knobs), knobs, knobs.seed)
+    executor = EmpiricalExecutor(empirical_paths(records, knobs), knobs, recorded)
     out: list[TrialRecord] = []
-    unknown = stopped = None
+    unknown = stopped = reason = None
     try:
         knobs.engine(n).run([], executor, out.append)
     except _Unknown as u:
-        unknown, stopped = u.batch_size, u.recurrence
-        logger.info("replay stopped at recurrence %d: batch size %d was never observed", u.recurrence, u.batch_size)
+        unknown, stopped, reason = u.batch_size, u.recurrence, u.reason
+        logger.info("replay stopped at recurrence %d: %s", u.recurrence, u.reason)
     except ConvergenceError as exc:
         stopped = out[-1].recurrence if out else 1
         logger.info("replay stopped: %s", exc)
     done = sorted({r.recurrence for r in out if r.reached})
     # Compare like with like: the recorded trials of the recurrences the replay completed.
     done_set = set(range(1, len(done) + 1))
+    same_eta = recorded is not None and recorded.eta == knobs.eta
     recorded_cost = sum(
-        zeus_cost(r.energy, r.time, knobs.eta, r.max_power) for r in records if r.observed and r.recurrence in done_set
+        r.spent_cost if same_eta else zeus_cost(r.energy, r.time, knobs.eta, r.max_power)
+        for r in records
+        if r.observed and r.recurrence in done_set
     )
     cost = sum(r.spent_cost for r in out if r.recurrence in done_set)
-    return WhatIfResult(out, len(done), cost, recorded_cost, unknown, stopped)
+    return WhatIfResult(out, len(done), cost, recorded_cost, unknown, stopped, reason)
 
 
 def with_changes(knobs: Knobs, **changes: Any) -> Knobs:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
+import math
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,16 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from zeus_run import __version__
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import Engine, TrialRequest, position
 from zeus_run.errors import Interrupted, RunDirError
 from zeus_run.optimizer import make_optimizer
 from zeus_run.power import PowerSession, open_power_session
+from zeus_run.proctree import ProcessTree, new_token
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable, spec_differences
 from zeus_run.spec import JobSpec, substitute
-from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial
+from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial, trial_environment
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +118,7 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
         return base, False
     if new:
         return _fresh_sibling(base), False
+    assert stored is not None
     diffs = spec_differences(stored, spec)
     if not diffs:
         return base, True
@@ -136,7 +141,6 @@ def run_job(
     new: bool = False,
     force: bool = False,
     cancel: threading.Event | None = None,
-    grace: float = 5.0,
 ) -> RunResult:
     """Run (or resume) a recurring job until ``spec.recurrences`` recurrences converged.
 
@@ -147,15 +151,14 @@ def run_job(
         energy: Energy source to use (default: opened from ``spec.energy``).
         new: Always start a fresh run directory (a sibling if the directory has history).
         force: If the stored spec differs in decision settings, start a fresh sibling instead of refusing.
-        cancel: Set it to stop the current trial and return (as SIGINT does).
-        grace: Seconds between SIGTERM and SIGKILL when stopping a trial.
+        cancel: Set it to stop the current trial and return (as SIGINT, SIGTERM and SIGHUP do).
 
     Raises:
         RunDirError, LaunchError, HistoryError, EnergyError: Setup problems (nothing recorded).
         ConvergenceError: The job cannot reach its target.
         Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
     """
-    lst: RunListener = listener or NullRunListener()  # type: ignore[assignment]
+    lst: RunListener = listener or NullRunListener()
     path, resumed = choose_run_dir(spec, run_dir, new, force)
     _preflight_default(spec)
     cancel = cancel or threading.Event()
@@ -178,13 +181,14 @@ def run_job(
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
-        engine = Engine(optimizer, spec.recurrences, spec.max_tries, spec.beta)
+        engine = Engine(optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops)
         signum = stack.enter_context(_signals_to(cancel))
+        where = provenance(energy)
 
         def execute(req: TrialRequest) -> TrialRecord:
             if cancel.is_set():  # a signal arrived between trials: nothing is running
                 raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
-            return _execute(spec, rd, energy, lst, cancel, grace, req, power)
+            return _execute(spec, rd, energy, lst, cancel, req, power, where)
 
         def persist(record: TrialRecord) -> None:
             rd.history.append(record)
@@ -202,15 +206,26 @@ def run_job(
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
 
 
+def provenance(energy: EnergySource) -> dict[str, object]:
+    """Where trials run: zeus-run version, host, measured GPUs, and the Slurm job (when there is one)."""
+    out: dict[str, object] = {"zeus_run": __version__, "host": socket.gethostname()}
+    gpus = energy.devices()
+    if gpus:
+        out["gpus"] = gpus
+    if os.environ.get("SLURM_JOB_ID"):
+        out["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    return out
+
+
 def _execute(
     spec: JobSpec,
     rd: RunDir,
     energy: EnergySource,
     lst: RunListener,
     cancel: threading.Event,
-    grace: float,
     req: TrialRequest,
     power: PowerSession | None = None,
+    where: dict[str, object] | None = None,
 ) -> TrialRecord:
     bs = req.decision.batch_size
     lr = learning_rate_for(spec, bs)
@@ -237,10 +252,9 @@ def _execute(
     )
     profiler = power.profiler_for(bs) if power is not None else None
     profiling = profiler is not None and not profiler.done
-    env.pop("ZEUS_PROFILE", None)
-    env.pop("ZEUS_PROFILE_STOP", None)
     if profiling:
         env.update({"ZEUS_PROFILE": "1", "ZEUS_PROFILE_STOP": str(tdir / "profile_done")})
+    token = new_token()
     plan = TrialPlan(
         argv=argv,
         shell=spec.shell,
@@ -256,12 +270,18 @@ def _execute(
         eta=spec.eta,
         cost_threshold=req.cost_threshold,
         timeout=spec.timeout,
-        grace=grace,
+        stop_grace=spec.stop.grace,
+        term_grace=spec.stop.term_grace,
+        kill_grace=spec.stop.kill_grace,
+        on_target=spec.stop.on_target,
+        token=token,
         profile_stop_path=tdir / "profile_done" if profiling else None,
     )
-    preflight(plan.argv, plan.workdir, plan.env, plan.shell)
+    preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
     check_writable(rd.path)
     started = _now()
+    threshold = None if math.isinf(req.cost_threshold) else req.cost_threshold
+    # Everything the engine decided, so that a launcher killed mid-trial leaves a record replay can audit.
     rd.mark_running(
         {
             "recurrence": req.recurrence,
@@ -269,11 +289,15 @@ def _execute(
             "trial": req.trial,
             "batch_size": bs,
             "stage": req.decision.stage,
+            "detail": req.decision.detail,
+            "cost_threshold": threshold,
             "learning_rate": lr,
             "seed": seed,
             "started_at": started,
             "pid": os.getpid(),
+            "token": token,
             "energy_source": energy.name,
+            "estimated": energy.estimated,
             "max_power": energy.max_power,
         }
     )
@@ -321,9 +345,13 @@ def _execute(
         energy_method=energy.method,
         learning_rate=lr,
         seed=seed,
-        cost_threshold=None if req.cost_threshold == float("inf") else req.cost_threshold,
+        cost_threshold=threshold,
         metrics=out.metrics,
         exit_code=out.exit_code,
+        ended=out.ended,
+        after_time=out.after_time,
+        after_energy=out.after_energy,
+        provenance=where,
         started_at=started,
         ended_at=_now(),
         log=str((tdir / "output.log").relative_to(rd.path)),
@@ -332,15 +360,20 @@ def _execute(
 
 
 def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
-    """Read the history, cutting a torn tail and recording a trial the launcher died in."""
+    """Read the history, cutting a torn tail and recording a trial the launcher died in.
+
+    The record of such a trial carries what the engine had decided for it
+    (batch size, stage, threshold), so replay audits it like any other.
+    """
     rd.history.repair_tail()
     history = list(rd.history.read())
     info = rd.running()
     if info is None:
         return history
-    if "recurrence" in info and "attempt" in info:
-        _kill_orphans(rd.trial_dir(int(info["recurrence"]), int(info["attempt"])) / "events.jsonl")
+    if info.get("token"):
+        _kill_orphans(str(info["token"]))
     if info.get("trial") == len(history) and "batch_size" in info:
+        thr = info.get("cost_threshold")
         record = TrialRecord(
             job=spec.name,
             recurrence=int(info["recurrence"]),
@@ -348,6 +381,7 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
             trial=len(history),
             batch_size=int(info["batch_size"]),
             stage=str(info.get("stage", "")),
+            detail=str(info.get("detail", "")),
             epochs=0,
             time=0.0,
             energy=0.0,
@@ -357,8 +391,10 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
             stop_reason="interrupted",
             observed=False,
             energy_source=str(info.get("energy_source", "")),
+            estimated=bool(info.get("estimated", False)),
             learning_rate=info.get("learning_rate"),
             seed=info.get("seed"),
+            cost_threshold=None if thr is None else float(thr),
             started_at=info.get("started_at"),
             log=f"trials/r{int(info['recurrence']):04d}-t{int(info['attempt']):02d}/output.log",
             message=f"the launcher (pid {info.get('pid')}) died during this trial; it was not fed to the optimizer",
@@ -374,31 +410,15 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
     return history
 
 
-def _kill_orphans(event_log: Path) -> None:
-    """Kill training processes a dead launcher left behind (found by their ``ZEUS_EVENT_LOG``).
+def _kill_orphans(token: str) -> None:
+    """Kill the processes of a trial a dead launcher left behind (found by their trial token).
 
     The script runs in its own session, so it outlives a launcher killed with
-    SIGKILL. Only processes whose environment names this trial's event log
-    are touched; on systems without ``/proc`` this does nothing.
+    SIGKILL; `zeus_run.proctree` finds every process carrying the token.
     """
-    needle = f"ZEUS_EVENT_LOG={event_log}".encode() + b"\0"
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ:
-            pid = int(entry.name)
-            logger.warning("killing training process %d left running by the previous launcher", pid)
-            try:
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    killed = ProcessTree(token).sweep()
+    if killed:
+        logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
 
 
 def _prepend(note: str, message: str | None) -> str:
@@ -406,16 +426,15 @@ def _prepend(note: str, message: str | None) -> str:
 
 
 def _command(spec: JobSpec, values: dict[str, object]) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The trial's argv and environment (before the ``ZEUS_*`` variables), placeholders substituted."""
+    """The trial's argv and the spec's environment additions (before the ``ZEUS_*`` variables), placeholders substituted."""
     argv = tuple(substitute(a, values) for a in spec.command)
-    env = dict(os.environ)
-    env.update({k: substitute(v, values) for k, v in spec.env.items()})
+    env = {k: substitute(v, values) for k, v in spec.env.items()}
     return argv, env
 
 
 def _preflight_default(spec: JobSpec) -> None:
     argv, env = _command(spec, placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir))
-    preflight(argv, spec.workdir, env, spec.shell)
+    preflight(argv, spec.workdir, trial_environment(env), spec.shell)
 
 
 def _stored_spec(path: Path) -> dict | None:
@@ -445,7 +464,7 @@ def _fresh_sibling(base: Path) -> Path:
 
 @contextlib.contextmanager
 def _signals_to(cancel: threading.Event) -> Iterator[list[int | None]]:
-    """Route SIGINT/SIGTERM to ``cancel`` while a run is in progress (main thread only)."""
+    """Route SIGINT, SIGTERM and SIGHUP (terminal closed) to ``cancel`` while a run is in progress (main thread only)."""
     received: list[int | None] = [None]
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -455,7 +474,7 @@ def _signals_to(cancel: threading.Event) -> Iterator[list[int | None]]:
         received[0] = signum
         cancel.set()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield received
     finally:

@@ -1,22 +1,46 @@
-"""Launch one trial of a training script and watch it until it should stop.
+"""Launch one trial of a training script, watch it, and stop it gracefully.
 
-The script runs in its own process group with its output streamed, chunk by
-chunk, to the trial's log file and to a listener (never held in memory). The
-launcher reads each finished epoch's metric (event log or regex), measures
-time and energy at every epoch boundary, and stops the trial when the target
-is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted
-as the last epoch's cost) would exceed the threshold, or already has, the timeout passes, or it is
-cancelled. Stopping = create the stop file, SIGTERM the group, SIGKILL after
-a grace period.
+A self-contained unit: a plain-data `TrialPlan` in, a plain-data
+`TrialOutcome` out (both convert to and from JSON), so the same code can run
+in the launcher or in an agent beside the script. It needs only an energy
+source (and, optionally, a power-limit profiler) from its caller.
+
+The script runs in a session of its own, its environment marked with the
+trial's token (`zeus_run.proctree`). Its output is streamed, chunk by chunk and
+never blocking, to the trial's log file and to a listener. The launcher reads
+each finished epoch's metric (event log or regex), measures time and energy
+at every epoch boundary, and decides to stop the trial when the target is
+reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
+the last epoch's cost) would exceed the threshold or already has, the timeout
+passes, or it is cancelled. Cost is counted up to that decision.
+
+The stop protocol (README, "Stopping a trial"):
+
+1. create the stop file (``ZEUS_STOP_FILE``);
+2. wait for the script to exit by itself: ``stop_grace`` seconds after the
+   target or ``max_epochs`` (a *finishing* stop: the script saves its model),
+   ``term_grace`` seconds after an early stop, a timeout or a cancel (a
+   *prompt* stop); in regex mode ``on_target: stop`` makes the target a prompt
+   stop too;
+3. SIGTERM to every process of the trial; 4. SIGKILL after ``kill_grace``.
+
+Time and energy from the decision to the script's exit are recorded apart
+(``after_time``, ``after_energy``). When the script's main process has exited,
+every process it left behind is killed, its output is drained for at most
+`DRAIN_TIME` seconds, and the trial is over.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import dataclasses
 import logging
 import math
 import os
 import re
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,28 +49,66 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
 from zeus_run.events import EpochEvent, EventLogTail, LineSplitter, RegexMetricReader, remove_quietly
+from zeus_run.proctree import MARKER, ProcessTree
 
 logger = logging.getLogger(__name__)
 
 _INTERPRETERS = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|zsh|perl|ruby|node|Rscript)$")
 _TICK = 0.05  # unit: s; how often the launcher wakes when the script is silent
+_READ_CHUNK = 65536
+_READS_PER_TICK = 16  # at most 1 MiB of output per tick, so a flood cannot starve the stop rules
+
+#: Seconds to read a script's remaining output after its main process exited.
+DRAIN_TIME = 2.0
+#: Longest output line (after splitting at ``\r``) a metric regex is matched against (unit: characters).
+REGEX_LINE_LIMIT = 4096
+#: Longest time one line may take to match (unit: s); a slower line is skipped.
+REGEX_LINE_TIME = 0.25
+#: Lines that took too long before regex matching is switched off for the trial.
+REGEX_SLOW_LIMIT = 3
+#: Output lines with no regex match after which the launcher says so.
+NO_MATCH_LINES = 200
+
+#: ``ZEUS_*`` variables of the launcher-script contract (`zeus_run.train`). A
+#: launcher that itself runs inside a trial does not pass its own on.
+CONTRACT_VARS = (
+    "ZEUS_BATCH_SIZE",
+    "ZEUS_LEARNING_RATE",
+    "ZEUS_SEED",
+    "ZEUS_TARGET_METRIC",
+    "ZEUS_HIGHER_IS_BETTER",
+    "ZEUS_MAX_EPOCHS",
+    "ZEUS_ETA_KNOB",
+    "ZEUS_COST_THRESH",
+    "ZEUS_LOG_DIR",
+    "ZEUS_JOB_ID",
+    "ZEUS_RECURRENCE",
+    "ZEUS_TRY",
+    "ZEUS_EVENT_LOG",
+    "ZEUS_STOP_FILE",
+    "ZEUS_PROFILE",
+    "ZEUS_PROFILE_STOP",
+    MARKER,
+)
+
+#: Stop reasons after which a script is expected to finish by itself.
+FINISHING = ("target_reached", "max_epochs")
 
 
 @dataclass(frozen=True)
 class TrialPlan:
-    """Everything needed to launch and judge one trial.
+    """Everything needed to launch, judge and stop one trial (plain data).
 
     Attributes:
         argv: Command (placeholders already substituted); one string when ``shell``.
-        shell: Run through ``/bin/sh -c``.
         workdir: Working directory.
-        env: Complete environment of the script.
+        env: Variables added to the launcher's environment (``ZEUS_*``, the spec's ``env``).
         log_path: File that receives the script's stdout and stderr.
         event_path: JSON-lines event log (``ZEUS_EVENT_LOG``).
         stop_path: File created to ask the script to stop (``ZEUS_STOP_FILE``).
@@ -56,8 +118,14 @@ class TrialPlan:
         metric_regex: Regex read from the output, or None to read the event log.
         eta: Cost knob.
         cost_threshold: Stop once the cost would exceed this (unit: J; inf: never).
-        timeout: Wall-clock limit (unit: s), or None.
-        grace: Seconds between SIGTERM and SIGKILL.
+        timeout: Wall-clock limit (unit: s), or None. Holds through every grace period.
+        shell: Run through ``/bin/sh -c``.
+        stop_grace: Seconds the script may take to exit by itself after the target or
+            ``max_epochs`` (None: for ever).
+        term_grace: Seconds between the stop file and SIGTERM on a prompt stop.
+        kill_grace: Seconds between SIGTERM and SIGKILL.
+        on_target: Regex mode: ``stop`` (prompt stop at the target) or ``wait``.
+        token: The trial's process marker (``ZEUS_TRIAL_TOKEN``); empty: none.
         profile_stop_path: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``), if profiling.
     """
 
@@ -75,13 +143,51 @@ class TrialPlan:
     cost_threshold: float = math.inf
     timeout: float | None = None
     shell: bool = False
-    grace: float = 5.0
+    stop_grace: float | None = 300.0
+    term_grace: float = 2.0
+    kill_grace: float = 10.0
+    on_target: str = "stop"
+    token: str = ""
     profile_stop_path: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (paths as strings, an infinite threshold as None)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Path):
+                v = str(v)
+            elif isinstance(v, tuple):
+                v = list(v)
+            elif isinstance(v, Mapping):
+                v = dict(v)
+            out[f.name] = v
+        if not math.isfinite(self.cost_threshold):
+            out["cost_threshold"] = None
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialPlan:
+        """The inverse of `to_json`."""
+        d = dict(data)
+        for key in ("workdir", "log_path", "event_path", "stop_path", "profile_stop_path"):
+            if d.get(key) is not None:
+                d[key] = Path(d[key])
+        d["argv"] = tuple(d["argv"])
+        d["env"] = {str(k): str(v) for k, v in d.get("env", {}).items()}
+        if d.get("cost_threshold") is None:
+            d["cost_threshold"] = math.inf
+        return cls(**d)
+
+    @property
+    def prompt_on_target(self) -> bool:
+        """Whether the target and ``max_epochs`` stop the script promptly (regex mode, ``on_target: stop``)."""
+        return self.metric_regex is not None and self.on_target == "stop"
 
 
 @dataclass(frozen=True)
 class TrialOutcome:
-    """What happened. Time and energy count up to the last epoch boundary the trial was judged at.
+    """What happened. Time, energy and cost count up to the point the trial was judged at.
 
     Attributes:
         epochs: Epochs counted.
@@ -91,9 +197,12 @@ class TrialOutcome:
         cost: Unit: J.
         reached: Target reached.
         stop_reason: See `zeus_run.records.STOP_REASONS`.
-        exit_code: Script's exit code (negative: signal), None if it never ran.
+        exit_code: The script's own exit code (negative: ended by that signal), None if it never ran.
+        ended: ``exited`` (by itself), ``sigterm`` or ``killed``; None if it never ran.
+        after_time: Time from the decision to stop to the script's exit (unit: s), None without a decision.
+        after_energy: Energy in that time (unit: J), None without a decision.
         metrics: Metric after each counted epoch.
-        message: Explanation for failures (log tail).
+        message: Explanation for failures (log tail) and notes.
         malformed: Malformed event or output lines ignored.
         power_limit: GPU power limit chosen for this trial (unit: W), None if none was.
     """
@@ -106,10 +215,26 @@ class TrialOutcome:
     reached: bool
     stop_reason: str
     exit_code: int | None
+    ended: str | None = None
+    after_time: float | None = None
+    after_energy: float | None = None
     metrics: tuple[float, ...] = ()
     message: str | None = None
     malformed: int = 0
     power_limit: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = dataclasses.asdict(self)
+        out["metrics"] = list(self.metrics)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialOutcome:
+        """The inverse of `to_json`."""
+        d = dict(data)
+        d["metrics"] = tuple(d.get("metrics") or ())
+        return cls(**d)
 
 
 class TrialListener(Protocol):
@@ -133,6 +258,15 @@ class NullListener:
 
     def on_tick(self, time: float, energy: float, cost: float) -> None:
         pass
+
+
+def trial_environment(additions: Mapping[str, str], token: str = "") -> dict[str, str]:
+    """The script's complete environment: the launcher's, without its own trial contract, plus ``additions``."""
+    env = {k: v for k, v in os.environ.items() if k not in CONTRACT_VARS}
+    env.update(additions)
+    if token:
+        env[MARKER] = token
+    return env
 
 
 def preflight(argv: tuple[str, ...], workdir: Path, env: Mapping[str, str], shell: bool) -> None:
@@ -206,6 +340,7 @@ class _Meter:
     profiler: TrialProfiler | None = None
     t0: float = field(default_factory=time.monotonic)
     e0: float = 0.0
+    frozen: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         self.e0 = self.energy.read()
@@ -215,11 +350,164 @@ class _Meter:
         return time.monotonic() - self.t0, max(self.energy.read() - self.e0, 0.0)
 
     def now(self) -> tuple[float, float, float]:
-        """Time, energy and cost counted (observer mode accounts as if at the chosen limit)."""
+        """Time, energy and cost counted (observer mode accounts as if at the chosen limit).
+
+        After `freeze`, the frozen reading (the script's exit).
+        """
+        if self.frozen is not None:
+            return self.frozen
         t, e = self.raw()
         if self.profiler is not None:
             t, e = self.profiler.account(t, e)
         return t, e, zeus_cost(e, t, self.eta, self.energy.max_power)
+
+    def freeze(self) -> tuple[float, float, float]:
+        self.frozen = self.now()
+        return self.frozen
+
+
+class _Log:
+    """The trial's output log. A write that fails (disk full) is reported once and logging stops; the trial goes on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error: str | None = None
+        self._fd = -1
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            self._fail(exc)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while self._fd >= 0 and view:
+            try:
+                n = os.write(self._fd, view)
+            except OSError as exc:
+                self._fail(exc)
+                return
+            view = view[n:]
+
+    def _fail(self, exc: OSError) -> None:
+        self.error = f"could not write the trial's output to {str(self.path)!r} ({exc.strerror or exc}); the rest of its output was not logged"
+        logger.warning("%s; the trial goes on", self.error)
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class _AlarmTimeout(Exception):
+    pass
+
+
+class _BoundedRegex:
+    """Matches the metric regex against output lines with bounded length and time.
+
+    Each line is split at ``\\r`` (progress bars) and each piece is cut to
+    `REGEX_LINE_LIMIT` characters. In the main thread, a SIGALRM timer bounds
+    each match to `REGEX_LINE_TIME` (Python's ``re`` checks for signals while it
+    backtracks); after `REGEX_SLOW_LIMIT` slow lines matching is switched off.
+    Elsewhere only the length bound holds.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.reader = RegexMetricReader(pattern)
+        self.lines = 0
+        self.hits = 0
+        self.slow = 0
+        self.cut = 0
+        self.off = False
+        self.recent: collections.deque[str] = collections.deque(maxlen=5)
+        self.warned = False
+        self._armed = False
+        self._old_handler: Any = None
+        self._timed = False
+
+    def __enter__(self) -> _BoundedRegex:
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            old = signal.getsignal(signal.SIGALRM)
+            if old in (signal.SIG_DFL, signal.SIG_IGN, None):
+                self._old_handler = old
+                signal.signal(signal.SIGALRM, self._on_alarm)
+                self._timed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old_handler)
+            self._timed = False
+
+    def _on_alarm(self, _signum: int, _frame: object) -> None:
+        if self._armed:
+            self._armed = False
+            raise _AlarmTimeout
+
+    def feed_line(self, line: bytes) -> list[EpochEvent]:
+        self.lines += 1
+        text = line.decode("utf-8", "replace").strip()
+        if text:
+            self.recent.append(text[:200])
+        if self.off:
+            return []
+        out: list[EpochEvent] = []
+        for piece in line.split(b"\r"):
+            if not piece.strip():
+                continue
+            if len(piece) > REGEX_LINE_LIMIT:
+                piece = piece[:REGEX_LINE_LIMIT]
+                self.cut += 1
+            out += self._match(piece)
+            if self.off:
+                break
+        self.hits += len(out)
+        return out
+
+    def _match(self, piece: bytes) -> list[EpochEvent]:
+        if not self._timed:
+            return self.reader.feed_line(piece)
+        try:
+            self._armed = True
+            signal.setitimer(signal.ITIMER_REAL, REGEX_LINE_TIME)
+            try:
+                return self.reader.feed_line(piece)
+            finally:
+                self._armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _AlarmTimeout:
+            self.slow += 1
+            logger.warning(
+                "metric.regex %r took more than %g s on one output line (catastrophic backtracking?); line skipped",
+                self.pattern,
+                REGEX_LINE_TIME,
+            )
+            if self.slow >= REGEX_SLOW_LIMIT:
+                self.off = True
+                logger.warning(
+                    "metric.regex %r was too slow on %d lines; it is not matched any more in this trial. "
+                    "Simplify it (avoid nested quantifiers such as (a+)+)",
+                    self.pattern,
+                    self.slow,
+                )
+            return []
+
+    def no_match_note(self) -> str:
+        shown = "\n".join(f"  | {line}" for line in self.recent) or "  (no output)"
+        return (
+            f"metric.regex {self.pattern!r} matched none of the script's {self.lines} output line(s); "
+            f"its last lines:\n{shown}"
+        )
+
+    def check_progress(self) -> None:
+        """Warn once, early, when many lines went by without a match."""
+        if not self.warned and self.hits == 0 and self.lines >= NO_MATCH_LINES:
+            self.warned = True
+            logger.warning("%s\nFix metric.regex in the job spec, or the trial runs to its end.", self.no_match_note())
 
 
 def run_trial(
@@ -229,13 +517,13 @@ def run_trial(
     cancel: threading.Event | None = None,
     profiler: TrialProfiler | None = None,
 ) -> TrialOutcome:
-    """Run one trial to its end. See the module docstring for when it stops.
+    """Run one trial to its end. See the module docstring for when and how it stops.
 
     Args:
-        plan: What to run and how to judge it.
+        plan: What to run and how to judge and stop it.
         energy: Source of energy readings (shared across trials).
         listener: Receives output lines and epoch progress.
-        cancel: When set, the trial is stopped and reported as ``interrupted``.
+        cancel: When set, the trial is stopped promptly and reported as ``interrupted``.
         profiler: Power-limit profiler fed with the script's step counts and energy
             readings at every poll; the caller restores the GPUs' limits afterwards.
 
@@ -265,11 +553,18 @@ class _TrialRun:
         self.counted: tuple[float, float, float] | None = None  # (time, energy, cost) at the judged boundary
         self.prev_cost = 0.0  # cost at the previous epoch boundary
         self.tail = EventLogTail(str(plan.event_path)) if plan.metric_regex is None else None
-        self.regex = RegexMetricReader(plan.metric_regex) if plan.metric_regex is not None else None
+        self.regex = _BoundedRegex(plan.metric_regex) if plan.metric_regex is not None else None
         self.splitter = LineSplitter()
         # Step counts come from the event log even when the metric is read by regex.
         self.steps_tail = self.tail if self.tail is not None or profiler is None else EventLogTail(str(plan.event_path))
         self._profile_signalled = False
+        self.notes: list[str] = []
+        # The stop sequence: when SIGTERM and SIGKILL are due (monotonic; None: not scheduled).
+        self.stopping = False
+        self.prompt = False
+        self.term_at: float | None = None
+        self.kill_at: float | None = None
+        self.sent = ""  # "", "sigterm" or "killed"
 
     # -- judging ---------------------------------------------------------------------
     def _on_epoch(self, ev: EpochEvent, meter: _Meter) -> None:
@@ -299,7 +594,7 @@ class _TrialRun:
         elif epochs >= 2 and c + (c - self.prev_cost) > p.cost_threshold:
             # Predict the next epoch to cost what the last one did. Epoch 1 also
             # carries start-up (imports, data loading), so it predicts nothing;
-            # the hard cut in `_watch` still stops a trial whose cost crosses
+            # the hard cut in `_judge` still stops a trial whose cost crosses
             # the threshold mid-epoch.
             self._decide("cost_threshold", (t, e, c))
         self.prev_cost = c
@@ -315,16 +610,29 @@ class _TrialRun:
             if self.regex is not None:
                 for ev in self.regex.feed_line(line):
                     self._on_epoch(ev, meter)
+        if self.regex is not None:
+            self.regex.check_progress()
 
     # -- the process -----------------------------------------------------------------
     def run(self) -> TrialOutcome:
         p = self.plan
-        preflight(p.argv, p.workdir, p.env, p.shell)
+        env = trial_environment(p.env, p.token)
+        preflight(p.argv, p.workdir, env, p.shell)
         for path in (p.event_path, p.stop_path, p.profile_stop_path):
             if path is not None:
                 remove_quietly(str(path))
-        p.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(p.log_path, "ab") as log:
+        logger.debug(
+            "launching %s (in %s); environment additions: %s",
+            p.argv[0] if p.shell else shlex.join(p.argv),
+            p.workdir,
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
+            + (f" {MARKER}={p.token}" if p.token else ""),
+        )
+        log = _Log(p.log_path)
+        tree = ProcessTree(p.token) if p.token else None
+        if tree is not None:
+            self.energy.track(tree.cpu_seconds)
+        try:
             if self.profiler is not None:
                 self.profiler.start()
             meter = _Meter(self.energy, p.eta, self.profiler)
@@ -333,7 +641,7 @@ class _TrialRun:
                     p.argv[0] if p.shell else list(p.argv),
                     shell=p.shell,
                     cwd=str(p.workdir),
-                    env=dict(p.env),
+                    env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
@@ -342,16 +650,31 @@ class _TrialRun:
                 )
             except OSError as exc:
                 raise LaunchError(f"Could not start {p.argv[0]!r}: {exc}. Fix `command` in the job spec.") from exc
+            if tree is None:
+                tree = ProcessTree("", proc.pid)  # the process group only
+            tree.attach(proc.pid)
             try:
-                exit_code = self._watch(proc, log, meter)
+                with self.regex if self.regex is not None else contextlib.nullcontext():
+                    exit_code, end = self._watch(proc, log, meter, tree)
             finally:
-                _kill_group(proc, p.grace, p.stop_path)  # no-op if already gone
-            end = meter.now()
+                if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
+                    tree.sweep()
+                    proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+        finally:
+            self.energy.track(None)
+            log.close()
+        if log.error:
+            self.notes.append(log.error)
         return self._outcome(exit_code, end)
 
-    def _watch(self, proc: subprocess.Popen, log, meter: _Meter) -> int | None:
-        p = self.plan
+    def _watch(
+        self, proc: subprocess.Popen, log: _Log, meter: _Meter, tree: ProcessTree
+    ) -> tuple[int, tuple[float, float, float]]:
+        assert proc.stdout is not None
         fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
         sel = selectors.DefaultSelector()
         sel.register(fd, selectors.EVENT_READ)
         eof = False
@@ -359,48 +682,133 @@ class _TrialRun:
             while True:
                 if not eof:
                     if sel.select(timeout=_TICK):
-                        chunk = os.read(fd, 65536)
-                        if chunk:
-                            log.write(chunk)
-                            log.flush()
-                            self._handle_lines(self.splitter.feed(chunk), meter)
-                        else:
-                            eof = True
+                        eof = self._pump(fd, log, meter)
+                        if eof:
                             sel.unregister(fd)
                 else:
                     try:
                         proc.wait(timeout=_TICK)
                     except subprocess.TimeoutExpired:
                         pass
-                if self.tail is not None:
-                    for ev in self.tail.poll():
-                        self._on_epoch(ev, meter)
-                elif self.steps_tail is not None:
-                    self.steps_tail.poll()
+                self._poll_events(meter)
                 self._feed_profiler(meter)
-                if self.stop_reason is not None:
-                    return self._stop(proc, log, meter)
-                t, e, c = meter.now()
-                self.listener.on_tick(t, e, c)
-                if self.cancel.is_set():
-                    self._decide("interrupted", (t, e, c))
-                    return self._stop(proc, log, meter)
-                if p.timeout is not None and t > p.timeout:
-                    self._decide("timeout", (t, e, c))
-                    return self._stop(proc, log, meter)
-                if c > p.cost_threshold:
-                    self._decide("cost_threshold", (t, e, c))
-                    return self._stop(proc, log, meter)
-                if eof and proc.poll() is not None:
+                if proc.poll() is not None:
                     break
-            # The script ended by itself: collect its last words.
+                self._judge(meter, tree)
+            # The main process exited (by itself or stopped): this is the end of the trial.
+            end = meter.freeze()
+            left = tree.sweep()  # whatever it left behind (daemons, children holding the output open)
+            if left:
+                logger.info("killed %d process(es) the script left running: %s", len(set(left)), sorted(set(left)))
+            if not eof:
+                self._drain(fd, sel, log, meter)
             self._handle_lines(self.splitter.flush(), meter)
             if self.tail is not None:
                 for ev in self.tail.finish():
                     self._on_epoch(ev, meter)
-            return proc.returncode
+            return proc.returncode, end
         finally:
             sel.close()
+
+    def _pump(self, fd: int, log: _Log, meter: _Meter) -> bool:
+        """Read what output is there (bounded). Returns True at end of file."""
+        for _ in range(_READS_PER_TICK):
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+            if not chunk:
+                return True
+            log.write(chunk)
+            self._handle_lines(self.splitter.feed(chunk), meter)
+        return False
+
+    def _drain(self, fd: int, sel: selectors.BaseSelector, log: _Log, meter: _Meter) -> None:
+        """Read the output left in the pipe, for at most `DRAIN_TIME` (a process outside the trial may hold it open)."""
+        end = time.monotonic() + DRAIN_TIME
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                logger.warning(
+                    "the script's output stayed open %g s after it exited (a process it started holds it); "
+                    "stopped reading it",
+                    DRAIN_TIME,
+                )
+                return
+            if sel.select(timeout=min(left, _TICK)) and self._pump(fd, log, meter):
+                return
+
+    def _poll_events(self, meter: _Meter) -> None:
+        if self.tail is not None:
+            for ev in self.tail.poll():
+                self._on_epoch(ev, meter)
+        elif self.steps_tail is not None:
+            self.steps_tail.poll()
+
+    def _judge(self, meter: _Meter, tree: ProcessTree) -> None:
+        """Decide whether to stop (if not yet decided) and advance the stop sequence."""
+        p = self.plan
+        t, e, c = meter.now()
+        if self.stop_reason is None:
+            self.listener.on_tick(t, e, c)
+            if self.cancel.is_set():
+                self._decide("interrupted", (t, e, c))
+            elif p.timeout is not None and t > p.timeout:
+                self._decide("timeout", (t, e, c))
+            elif c > p.cost_threshold:
+                self._decide("cost_threshold", (t, e, c))
+        if self.stop_reason is None:
+            return
+        now = time.monotonic()
+        if not self.stopping:
+            self.stopping = True
+            finishing = self.stop_reason in FINISHING and not p.prompt_on_target
+            self._touch_stop_file()
+            grace = p.stop_grace if finishing else p.term_grace
+            self.prompt = not finishing
+            self.term_at = None if grace is None else now + grace
+        elif not self.prompt:
+            # A finishing stop still gives way to a cancel and to the timeout.
+            why = (
+                "zeus-run was interrupted"
+                if self.cancel.is_set()
+                else "the timeout passed"
+                if p.timeout is not None and t > p.timeout
+                else None
+            )
+            if why is not None:
+                self.prompt = True
+                self.notes.append(f"{why} while the script was finishing after {self.stop_reason}")
+                due = now + p.term_grace
+                self.term_at = due if self.term_at is None else min(self.term_at, due)
+        if not self.sent and self.term_at is not None and now >= self.term_at:
+            self.sent = "sigterm"
+            self.kill_at = now + p.kill_grace
+            logger.debug("sending SIGTERM to the trial (%s)", self.stop_reason)
+            tree.signal(signal.SIGTERM)
+        elif self.sent == "sigterm" and self.kill_at is not None and now >= self.kill_at:
+            self.sent = "killed"
+            logger.warning(
+                "training script (pid %s) ignored SIGTERM for %g s; sending SIGKILL", tree.root, p.kill_grace
+            )
+            tree.signal(signal.SIGKILL)
+
+    def _touch_stop_file(self) -> None:
+        path = self.plan.stop_path
+        for _ in range(2):
+            try:
+                path.touch()
+                return
+            except FileNotFoundError:
+                try:  # the script removed its own log directory
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    break
+            except OSError:
+                break
+        logger.warning("could not create the stop file %s; the script will be stopped by signal", path)
 
     def _feed_profiler(self, meter: _Meter) -> None:
         prof, tail = self.profiler, self.steps_tail
@@ -420,37 +828,28 @@ class _TrialRun:
                 except OSError:
                     pass
 
-    def _stop(self, proc: subprocess.Popen, log, meter: _Meter) -> int | None:
-        code = _kill_group(proc, self.plan.grace, self.plan.stop_path)
-        # Drain what is left of the output (the group is gone, so EOF comes quickly).
-        fd = proc.stdout.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            log.write(chunk)
-            for line in self.splitter.feed(chunk):
-                self.listener.on_output(line.decode("utf-8", "replace")[:4096])
-        log.flush()
-        return code
-
-    def _outcome(self, exit_code: int | None, end: tuple[float, float, float]) -> TrialOutcome:
+    def _outcome(self, exit_code: int, end: tuple[float, float, float]) -> TrialOutcome:
         reason = self.stop_reason
         t, e, c = self.counted if self.counted is not None else end
         message = None
         if reason is None:
-            if self.reached:
-                reason = "target_reached"
-            elif exit_code == 0:
+            if exit_code == 0:
                 reason = "exited"
                 message = f"the script exited after {len(self.metrics)} epoch(s) without reaching the target"
             else:
                 reason = "crashed"
                 message = f"exit code {exit_code}; last output:\n{_tail(self.plan.log_path)}"
-        malformed = (self.tail.malformed if self.tail else 0) + (self.regex.malformed if self.regex else 0)
+        elif reason == "timeout":
+            message = f"no result within the {self.plan.timeout:g} s timeout"
+        if self.regex is not None and self.regex.hits == 0:
+            self.notes.insert(0, self.regex.no_match_note())
+        if self.regex is not None and self.regex.cut:
+            logger.info(
+                "%d output line(s) longer than %d characters were matched on their start only",
+                self.regex.cut,
+                REGEX_LINE_LIMIT,
+            )
+        malformed = (self.tail.malformed if self.tail else 0) + (self.regex.reader.malformed if self.regex else 0)
         if malformed:
             logger.warning("ignored %d malformed metric line(s) from the script", malformed)
         if self.splitter.overlong:
@@ -458,8 +857,9 @@ class _TrialRun:
                 "%d output line(s) longer than 64 KiB were cut in the live view (the log has them whole)",
                 self.splitter.overlong,
             )
-        if reason == "timeout":
-            message = f"no result within the {self.plan.timeout:g} s timeout"
+        if self.notes:
+            message = "; ".join([*self.notes, *([message] if message else [])])
+        decided = self.counted is not None
         return TrialOutcome(
             epochs=len(self.metrics),
             time=t,
@@ -469,35 +869,14 @@ class _TrialRun:
             reached=self.reached,
             stop_reason=reason,
             exit_code=exit_code,
+            ended=self.sent or "exited",
+            after_time=max(end[0] - t, 0.0) if decided else None,
+            after_energy=max(end[1] - e, 0.0) if decided else None,
             metrics=tuple(self.metrics),
             message=message,
             malformed=malformed,
             power_limit=self.profiler.chosen if self.profiler is not None else None,
         )
-
-
-def _kill_group(proc: subprocess.Popen, grace: float, stop_path: Path) -> int | None:
-    """Ask the process group to stop, then force it. Returns the exit code."""
-    if proc.poll() is not None:
-        _signal_group(proc.pid, signal.SIGKILL)  # stragglers in the group, if any
-        return proc.returncode
-    stop_path.touch()
-    _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        return proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        logger.warning("training script (pid %d) ignored SIGTERM for %.1f s; sending SIGKILL", proc.pid, grace)
-        _signal_group(proc.pid, signal.SIGKILL)
-        return proc.wait()
-    finally:
-        _signal_group(proc.pid, signal.SIGKILL)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _tail(path: Path, limit: int = 1500) -> str:
@@ -509,3 +888,14 @@ def _tail(path: Path, limit: int = 1500) -> str:
             return f.read().decode("utf-8", "replace").strip()
     except OSError:
         return "(no log)"
+
+
+__all__ = [
+    "DRAIN_TIME",
+    "TrialListener",
+    "TrialOutcome",
+    "TrialPlan",
+    "preflight",
+    "run_trial",
+    "trial_environment",
+]

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from zeus_run.cli._common import (
     Format,
@@ -91,13 +92,14 @@ def replay_command(
     new = with_changes(knobs, eta=eta, beta=beta, window_size=window_size, policy=policy_name, seed=seed)
     if no_early_stop:
         new = replace(new, beta=None)
-    res = what_if(records, new)
+    res = what_if(records, new, recorded=knobs)
     summary = {
         "recurrences": res.recurrences,
         "cost": res.cost,
         "recorded_cost": res.recorded_cost,
         "relative_cost": res.cost / res.recorded_cost if res.recorded_cost else None,
         "unknown_batch_size": res.unknown,
+        "unknown_reason": res.unknown_reason,
         "stopped_at_recurrence": res.stopped_at,
         "final_batch_size": res.records[-1].batch_size if res.records else None,
     }
@@ -122,6 +124,6 @@ def replay_command(
     )
     if res.unknown is not None:
         out.print(
-            f"[yellow]Stopped at recurrence {res.stopped_at}:[/] this configuration would run batch size {res.unknown}, "
-            "which the history never observed; its outcome is unknown, so the replay ends there."
+            f"[yellow]Stopped at recurrence {res.stopped_at}:[/] the outcome of batch size {res.unknown} is unknown "
+            f"({escape(res.unknown_reason or '')}), so the replay ends there."
         )

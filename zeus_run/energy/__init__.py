@@ -9,6 +9,7 @@ from zeus_run.energy._base import EnergySource
 from zeus_run.energy._estimate import EstimatedEnergy
 from zeus_run.energy._nvml import NvmlEnergy, visible_gpu_ids
 from zeus_run.errors import EnergyError
+from zeus_run.proctree import have_proc
 from zeus_run.spec import EnergySettings
 
 logger = logging.getLogger(__name__)
@@ -23,15 +24,19 @@ def open_energy_source(settings: EnergySettings, nvml: ModuleType | None = None)
     Raises:
         EnergyError: ``nvml`` was asked for explicitly and is unusable, or a MIG device is selected.
     """
+    basis = settings.basis
+    if basis == "cpu-time" and not have_proc():
+        logger.info("energy: no /proc here to read the trial's CPU time; the estimate charges wall time")
+        basis = "wall-time"
     if settings.source == "estimate":
-        return EstimatedEnergy(settings.watts)
+        return EstimatedEnergy(settings.watts, basis=basis)
     try:
         source = NvmlEnergy(settings.gpus, nvml=nvml)
     except EnergyError as exc:
         if settings.source == "nvml" or "MIG" in str(exc):
             raise
-        logger.info("energy: NVML unavailable (%s); using an estimate of %g W x time", exc, settings.watts)
-        return EstimatedEnergy(settings.watts)
+        logger.info("energy: NVML unavailable (%s); using an estimate of %g W x %s", exc, settings.watts, basis)
+        return EstimatedEnergy(settings.watts, basis=basis)
     logger.info("energy: %s", source.describe())
     return source
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 
 class EnergySource(ABC):
@@ -39,6 +40,17 @@ class EnergySource(ABC):
     @abstractmethod
     def describe(self) -> str:
         """One line for people, e.g. ``NVML: 2 x NVIDIA A40 (total energy counter)``."""
+
+    def track(self, cpu_seconds: Callable[[], float] | None) -> None:
+        """Tell the source how to read the CPU time of the trial now running (None: none runs).
+
+        Only an estimate charged by CPU time uses it; a measurement ignores it.
+        """
+        return None
+
+    def devices(self) -> list[dict[str, str]]:
+        """The measured devices, for provenance: ``[{"name": ..., "uuid": ...}]`` (empty for an estimate)."""
+        return []
 
     def close(self) -> None:
         """Release resources (NVML handles, sampling threads); nothing by default."""

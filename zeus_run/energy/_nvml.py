@@ -222,6 +222,16 @@ class NvmlEnergy(EnergySource):
             total += self._sampler.energy_j()
         return total
 
+    def devices(self) -> list[dict[str, str]]:
+        out = []
+        for g in self.gpus:
+            try:
+                uuid = _text(self.nvml.nvmlDeviceGetUUID(g.handle))
+            except Exception:  # an NVML error: provenance is best effort
+                uuid = ""
+            out.append({"index": g.index, "name": g.name, "uuid": uuid})
+        return out
+
     def describe(self) -> str:
         names = sorted({g.name for g in self.gpus})
         method = {"counter": "total energy counter", "power-sampling": "power sampling"}.get(

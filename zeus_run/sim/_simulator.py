@@ -330,6 +330,7 @@ def simulate(
     max_tries: int = 20,
     baselines: bool = True,
     on_record: Callable[[TrialRecord], None] = lambda r: None,
+    max_early_stops: int | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -343,6 +344,8 @@ def simulate(
         max_tries: Counted tries per recurrence.
         baselines: Also compute the grid-search baseline (Default and Oracle are always computed).
         on_record: Called with each record as it is produced.
+        max_early_stops: The engine's fallback rule (`zeus_run.engine.Engine`); None (default)
+            keeps the paper's semantics.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -351,7 +354,7 @@ def simulate(
     horizon = table.horizon if horizon is None else horizon
     opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed)
     executor = TraceExecutor(table, eta, seed)
-    records = Engine(opt, horizon, max_tries, beta).run([], executor, on_record)
+    records = Engine(opt, horizon, max_tries, beta, max_early_stops).run([], executor, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)

@@ -12,6 +12,7 @@ from zeus_run.spec._model import (
     MetricSettings,
     OptimizerSettings,
     PowerLimitSettings,
+    StopSettings,
 )
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "MetricSettings",
     "OptimizerSettings",
     "PowerLimitSettings",
+    "StopSettings",
     "load_spec",
     "parse_spec",
     "placeholder_names",

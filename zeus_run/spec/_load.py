@@ -14,10 +14,12 @@ import yaml
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.spec._model import (
+    ENERGY_BASES,
     ENERGY_SOURCES,
     LR_SCALING_RULES,
     METRIC_SOURCES,
     NO_PERMISSION_ACTIONS,
+    ON_TARGET_ACTIONS,
     PLACEHOLDERS,
     POLICIES,
     EnergySettings,
@@ -25,6 +27,7 @@ from zeus_run.spec._model import (
     MetricSettings,
     OptimizerSettings,
     PowerLimitSettings,
+    StopSettings,
 )
 
 _PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
@@ -34,6 +37,7 @@ _SECTIONS: dict[str, type] = {
     "metric": MetricSettings,
     "energy": EnergySettings,
     "power_limit": PowerLimitSettings,
+    "stop": StopSettings,
 }
 _TOP_KEYS = (
     "name",
@@ -54,14 +58,16 @@ _TOP_KEYS = (
     "max_tries",
     "seed",
     "timeout",
+    "max_early_stops",
     "run_dir",
     *_SECTIONS,
 )
 _SECTION_KEYS = {
     "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
     "metric": ("source", "regex"),
-    "energy": ("source", "watts", "gpus"),
+    "energy": ("source", "watts", "gpus", "basis"),
     "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
+    "stop": ("grace", "term_grace", "kill_grace", "on_target"),
 }
 
 
@@ -285,6 +291,14 @@ class _Validator:
         metric = self.section("metric", self.metric)
         energy = self.section("energy", self.energy)
         power = self.section("power_limit", self.power_limit)
+        stop = self.section("stop", self.stop)
+        max_early_stops = (
+            None
+            if "max_early_stops" in d and d["max_early_stops"] is None
+            else g(
+                d, "max_early_stops", "", 3, self.int_(1, fix="Early stops before the fallback try, or null for never")
+            )
+        )
 
         self.placeholders(command, env, learning_rate)
         if workdir is not None and "workdir" in d and not workdir.is_dir():
@@ -321,6 +335,8 @@ class _Validator:
             metric=metric,
             energy=energy,
             power_limit=power,
+            stop=stop,
+            max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )
 
@@ -508,6 +524,7 @@ class _Validator:
                 self.float_(0.0, strict_lo=True, fix="The estimated average power of the job, e.g. 65"),
             ),
             gpus=gpus,
+            basis=self.get(m, "basis", p, "cpu-time", self.choice(ENERGY_BASES)),
         )
 
     def power_limit(self, m: Mapping, p: str) -> PowerLimitSettings:
@@ -519,6 +536,17 @@ class _Validator:
             measure_iters=self.get(m, "measure_iters", p, d.measure_iters, self.int_(1)),
             observer_mode=self.get(m, "observer_mode", p, d.observer_mode, self.bool_()),
             on_no_permission=self.get(m, "on_no_permission", p, d.on_no_permission, self.choice(NO_PERMISSION_ACTIONS)),
+        )
+
+    def stop(self, m: Mapping, p: str) -> StopSettings:
+        d = StopSettings()
+        seconds = self.float_(0.0, fix="Seconds, e.g. 10")
+        grace = None if "grace" in m and m["grace"] is None else self.get(m, "grace", p, d.grace, seconds)
+        return StopSettings(
+            grace=grace,
+            term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
+            kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
+            on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
         )
 
     def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:

@@ -40,6 +40,8 @@ POLICY_DEFAULTS: dict[str, dict[str, int]] = {
     "zeus-plus": {"pruning_rounds": 1, "num_explorations": 1},
 }
 NO_PERMISSION_ACTIONS = ("continue", "stop")
+ON_TARGET_ACTIONS = ("stop", "wait")
+ENERGY_BASES = ("cpu-time", "wall-time")
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,15 @@ class EnergySettings:
         source: ``auto`` (NVML if it initializes, else estimate), ``nvml`` or ``estimate``.
         watts: Constant power assumed by the estimate (unit: W). Also its max power for the cost.
         gpus: GPU indices or UUIDs of the job (default: ``CUDA_VISIBLE_DEVICES`` or all GPUs).
+        basis: What the estimate charges ``watts`` for: ``cpu-time`` (the CPU time of the
+            trial's processes, at most wall time: a loaded machine does not make the job's
+            own energy look larger) or ``wall-time`` (for a GPU job that NVML cannot measure).
     """
 
     source: str = "auto"
     watts: float = 100.0
     gpus: tuple[str, ...] | None = None
+    basis: str = "cpu-time"
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,35 @@ class PowerLimitSettings:
     measure_iters: int = 40
     observer_mode: bool = False
     on_no_permission: str = "continue"
+
+
+@dataclass(frozen=True)
+class StopSettings:
+    """How a trial is stopped (see README, "Stopping a trial").
+
+    Every stop creates the stop file (``ZEUS_STOP_FILE``) first. Then:
+
+    * after the target or ``max_epochs`` the script may finish by itself (save its
+      model) for ``grace`` seconds;
+    * after an early stop (cost threshold), a timeout or a launcher shutdown, it gets
+      ``term_grace`` seconds;
+
+    then SIGTERM, and SIGKILL ``kill_grace`` seconds later.
+
+    Attributes:
+        grace: Seconds a script may take to exit by itself after the target or
+            ``max_epochs`` (None: wait for ever).
+        term_grace: Seconds between the stop file and SIGTERM on a prompt stop.
+        kill_grace: Seconds between SIGTERM and SIGKILL.
+        on_target: Regex mode only (the script cannot see the target): ``stop`` treats
+            the target and ``max_epochs`` as a prompt stop (a SIGTERM handler can save);
+            ``wait`` lets the script run to its own end (within ``grace``).
+    """
+
+    grace: float | None = 300.0
+    term_grace: float = 2.0
+    kill_grace: float = 10.0
+    on_target: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -151,6 +186,8 @@ class JobSpec:
         max_tries: Trials per recurrence before giving up on the target.
         seed: Seed of the optimizer and the training scripts (trial seed = seed + trial index).
         timeout: Wall-clock limit of one trial (unit: s), or None.
+        max_early_stops: Early stops (cost threshold) a recurrence may take; its next try
+            runs the best known batch size without a threshold (None: never, as in the paper).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -173,11 +210,13 @@ class JobSpec:
     max_tries: int = 20
     seed: int = 123456
     timeout: float | None = None
+    max_early_stops: int | None = 3
     run_dir: Path = Path("runs")
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     metric: MetricSettings = field(default_factory=MetricSettings)
     energy: EnergySettings = field(default_factory=EnergySettings)
     power_limit: PowerLimitSettings = field(default_factory=PowerLimitSettings)
+    stop: StopSettings = field(default_factory=StopSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +246,7 @@ DECISION_FIELDS = (
     "max_epochs",
     "seed",
     "optimizer",
+    "max_early_stops",
 )
 
 
