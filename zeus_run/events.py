@@ -5,27 +5,96 @@ Two sources, one output (a metric value per finished epoch):
 * `EventLogTail` follows the JSON-lines event log written by `zeus_run.train`.
 * `RegexMetricReader` matches a regex against each line of the script's output.
 
-Malformed input is counted and skipped, never fatal. Memory stays bounded:
-partial lines are capped at `MAX_LINE` bytes.
+Every field the script writes is untrusted. An invalid event (not JSON, not
+an object, a count that is not a whole number in range, nesting deep enough to
+exhaust the parser) is skipped and counted (``malformed``), with one warning
+for the first; the trial goes on. A metric that is a number but not a finite
+float (NaN, an infinity, ``1e999``, a 400-digit integer) is what a diverging
+model reports: it counts as an epoch whose metric is NaN, which never reaches
+the target. Memory stays bounded: partial lines are capped at `MAX_LINE` bytes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
+#: Largest count (epoch, step, iterations) taken from the script.
+MAX_COUNT = 2**63 - 1
+#: Invalid events skipped, per reader, before further ones are only counted.
+_WARN_FIRST = 1
 
 
 @dataclass
 class EpochEvent:
-    """One finished epoch as the script reported it."""
+    """One finished epoch as the script reported it.
+
+    Attributes:
+        epoch: Epoch number.
+        metric: The validation metric; NaN when the script reported a non-finite number.
+    """
 
     epoch: int
     metric: float
+
+
+class InvalidEvent(ValueError):
+    """A line from the script that is not a usable event."""
+
+
+def parse_metric(value: Any) -> float:
+    """A metric the script reported, as a float.
+
+    Returns:
+        The metric; NaN for a number that is not a finite float (NaN, an
+        infinity, an integer too large for a float): a diverged epoch.
+
+    Raises:
+        InvalidEvent: It is not a number (a boolean, a list, a non-numeric string).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidEvent(f"metric {_short(value)} is not a number")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise InvalidEvent(f"metric {_short(value)} is not a number") from None
+    try:
+        f = float(value)
+    except OverflowError:
+        return math.nan
+    return f if math.isfinite(f) else math.nan
+
+
+def parse_count(value: Any, what: str) -> int:
+    """A whole number in ``[0, MAX_COUNT]`` from the script (an integral float is accepted).
+
+    Raises:
+        InvalidEvent: It is not such a number.
+    """
+    if isinstance(value, bool):
+        raise InvalidEvent(f"{what} {_short(value)} is not a whole number")
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 19:
+        value = int(value.strip())
+    if not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise InvalidEvent(f"{what} {_short(value)} is not a whole number in [0, 2^63)")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass
@@ -76,22 +145,38 @@ class EventLogTail:
         self.path = path
         self.offset = 0
         self.malformed = 0
+        self.diverged = 0
         self.steps = 0
         self.step_time: float | None = None  # script's timestamp of `steps` (unit: s)
         self.iters_per_epoch: int | None = None
         self._split = LineSplitter()
         self._epochs = 0
+        self._not_a_file = False
 
     def poll(self) -> list[EpochEvent]:
         """Epoch events appended since the last call."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read(1 << 20)
-        except FileNotFoundError:
-            return []
+        chunk = self._read()
         self.offset += len(chunk)
         return self._parse(self._split.feed(chunk))
+
+    def _read(self) -> bytes:
+        # NOTE: O_NONBLOCK so that a FIFO the script put in place of the log
+        # cannot block the launcher's watch loop; only regular files are read.
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return b""
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                if not self._not_a_file:
+                    self._not_a_file = True
+                    logger.warning("the event log %s is not a regular file; ignoring it", self.path)
+                return b""
+            return os.pread(fd, 1 << 20, self.offset)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
 
     def finish(self) -> list[EpochEvent]:
         """Everything left, including an unterminated last line."""
@@ -109,27 +194,61 @@ class EventLogTail:
             if not line.strip():
                 continue
             try:
-                ev = json.loads(line)
-                kind = ev["event"]
-                if kind == "step":
-                    self.steps = int(ev.get("n", self.steps + 1))
-                    t = ev.get("time")
-                    self.step_time = float(t) if t is not None else None
-                    continue
-                if kind == "info":
-                    if "iters_per_epoch" in ev:
-                        self.iters_per_epoch = int(ev["iters_per_epoch"])
-                    continue
-                if kind != "epoch":
-                    continue
-                metric = float(ev["metric"])
-                epoch = int(ev.get("epoch", self._epochs + 1))
-            except (ValueError, KeyError, TypeError):
-                self.malformed += 1
+                ev = self._event(line)
+            except InvalidEvent as exc:
+                self._skip(str(exc))
                 continue
-            self._epochs = epoch
-            out.append(EpochEvent(epoch, metric))
+            if ev is not None:
+                if math.isnan(ev.metric):
+                    self.diverged += 1
+                    if self.diverged == 1:
+                        logger.warning(
+                            "the script reported a non-finite metric at epoch %d (the model diverged?); "
+                            "such an epoch counts but never reaches the target",
+                            ev.epoch,
+                        )
+                out.append(ev)
         return out
+
+    def _event(self, line: bytes) -> EpochEvent | None:
+        """Parse one line; None for a valid event that is not an epoch."""
+        try:
+            ev = json.loads(line)
+        except RecursionError:
+            raise InvalidEvent("JSON nested too deeply") from None
+        except ValueError as exc:  # also UnicodeDecodeError, and integers past Python's digit limit
+            raise InvalidEvent(f"not JSON ({exc})") from None
+        if not isinstance(ev, dict):
+            raise InvalidEvent(f"a JSON {type(ev).__name__}, not an object")
+        kind = ev.get("event")
+        if kind == "step":
+            steps = parse_count(ev.get("n", self.steps + 1), "step count n")
+            t = ev.get("time")
+            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+                raise InvalidEvent(f"time {_short(t)} is not a finite number")
+            self.steps = steps
+            self.step_time = float(t) if t is not None else None
+            return None
+        if kind == "info":
+            if "iters_per_epoch" in ev:
+                iters = parse_count(ev["iters_per_epoch"], "iters_per_epoch")
+                self.iters_per_epoch = iters or None
+            return None
+        if kind != "epoch":
+            if not isinstance(kind, str):
+                raise InvalidEvent(f"event {_short(kind)} is not a string")
+            return None
+        if "metric" not in ev:
+            raise InvalidEvent("an epoch event without a metric")
+        metric = parse_metric(ev["metric"])
+        epoch = parse_count(ev.get("epoch", self._epochs + 1), "epoch")
+        self._epochs = epoch
+        return EpochEvent(epoch, metric)
+
+    def _skip(self, why: str) -> None:
+        self.malformed += 1
+        if self.malformed <= _WARN_FIRST:
+            logger.warning("skipping an invalid event from the script: %s; further ones are only counted", why)
 
 
 class RegexMetricReader:
@@ -138,6 +257,7 @@ class RegexMetricReader:
     def __init__(self, pattern: str) -> None:
         self.regex = re.compile(pattern)
         self.malformed = 0
+        self.diverged = 0
         self._epochs = 0
 
     def feed_line(self, line: bytes) -> list[EpochEvent]:
@@ -145,14 +265,20 @@ class RegexMetricReader:
         out = []
         for m in self.regex.finditer(text):
             try:
-                metric = float(m.group(1))
-            except (ValueError, TypeError, IndexError):
-                self.malformed += 1
-                continue
-            if not math.isfinite(metric):
+                metric = parse_metric(m.group(1))
+            except (InvalidEvent, IndexError):
                 self.malformed += 1
                 continue
             self._epochs += 1
+            if math.isnan(metric):
+                self.diverged += 1
+                if self.diverged == 1:
+                    logger.warning(
+                        "the script printed a non-finite metric %r at epoch %d (the model diverged?); "
+                        "such an epoch counts but never reaches the target",
+                        _short(m.group(1)),
+                        self._epochs,
+                    )
             out.append(EpochEvent(self._epochs, metric))
         return out
 

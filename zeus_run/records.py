@@ -129,32 +129,110 @@ class TrialRecord:
         return 0.0 if self.stop_reason == "skipped" else self.cost
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (infinities become None)."""
+        """A JSON-ready dict: strict JSON, so non-finite numbers become None (a diverged epoch's NaN metric too)."""
         out = dataclasses.asdict(self)
-        out["metrics"] = list(self.metrics)
-        for key in ("cost_threshold", "cost", "energy", "time"):
+        out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]
+        for key in _FLOATS:
             v = out[key]
             if isinstance(v, float) and not math.isfinite(v):
                 out[key] = None
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TrialRecord:
+    def from_json(cls, data: Any) -> TrialRecord:
         """Parse a dict written by `to_json` (unknown keys from newer versions are ignored).
 
+        Every field is checked, since a history file can be edited or damaged:
+        whole numbers are integers (not booleans) in range, numbers are finite,
+        strings are strings. ``None`` for ``time``, ``energy`` or ``cost`` reads
+        back as infinity and a ``None`` metric as NaN, undoing `to_json`.
+
         Raises:
-            ValueError: A required key is missing or has the wrong type.
+            ValueError: It is not an object, a required key is missing, or a field has the wrong type.
         """
+        if not isinstance(data, dict):
+            raise ValueError(f"not a trial record: a JSON {_json_type(data)}, not an object")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
-        if "metrics" in kwargs:
-            kwargs["metrics"] = tuple(kwargs["metrics"] or ())
-        try:
-            rec = cls(**kwargs)
-        except TypeError as exc:
-            raise ValueError(f"not a trial record: {exc}") from None
-        if not isinstance(rec.batch_size, int) or not isinstance(rec.reached, bool):
-            raise ValueError("not a trial record: batch_size must be an integer and reached a boolean")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and _required(f)]
+        if missing:
+            raise ValueError(f"not a trial record: missing {', '.join(missing)}")
+        for key, value in kwargs.items():
+            kwargs[key] = _check_field(key, value)
+        rec = cls(**kwargs)
         if rec.stop_reason not in STOP_REASONS:
             raise ValueError(f"unknown stop_reason {rec.stop_reason!r}")
+        if rec.kind not in KINDS:
+            raise ValueError(f"unknown kind {rec.kind!r}")
         return rec
+
+
+#: Largest whole number a record may hold (batch sizes, counts, seeds, exit codes).
+_MAX_INT = 2**63 - 1
+#: Whole-number fields and their least value (None: any sign).
+_INTS: dict[str, int | None] = {
+    "recurrence": 1,
+    "attempt": 1,
+    "trial": 0,
+    "batch_size": 1,
+    "epochs": 0,
+    "schema": 0,
+    "seed": None,
+    "exit_code": None,
+}
+#: Number fields written as None when not finite (read back as infinity).
+_FLOATS = ("cost_threshold", "cost", "energy", "time")
+_NUMBERS = ("time", "energy", "max_power", "cost", "learning_rate", "power_limit", "cost_threshold")
+_BOOLS = ("reached", "observed", "estimated")
+_OPTIONAL = ("learning_rate", "seed", "power_limit", "energy_method", "cost_threshold", "exit_code")
+_OPTIONAL += ("started_at", "ended_at", "log", "message")
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _json_type(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def _check_field(key: str, value: Any) -> Any:
+    """The field's value, validated (see `TrialRecord.from_json`)."""
+    if value is None:
+        if key in ("time", "energy", "cost"):
+            return math.inf
+        if key in _OPTIONAL:
+            return None
+        raise ValueError(f"not a trial record: {key} is null")
+    if key == "metrics":
+        if not isinstance(value, list):
+            raise ValueError(f"not a trial record: metrics is a {_json_type(value)}, not a list")
+        return tuple(math.nan if m is None else _number("metrics", m) for m in value)
+    if key in _INTS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"not a trial record: {key} {value!r:.40} is not a whole number")
+        lo = _INTS[key]
+        if not (-_MAX_INT if lo is None else lo) <= value <= _MAX_INT:
+            raise ValueError(f"not a trial record: {key} {value} is out of range")
+        return value
+    if key in _NUMBERS:
+        return _number(key, value)
+    if key in _BOOLS:
+        if not isinstance(value, bool):
+            raise ValueError(f"not a trial record: {key} {value!r:.40} is not true or false")
+        return value
+    if not isinstance(value, str):  # the string fields
+        raise ValueError(f"not a trial record: {key} {value!r:.40} is not a string")
+    return value
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"not a trial record: {key} {value!r:.40} is not a number")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise ValueError(f"not a trial record: {key} is too large") from None
+    if not math.isfinite(f):
+        raise ValueError(f"not a trial record: {key} {value!r} is not finite")
+    return f
