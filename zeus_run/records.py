@@ -169,23 +169,10 @@ class TrialRecord:
 
 #: Largest whole number a record may hold (batch sizes, counts, seeds, exit codes).
 _MAX_INT = 2**63 - 1
-#: Whole-number fields and their least value (None: any sign).
-_INTS: dict[str, int | None] = {
-    "recurrence": 1,
-    "attempt": 1,
-    "trial": 0,
-    "batch_size": 1,
-    "epochs": 0,
-    "schema": 0,
-    "seed": None,
-    "exit_code": None,
-}
+#: Least value of whole-number fields (others: any sign).
+_INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
 #: Number fields written as None when not finite (read back as infinity).
 _FLOATS = ("cost_threshold", "cost", "energy", "time")
-_NUMBERS = ("time", "energy", "max_power", "cost", "learning_rate", "power_limit", "cost_threshold")
-_BOOLS = ("reached", "observed", "estimated")
-_OPTIONAL = ("learning_rate", "seed", "power_limit", "energy_method", "cost_threshold", "exit_code")
-_OPTIONAL += ("started_at", "ended_at", "log", "message")
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -193,35 +180,61 @@ def _required(f: dataclasses.Field) -> bool:
 
 
 def _json_type(value: Any) -> str:
-    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+    return {list: "array", str: "string", bool: "boolean", type(None): "null", dict: "object"}.get(
+        type(value), "number"
+    )
+
+
+def _field_kinds() -> dict[str, tuple[str, bool]]:
+    """``name -> (kind, optional)`` from each field's annotation, so new fields are checked too.
+
+    kind is ``int``, ``float``, ``bool``, ``str``, ``floats`` (a tuple of numbers) or ``dict``.
+    """
+    kinds = {}
+    for f in dataclasses.fields(TrialRecord):
+        ann = str(f.type).replace(" ", "")
+        optional = ann.endswith("|None")
+        base = ann.removesuffix("|None")
+        kind = {"tuple[float,...]": "floats"}.get(base, base.split("[")[0])
+        if kind not in ("int", "float", "bool", "str", "floats", "dict"):
+            raise TypeError(f"TrialRecord.{f.name}: no JSON check for type {f.type}")
+        kinds[f.name] = (kind, optional)
+    return kinds
+
+
+_KINDS = _field_kinds()
 
 
 def _check_field(key: str, value: Any) -> Any:
-    """The field's value, validated (see `TrialRecord.from_json`)."""
+    """The field's value, validated against its annotation (see `TrialRecord.from_json`)."""
+    kind, optional = _KINDS[key]
     if value is None:
-        if key in ("time", "energy", "cost"):
-            return math.inf
-        if key in _OPTIONAL:
+        if optional:
             return None
+        if key in _FLOATS:  # a non-finite time, energy or cost
+            return math.inf
         raise ValueError(f"not a trial record: {key} is null")
-    if key == "metrics":
+    if kind == "floats":
         if not isinstance(value, list):
-            raise ValueError(f"not a trial record: metrics is a {_json_type(value)}, not a list")
-        return tuple(math.nan if m is None else _number("metrics", m) for m in value)
-    if key in _INTS:
+            raise ValueError(f"not a trial record: {key} is a {_json_type(value)}, not a list")
+        return tuple(math.nan if m is None else _number(key, m) for m in value)
+    if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"not a trial record: {key} {value!r:.40} is not a whole number")
-        lo = _INTS[key]
-        if not (-_MAX_INT if lo is None else lo) <= value <= _MAX_INT:
+        if not _INT_MIN.get(key, -_MAX_INT) <= value <= _MAX_INT:
             raise ValueError(f"not a trial record: {key} {value} is out of range")
         return value
-    if key in _NUMBERS:
+    if kind == "float":
         return _number(key, value)
-    if key in _BOOLS:
+    if kind == "bool":
         if not isinstance(value, bool):
             raise ValueError(f"not a trial record: {key} {value!r:.40} is not true or false")
         return value
-    if not isinstance(value, str):  # the string fields
+    if kind == "dict":
+        if not isinstance(value, dict):
+            raise ValueError(f"not a trial record: {key} is a {_json_type(value)}, not an object")
+        return value
+    if not isinstance(value, str):
         raise ValueError(f"not a trial record: {key} {value!r:.40} is not a string")
     return value
 

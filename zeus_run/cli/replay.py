@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from zeus_run.cli._common import (
     Format,
@@ -125,5 +124,12 @@ def replay_command(
     if res.unknown is not None:
         out.print(
             f"[yellow]Stopped at recurrence {res.stopped_at}:[/] the outcome of batch size {res.unknown} is unknown "
-            f"({escape(res.unknown_reason or '')}), so the replay ends there."
+            f"({_escape(res.unknown_reason or '')}), so the replay ends there."
         )
+
+
+def _escape(text: str) -> str:
+    """Rich-markup-escape ``text`` (rich is imported here, not at start-up, to keep ``--help`` fast)."""
+    from rich.markup import escape
+
+    return escape(text)
