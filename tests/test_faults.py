@@ -102,6 +102,7 @@ def test_sigkill_mid_trial_then_resume_equals_an_uninterrupted_run(write_spec, t
     # Kill the launcher in the middle of its third trial.
     wait_for(lambda: hist.exists() and len(hist.read_text().splitlines()) >= 2 and running.exists())
     time.sleep(0.15)
+    wait_for(pidfile.exists)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     orphan, orphan_child = (int(x) for x in pidfile.read_text().split())

@@ -40,8 +40,10 @@ need = needs.get(bs, 0)
 
 if args.pid_file:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    with open(args.pid_file, "w") as f:
+    tmp = f"{args.pid_file}.{os.getpid()}"
+    with open(tmp, "w") as f:  # written whole, then renamed: a reader never sees it half-written
         f.write(f"{os.getpid()} {child.pid}\n")
+    os.replace(tmp, args.pid_file)
 
 epoch = 0
 while True:
