@@ -92,7 +92,9 @@ class JobTable:
     @cached_property
     def mean_epochs(self) -> np.ndarray:
         """Per batch size, the mean target epoch of the runs that reached it (NaN: none did)."""
-        return np.array([float(np.mean(r[~np.isnan(r)])) if np.any(~np.isnan(r)) else math.nan for r in self.target_epochs])
+        return np.array(
+            [float(np.mean(r[~np.isnan(r)])) if np.any(~np.isnan(r)) else math.nan for r in self.target_epochs]
+        )
 
     @property
     def horizon(self) -> int:

@@ -28,7 +28,7 @@ PLACEHOLDERS = (
 LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
 ENERGY_SOURCES = ("auto", "nvml", "estimate")
-POLICIES = ("zeus", "zeus-plus")
+POLICIES = ("zeus", "zeus-plus", "zeus-voi")
 #: The policy a spec without ``optimizer.policy`` gets.
 DEFAULT_POLICY = "zeus"
 
@@ -38,6 +38,7 @@ DEFAULT_POLICY = "zeus"
 POLICY_DEFAULTS: dict[str, dict[str, int]] = {
     "zeus": {"pruning_rounds": 2, "num_explorations": 2},
     "zeus-plus": {"pruning_rounds": 1, "num_explorations": 1},
+    "zeus-voi": {"pruning_rounds": 0, "num_explorations": 1},  # neither applies to its walk
 }
 NO_PERMISSION_ACTIONS = ("continue", "stop")
 
