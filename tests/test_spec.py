@@ -34,8 +34,8 @@ def test_good_spec_resolves_defaults():
     spec = parse_spec(GOOD)
     assert spec.batch_sizes == (32, 64, 128)
     assert spec.eta == 0.5 and spec.beta == 2.0 and spec.max_tries == 20
-    assert spec.optimizer.pruning_rounds == 2 and spec.optimizer.window_size == 0
-    assert spec.optimizer.num_explorations == 2 and spec.seed == 123456
+    assert spec.optimizer.policy == "zeus-voi" and spec.optimizer.window_size == 0
+    assert (spec.optimizer.pruning_rounds, spec.optimizer.num_explorations) == (0, 1) and spec.seed == 123456
     assert spec.command == ("python", "train.py", "--bs", "{batch_size}")
     assert spec.metric.source == "events" and spec.energy.source == "auto"
 
@@ -43,6 +43,8 @@ def test_good_spec_resolves_defaults():
 def test_policy_sets_its_own_defaults_and_explicit_knobs_win():
     plus = parse_spec(GOOD + "optimizer: {policy: zeus-plus}\n").optimizer
     assert (plus.pruning_rounds, plus.num_explorations) == (1, 1)
+    paper = parse_spec(GOOD + "optimizer: {policy: zeus}\n").optimizer
+    assert (paper.pruning_rounds, paper.num_explorations) == (2, 2)
     mine = parse_spec(GOOD + "optimizer: {policy: zeus-plus, pruning_rounds: 2}\n").optimizer
     assert (mine.pruning_rounds, mine.num_explorations) == (2, 1)
     assert one(GOOD + "optimizer: {policy: greedy}\n", "optimizer.policy").value == "greedy"
