@@ -54,6 +54,8 @@ class Summary:
         savings_cost/energy/time: ``1 - total / baseline`` (None without converged b0 trials).
         estimated: Whether energy figures are estimates.
         chosen: Batch size of the final trial of each recurrence, in order.
+        after_time, after_energy: Time and energy the scripts spent after the point they were
+            judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
     """
 
     trials: int
@@ -75,6 +77,8 @@ class Summary:
     estimated: bool = False
     chosen: tuple[int, ...] = field(default_factory=tuple)
     interrupted: int = 0
+    after_time: float = 0.0
+    after_energy: float = 0.0
 
 
 def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
@@ -135,6 +139,8 @@ def summarize(records: Sequence[TrialRecord], default_batch_size: int | None = N
         estimated=any(r.estimated for r in records),
         chosen=tuple(row.final_batch_size for row in rows if row.reached),
         interrupted=sum(1 for r in records if r.stop_reason == "interrupted"),
+        after_time=sum(r.after_time or 0.0 for r in records),
+        after_energy=sum(r.after_energy or 0.0 for r in records),
     )
     base = [r for r in converged if r.batch_size == default_batch_size]
     if base and n_rec:

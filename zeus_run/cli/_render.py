@@ -172,6 +172,11 @@ def summary_lines(s: Summary) -> list[str]:
         f"   default: {s.default_batch_size if s.default_batch_size is not None else '-'}",
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}",
     ]
+    if s.after_time > 0:
+        lines.append(
+            f"After the target or a stop (saving, winding down; not in the cost): time {fmt_time(s.after_time)}, "
+            f"energy {fmt_energy(s.after_energy)}"
+        )
     if s.savings_cost is not None:
         lines.append(
             f"Against always running the default batch size {s.default_batch_size} "

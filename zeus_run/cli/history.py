@@ -52,6 +52,8 @@ def history_command(
             out_console.print(
                 f"  #{r.trial} rec {r.recurrence} try {r.attempt} bs={r.batch_size} {r.stop_reason} epochs={r.epochs} "
                 f"cost={r.cost:.1f} J metrics={list(r.metrics)}"
+                + (f" exit={r.exit_code} ended={r.ended}" if r.ended else "")
+                + (f" after={r.after_time:.2f}s" if r.after_time else "")
             )
     for line in summary_lines(summary):
         out_console.print(line)
