@@ -371,7 +371,10 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
     if info is None:
         return history
     if info.get("token"):
-        _kill_orphans(str(info["token"]))
+        _kill_orphans(ProcessTree(str(info["token"])))
+    elif "recurrence" in info and "attempt" in info:  # written by a launcher from before trial tokens
+        log = rd.trial_dir(int(info["recurrence"]), int(info["attempt"])) / "events.jsonl"
+        _kill_orphans(ProcessTree(str(log), variable="ZEUS_EVENT_LOG"))
     if info.get("trial") == len(history) and "batch_size" in info:
         thr = info.get("cost_threshold")
         record = TrialRecord(
@@ -410,13 +413,13 @@ def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
     return history
 
 
-def _kill_orphans(token: str) -> None:
+def _kill_orphans(tree: ProcessTree) -> None:
     """Kill the processes of a trial a dead launcher left behind (found by their trial token).
 
     The script runs in its own session, so it outlives a launcher killed with
     SIGKILL; `zeus_run.proctree` finds every process carrying the token.
     """
-    killed = ProcessTree(token).sweep()
+    killed = tree.sweep()
     if killed:
         logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
 

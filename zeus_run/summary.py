@@ -195,6 +195,8 @@ class Summary:
         steady: `SteadyState`, None while exploring or before a recurrence after it.
         recommendation: `Recommendation`, None before anything converged.
         provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
+        after_time, after_energy: Time and energy the scripts spent after the point they were
+            judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
     """
 
     trials: int
@@ -223,6 +225,8 @@ class Summary:
     steady: SteadyState | None = None
     recommendation: Recommendation | None = None
     provenance: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    after_time: float = 0.0
+    after_energy: float = 0.0
 
 
 def failure_reason(record: TrialRecord) -> str | None:
@@ -461,6 +465,8 @@ def summarize(
         steady=steady_state(rows, exploration, means["cost"], steady_window),
         recommendation=recommend(stats, means["cost"]),
         provenance=provenance(records),
+        after_time=sum(r.after_time or 0.0 for r in records),
+        after_energy=sum(r.after_energy or 0.0 for r in records),
     )
 
 
