@@ -167,8 +167,10 @@ _INTS: dict[str, int | None] = {
 _FLOATS = ("cost_threshold", "cost", "energy", "time")
 _NUMBERS = ("time", "energy", "max_power", "cost", "learning_rate", "power_limit", "cost_threshold")
 _BOOLS = ("reached", "observed", "estimated")
-_OPTIONAL = ("learning_rate", "seed", "power_limit", "energy_method", "cost_threshold", "exit_code")
-_OPTIONAL += ("started_at", "ended_at", "log", "message")
+_OPTIONAL = frozenset(
+    {"learning_rate", "seed", "power_limit", "energy_method", "cost_threshold", "exit_code"}
+    | {"started_at", "ended_at", "log", "message"}
+)
 
 
 def _required(f: dataclasses.Field) -> bool:

@@ -183,7 +183,7 @@ class JobSpec:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 value = {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
             out[f.name] = _plain(value)
         return out
