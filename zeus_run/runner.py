@@ -430,7 +430,7 @@ def _prepend(note: str, message: str | None) -> str:
 
 def _command(spec: JobSpec, values: dict[str, object]) -> tuple[tuple[str, ...], dict[str, str]]:
     """The trial's argv and the spec's environment additions (before the ``ZEUS_*`` variables), placeholders substituted."""
-    argv = tuple(substitute(a, values) for a in spec.command)
+    argv = tuple(substitute(a, values, shell=spec.shell) for a in spec.command)
     env = {k: substitute(v, values) for k, v in spec.env.items()}
     return argv, env
 
