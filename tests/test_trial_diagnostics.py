@@ -56,7 +56,10 @@ def test_a_regex_that_never_matches_a_script_that_ends_is_named(tmp_path):
 
 
 def test_the_command_and_its_environment_additions_are_logged_at_debug(tmp_path, caplog):
-    spec = load_spec(job(tmp_path, 'print("val_acc=1.0")\n', REGEX + "env: {MY_FLAG: '{batch_size}'}\n"))
+    spec_path = job(tmp_path, 'print("val_acc=1.0")\n', REGEX)
+    text = spec_path.read_text()
+    spec_path.write_text(text.replace("env: {PYTHONPATH:", "env: {MY_FLAG: '{batch_size}', PYTHONPATH:"))
+    spec = load_spec(spec_path)
     with caplog.at_level(logging.DEBUG, logger="zeus_run"):
         run_job(spec)
     launched = [r.getMessage() for r in caplog.records if r.getMessage().startswith("launching ")]

@@ -44,6 +44,7 @@ class Policy(str, enum.Enum):
 
     zeus = "zeus"
     zeus_plus = "zeus-plus"
+    zeus_voi = "zeus-voi"
 
 
 class CheckFormat(str, enum.Enum):
