@@ -109,22 +109,23 @@ def run_agent(
     Raises:
         LaunchError: The command could not be started (no outcome is written).
     """
-    for name in (OUTCOME_NAME, EPOCHS_NAME):
-        with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):
+        for name in {OUTCOME_NAME, EPOCHS_NAME} & set(os.listdir(plan.dir)):  # left by an earlier attempt
             os.remove(plan.dir / name)
     tee = _AgentListener(listener or NullListener(), plan.dir, heartbeat)
     try:
         outcome = run_trial(plan.trial, energy, tee, cancel, profiler)
     finally:
         tee.close()
-    write_outcome(plan.dir, outcome)
+    # In the launcher's process the history record is the durable copy; a separate agent fsyncs.
+    write_outcome(plan.dir, outcome, durable=heartbeat)
     return outcome
 
 
-def write_outcome(trial_dir: Path, outcome: TrialOutcome) -> None:
+def write_outcome(trial_dir: Path, outcome: TrialOutcome, durable: bool = True) -> None:
     """Write ``outcome.json`` atomically. A failure to write (disk full) is logged, not raised."""
     try:
-        _atomic_write(trial_dir / OUTCOME_NAME, json.dumps(outcome.to_json(), allow_nan=False) + "\n")
+        _atomic_write(trial_dir / OUTCOME_NAME, json.dumps(outcome.to_json(), allow_nan=False) + "\n", durable)
     except (OSError, ValueError) as exc:
         logger.warning("could not write %s: %s", trial_dir / OUTCOME_NAME, exc)
 
