@@ -114,8 +114,13 @@ class ProcessTree:
         self._scan_at = -1e9
 
     def attach(self, root: int) -> None:
-        """Set the script's pid (it leads its own session and process group)."""
+        """Set the script's pid (it leads its own session and process group).
+
+        The first full scan for `cpu_seconds` comes `FULL_SCAN_INTERVAL` later:
+        a process just started has no children yet.
+        """
         self.root = root
+        self._scan_at = time.monotonic()
 
     # -- finding ---------------------------------------------------------------------
     def members(self) -> dict[int, _Proc]:
@@ -165,6 +170,8 @@ class ProcessTree:
         known members' ``stat`` on every call and rescans /proc for new members
         every `FULL_SCAN_INTERVAL` seconds.
         """
+        if self.root is None and not self._last:
+            return self._cpu  # nothing started yet
         now = time.monotonic()
         if now - self._scan_at >= self.FULL_SCAN_INTERVAL:
             self._scan_at = now
