@@ -91,6 +91,7 @@ def test_sbatch_command_carries_every_setting(tmp_path: Path) -> None:
         f"--output={tmp_path}/t/output.log",
         f"--chdir={tmp_path}",
         "--no-requeue",
+        "--open-mode=append",
         "--partition=gpu",
         "--gres=gpu:2",
         "--time=02:00:00",
@@ -111,6 +112,7 @@ def test_sbatch_command_leaves_unset_settings_to_the_cluster(tmp_path: Path, mon
         f"--output={tmp_path}/out.log",
         f"--chdir={tmp_path}",
         "--no-requeue",
+        "--open-mode=append",
     ]
 
 

@@ -13,9 +13,13 @@ Files in the trial's directory (``AgentPlan.dir``):
 
 ==============  ===================================================================
 ``plan.json``   the `AgentPlan` (written by the launcher)
-``heartbeat``   rewritten at least every `HEARTBEAT_INTERVAL` seconds while the agent
-                runs: ``{"pid", "host", "time"}`` (a launcher that sees it go stale
-                knows the agent is gone)
+``agent.json``  written once when a separate agent has opened its energy source:
+                ``{"pid", "host", "energy": {"name", "estimated", "method", "max_power",
+                "describe", "devices"}, "cuda_visible_devices", "slurm_job_id"}``
+``heartbeat``   rewritten every `HEARTBEAT_INTERVAL` seconds, by a thread of its own,
+                from the agent's start to its exit (the stop protocol included):
+                ``{"pid", "host", "time"}`` (a launcher that sees it stop changing
+                knows the agent is gone, or cannot write where the launcher reads)
 ``epochs.jsonl``  one JSON line per counted epoch: ``epoch``, ``metric``, ``time`` (s),
                 ``energy`` (J), ``cost`` (J) since the trial started
 ``outcome.json``  `zeus_run.trial.TrialOutcome` as JSON, written atomically when the
@@ -52,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 PLAN_NAME = "plan.json"
 HEARTBEAT_NAME = "heartbeat"
+AGENT_NAME = "agent.json"
 EPOCHS_NAME = "epochs.jsonl"
 OUTCOME_NAME = "outcome.json"
 
@@ -154,13 +159,20 @@ class _AgentListener:
         self.inner = inner
         self.dir = trial_dir
         self._epochs: Any = None
-        self._beat = -1e9 if heartbeat else float("inf")
         self._ident = {"pid": os.getpid(), "host": socket.gethostname()}
         try:
             self._epochs = open(trial_dir / EPOCHS_NAME, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         except OSError as exc:
             logger.warning("cannot write %s (%s); per-epoch measurements are not kept", trial_dir / EPOCHS_NAME, exc)
-        self._heartbeat()
+        # NOTE: a thread, not the trial's ticks: the trial stops calling back while it
+        # waits for a script to finish after the target (up to stop.grace), and the
+        # launcher must not take that for a dead agent.
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        if heartbeat:
+            self._heartbeat()
+            self._beater = threading.Thread(target=self._beat_loop, name="zeus-run heartbeat", daemon=True)
+            self._beater.start()
 
     def on_output(self, line: str) -> None:
         self.inner.on_output(line)
@@ -174,17 +186,15 @@ class _AgentListener:
                 self._epochs.flush()
             except (OSError, ValueError):
                 pass
-        self._heartbeat()
 
     def on_tick(self, time: float, energy: float, cost: float) -> None:
         self.inner.on_tick(time, energy, cost)
-        self._heartbeat()
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_INTERVAL):
+            self._heartbeat()
 
     def _heartbeat(self) -> None:
-        now = time.monotonic()
-        if now - self._beat < HEARTBEAT_INTERVAL:
-            return
-        self._beat = now
         try:
             _atomic_write(
                 self.dir / HEARTBEAT_NAME, json.dumps({**self._ident, "time": time.time()}) + "\n", durable=False
@@ -193,10 +203,45 @@ class _AgentListener:
             pass
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join()
+            self._beater = None
         if self._epochs is not None:
             with contextlib.suppress(OSError):
                 self._epochs.close()
             self._epochs = None
+
+
+def write_agent_info(trial_dir: Path, energy: EnergySource) -> None:
+    """Write ``agent.json``: where the agent runs and what it measures (a failure is logged)."""
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "energy": {
+            "name": energy.name,
+            "estimated": energy.estimated,
+            "method": energy.method,
+            "max_power": energy.max_power,
+            "describe": energy.describe(),
+            "devices": energy.devices(),
+        },
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    try:
+        _atomic_write(trial_dir / AGENT_NAME, json.dumps(info) + "\n", durable=False)
+    except (OSError, ValueError) as exc:
+        logger.warning("could not write %s: %s", trial_dir / AGENT_NAME, exc)
+
+
+def read_agent_info(trial_dir: Path) -> dict[str, Any] | None:
+    """The ``agent.json`` an agent left in ``trial_dir``, or None."""
+    try:
+        data = json.loads((trial_dir / AGENT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _atomic_write(path: Path, text: str, durable: bool = True) -> None:
@@ -252,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         settings["gpus"] = tuple(settings["gpus"])
     try:
         with _signals_to(cancel), open_energy_source(EnergySettings(**settings)) as energy:
+            write_agent_info(plan.dir, energy)
             run_agent(plan, energy, cancel=cancel)
     except LaunchError as exc:
         print(f"zeus-run agent: {exc}", file=sys.stderr)

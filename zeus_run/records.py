@@ -26,7 +26,11 @@ STOP_REASONS = {
     "timeout": "exceeded the per-trial timeout",
     "interrupted": "launcher was interrupted; not fed to the optimizer",
     "skipped": "could not run one epoch under the cost threshold",
+    "infrastructure": "the cluster ended it (Slurm TIMEOUT, NODE_FAIL, PREEMPTED, a scancel); not fed to the optimizer, retried",
 }
+
+#: Stop reasons of trials the optimizer never learns from (their ``observed`` is False).
+UNOBSERVED = ("interrupted", "infrastructure")
 
 KINDS = ("real", "simulated", "replayed")
 

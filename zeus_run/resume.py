@@ -6,7 +6,7 @@
   during a trial (``running.json`` is still there), record that trial as
   interrupted with everything the engine had decided for it, so that replay
   audits it like any other, and let the executor clean up what the dead
-  launcher left running.
+  launcher left running (or adopt the trial, which then goes on: a Slurm job).
 """
 
 from __future__ import annotations
@@ -54,14 +54,15 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
     )
 
 
-def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[dict[str, Any]], None]) -> list[TrialRecord]:
+def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[dict[str, Any]], bool | None]) -> list[TrialRecord]:
     """Read the history, cutting a torn tail and recording a trial the launcher died in.
 
     Args:
         rd: The opened run directory.
         spec: The job.
         cleanup: The executor's `zeus_run.executors.RealExecutor.recover`: stops what
-            the dead launcher's trial left running (given its ``running.json``).
+            the dead launcher's trial left running (given its ``running.json``), or
+            returns True when it adopts the trial, which then is not recorded here.
     """
     rd.history.repair_tail()
     history = list(rd.history.read())
@@ -71,7 +72,9 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[dict[str, Any]], None]
     if "token" not in info and "recurrence" in info and "attempt" in info:
         trial_dir = rd.trial_dir(int(info["recurrence"]), int(info["attempt"]))
         info = {**info, "event_log": str(trial_dir / "events.jsonl")}
-    cleanup(info)
+    if cleanup(info) and info.get("trial") == len(history):
+        logger.info("the trial that was running when the launcher stopped goes on; this launcher takes it over")
+        return history  # running.json stays: the executor picks the trial up
     if info.get("trial") == len(history) and "batch_size" in info:
         record = interrupted_record(spec, info, len(history))
         logger.warning(

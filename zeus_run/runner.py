@@ -15,10 +15,11 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from zeus_run.energy import EnergySource, open_energy_source
+from zeus_run.energy import EnergySource
 from zeus_run.engine import Engine, TrialRequest, position
-from zeus_run.errors import Interrupted
+from zeus_run.errors import Interrupted, UsageError
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -99,12 +100,17 @@ def run_job(
     path, resumed = choose_run_dir(spec, run_dir, new, force)
     _preflight_default(spec)
     cancel = cancel or threading.Event()
-    executor_class = EXECUTORS["local"]
+    if spec.concurrency > 1:
+        raise UsageError(
+            f"concurrency: {spec.concurrency} needs the concurrent engine (issue 10, section 4), which this build "
+            "does not have yet; set concurrency: 1"
+        )
+    executor_class = EXECUTORS[spec.executor.kind]
     with contextlib.ExitStack() as stack:
         rd = stack.enter_context(RunDir.open(path))
         if energy is None:
-            energy = stack.enter_context(open_energy_source(spec.energy))
-        history = recover(rd, spec, executor_class.recover)
+            energy = stack.enter_context(executor_class.open_energy(spec))
+        history = recover(rd, spec, _recover_trial)
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)
@@ -143,6 +149,11 @@ def run_job(
                 f"during recurrence {last.recurrence}, try {last.attempt}; that trial is recorded as interrupted and will be re-run",
             )
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
+
+
+def _recover_trial(info: dict[str, Any]) -> bool | None:
+    """Clean up after the trial a dead launcher left, with the executor that ran it (it may differ from this run's)."""
+    return EXECUTORS.get(str(info.get("executor", "local")), EXECUTORS["local"]).recover(info)
 
 
 def _preflight_default(spec: JobSpec) -> None:

@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from zeus_run.records import TrialRecord
+from zeus_run.records import UNOBSERVED, TrialRecord
 
 #: Recurrences in the steady-state figure (the most recent ones after exploration).
 STEADY_WINDOW = 5
@@ -34,7 +34,7 @@ STEADY_WINDOW = 5
 EXPLORING_STAGES = ("pruning", "explore")
 
 #: Stop reasons that are failures with a cause worth showing.
-FAILURES = ("crashed", "timeout", "exited")
+FAILURES = ("crashed", "timeout", "exited", "infrastructure")
 
 #: Provenance fields a trial record may carry (shown when present).
 PROVENANCE_FIELDS = ("zeus_run", "host", "gpus", "slurm_job_id")
@@ -298,7 +298,7 @@ def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
     """Per batch size tried, ascending: trials, converged runs, and their means and spread."""
     by_bs: dict[int, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        if r.stop_reason != "interrupted":
+        if r.stop_reason not in UNOBSERVED:
             by_bs[r.batch_size].append(r)
     out = []
     for bs in sorted(by_bs):
@@ -325,7 +325,7 @@ def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
 
 def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
     """Whether the optimizer is still exploring, from the stages of the trials."""
-    counted = [r for r in records if r.stop_reason != "interrupted"]
+    counted = [r for r in records if r.stop_reason not in UNOBSERVED]
     n_rec = max((r.recurrence for r in records), default=0)
     if not counted:
         return ExplorationStatus(exploring=True, stage=None, ended_after=None, recurrences=n_rec)

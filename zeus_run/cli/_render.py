@@ -29,6 +29,7 @@ OUTCOME_STYLE = {
     "timeout": ("timeout", "red"),
     "interrupted": ("interrupted", "bright_black"),
     "skipped": ("skipped", "bright_black"),
+    "infrastructure": ("infra", "red"),
 }
 
 #: Longest failure reason shown in a table cell (the full text is in the log and in --format json).

@@ -5,6 +5,9 @@ have executors of their own; real runs have these, all shaped alike:
 
 * ``local``: the trial runs as a subprocess of the launcher, watched by the
   trial agent's code in the launcher's process (`zeus_run.agent.run_agent`).
+* ``slurm``: the trial is a Slurm batch job that runs the agent
+  (``python -m zeus_run.agent PLAN.json``) on a node; the launcher polls
+  squeue and the agent's files in the (shared) run directory.
 
 A new backend (Slurm, Kubernetes Jobs) is one new module here with a
 `RealExecutor` subclass, registered in `EXECUTORS`.
@@ -19,9 +22,10 @@ from zeus_run.executors._base import (
     provenance,
 )
 from zeus_run.executors._local import LocalExecutor
+from zeus_run.executors._slurm import SlurmExecutor
 
-#: Executor classes by kind.
-EXECUTORS: dict[str, type[RealExecutor]] = {"local": LocalExecutor}
+#: Executor classes by kind (``executor.kind`` in the spec).
+EXECUTORS: dict[str, type[RealExecutor]] = {"local": LocalExecutor, "slurm": SlurmExecutor}
 
 __all__ = [
     "EXECUTORS",
@@ -29,6 +33,7 @@ __all__ = [
     "NullRunListener",
     "RealExecutor",
     "RunListener",
+    "SlurmExecutor",
     "learning_rate_for",
     "placeholder_values",
     "provenance",

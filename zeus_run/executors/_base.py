@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from zeus_run import __version__
 from zeus_run.agent import AgentPlan
 from zeus_run.cost import scale_learning_rate
-from zeus_run.energy import EnergySource
+from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import TrialRequest
 from zeus_run.power import PowerSession
 from zeus_run.proctree import new_token
@@ -88,12 +88,22 @@ class RealExecutor(ABC):
     def __call__(self, req: TrialRequest) -> TrialRecord:
         """Run one trial to its end and return its record (not yet persisted)."""
 
+    @classmethod
+    def open_energy(cls, spec: JobSpec) -> EnergySource:
+        """The run's energy source on the launcher (the local executor measures with it)."""
+        return open_energy_source(spec.energy)
+
     @staticmethod
     @abstractmethod
-    def recover(info: dict[str, Any]) -> None:
+    def recover(info: dict[str, Any]) -> bool | None:
         """Clean up after a launcher that died during a trial (``info``: its ``running.json``).
 
         Nothing the dead launcher started may stay running unowned.
+
+        Returns:
+            True when the trial goes on without the dead launcher and this executor adopts
+            it: it is not recorded as interrupted, ``running.json`` stays, and the executor
+            (constructed next) picks the trial up when the engine asks for it again.
         """
 
     def close(self) -> None:  # noqa: B027 (optional hook)

@@ -92,6 +92,16 @@ class SlurmNotFoundError(SlurmError):
     exit_code = 2
 
 
+class SlurmAgentError(SlurmError):
+    """A trial's agent could not run on the node, or the launcher cannot see what it writes.
+
+    Typically the run directory is not on a filesystem the nodes share, or the
+    Python environment running zeus-run is not there on the nodes.
+    """
+
+    exit_code = 2
+
+
 class SlurmSubmitError(SlurmError):
     """sbatch refused the job: a setting (partition, account, qos, gpus, time) does not fit the cluster."""
 
@@ -182,7 +192,9 @@ def sbatch_command(job: BatchJob, settings: SlurmSettings) -> list[str]:
 
     Jobs are submitted with ``--no-requeue``: a trial that Slurm ends (node failure,
     preemption) is retried by zeus-run as a new trial, never re-run by Slurm
-    under the same job id.
+    under the same job id. ``--open-mode=append``: the job's output file is
+    appended to, so that a process on the node that appends to it too (the agent
+    logging the training script's output) is never overwritten.
     """
     argv = [
         "sbatch",
@@ -191,6 +203,7 @@ def sbatch_command(job: BatchJob, settings: SlurmSettings) -> list[str]:
         f"--output={Path(job.output).absolute()}",
         f"--chdir={Path(job.chdir).absolute()}",
         "--no-requeue",
+        "--open-mode=append",
     ]
     if settings.partition:
         argv.append(f"--partition={settings.partition}")

@@ -24,6 +24,8 @@ RESERVED_SBATCH_OPTIONS = (
     "--wrap",
     "--requeue",
     "--no-requeue",
+    "--open-mode",
+    "--export",
     "--partition",
     "-p",
     "--time",
@@ -68,6 +70,12 @@ class SlurmSettings:
         extra_args: More sbatch options, passed through as written (e.g.
             ``["--constraint=a100", "--mem=64G"]``); options zeus-run sets itself
             (`RESERVED_SBATCH_OPTIONS`) are refused by the spec.
+        heartbeat_timeout: Seconds a running job's agent may go without a heartbeat in the
+            trial's directory: none since the job started means the run directory is not
+            shared with the nodes (the run stops and says so); one that stops means the
+            agent is gone (the job is cancelled, an infrastructure failure). Unit: s.
+        infra_retries: Infrastructure failures in a row (`INFRASTRUCTURE_STATES`) retried
+            before the run stops with an error that names them.
     """
 
     partition: str | None = None
@@ -76,6 +84,8 @@ class SlurmSettings:
     account: str | None = None
     qos: str | None = None
     extra_args: tuple[str, ...] = ()
+    heartbeat_timeout: float = 120.0
+    infra_retries: int = 3
 
     @property
     def time_limit_seconds(self) -> int | None:

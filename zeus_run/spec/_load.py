@@ -16,16 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
+from zeus_run.slurm._settings import parse_time_limit, reserved_option
 from zeus_run.spec._model import (
     ENERGY_BASES,
     ENERGY_SOURCES,
+    EXECUTOR_KINDS,
     LR_SCALING_RULES,
+    MAX_CONCURRENCY,
     METRIC_SOURCES,
     NO_PERMISSION_ACTIONS,
     ON_TARGET_ACTIONS,
     PLACEHOLDERS,
     POLICIES,
     EnergySettings,
+    ExecutorSettings,
     JobSpec,
     MetricSettings,
     OptimizerSettings,
@@ -51,6 +55,7 @@ _SECTIONS: dict[str, type] = {
     "energy": EnergySettings,
     "power_limit": PowerLimitSettings,
     "stop": StopSettings,
+    "executor": ExecutorSettings,
 }
 _TOP_KEYS = (
     "name",
@@ -72,6 +77,7 @@ _TOP_KEYS = (
     "seed",
     "timeout",
     "max_early_stops",
+    "concurrency",
     "run_dir",
     *_SECTIONS,
 )
@@ -81,6 +87,33 @@ _SECTION_KEYS = {
     "energy": ("source", "watts", "gpus", "basis"),
     "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
     "stop": ("grace", "term_grace", "kill_grace", "on_target"),
+    "executor": (
+        "kind",
+        "partition",
+        "gpus",
+        "time",
+        "account",
+        "qos",
+        "extra_args",
+        "heartbeat_timeout",
+        "infra_retries",
+    ),
+}
+#: ``executor`` keys that only a Slurm executor reads.
+_SLURM_KEYS = _SECTION_KEYS["executor"][1:]
+#: How to set what a reserved sbatch option in ``executor.extra_args`` would set.
+_RESERVED_FIX = {
+    "--partition": "executor.partition",
+    "-p": "executor.partition",
+    "--time": "executor.time",
+    "-t": "executor.time",
+    "--account": "executor.account",
+    "-A": "executor.account",
+    "--qos": "executor.qos",
+    "-q": "executor.qos",
+    "--gres": "executor.gpus",
+    "--gpus": "executor.gpus",
+    "-G": "executor.gpus",
 }
 
 
@@ -315,6 +348,14 @@ class _Validator:
         energy = self.section("energy", self.energy)
         power = self.section("power_limit", self.power_limit)
         stop = self.section("stop", self.stop)
+        executor = self.section("executor", self.executor)
+        concurrency = g(
+            d,
+            "concurrency",
+            "",
+            1,
+            self.int_(1, MAX_CONCURRENCY, fix="Recurrences in flight at once; 1 runs them one after another"),
+        )
         max_early_stops = (
             None
             if "max_early_stops" in d and d["max_early_stops"] is None
@@ -359,6 +400,8 @@ class _Validator:
             energy=energy,
             power_limit=power,
             stop=stop,
+            concurrency=concurrency,
+            executor=executor,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )
@@ -608,6 +651,88 @@ class _Validator:
             kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
             on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
         )
+
+    def executor(self, m: Mapping, p: str) -> ExecutorSettings:
+        d = ExecutorSettings()
+        kind = self.get(m, "kind", p, d.kind, self.choice(EXECUTOR_KINDS))
+        if kind == "local":
+            for key in _SLURM_KEYS:
+                default = getattr(d, key)
+                if m.get(key) is not None and m[key] != (list(default) if isinstance(default, tuple) else default):
+                    self.problem(p + key, m[key], "applies to Slurm jobs only", "Add kind: slurm, or remove it")
+        name = self.slurm_name()
+        return ExecutorSettings(
+            kind=kind or d.kind,
+            partition=self.get(m, "partition", p, d.partition, name),
+            gpus=self.get(m, "gpus", p, d.gpus, self.int_(0, 1024, fix="GPUs per trial; 0 for CPU-only jobs")),
+            time=self.get(m, "time", p, d.time, self.slurm_time()),
+            account=self.get(m, "account", p, d.account, name),
+            qos=self.get(m, "qos", p, d.qos, name),
+            extra_args=self.get(m, "extra_args", p, d.extra_args, self.extra_args()),
+            heartbeat_timeout=self.get(
+                m,
+                "heartbeat_timeout",
+                p,
+                d.heartbeat_timeout,
+                self.float_(0.0, strict_lo=True, fix="Seconds, e.g. 120 (the agent writes its heartbeat every second)"),
+            ),
+            infra_retries=self.get(
+                m,
+                "infra_retries",
+                p,
+                d.infra_retries,
+                self.int_(0, 1000, fix="Trials ended by Slurm in a row to retry before stopping, e.g. 3"),
+            ),
+        )
+
+    def slurm_name(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if not isinstance(v, str) or not v.strip() or any(c.isspace() or c == "," for c in v):
+                self.problem(field, v, "must be one name without spaces or commas", "e.g. gpu, or null for the default")
+                return None
+            return v
+
+        return check
+
+    def slurm_time(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            written = self.text.get(field, str(v))
+            if not isinstance(v, str):
+                base60 = ":" in written
+                why = (
+                    f"was read as the number {v!r} (YAML reads {written} as base 60)"
+                    if base60
+                    else "must be a Slurm time string (a bare number is ambiguous: Slurm reads 90 as minutes)"
+                )
+                self.problem(field, v, why, f'Quote it: time: "{written}" (hours:minutes:seconds, e.g. "02:00:00")')
+                return None
+            try:
+                parse_time_limit(v)
+            except ValueError as exc:
+                self.problem(field, v, str(exc))
+                return None
+            return v.strip()
+
+        return check
+
+    def extra_args(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if isinstance(v, str) or not isinstance(v, list) or not all(isinstance(a, str) and a for a in v):
+                self.problem(
+                    field, v, "must be a list of sbatch options", 'e.g. extra_args: ["--mem=64G", "--constraint=a100"]'
+                )
+                return None
+            ok = True
+            for arg in v:
+                opt = reserved_option(arg)
+                if opt is not None:
+                    where = _RESERVED_FIX.get(opt)
+                    fix = f"Set {where} instead" if where else "Remove it: zeus-run sets it for every trial"
+                    self.problem(field, arg, f"sets {opt}, which zeus-run sets itself", fix)
+                    ok = False
+            return tuple(v) if ok else None
+
+        return check
 
     def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:
         places = [("command", a) for a in command] + [(f"env.{k}", v) for k, v in env.items()]

@@ -44,6 +44,10 @@ POLICY_DEFAULTS: dict[str, dict[str, int]] = {
 NO_PERMISSION_ACTIONS = ("continue", "stop")
 ON_TARGET_ACTIONS = ("stop", "wait")
 ENERGY_BASES = ("cpu-time", "wall-time")
+#: Where trials run (``executor.kind``): `zeus_run.executors.EXECUTORS`.
+EXECUTOR_KINDS = ("local", "slurm")
+#: Most recurrences a spec may keep in flight at once.
+MAX_CONCURRENCY = 1024
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,42 @@ class StopSettings:
 
 
 @dataclass(frozen=True)
+class ExecutorSettings:
+    """Where each trial runs (README, "Running on a Slurm cluster").
+
+    ``kind: local`` runs trials as subprocesses of the launcher; ``kind: slurm`` submits
+    each as a Slurm batch job (the other fields, `zeus_run.slurm.SlurmSettings`, apply
+    to it only). Changing the executor does not change what the optimizer learned, so
+    a run may be resumed under another executor.
+
+    Attributes:
+        kind: ``local`` or ``slurm``.
+        partition: ``--partition``; None: the cluster's default partition.
+        gpus: GPUs per trial, ``--gres=gpu:N`` (0: none).
+        time: ``--time`` per trial as Slurm writes it (``"02:00:00"``, ``"90"`` minutes); None:
+            the partition's default. A trial over it ends TIMEOUT, an infrastructure failure.
+        account: ``--account``, or None.
+        qos: ``--qos``, or None.
+        extra_args: More sbatch options, as written (options zeus-run sets are refused).
+        heartbeat_timeout: Seconds a running trial's agent may go without writing its
+            heartbeat into the run directory (after its job started, or since its last one)
+            before zeus-run gives up on it (unit: s).
+        infra_retries: Trials ended by Slurm in a row (TIMEOUT, NODE_FAIL, PREEMPTED, a
+            person's scancel) that are retried before the run stops with an error.
+    """
+
+    kind: str = "local"
+    partition: str | None = None
+    gpus: int = 1
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    extra_args: tuple[str, ...] = ()
+    heartbeat_timeout: float = 120.0
+    infra_retries: int = 3
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One recurring training job, validated.
 
@@ -191,6 +231,8 @@ class JobSpec:
         timeout: Wall-clock limit of one trial (unit: s), or None.
         max_early_stops: Early stops (cost threshold) a recurrence may take; its next try
             runs the best known batch size without a threshold (None: never, as in the paper).
+        concurrency: Recurrences in flight at once (1: one after another).
+        executor: Where trials run (local subprocesses or Slurm jobs).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -220,6 +262,8 @@ class JobSpec:
     energy: EnergySettings = field(default_factory=EnergySettings)
     power_limit: PowerLimitSettings = field(default_factory=PowerLimitSettings)
     stop: StopSettings = field(default_factory=StopSettings)
+    concurrency: int = 1
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
