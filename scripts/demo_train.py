@@ -7,12 +7,17 @@ deterministically, and reports validation accuracy after each epoch through
 but each epoch runs many slow Python steps; large batches run fast epochs but
 need many of them, and the largest may never reach the target.
 
+After its loop it saves the model (``model.npz`` in ``$ZEUS_LOG_DIR``, the
+trial's directory): zeus-run lets a script finish after the target, so the
+save is never cut short (see the README, "Stopping a trial").
+
 Run by hand:  python scripts/demo_train.py --batch-size 1024 --lr 0.4
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
@@ -37,6 +42,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--save", default=None, help="where to save the model (default: $ZEUS_LOG_DIR/model.npz)")
     args = ap.parse_args()
 
     trial = Trial.from_env(batch_size=1024, learning_rate=0.4, seed=0, max_epochs=14, target_metric=0.815)
@@ -76,6 +82,14 @@ def main() -> None:
         print(f"epoch {epoch:3d} bs={bs} val_acc={acc:.4f}", flush=True)
         trial.report(acc)
     trial.close()
+    save = args.save or (
+        os.path.join(os.environ["ZEUS_LOG_DIR"], "model.npz") if os.environ.get("ZEUS_LOG_DIR") else None
+    )
+    if save and trial.reached:  # a trial stopped early has no model worth keeping
+        tmp = save + ".tmp.npz"
+        np.savez(tmp, w1=w1, b1=b1, w2=w2, b2=b2)
+        os.replace(tmp, save)
+        print(f"model saved to {save}", flush=True)
 
 
 if __name__ == "__main__":

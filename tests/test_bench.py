@@ -13,6 +13,7 @@ import pytest
 
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.sim import JOBS, job_table, load_traces, simulate
+from zeus_run.spec import OptimizerSettings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
 
@@ -83,7 +84,8 @@ def test_bench_passes_eta_and_beta_to_the_simulator(traces_dir, eta, beta, flag)
     table = job_table(
         load_traces(traces_dir / "summary_train.csv", traces_dir / "summary_power_v100.csv"), JOBS["squad"]
     )
-    expected = [simulate(table, eta=eta, beta=beta, seed=s, baselines=False).to_json() for s in (3, 4)]
+    zeus = OptimizerSettings.for_policy("zeus")
+    expected = [simulate(table, eta=eta, beta=beta, seed=s, settings=zeus, baselines=False).to_json() for s in (3, 4)]
     assert [json.loads(line) for line in out.stdout.splitlines()] == expected
 
 

@@ -123,14 +123,14 @@ def test_no_permission_stop_refuses_before_first_trial(tmp_path, monkeypatch):
 def test_restore_when_the_trial_raises(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     nv = FakeNvml([_gpu()])
-    import zeus_run.runner as runner
+    import zeus_run.agent as agent
 
     def boom(*a, **k):
         runner_prof = a[4] if len(a) > 4 else k.get("profiler")
         runner_prof.start()  # limits get changed, then the launcher fails
         raise RuntimeError("launcher bug")
 
-    monkeypatch.setattr(runner, "run_trial", boom)
+    monkeypatch.setattr(agent, "run_trial", boom)
     with NvmlEnergy(None, nvml=nv, environ={}) as energy, pytest.raises(RuntimeError):
         run_job(_spec(tmp_path, recurrences=1), energy=energy)
     assert nv.gpus[0].limit_mw == 250_000 and nv.gpus[0].persistence == 0

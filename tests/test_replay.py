@@ -139,7 +139,10 @@ def test_what_if_policy_switch_takes_the_new_policys_defaults():
 
 # Batch size -> (epochs to target or 0 for never, seconds per epoch, crash before epoch 1).
 RICH = {1: (0, 1.4, False), 2: (3, 1.0, False), 4: (2, 2.5, False), 8: (0, 0.3, True)}
-RICH_KNOBS = Knobs((1, 2, 4, 8), 2, 0.5, 2.0, 3, OptimizerSettings(), 0.9, True, 6, 20, max_early_stops=3)
+# The paper's policy: it explores every batch size, so the history holds a crash, a cut and reached trials.
+RICH_KNOBS = Knobs(
+    (1, 2, 4, 8), 2, 0.5, 2.0, 3, OptimizerSettings.for_policy("zeus"), 0.9, True, 6, 20, max_early_stops=3
+)
 
 
 def live(req: TrialRequest) -> TrialRecord:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zeus_run.optimizer import POLICIES, Observation, ZeusPlusOptimizer
+from zeus_run.optimizer import POLICIES, Observation, ZeusOptimizer, ZeusPlusOptimizer
 
 BS = (8, 16, 32, 64, 128)
 
@@ -83,11 +83,13 @@ def test_policy_defaults_match_the_optimizers():
     from zeus_run.optimizer import make_optimizer
     from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 
-    for name, cls in POLICIES.items():
+    for name in ("zeus", "zeus-plus"):  # the pruning policies (zeus-voi's walk has no rounds)
         built = make_optimizer(OptimizerSettings.for_policy(name), BS, 32, 1)
-        plain = cls(BS, 32)
+        plain = POLICIES[name](BS, 32)
+        assert isinstance(built, ZeusOptimizer) and isinstance(plain, ZeusOptimizer)
         assert (built.pruning_rounds, built.num_explorations) == (plain.pruning_rounds, plain.num_explorations)
         assert built.pruning_rounds == POLICY_DEFAULTS[name]["pruning_rounds"]
+    assert set(POLICY_DEFAULTS) == set(POLICIES)
     assert OptimizerSettings.for_policy("zeus-plus", pruning_rounds=3).pruning_rounds == 3
     with pytest.raises(ValueError, match="unknown optimizer policy 'greedy'"):
         OptimizerSettings.for_policy("greedy")

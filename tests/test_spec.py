@@ -34,8 +34,8 @@ def test_good_spec_resolves_defaults():
     spec = parse_spec(GOOD)
     assert spec.batch_sizes == (32, 64, 128)
     assert spec.eta == 0.5 and spec.beta == 2.0 and spec.max_tries == 20
-    assert spec.optimizer.pruning_rounds == 2 and spec.optimizer.window_size == 0
-    assert spec.optimizer.num_explorations == 2 and spec.seed == 123456
+    assert spec.optimizer.policy == "zeus-voi" and spec.optimizer.window_size == 0
+    assert (spec.optimizer.pruning_rounds, spec.optimizer.num_explorations) == (0, 1) and spec.seed == 123456
     assert spec.command == ("python", "train.py", "--bs", "{batch_size}")
     assert spec.metric.source == "events" and spec.energy.source == "auto"
 
@@ -43,6 +43,8 @@ def test_good_spec_resolves_defaults():
 def test_policy_sets_its_own_defaults_and_explicit_knobs_win():
     plus = parse_spec(GOOD + "optimizer: {policy: zeus-plus}\n").optimizer
     assert (plus.pruning_rounds, plus.num_explorations) == (1, 1)
+    paper = parse_spec(GOOD + "optimizer: {policy: zeus}\n").optimizer
+    assert (paper.pruning_rounds, paper.num_explorations) == (2, 2)
     mine = parse_spec(GOOD + "optimizer: {policy: zeus-plus, pruning_rounds: 2}\n").optimizer
     assert (mine.pruning_rounds, mine.num_explorations) == (2, 1)
     assert one(GOOD + "optimizer: {policy: greedy}\n", "optimizer.policy").value == "greedy"
@@ -159,3 +161,118 @@ def test_placeholder_substitution_is_whole_value():
     assert substitute("{learning_rate}", values) == "0.1; rm -rf /"
     assert substitute("{{literal}} {seed}", values) == "{literal} 7"
     assert placeholder_names("a {batch_size} {{x}} {seed}") == ["batch_size", "seed"]
+
+
+# -- YAML pitfalls (issue 12) -------------------------------------------------------------
+
+
+def test_duplicate_key_is_an_error_naming_both_lines():
+    p = one(GOOD + "eta: 0.2\nseed: 1\neta: 0.8\n", "eta")
+    assert "lines 6 and 8" in p.why and p.line == 8 and p.value == "0.8"
+    p = one(GOOD + "optimizer:\n  policy: zeus\n  window_size: 3\n  policy: zeus-plus\n", "optimizer.policy")
+    assert "lines 7 and 9" in p.why
+
+
+def test_exponent_without_a_dot_is_a_number():
+    spec = parse_spec(GOOD + "learning_rate: 1e-3\ntimeout: 2E+3\n")
+    assert spec.learning_rate == 0.001 and spec.timeout == 2000.0
+
+
+def test_numbers_are_decimal_not_yaml_1_1_octal_or_sexagesimal():
+    spec = parse_spec(GOOD.replace("default_batch_size: 64", "default_batch_size: 064") + "seed: 010\n")
+    assert spec.default_batch_size == 64 and spec.seed == 10
+    assert "must be a finite number" in one(GOOD + "timeout: 1:30\n", "timeout").why
+
+
+def test_env_values_keep_the_text_the_user_wrote():
+    spec = parse_spec(GOOD + "env: {N: 010, HEX: 0x1F, LR: 1e-3, F: 1.50, Q: '007', B: yes, S: text}\n")
+    assert dict(spec.env) == {"N": "010", "HEX": "0x1F", "LR": "1e-3", "F": "1.50", "Q": "007", "B": "yes", "S": "text"}
+
+
+def test_powers_of_two_range_with_other_endpoints_warns(caplog):
+    spec = parse_spec(GOOD.replace("[32, 64, 128]", "{min: 32, max: 1000}"))
+    assert spec.batch_sizes == (32, 64, 128, 256, 512)
+    assert "1000" in caplog.text and "powers of two" in caplog.text
+    caplog.clear()
+    parse_spec(GOOD.replace("[32, 64, 128]", "{min: 32, max: 512}"))
+    assert "powers of two" not in caplog.text
+
+
+# -- limits before anything is built (issue 13, class 5) ------------------------------------------
+
+
+def billion_laughs(where: str) -> str:
+    lines = ['lol0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"lol{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    if where == "command":
+        return (
+            "x_anchors:\n"
+            + "\n".join("  " + line for line in lines)
+            + "\n"
+            + GOOD.replace('command: ["python", "train.py", "--bs", "{batch_size}"]', "command: *l9")
+        )
+    return GOOD + "\n".join(lines) + "\n"
+
+
+HOSTILE_SPECS = {
+    "billion-laughs-unknown-key": billion_laughs("unknown"),
+    "billion-laughs-command": billion_laughs("command"),
+    "nested-3000": GOOD + "x: " + "[" * 3000 + "]" * 3000 + "\n",
+    "nested-5000-block": GOOD + "".join("  " * i + f"k{i}:\n" for i in range(5000)) + "  " * 5000 + "v: 1\n",
+    "5000-digit-int": GOOD + "seed: " + "7" * 5000 + "\n",
+    "5000-digit-float": GOOD + "eta: 0." + "1" * 5000 + "\n",
+    "huge-step-range": GOOD.replace("[32, 64, 128]", "{min: 1, max: 2000000000, step: 1}"),
+    "huge-range-bounds": GOOD.replace("[32, 64, 128]", "{min: 1, max: " + "9" * 30 + "}"),
+    "huge-list": GOOD.replace("[32, 64, 128]", "[" + ", ".join(str(i) for i in range(1, 5000)) + "]"),
+    "recursive-alias": GOOD + "x: &a [*a]\n",
+    "unbalanced-brace": GOOD.replace('"{batch_size}"', '"{batch_size"'),
+    "stray-close-brace": GOOD.replace('"{batch_size}"', '"batch_size}"'),
+    "window-1": GOOD + "optimizer: {window_size: 1}\n",
+    "bad-timestamp-tag": GOOD + "x: !!timestamp 2020-13-45\n",
+    "python-tag": GOOD + "x: !!python/object/apply:os.system ['true']\n",
+    "not-utf8": "name: \udcff\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SPECS))
+def test_hostile_spec_is_a_spec_error(name):
+    text = HOSTILE_SPECS[name]
+    with pytest.raises(SpecError) as info:
+        parse_spec(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+    assert info.value.exit_code == 2
+    assert len(str(info.value)) < 3000  # one readable paragraph, not the expanded value
+
+
+def test_large_spec_file_is_refused_before_parsing(tmp_path: Path):
+    f = tmp_path / "big.yaml"
+    f.write_text(GOOD + "x: [" + ", ".join(["1"] * 400_000) + "]\n")
+    with pytest.raises(SpecError, match="larger than 1,048,576 bytes"):
+        load_spec(f)
+
+
+def test_shell_values_are_quoted():
+    values = {"log_dir": "/tmp/$(touch pwned)/x y", "batch_size": 8}
+    assert substitute("echo {log_dir} {batch_size}", values, shell=True) == "echo '/tmp/$(touch pwned)/x y' 8"
+    assert substitute("{log_dir}", values) == "/tmp/$(touch pwned)/x y"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "billion-laughs-command",
+        "nested-5000-block",
+        "5000-digit-int",
+        "huge-step-range",
+        "unbalanced-brace",
+        "window-1",
+    ],
+)
+def test_check_refuses_a_hostile_spec_with_exit_2_and_a_sentence(tmp_path: Path, name: str):
+    from tests.test_run_cli import zeus
+
+    f = tmp_path / "job.yaml"
+    f.write_text(HOSTILE_SPECS[name])
+    r = zeus("check", str(f), timeout=60)  # a hang (the old billion laughs) fails here
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("Error:") and "problem" in r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr

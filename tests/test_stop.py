@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SCRIPTS
+from tests.test_run_cli import zeus
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.runner import run_job
 from zeus_run.spec import parse_spec
@@ -193,3 +194,5 @@ def test_every_successful_trial_of_a_run_has_its_model_and_exit_code_0(tmp_path)
         assert r.exit_code == 0 and r.ended == "exited"
         assert (result.run_dir / r.log).parent.joinpath("model.txt").read_text() == "loop"
         assert r.after_time is not None and r.after_time >= 1.9 and r.after_energy is not None
+    h = zeus("history", str(result.run_dir))
+    assert h.returncode == 0 and "After the target or a stop" in h.stdout

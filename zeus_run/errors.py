@@ -7,7 +7,14 @@ them into one-paragraph messages on stderr with the exit code named by
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
+
+_short = reprlib.Repr()
+_short.maxstring = 120
+_short.maxother = 120
+_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 12
+_short.maxlevel = 3
 
 
 class ZeusRunError(Exception):
@@ -47,11 +54,17 @@ class SpecProblem:
     def render(self) -> str:
         """One human-readable line."""
         where = f"line {self.line}: " if self.line else ""
-        shown = "(missing)" if self.value is None else repr(self.value)
-        text = f"{where}{self.field} = {shown}: {self.why}"
+        shown = "(missing)" if self.value is None else _short.repr(self.value)
+        text = f"{where}{_printable(self.field)} = {shown}: {self.why}"
         if self.fix:
             text += f". {self.fix}"
         return text
+
+
+def _printable(text: str) -> str:
+    """A field name as written in the spec, with control characters escaped and its length capped."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:120])
+    return shown + ("..." if len(text) > 120 else "")
 
 
 class SpecError(UsageError):

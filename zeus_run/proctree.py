@@ -94,17 +94,18 @@ class ProcessTree:
     """Every process of one trial.
 
     Args:
-        token: The trial's marker value (``ZEUS_TRIAL_TOKEN``).
+        token: The trial's marker value (empty: no marker, only the session and group of ``root``).
         root: Pid of the script, which leads its own session and process group
             (None until `attach`).
+        variable: The environment variable holding the token (`MARKER`).
     """
 
     #: Least time between two full /proc scans for `cpu_seconds` (unit: s); in between,
     #: only the members already known are read (new processes are found at the next scan).
     FULL_SCAN_INTERVAL = 1.0
 
-    def __init__(self, token: str, root: int | None = None) -> None:
-        self._needle = f"{MARKER}={token}".encode() + b"\0"
+    def __init__(self, token: str, root: int | None = None, variable: str = MARKER) -> None:
+        self._needle = f"{variable}={token}".encode() + b"\0" if token else b""
         self.root = root
         self._marked: dict[tuple[int, int], bool] = {}  # (pid, start) -> environ carries the marker
         self._last: dict[int, _Proc] = {}
@@ -113,8 +114,13 @@ class ProcessTree:
         self._scan_at = -1e9
 
     def attach(self, root: int) -> None:
-        """Set the script's pid (it leads its own session and process group)."""
+        """Set the script's pid (it leads its own session and process group).
+
+        The first full scan for `cpu_seconds` comes `FULL_SCAN_INTERVAL` later:
+        a process just started has no children yet.
+        """
         self.root = root
+        self._scan_at = time.monotonic()
 
     # -- finding ---------------------------------------------------------------------
     def members(self) -> dict[int, _Proc]:
@@ -140,7 +146,7 @@ class ProcessTree:
             key = (pid, p.start)
             marked = self._marked.get(key)
             if marked is None:
-                marked = self._marked[key] = _environ_has(pid, self._needle)
+                marked = self._marked[key] = bool(self._needle) and _environ_has(pid, self._needle)
             if marked or (self.root is not None and self.root in (p.sid, p.pgid, pid)):
                 members[pid] = p
         # Descendants of members (e.g. a child started with a clean environment).
@@ -164,6 +170,8 @@ class ProcessTree:
         known members' ``stat`` on every call and rescans /proc for new members
         every `FULL_SCAN_INTERVAL` seconds.
         """
+        if self.root is None and not self._last:
+            return self._cpu  # nothing started yet
         now = time.monotonic()
         if now - self._scan_at >= self.FULL_SCAN_INTERVAL:
             self._scan_at = now

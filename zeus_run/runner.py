@@ -1,61 +1,53 @@
-"""Real runs: the engine driving training scripts as subprocesses, with a durable run directory.
+"""Real runs: the engine driving training scripts through an executor, with a durable run directory.
 
 This is the library API behind ``zeus-run run``; tests call `run_job` directly.
+`run_job` only orchestrates: the run directory is chosen and recovered by
+`zeus_run.resume`, trials are run by an executor (`zeus_run.executors`), and
+the engine (`zeus_run.engine`) decides what to run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import logging
-import math
-import os
 import signal
-import socket
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-from zeus_run import __version__
-from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import Engine, TrialRequest, position
-from zeus_run.errors import Interrupted, RunDirError
+from zeus_run.errors import Interrupted
+from zeus_run.executors import (
+    EXECUTORS,
+    NullRunListener,
+    RunListener,
+    learning_rate_for,
+    placeholder_values,
+    provenance,
+)
+from zeus_run.executors._base import command
 from zeus_run.optimizer import make_optimizer
-from zeus_run.power import PowerSession, open_power_session
-from zeus_run.proctree import ProcessTree, new_token
+from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import RunDir, check_writable, spec_differences
-from zeus_run.spec import JobSpec, substitute
-from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial, trial_environment
+from zeus_run.resume import choose_run_dir, recover
+from zeus_run.rundir import RunDir
+from zeus_run.spec import JobSpec
+from zeus_run.trial import preflight, trial_environment
 
 logger = logging.getLogger(__name__)
 
-
-class RunListener(TrialListener, Protocol):
-    """Live progress of a whole run (the CLI renders it; `NullRunListener` ignores it)."""
-
-    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None: ...
-
-    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None: ...
-
-    def on_trial_end(self, record: TrialRecord) -> None: ...
-
-
-class NullRunListener(NullListener):
-    """Ignores everything."""
-
-    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
-        pass
-
-    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
-        pass
-
-    def on_trial_end(self, record: TrialRecord) -> None:
-        pass
+__all__ = [
+    "NullRunListener",
+    "RunListener",
+    "RunResult",
+    "choose_run_dir",
+    "learning_rate_for",
+    "placeholder_values",
+    "provenance",
+    "run_job",
+]
 
 
 @dataclass
@@ -75,61 +67,6 @@ class RunResult:
     new: list[TrialRecord] = field(default_factory=list)
     energy: str = ""
     resumed: bool = False
-
-
-def learning_rate_for(spec: JobSpec, batch_size: int) -> float | None:
-    """The learning rate passed to the script for ``batch_size``."""
-    if spec.learning_rate is None:
-        return None
-    return scale_learning_rate(spec.learning_rate, spec.default_batch_size, batch_size, spec.lr_scaling)
-
-
-def placeholder_values(
-    spec: JobSpec, batch_size: int, seed: int, recurrence: int, attempt: int, log_dir: Path
-) -> dict[str, object]:
-    """Values of the ``{placeholders}`` for one trial."""
-    lr = learning_rate_for(spec, batch_size)
-    return {
-        "batch_size": batch_size,
-        "learning_rate": "" if lr is None else repr(lr),
-        "seed": seed,
-        "epochs": spec.max_epochs,
-        "target_metric": repr(spec.target_metric),
-        "recurrence": recurrence,
-        "try": attempt,
-        "python": sys.executable,
-        "log_dir": str(log_dir),
-    }
-
-
-def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) -> tuple[Path, bool]:
-    """Pick the run directory: the spec's (or ``run_dir``), or a fresh sibling.
-
-    Returns:
-        The directory and whether it already holds a compatible history to resume.
-
-    Raises:
-        RunDirError: The existing history was recorded under different
-            decision settings and neither ``new`` nor ``force`` was given.
-    """
-    base = Path(run_dir) if run_dir is not None else spec.run_dir
-    stored = _stored_spec(base)
-    if stored is None and not new:
-        return base, False
-    if new:
-        return _fresh_sibling(base), False
-    assert stored is not None
-    diffs = spec_differences(stored, spec)
-    if not diffs:
-        return base, True
-    if force:
-        return _fresh_sibling(base), False
-    lines = "\n".join(f"  - {d}" for d in diffs)
-    raise RunDirError(
-        f"The run in {str(base)!r} was recorded with different settings, so its history cannot be resumed:\n{lines}\n"
-        "Restore those settings to resume, or pass --force to start a new run directory next to it "
-        "(the old history is kept)."
-    )
 
 
 def run_job(
@@ -162,11 +99,12 @@ def run_job(
     path, resumed = choose_run_dir(spec, run_dir, new, force)
     _preflight_default(spec)
     cancel = cancel or threading.Event()
+    executor_class = EXECUTORS["local"]
     with contextlib.ExitStack() as stack:
         rd = stack.enter_context(RunDir.open(path))
         if energy is None:
             energy = stack.enter_context(open_energy_source(spec.energy))
-        history = _recover(rd, spec)
+        history = recover(rd, spec, executor_class.recover)
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)
@@ -183,12 +121,13 @@ def run_job(
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
         engine = Engine(optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops)
         signum = stack.enter_context(_signals_to(cancel))
-        where = provenance(energy)
+        executor = executor_class(spec, rd, energy, lst, cancel, power)
+        stack.callback(executor.close)
 
         def execute(req: TrialRequest) -> TrialRecord:
             if cancel.is_set():  # a signal arrived between trials: nothing is running
                 raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
-            return _execute(spec, rd, energy, lst, cancel, req, power, where)
+            return executor(req)
 
         def persist(record: TrialRecord) -> None:
             rd.history.append(record)
@@ -206,260 +145,9 @@ def run_job(
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
 
 
-def provenance(energy: EnergySource) -> dict[str, object]:
-    """Where trials run: zeus-run version, host, measured GPUs, and the Slurm job (when there is one)."""
-    out: dict[str, object] = {"zeus_run": __version__, "host": socket.gethostname()}
-    gpus = energy.devices()
-    if gpus:
-        out["gpus"] = gpus
-    if os.environ.get("SLURM_JOB_ID"):
-        out["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
-    return out
-
-
-def _execute(
-    spec: JobSpec,
-    rd: RunDir,
-    energy: EnergySource,
-    lst: RunListener,
-    cancel: threading.Event,
-    req: TrialRequest,
-    power: PowerSession | None = None,
-    where: dict[str, object] | None = None,
-) -> TrialRecord:
-    bs = req.decision.batch_size
-    lr = learning_rate_for(spec, bs)
-    seed = spec.seed + req.observed
-    tdir = rd.trial_dir(req.recurrence, req.attempt)
-    argv, env = _command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
-    env.update(
-        {
-            "ZEUS_BATCH_SIZE": str(bs),
-            "ZEUS_LEARNING_RATE": "" if lr is None else repr(lr),
-            "ZEUS_SEED": str(seed),
-            "ZEUS_TARGET_METRIC": repr(spec.target_metric),
-            "ZEUS_HIGHER_IS_BETTER": "1" if spec.higher_is_better else "0",
-            "ZEUS_MAX_EPOCHS": str(spec.max_epochs),
-            "ZEUS_ETA_KNOB": repr(spec.eta),
-            "ZEUS_COST_THRESH": repr(req.cost_threshold),
-            "ZEUS_LOG_DIR": str(tdir),
-            "ZEUS_JOB_ID": f"{spec.name}-r{req.recurrence}-t{req.attempt}",
-            "ZEUS_RECURRENCE": str(req.recurrence),
-            "ZEUS_TRY": str(req.attempt),
-            "ZEUS_EVENT_LOG": str(tdir / "events.jsonl"),
-            "ZEUS_STOP_FILE": str(tdir / "stop"),
-        }
-    )
-    profiler = power.profiler_for(bs) if power is not None else None
-    profiling = profiler is not None and not profiler.done
-    if profiling:
-        env.update({"ZEUS_PROFILE": "1", "ZEUS_PROFILE_STOP": str(tdir / "profile_done")})
-    token = new_token()
-    plan = TrialPlan(
-        argv=argv,
-        shell=spec.shell,
-        workdir=spec.workdir,
-        env=env,
-        log_path=tdir / "output.log",
-        event_path=tdir / "events.jsonl",
-        stop_path=tdir / "stop",
-        max_epochs=spec.max_epochs,
-        target_metric=spec.target_metric,
-        higher_is_better=spec.higher_is_better,
-        metric_regex=spec.metric.regex if spec.metric.source == "regex" else None,
-        eta=spec.eta,
-        cost_threshold=req.cost_threshold,
-        timeout=spec.timeout,
-        stop_grace=spec.stop.grace,
-        term_grace=spec.stop.term_grace,
-        kill_grace=spec.stop.kill_grace,
-        on_target=spec.stop.on_target,
-        token=token,
-        profile_stop_path=tdir / "profile_done" if profiling else None,
-    )
-    preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
-    check_writable(rd.path)
-    started = _now()
-    threshold = None if math.isinf(req.cost_threshold) else req.cost_threshold
-    # Everything the engine decided, so that a launcher killed mid-trial leaves a record replay can audit.
-    rd.mark_running(
-        {
-            "recurrence": req.recurrence,
-            "attempt": req.attempt,
-            "trial": req.trial,
-            "batch_size": bs,
-            "stage": req.decision.stage,
-            "detail": req.decision.detail,
-            "cost_threshold": threshold,
-            "learning_rate": lr,
-            "seed": seed,
-            "started_at": started,
-            "pid": os.getpid(),
-            "token": token,
-            "energy_source": energy.name,
-            "estimated": energy.estimated,
-            "max_power": energy.max_power,
-        }
-    )
-    lst.on_trial_start(req, lr, tdir)
-    invalid_before = energy.invalid_windows
-    try:
-        out = run_trial(plan, energy, lst, cancel, profiler)
-    finally:
-        if power is not None:
-            power.controller.restore()  # each GPU's original limit and persistence mode
-    message = out.message
-    invalid = energy.invalid_windows - invalid_before
-    if invalid:
-        message = _prepend(
-            f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted",
-            message,
-        )
-    if power is not None and profiler is not None:
-        power.trial_done(bs, profiler)
-        if power.settings.observer_mode and out.power_limit is not None:
-            message = _prepend(
-                f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
-                message,
-            )
-    return TrialRecord(
-        job=spec.name,
-        recurrence=req.recurrence,
-        attempt=req.attempt,
-        trial=req.trial,
-        batch_size=bs,
-        stage=req.decision.stage,
-        detail=req.decision.detail,
-        epochs=out.epochs,
-        time=out.time,
-        energy=out.energy,
-        max_power=out.max_power,
-        cost=out.cost,
-        reached=out.reached,
-        stop_reason=out.stop_reason,
-        observed=out.stop_reason != "interrupted",
-        energy_source=energy.name,
-        estimated=energy.estimated,
-        kind="real",
-        power_limit=out.power_limit,
-        energy_method=energy.method,
-        learning_rate=lr,
-        seed=seed,
-        cost_threshold=threshold,
-        metrics=out.metrics,
-        exit_code=out.exit_code,
-        ended=out.ended,
-        after_time=out.after_time,
-        after_energy=out.after_energy,
-        provenance=where,
-        started_at=started,
-        ended_at=_now(),
-        log=str((tdir / "output.log").relative_to(rd.path)),
-        message=message,
-    )
-
-
-def _recover(rd: RunDir, spec: JobSpec) -> list[TrialRecord]:
-    """Read the history, cutting a torn tail and recording a trial the launcher died in.
-
-    The record of such a trial carries what the engine had decided for it
-    (batch size, stage, threshold), so replay audits it like any other.
-    """
-    rd.history.repair_tail()
-    history = list(rd.history.read())
-    info = rd.running()
-    if info is None:
-        return history
-    if info.get("token"):
-        _kill_orphans(str(info["token"]))
-    if info.get("trial") == len(history) and "batch_size" in info:
-        thr = info.get("cost_threshold")
-        record = TrialRecord(
-            job=spec.name,
-            recurrence=int(info["recurrence"]),
-            attempt=int(info["attempt"]),
-            trial=len(history),
-            batch_size=int(info["batch_size"]),
-            stage=str(info.get("stage", "")),
-            detail=str(info.get("detail", "")),
-            epochs=0,
-            time=0.0,
-            energy=0.0,
-            max_power=float(info.get("max_power", 0.0)),
-            cost=0.0,
-            reached=False,
-            stop_reason="interrupted",
-            observed=False,
-            energy_source=str(info.get("energy_source", "")),
-            estimated=bool(info.get("estimated", False)),
-            learning_rate=info.get("learning_rate"),
-            seed=info.get("seed"),
-            cost_threshold=None if thr is None else float(thr),
-            started_at=info.get("started_at"),
-            log=f"trials/r{int(info['recurrence']):04d}-t{int(info['attempt']):02d}/output.log",
-            message=f"the launcher (pid {info.get('pid')}) died during this trial; it was not fed to the optimizer",
-        )
-        logger.warning(
-            "recurrence %d try %d was running when the launcher stopped; recorded as interrupted and re-run",
-            record.recurrence,
-            record.attempt,
-        )
-        rd.history.append(record)
-        history.append(record)
-    rd.clear_running()
-    return history
-
-
-def _kill_orphans(token: str) -> None:
-    """Kill the processes of a trial a dead launcher left behind (found by their trial token).
-
-    The script runs in its own session, so it outlives a launcher killed with
-    SIGKILL; `zeus_run.proctree` finds every process carrying the token.
-    """
-    killed = ProcessTree(token).sweep()
-    if killed:
-        logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
-
-
-def _prepend(note: str, message: str | None) -> str:
-    return note if message is None else f"{note}; {message}"
-
-
-def _command(spec: JobSpec, values: dict[str, object]) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The trial's argv and the spec's environment additions (before the ``ZEUS_*`` variables), placeholders substituted."""
-    argv = tuple(substitute(a, values) for a in spec.command)
-    env = {k: substitute(v, values) for k, v in spec.env.items()}
-    return argv, env
-
-
 def _preflight_default(spec: JobSpec) -> None:
-    argv, env = _command(spec, placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir))
+    argv, env = command(spec, placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir))
     preflight(argv, spec.workdir, trial_environment(env), spec.shell)
-
-
-def _stored_spec(path: Path) -> dict | None:
-    spec_file = path / "spec.yaml"
-    if not spec_file.exists():
-        return None
-    import yaml
-
-    try:
-        return yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunDirError(
-            f"Cannot read {str(spec_file)!r} ({exc}). Move the run directory aside or pass --new."
-        ) from exc
-
-
-def _fresh_sibling(base: Path) -> Path:
-    if not base.exists() or not any(base.iterdir()):
-        return base
-    for i in range(2, 10_000):
-        cand = base.with_name(f"{base.name}-{i}")
-        if not cand.exists():
-            logger.info("starting a new run directory %s (the old one is kept)", cand)
-            return cand
-    raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
 
 
 @contextlib.contextmanager
@@ -488,7 +176,3 @@ def _interrupted(signum: int | None, path: Path, what: str) -> Interrupted:
         sig.value,
         f"Interrupted by {sig.name} {what}. History is intact in {str(path)!r}. Run the same command again to resume.",
     )
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")

@@ -37,7 +37,7 @@ EXPLORING_STAGES = ("pruning", "explore")
 FAILURES = ("crashed", "timeout", "exited")
 
 #: Provenance fields a trial record may carry (shown when present).
-PROVENANCE_FIELDS = ("zeus_run_version", "host", "gpu_names", "gpu_uuids", "slurm_job_id")
+PROVENANCE_FIELDS = ("zeus_run", "host", "gpus", "slurm_job_id")
 
 #: A line that names an error: ``RuntimeError: CUDA out of memory``, ``torch.OutOfMemoryError: ...``,
 #: ``ERROR: ...``, ``Killed``, ``Segmentation fault``.
@@ -195,6 +195,8 @@ class Summary:
         steady: `SteadyState`, None while exploring or before a recurrence after it.
         recommendation: `Recommendation`, None before anything converged.
         provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
+        after_time, after_energy: Time and energy the scripts spent after the point they were
+            judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
     """
 
     trials: int
@@ -223,6 +225,8 @@ class Summary:
     steady: SteadyState | None = None
     recommendation: Recommendation | None = None
     provenance: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    after_time: float = 0.0
+    after_energy: float = 0.0
 
 
 def failure_reason(record: TrialRecord) -> str | None:
@@ -386,19 +390,30 @@ def recommend(stats: Sequence[BatchSizeStats], default_mean_cost: float | None) 
 
 
 def provenance(records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
-    """Distinct values of each provenance field present in the records, in first-seen order."""
+    """Distinct values of each provenance field the records carry, in first-seen order.
+
+    GPUs read as ``name (uuid)``, joined with ``, `` for a trial that measured several.
+    """
     out: dict[str, tuple[str, ...]] = {}
     for name in PROVENANCE_FIELDS:
         seen: Counter[str] = Counter()
         for r in records:
-            value = getattr(r, name, None)
+            value = (r.provenance or {}).get(name)
             if value is None or value in ("", [], ()):
                 continue
-            text = ", ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+            if isinstance(value, list | tuple):
+                text = ", ".join(_gpu_text(v) if isinstance(v, dict) else str(v) for v in value)
+            else:
+                text = str(value)
             seen[text] += 1
         if seen:
             out[name] = tuple(seen)
     return out
+
+
+def _gpu_text(gpu: dict) -> str:
+    name, uuid = gpu.get("name", "?"), gpu.get("uuid")
+    return f"{name} ({uuid})" if uuid else str(name)
 
 
 def summarize(
@@ -461,6 +476,8 @@ def summarize(
         steady=steady_state(rows, exploration, means["cost"], steady_window),
         recommendation=recommend(stats, means["cost"]),
         provenance=provenance(records),
+        after_time=sum(r.after_time or 0.0 for r in records),
+        after_energy=sum(r.after_energy or 0.0 for r in records),
     )
 
 

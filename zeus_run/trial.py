@@ -619,7 +619,7 @@ class _TrialRun:
         env = trial_environment(p.env, p.token)
         preflight(p.argv, p.workdir, env, p.shell)
         for path in (p.event_path, p.stop_path, p.profile_stop_path):
-            if path is not None:
+            if path is not None and os.path.lexists(path):  # left by an earlier attempt
                 remove_quietly(str(path))
         logger.debug(
             "launching %s (in %s); environment additions: %s",

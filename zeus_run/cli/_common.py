@@ -44,6 +44,7 @@ class Policy(str, enum.Enum):
 
     zeus = "zeus"
     zeus_plus = "zeus-plus"
+    zeus_voi = "zeus-voi"
 
 
 class CheckFormat(str, enum.Enum):
@@ -54,7 +55,7 @@ class CheckFormat(str, enum.Enum):
     yaml = "yaml"
 
 
-FORMAT_HELP = "table: for people (stderr/stdout as a terminal shows it); json or csv: for machines, on stdout."
+FORMAT_HELP = "table: for people (plain aligned text when not on a terminal); json or csv: for machines, on stdout."
 
 FormatOption = typer.Option(Format.table, "--format", "-f", case_sensitive=False, help=FORMAT_HELP)
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging (e.g. the exact command of each trial).")
@@ -74,10 +75,10 @@ def eta_option(default: str) -> Any:
 
 def beta_option(default: str) -> Any:
     """``--beta``: the same meaning in every command; ``default`` says what applies without it."""
+    # No min=: resolve_beta refuses 0 and below with a message naming --no-early-stop.
     return typer.Option(
         None,
         "--beta",
-        min=0.0,
         help="Early stop: end a trial once its cost would exceed BETA x the cheapest recurrence so far (> 0; "
         f"--no-early-stop disables it). Default: {default}.",
     )

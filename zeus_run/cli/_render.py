@@ -298,6 +298,11 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         )
         vs = f", {_pct(st.savings)} against the default" if st.savings is not None else ""
         lines.append(f"Steady state ({span}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
+    if s.after_time > 0:
+        lines.append(
+            f"After the target or a stop (saving, winding down; not in the cost): time {fmt_time(s.after_time)}, "
+            f"energy {fmt_energy(s.after_energy)}"
+        )
     if s.savings_cost is not None:
         lines.append(
             f"Whole history ({s.recurrences} recurrences, exploration included) against always running the default: "

@@ -69,7 +69,10 @@ def history_command(
             reason = failure_reason(r)
             out.print(
                 f"  #{r.trial} rec {r.recurrence} try {r.attempt} bs={r.batch_size} {r.stop_reason} epochs={r.epochs} "
-                f"cost={r.cost:.1f} J metrics={list(r.metrics)}" + (f" reason={reason!r}" if reason else ""),
+                f"cost={r.cost:.1f} J metrics={list(r.metrics)}"
+                + (f" exit={r.exit_code} ended={r.ended}" if r.ended else "")
+                + (f" after={r.after_time:.2f}s" if r.after_time else "")
+                + (f" reason={reason!r}" if reason else ""),
                 markup=False,
             )
     print_grid(out, batch_size_table(summary))

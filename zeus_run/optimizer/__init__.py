@@ -5,6 +5,7 @@ from __future__ import annotations
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
+from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
 from zeus_run.optimizer._zeus_plus import CostAwarePruningState, ZeusPlusOptimizer
 from zeus_run.optimizer.power_limit import (
@@ -16,9 +17,10 @@ from zeus_run.optimizer.power_limit import (
 from zeus_run.spec import OptimizerSettings
 
 #: Policy name (``optimizer.policy``) -> optimizer class.
-POLICIES: dict[str, type[ZeusOptimizer]] = {
+POLICIES: dict[str, type[ZeusOptimizer] | type[ZeusVOIOptimizer]] = {
     ZeusOptimizer.name: ZeusOptimizer,
     ZeusPlusOptimizer.name: ZeusPlusOptimizer,
+    ZeusVOIOptimizer.name: ZeusVOIOptimizer,
 }
 
 
@@ -55,14 +57,17 @@ __all__ = [
     "BatchSizeOptimizer",
     "CostAwarePruningState",
     "Decision",
+    "Estimate",
     "JITPowerLimitOptimizer",
     "Observation",
     "PowerLimitMeasurement",
     "PowerLimitState",
     "PruningState",
+    "VOIState",
     "ZeusOptimizer",
     "ZeusPlusOptimizer",
     "ZeusState",
+    "ZeusVOIOptimizer",
     "best_power_limit",
     "make_optimizer",
     "posterior",

@@ -13,8 +13,11 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 logger = logging.getLogger(__name__)
+
+_P = TypeVar("_P", bound="PruningState")
 
 
 @dataclass(frozen=True)
@@ -89,14 +92,14 @@ class PruningState:
             s = dataclasses.replace(s, direction=s.direction + 1, pos=0)
         return s._skip_exhausted()
 
-    def _start_round(self) -> PruningState:
+    def _start_round(self: _P) -> _P:
         idx = self.candidates.index(self.start)
         down = tuple(reversed(self.candidates[: idx + 1]))
         up = self.candidates[idx + 1 :]
         s = dataclasses.replace(self, down=down, up=up, direction=0, pos=0, good=(), best_cost=math.inf, best=None)
         return s._skip_exhausted()
 
-    def _skip_exhausted(self) -> PruningState:
+    def _skip_exhausted(self: _P) -> _P:
         s = self
         while s.direction < 2 and s.pos >= len((s.down, s.up)[s.direction]):
             s = dataclasses.replace(s, direction=s.direction + 1, pos=0)
@@ -104,7 +107,8 @@ class PruningState:
             return s
         # Round over.
         if s.good:
-            survivors, start = tuple(sorted(s.good)), s.best
+            # Every batch size in ``good`` converged at a finite cost, so ``best`` is set.
+            survivors, start = tuple(sorted(s.good)), s.best if s.best is not None else s.start
         else:
             # Nothing converged this round (only possible after round 1, when the
             # cheapest batch size failed this time). Keep the previous set rather

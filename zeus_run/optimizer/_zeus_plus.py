@@ -81,7 +81,7 @@ class CostAwarePruningState(PruningState):
                 return s
         if s.good:
             cheap = {b for b, c in s.costs if c <= s.keep_ratio * s.best_cost}
-            survivors, start = tuple(sorted(cheap)), s.best
+            survivors, start = tuple(sorted(cheap)), s.best if s.best is not None else s.start
         else:
             survivors, start = s.candidates, s.start
         s = dataclasses.replace(s, round=s.round + 1, candidates=survivors, start=start)

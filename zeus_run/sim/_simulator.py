@@ -342,7 +342,7 @@ def simulate(
         beta: Early-stop knob (None: off).
         seed: Seed of the optimizer and of the path draws.
         horizon: Recurrences (None: the paper's horizon).
-        settings: Batch-size optimizer settings (default: the faithful ``zeus`` policy).
+        settings: Batch-size optimizer settings (default: the default policy, `zeus_run.spec.DEFAULT_POLICY`).
         max_tries: Counted tries per recurrence.
         baselines: Also compute the grid-search baseline (Default and Oracle are always computed).
         on_record: Called with each record as it is produced.

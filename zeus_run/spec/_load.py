@@ -1,16 +1,19 @@
-"""Load a YAML job spec into a validated `JobSpec`, reporting every problem at once."""
+"""Load a YAML job spec into a validated `JobSpec`, reporting every problem at once.
+
+The YAML is read by `zeus_run.spec._yaml` (size, depth and alias limits,
+duplicate keys, YAML 1.2 numbers) before anything is built from it.
+"""
 
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.spec._model import (
@@ -29,6 +32,16 @@ from zeus_run.spec._model import (
     PowerLimitSettings,
     StopSettings,
 )
+from zeus_run.spec._yaml import MAX_BYTES, YamlDocument, YamlLimitError, load_yaml
+
+logger = logging.getLogger(__name__)
+
+#: Largest whole number any setting may hold.
+MAX_INT = 2**63 - 1
+#: Largest batch size.
+MAX_BATCH_SIZE = 2**31 - 1
+#: Most batch sizes in a spec (a list, or a range once expanded).
+MAX_BATCH_SIZES = 1024
 
 _PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 
@@ -89,9 +102,23 @@ def load_spec(path: str | Path) -> JobSpec:
             "Pass the path of a YAML job spec, e.g. `zeus-run configs/demo.yaml`."
         )
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"Cannot read job spec {str(p)!r}: {exc}. Check its permissions and encoding.") from exc
+    if len(raw) > MAX_BYTES:
+        raise SpecError(
+            str(p),
+            [
+                SpecProblem(
+                    "(file)",
+                    None,
+                    f"is larger than {MAX_BYTES:,} bytes; a job spec is a page of settings",
+                    "Pass the job spec, not a data file",
+                )
+            ],
+        )
     return parse_spec(text, source=p)
 
 
@@ -99,17 +126,10 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
     """Validate spec YAML text. See `load_spec`."""
     label = str(source) if source else "<spec>"
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        why = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(
-            label,
-            [SpecProblem("(yaml)", None, f"not valid YAML: {why}", "Fix the syntax at that line", line)],
-        ) from None
-    if not isinstance(data, dict):
+        doc = load_yaml(text)
+    except YamlLimitError as exc:
+        raise SpecError(label, [SpecProblem("(yaml)", None, exc.why, "Fix the file at that line", exc.line)]) from None
+    if not isinstance(doc.data, dict):
         raise SpecError(
             label,
             [
@@ -122,32 +142,31 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
                 )
             ],
         )
-    lines = _key_lines(node)
     base = source.parent.resolve() if source else Path.cwd()
-    return _Validator(data, lines, base, label, source).build()
-
-
-def _key_lines(node: yaml.Node | None, prefix: str = "") -> dict[str, int]:
-    """Map dotted key paths to the 1-based line where each key is written."""
-    out: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = f"{prefix}{key_node.value}"
-            out[key] = key_node.start_mark.line + 1
-            out.update(_key_lines(value_node, key + "."))
-    return out
+    return _Validator(doc, base, label, source).build()
 
 
 class _Validator:
     """Reads fields out of the raw mapping, collecting problems instead of raising."""
 
-    def __init__(self, data: dict, lines: dict[str, int], base: Path, label: str, source: Path | None) -> None:
-        self.data = data
-        self.lines = lines
+    def __init__(self, doc: YamlDocument, base: Path, label: str, source: Path | None) -> None:
+        self.data: dict = doc.data
+        self.lines = doc.lines
+        self.text = doc.text
         self.base = base
         self.label = label
         self.source = source
         self.problems: list[SpecProblem] = []
+        for dup in doc.duplicates:
+            self.problems.append(
+                SpecProblem(
+                    dup.path,
+                    dup.text,
+                    f"is set twice, on lines {dup.first} and {dup.second} (YAML would silently keep the last)",
+                    "Remove one of them",
+                    dup.second,
+                )
+            )
 
     # -- problem recording ---------------------------------------------------
     def problem(self, field: str, value: object, why: str, fix: str = "") -> None:
@@ -156,7 +175,7 @@ class _Validator:
     def unknown_keys(self, mapping: Mapping, allowed: tuple[str, ...], prefix: str) -> None:
         for key in mapping:
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
+                close = difflib.get_close_matches(str(key), allowed, n=1) if len(str(key)) < 100 else []
                 fix = f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(allowed)}"
                 self.problem(f"{prefix}{key}", mapping[key], "unknown key", fix)
 
@@ -168,7 +187,7 @@ class _Validator:
             return default
         return check(prefix + key, mapping[key])
 
-    def int_(self, lo: int | None = None, hi: int | None = None, fix: str = "") -> Callable[[str, Any], Any]:
+    def int_(self, lo: int | None = None, hi: int = MAX_INT, fix: str = "") -> Callable[[str, Any], Any]:
         def check(field: str, v: Any) -> Any:
             if v is None:
                 self.problem(field, v, "is required", fix or "Set it to a whole number")
@@ -179,7 +198,7 @@ class _Validator:
             if lo is not None and v < lo:
                 self.problem(field, v, f"must be at least {lo}", fix)
                 return None
-            if hi is not None and v > hi:
+            if v > hi:
                 self.problem(field, v, f"must be at most {hi}", fix)
                 return None
             return v
@@ -255,7 +274,11 @@ class _Validator:
         command = self.command(d.get("command"), bool(shell))
         batch_sizes = self.batch_sizes(d.get("batch_sizes"))
         default_bs = g(
-            d, "default_batch_size", "", _REQUIRED, self.int_(1, fix="Set it to the batch size the job normally uses")
+            d,
+            "default_batch_size",
+            "",
+            _REQUIRED,
+            self.int_(1, MAX_BATCH_SIZE, fix="Set it to the batch size the job normally uses"),
         )
         if batch_sizes and default_bs is not None and default_bs not in batch_sizes:
             self.problem(
@@ -309,7 +332,7 @@ class _Validator:
                 "Create it or fix the path (relative paths start at the spec file's folder)",
             )
 
-        if self.problems:
+        if self.problems or workdir is None or run_dir is None:
             raise SpecError(self.label, self.problems)
         return JobSpec(
             name=name,
@@ -376,37 +399,19 @@ class _Validator:
             self.problem("batch_sizes", None, "is required", fix)
             return ()
         if isinstance(raw, dict):
-            self.unknown_keys(raw, ("min", "max", "step"), "batch_sizes.")
-            lo, hi, step = raw.get("min"), raw.get("max"), raw.get("step")
-            ok = True
-            for key, v in (("min", lo), ("max", hi)):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    self.problem(f"batch_sizes.{key}", v, "must be a positive whole number", fix)
-                    ok = False
-            if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 1):
-                self.problem("batch_sizes.step", step, "must be a positive whole number", "Omit it for powers of two")
-                ok = False
-            if not ok:
-                return ()
-            if lo > hi:
-                self.problem("batch_sizes", raw, "min is larger than max", "Swap them")
-                return ()
-            if step is None:
-                values = [1 << k for k in range(40) if lo <= (1 << k) <= hi]
-            else:
-                values = list(range(lo, hi + 1, step))
-            if not values:
-                self.problem(
-                    "batch_sizes", raw, "the range holds no batch size (no power of two between min and max)", fix
-                )
-            return tuple(values)
+            return self.batch_size_range(raw, fix)
         if isinstance(raw, list):
             if not raw:
                 self.problem("batch_sizes", raw, "is empty: the optimizer needs at least one batch size", fix)
                 return ()
-            bad = [v for v in raw if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+            if len(raw) > MAX_BATCH_SIZES:
+                self.problem("batch_sizes", raw, f"lists {len(raw)} batch sizes; at most {MAX_BATCH_SIZES}", fix)
+                return ()
+            bad = [v for v in raw if not _whole(v, 1, MAX_BATCH_SIZE)]
             if bad:
-                self.problem("batch_sizes", raw, f"has entries that are not positive whole numbers: {bad}", fix)
+                self.problem(
+                    "batch_sizes", raw, f"has entries that are not whole numbers in [1, {MAX_BATCH_SIZE}]: {bad}", fix
+                )
                 return ()
             if len(set(raw)) != len(raw):
                 dups = sorted({v for v in raw if raw.count(v) > 1})
@@ -415,6 +420,49 @@ class _Validator:
             return tuple(sorted(raw))
         self.problem("batch_sizes", raw, "must be a list or a {min, max} range", fix)
         return ()
+
+    def batch_size_range(self, raw: dict, fix: str) -> tuple[int, ...]:
+        """``{min, max}`` (powers of two) or ``{min, max, step}``, checked before anything is built."""
+        self.unknown_keys(raw, ("min", "max", "step"), "batch_sizes.")
+        lo, hi, step = raw.get("min"), raw.get("max"), raw.get("step")
+        ok = True
+        for key, v in (("min", lo), ("max", hi)):
+            if not _whole(v, 1, MAX_BATCH_SIZE):
+                self.problem(f"batch_sizes.{key}", v, f"must be a whole number in [1, {MAX_BATCH_SIZE}]", fix)
+                ok = False
+        if step is not None and not _whole(step, 1, MAX_BATCH_SIZE):
+            self.problem("batch_sizes.step", step, "must be a positive whole number", "Omit it for powers of two")
+            ok = False
+        if not ok or not isinstance(lo, int) or not isinstance(hi, int):
+            return ()
+        if lo > hi:
+            self.problem("batch_sizes", raw, "min is larger than max", "Swap them")
+            return ()
+        if isinstance(step, int):
+            count = (hi - lo) // step + 1
+            if count > MAX_BATCH_SIZES:
+                self.problem(
+                    "batch_sizes",
+                    raw,
+                    f"the range holds {count:,} batch sizes; at most {MAX_BATCH_SIZES}",
+                    "Use a larger step or a narrower range",
+                )
+                return ()
+            return tuple(range(lo, hi + 1, step))
+        values = tuple(1 << k for k in range(hi.bit_length()) if lo <= (1 << k) <= hi)
+        if not values:
+            self.problem("batch_sizes", raw, "the range holds no batch size (no power of two between min and max)", fix)
+        elif (values[0], values[-1]) != (lo, hi):
+            logger.warning(
+                "batch_sizes {min: %d, max: %d} is a range of powers of two, so it holds %s (%d and %d are not both "
+                "powers of two); write min and max as powers of two, add a step, or list the batch sizes",
+                lo,
+                hi,
+                ", ".join(map(str, values)),
+                lo,
+                hi,
+            )
+        return values
 
     def beta(self, d: Mapping) -> float | None:
         if "beta" not in d or d["beta"] is None:
@@ -450,7 +498,8 @@ class _Validator:
             elif isinstance(v, (dict, list)) or v is None:
                 self.problem(f"env.{k}", v, "must be a string or number")
             else:
-                out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+                # The text the user wrote: `N: 010` is "010", not 8 or 10; `X: 1e-3` stays "1e-3".
+                out[k] = self.text.get(f"env.{k}", str(v).lower() if isinstance(v, bool) else str(v))
         return out
 
     def section(self, key: str, builder: Callable[[Mapping, str], Any]) -> Any:
@@ -469,17 +518,28 @@ class _Validator:
         return OptimizerSettings(
             policy=policy,
             pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
-            window_size=self.get(
-                m,
-                "window_size",
-                p,
-                d.window_size,
-                self.int_(0, fix="0 keeps all observations; otherwise use at least 2"),
-            ),
+            window_size=self.get(m, "window_size", p, d.window_size, self.window_size()),
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
         )
+
+    def window_size(self) -> Callable[[str, Any], Any]:
+        as_int = self.int_(0, fix="0 keeps all observations; otherwise use at least 2")
+
+        def check(field: str, v: Any) -> Any:
+            v = as_int(field, v)
+            if v == 1:
+                self.problem(
+                    field,
+                    v,
+                    "a window of one observation gives every batch size zero variance, so Thompson Sampling stops exploring",
+                    "Use 0 (all observations) or at least 2",
+                )
+                return None
+            return v
+
+        return check
 
     def metric(self, m: Mapping, p: str) -> MetricSettings:
         source = self.get(m, "source", p, "regex" if m.get("regex") else "events", self.choice(METRIC_SOURCES))
@@ -552,6 +612,14 @@ class _Validator:
     def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:
         places = [("command", a) for a in command] + [(f"env.{k}", v) for k, v in env.items()]
         for field, text in places:
+            if "{" in _PLACEHOLDER_RE.sub("", text) or "}" in _PLACEHOLDER_RE.sub("", text):
+                self.problem(
+                    field,
+                    text,
+                    "has an unmatched { or }",
+                    "Close the placeholder, e.g. {batch_size}, or write {{ and }} for literal braces",
+                )
+                continue
             for name in placeholder_names(text):
                 if name not in PLACEHOLDERS:
                     close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
@@ -574,16 +642,27 @@ class _Validator:
 _REQUIRED = object()
 
 
+def _whole(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
 def placeholder_names(text: str) -> list[str]:
     """Names of the ``{placeholders}`` in text (``{{`` and ``}}`` are literal braces)."""
     return [m.group(1) for m in _PLACEHOLDER_RE.finditer(text) if m.group(1) is not None]
 
 
-def substitute(text: str, values: Mapping[str, object]) -> str:
+def substitute(text: str, values: Mapping[str, object], shell: bool = False) -> str:
     """Replace each ``{name}`` with ``str(values[name])`` as a whole value.
 
     The substituted text is never re-parsed: a value containing braces, spaces
     or shell syntax arrives in the argument unchanged.
+
+    Args:
+        text: A ``command`` argument or ``env`` value.
+        values: The placeholders' values.
+        shell: ``text`` is a ``/bin/sh -c`` command line (``shell: true``): each
+            value is quoted with `shlex.quote`, so the shell sees it as one word
+            and never runs what it contains (a ``run_dir`` holding ``$(...)``).
     """
 
     def repl(m: re.Match[str]) -> str:
@@ -592,6 +671,7 @@ def substitute(text: str, values: Mapping[str, object]) -> str:
             return "{"
         if token == "}}":
             return "}"
-        return str(values[m.group(1)])
+        value = str(values[m.group(1)])
+        return shlex.quote(value) if shell else value
 
     return _PLACEHOLDER_RE.sub(repl, text)

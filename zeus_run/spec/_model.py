@@ -28,16 +28,18 @@ PLACEHOLDERS = (
 LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
 ENERGY_SOURCES = ("auto", "nvml", "estimate")
-POLICIES = ("zeus", "zeus-plus")
-#: The policy a spec without ``optimizer.policy`` gets.
-DEFAULT_POLICY = "zeus"
+POLICIES = ("zeus", "zeus-plus", "zeus-voi")
+#: The policy a spec without ``optimizer.policy`` gets (``zeus`` is the published algorithm).
+DEFAULT_POLICY = "zeus-voi"
 
 #: Knobs whose default depends on the policy: ``zeus`` keeps the published
 #: two pruning rounds and two observations per arm; ``zeus-plus`` prunes once and
-#: lets its bandit (which knows how noisy one observation is) do the rest.
+#: lets its bandit (which knows how noisy one observation is) do the rest;
+#: ``zeus-voi`` walks instead of pruning and uses neither.
 POLICY_DEFAULTS: dict[str, dict[str, int]] = {
     "zeus": {"pruning_rounds": 2, "num_explorations": 2},
     "zeus-plus": {"pruning_rounds": 1, "num_explorations": 1},
+    "zeus-voi": {"pruning_rounds": 0, "num_explorations": 1},  # neither applies to its walk
 }
 NO_PERMISSION_ACTIONS = ("continue", "stop")
 ON_TARGET_ACTIONS = ("stop", "wait")
@@ -49,8 +51,9 @@ class OptimizerSettings:
     """Batch-size optimizer knobs (the seeds' ``JobParams`` MAB fields).
 
     Attributes:
-        policy: ``zeus`` (pruning + Gaussian Thompson Sampling, as published) or
-            ``zeus-plus`` (our refinement, see `zeus_run.optimizer`).
+        policy: ``zeus-voi`` (default: value-of-information walk + tempered Thompson Sampling),
+            ``zeus`` (pruning + Gaussian Thompson Sampling, as published) or ``zeus-plus``
+            (cost-aware pruning); see `zeus_run.optimizer`.
         pruning_rounds: Rounds of pruning exploration before Thompson Sampling
             (default per policy: `POLICY_DEFAULTS`; `for_policy` applies them).
         window_size: Recent observations per arm used by the bandit (0: all).
@@ -60,15 +63,15 @@ class OptimizerSettings:
             (default per policy).
     """
 
-    policy: str = "zeus"
-    pruning_rounds: int = 2
+    policy: str = DEFAULT_POLICY
+    pruning_rounds: int = POLICY_DEFAULTS[DEFAULT_POLICY]["pruning_rounds"]
     window_size: int = 0
     prior_mean: float = 0.0
     prior_precision: float = 0.0
-    num_explorations: int = 2
+    num_explorations: int = POLICY_DEFAULTS[DEFAULT_POLICY]["num_explorations"]
 
     @classmethod
-    def for_policy(cls, policy: str = "zeus", **knobs: Any) -> OptimizerSettings:
+    def for_policy(cls, policy: str = DEFAULT_POLICY, **knobs: Any) -> OptimizerSettings:
         """Settings of ``policy`` with its own defaults (`POLICY_DEFAULTS`) for knobs not given.
 
         Raises:
@@ -224,7 +227,7 @@ class JobSpec:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 value = {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
             out[f.name] = _plain(value)
         return out

@@ -1,0 +1,286 @@
+"""Processes that escape or hang the launcher, hostile regexes, full disks: the launcher holds, nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON
+from tests.test_run_cli import alive, zeus
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def job(tmp_path: Path, script: str, body: str = "") -> Path:
+    """A one-recurrence job running ``script`` (its source), in regex mode unless ``body`` says otherwise."""
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(script))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            f"""
+            name: e
+            command: ["{PYTHON}", "{path}"]
+            env: {{PYTHONPATH: "{REPO}"}}
+            batch_sizes: [1, 2]
+            default_batch_size: 2
+            target_metric: 0.9
+            max_epochs: 5
+            recurrences: 1
+            energy: {{source: estimate, watts: 100}}
+            run_dir: runs
+            stop: {{grace: 2, term_grace: 0.3, kill_grace: 2}}
+            """
+        )
+        + textwrap.dedent(body)
+    )
+    return spec
+
+
+REGEX = "metric: {regex: 'val_acc=([0-9.]+)'}\n"
+
+
+def record(spec: Path) -> dict:
+    (line,) = (spec.parent / "runs" / "history.jsonl").read_text().splitlines()
+    return json.loads(line)
+
+
+def pids(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()]
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_daemonized_grandchild_is_killed_when_the_trial_ends(tmp_path):
+    spec = job(
+        tmp_path,
+        f"""
+        import os, sys, time
+        if os.fork() == 0:          # double fork + setsid: a classic daemon
+            os.setsid()
+            if os.fork() == 0:
+                fd = os.open(os.devnull, os.O_RDWR)
+                for i in (0, 1, 2):
+                    os.dup2(fd, i)
+                open({str(tmp_path / "pids")!r}, "w").write(str(os.getpid()))
+                time.sleep(120)
+            os._exit(0)
+        while not os.path.exists({str(tmp_path / "pids")!r}):
+            time.sleep(0.01)
+        print("val_acc=1.0", flush=True)
+        """,
+        REGEX,
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    assert record(spec)["reached"] is True
+    (daemon,) = pids(tmp_path / "pids")
+    assert wait_gone(daemon), "the daemon survived its trial"
+
+
+def test_a_process_that_moves_to_a_new_process_group_is_stopped(tmp_path):
+    # sh runs python as a child, so python can leave the process group the launcher signals.
+    spec = job(
+        tmp_path,
+        f"""
+        import os, time
+        os.setpgid(0, 0)
+        open({str(tmp_path / "pids")!r}, "w").write(str(os.getpid()))
+        print("val_acc=1.0", flush=True)
+        while True:            # ignores the stop file
+            time.sleep(0.1)
+        """,
+        REGEX,
+    )
+    script = tmp_path / "train.py"
+    spec.write_text(
+        spec.read_text().replace(
+            f'command: ["{PYTHON}", "{script}"]', f'command: ["/bin/sh", "-c", "{PYTHON} {script}; echo done"]'
+        )
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    rec = record(spec)
+    assert rec["reached"] is True
+    (moved,) = pids(tmp_path / "pids")
+    assert wait_gone(moved), "the process that left the group survived its trial"
+
+
+def test_a_child_holding_the_output_open_does_not_hang_the_launcher(tmp_path):
+    # The script exits without reaching the target (no stop decision), leaving a child on its stdout.
+    spec = job(
+        tmp_path,
+        f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # inherits stdout
+        open({str(tmp_path / "pids")!r}, "w").write(str(child.pid))
+        print("val_acc=0.5", flush=True)
+        """,
+        REGEX,
+    )
+    r = zeus("run", str(spec), "--no-output", timeout=60)
+    assert r.returncode == 1, r.stderr  # the default batch size did not converge: a clean error
+    assert record(spec)["stop_reason"] == "exited"
+    (child,) = pids(tmp_path / "pids")
+    assert wait_gone(child)
+
+
+def test_an_escaped_process_holding_the_output_cannot_hang_the_launcher(tmp_path):
+    # A clean environment and a new session: nothing ties it to the trial but the pipe.
+    spec = job(
+        tmp_path,
+        f"""
+        import subprocess
+        child = subprocess.Popen(["setsid", "env", "-i", "sleep", "120"])
+        open({str(tmp_path / "pids")!r}, "w").write(str(child.pid))
+        print("val_acc=1.0", flush=True)
+        """,
+        REGEX,
+    )
+    try:
+        r = zeus("run", str(spec), "--no-output", timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert record(spec)["reached"] is True
+        assert "stopped reading it" in r.stderr
+    finally:
+        for pid in pids(tmp_path / "pids"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+CATASTROPHIC = "metric: {regex: '^(?:a+)+val=([0-9.]+)'}\n"
+
+
+def test_catastrophic_regex_skips_the_line_and_the_trial_goes_on(tmp_path):
+    spec = job(
+        tmp_path,
+        """
+        print("a" * 40 + "!", flush=True)   # exponential backtracking for that regex
+        print("aval=0.5", flush=True)
+        print("aval=1.0", flush=True)
+        """,
+        CATASTROPHIC,
+    )
+    r = zeus("run", str(spec), "--no-output", timeout=60)
+    assert r.returncode == 0, r.stderr
+    rec = record(spec)
+    assert rec["reached"] is True and rec["metrics"] == [0.5, 1.0]
+    assert "catastrophic backtracking" in r.stderr
+
+
+def test_catastrophic_regex_cannot_make_the_timeout_slip(tmp_path):
+    spec = job(
+        tmp_path,
+        """
+        import time
+        while True:
+            print("a" * 40 + "!", flush=True)
+            time.sleep(0.05)
+        """,
+        CATASTROPHIC + "timeout: 3\n",
+    )
+    r = zeus("run", str(spec), "--no-output", timeout=90)
+    assert r.returncode == 1, r.stderr  # the default batch size did not converge: a clean error
+    rec = record(spec)
+    assert rec["stop_reason"] == "timeout"
+    assert "is not matched any more" in r.stderr
+    assert "internal error" not in r.stderr
+
+
+def test_sighup_stops_the_trial_like_sigterm(tmp_path):
+    spec = job(
+        tmp_path,
+        f"""
+        import os, time
+        open({str(tmp_path / "pids")!r}, "w").write(str(os.getpid()))
+        while True:
+            time.sleep(0.1)
+        """,
+        REGEX,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    end = time.monotonic() + 60
+    while not (tmp_path / "pids").exists():
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGHUP)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 129, err
+    assert "SIGHUP" in err
+    rec = record(spec)
+    assert rec["stop_reason"] == "interrupted"
+    (script,) = pids(tmp_path / "pids")
+    assert wait_gone(script)
+
+
+def _limit_file_size() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+
+def test_output_log_that_cannot_be_written_does_not_crash_the_launcher(tmp_path):
+    spec = job(
+        tmp_path,
+        """
+        for _ in range(1000):
+            print("x" * 999, flush=True)      # 1 MB: more than the 200 kB the log may grow to
+        print("val_acc=1.0", flush=True)
+        """,
+        REGEX,
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size,
+    )
+    assert r.returncode == 0, r.stderr
+    rec = record(spec)
+    assert rec["reached"] is True
+    assert "output.log" in rec["message"] and "File too large" in rec["message"]
+    assert "output.log" in r.stderr
+
+
+@pytest.mark.parametrize("mode", ["regex", "events"])
+def test_script_that_deletes_its_own_log_dir(tmp_path, mode):
+    if mode == "regex":
+        body = 'import os, shutil\nshutil.rmtree(os.environ["ZEUS_LOG_DIR"])\nprint("val_acc=1.0", flush=True)\n'
+        extra = REGEX
+    else:
+        body = (
+            "import os, shutil\nfrom zeus_run.train import Trial\nt = Trial.from_env()\n"
+            'shutil.rmtree(os.environ["ZEUS_LOG_DIR"])\nt.report(1.0)\n'
+        )
+        extra = ""
+    spec = job(tmp_path, body, extra)
+    r = zeus("run", str(spec), "--no-output")
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    rec = record(spec)
+    if mode == "regex":
+        assert r.returncode == 0 and rec["reached"] is True
+    else:  # its event log went with the directory: the launcher never saw the epoch
+        assert r.returncode == 1 and rec["stop_reason"] == "exited"

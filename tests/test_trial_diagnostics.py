@@ -1,0 +1,136 @@
+"""What the launcher tells about a trial: the command it ran, a regex that never matches, provenance, CPU-time energy."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, REPO
+from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.test_escape import REGEX, job, record
+from tests.test_run_cli import zeus
+from zeus_run import __version__
+from zeus_run.energy import EstimatedEnergy, NvmlEnergy
+from zeus_run.proctree import ProcessTree, new_token
+from zeus_run.runner import provenance, run_job
+from zeus_run.spec import load_spec
+from zeus_run.trial import NO_MATCH_LINES, TrialPlan, run_trial
+
+
+def test_a_regex_that_never_matches_is_named_with_the_scripts_lines(tmp_path):
+    spec = job(
+        tmp_path,
+        f"""
+        import time
+        for i in range({NO_MATCH_LINES + 50}):
+            print(f"epoch {{i}} accuracy: 0.{{i % 10}}", flush=True)
+        time.sleep(120)
+        """,
+        REGEX + "timeout: 4\n",
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 1  # the default batch size did not converge
+    # Said while the script still ran (it only stops at the timeout)...
+    assert "metric.regex 'val_acc=([0-9.]+)' matched none of the script's" in r.stderr
+    assert "accuracy: 0." in r.stderr
+    # ...and kept in the record.
+    rec = record(spec)
+    assert rec["stop_reason"] == "timeout"
+    assert "val_acc=([0-9.]+)" in rec["message"] and "accuracy: 0." in rec["message"]
+
+
+def test_a_regex_that_never_matches_a_script_that_ends_is_named(tmp_path):
+    spec = job(tmp_path, 'print("loss 0.3", flush=True)\n', REGEX)
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 1
+    rec = record(spec)
+    assert rec["stop_reason"] == "exited"
+    assert "matched none of the script's 1 output line(s)" in rec["message"] and "loss 0.3" in rec["message"]
+
+
+def test_the_command_and_its_environment_additions_are_logged_at_debug(tmp_path, caplog):
+    spec_path = job(tmp_path, 'print("val_acc=1.0")\n', REGEX)
+    text = spec_path.read_text()
+    spec_path.write_text(text.replace("env: {PYTHONPATH:", "env: {MY_FLAG: '{batch_size}', PYTHONPATH:"))
+    spec = load_spec(spec_path)
+    with caplog.at_level(logging.DEBUG, logger="zeus_run"):
+        run_job(spec)
+    launched = [r.getMessage() for r in caplog.records if r.getMessage().startswith("launching ")]
+    assert len(launched) == 1
+    line = launched[0]
+    assert f"{PYTHON} {tmp_path / 'train.py'}" in line
+    assert "MY_FLAG=2" in line and "ZEUS_BATCH_SIZE=2" in line and "ZEUS_TRIAL_TOKEN=" in line
+    assert "PATH=" not in line.replace("PYTHONPATH=", "")  # additions only, not the inherited environment
+
+
+def test_each_record_carries_provenance(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    spec = load_spec(job(tmp_path, 'print("val_acc=1.0")\n', REGEX))
+    (rec,) = run_job(spec).new
+    assert rec.provenance == {"zeus_run": __version__, "host": socket.gethostname(), "slurm_job_id": "4242"}
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert "slurm_job_id" not in provenance(EstimatedEnergy(10))
+
+
+def test_provenance_names_the_measured_gpus():
+    nv = FakeNvml([FakeGpu(uuid="GPU-aaaa"), FakeGpu(name="NVIDIA H100", uuid="GPU-bbbb")])
+    with NvmlEnergy(None, nvml=nv, environ={"CUDA_VISIBLE_DEVICES": "1"}) as energy:
+        where = provenance(energy)
+    (gpu,) = where["gpus"]
+    assert gpu == {"index": "1", "name": "NVIDIA H100", "uuid": "GPU-bbbb"}
+
+
+BUSY = "import time\nend = time.process_time() + {cpu}\nwhile time.process_time() < end: pass\ntime.sleep({idle})\n"
+
+
+def test_process_tree_cpu_time_counts_children_and_the_dead():
+    token = new_token()
+    child = BUSY.format(cpu=0.4, idle=0)
+    script = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {child!r}])\n" + BUSY.format(
+        cpu=0.3, idle=0.5
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env={"ZEUS_TRIAL_TOKEN": token, "PATH": "/usr/bin:/bin"}, start_new_session=True
+    )
+    tree = ProcessTree(token, proc.pid)
+    readings = []
+    while proc.poll() is None:
+        readings.append(tree.cpu_seconds())
+        time.sleep(0.02)
+    readings.append(tree.cpu_seconds())
+    assert readings == sorted(readings)  # never decreases
+    assert 0.6 <= readings[-1] <= 1.5  # 0.4 s in the child + 0.3 s in the script + start-up
+
+
+def _plan(tmp_path: Path, source: str) -> TrialPlan:
+    script = tmp_path / "t.py"
+    script.write_text(textwrap.dedent(source))
+    return TrialPlan(
+        argv=(sys.executable, str(script)),
+        workdir=tmp_path,
+        env={"PYTHONPATH": str(REPO)},
+        log_path=tmp_path / "out.log",
+        event_path=tmp_path / "events.jsonl",
+        stop_path=tmp_path / "stop",
+        max_epochs=1,
+        target_metric=0.9,
+        metric_regex=r"val=([0-9.]+)",
+        token=new_token(),
+    )
+
+
+@pytest.mark.parametrize("cpu, idle", [(0.6, 0.0), (0.0, 0.8)])
+def test_cpu_time_estimate_charges_work_not_waiting(tmp_path, cpu, idle):
+    plan = _plan(tmp_path, BUSY.format(cpu=cpu, idle=idle) + "print('val=1.0', flush=True)\n")
+    out = run_trial(plan, EstimatedEnergy(100, basis="cpu-time"))
+    assert out.reached
+    charged = out.energy / 100  # CPU seconds charged
+    assert charged <= out.time + 1e-9  # never more than wall time
+    assert cpu <= charged + 0.05 <= cpu + 0.6  # the work, plus interpreter start-up; not the idle time

@@ -1,0 +1,285 @@
+"""What every real executor shares: the listener protocol, building a trial's plan, and turning its outcome into a record."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import math
+import os
+import socket
+import sys
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Protocol
+
+from zeus_run import __version__
+from zeus_run.agent import AgentPlan
+from zeus_run.cost import scale_learning_rate
+from zeus_run.energy import EnergySource
+from zeus_run.engine import TrialRequest
+from zeus_run.power import PowerSession
+from zeus_run.proctree import new_token
+from zeus_run.records import TrialRecord
+from zeus_run.rundir import RunDir
+from zeus_run.spec import JobSpec, substitute
+from zeus_run.trial import NullListener, TrialListener, TrialOutcome, TrialPlan
+
+logger = logging.getLogger(__name__)
+
+
+class RunListener(TrialListener, Protocol):
+    """Live progress of a whole run (the CLI renders it; `NullRunListener` ignores it)."""
+
+    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None: ...
+
+    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None: ...
+
+    def on_trial_end(self, record: TrialRecord) -> None: ...
+
+
+class NullRunListener(NullListener):
+    """Ignores everything."""
+
+    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
+        pass
+
+    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
+        pass
+
+    def on_trial_end(self, record: TrialRecord) -> None:
+        pass
+
+
+class RealExecutor(ABC):
+    """Runs the engine's trial requests for real (a `zeus_run.engine.Executor`).
+
+    Args:
+        spec: The job.
+        rd: The opened, locked run directory.
+        energy: The run's energy source (the local executor measures with it).
+        listener: Receives live progress.
+        cancel: Set when the launcher is asked to stop; the running trial is stopped promptly.
+        power: The run's power-limit session, if any.
+    """
+
+    #: ``executor.kind`` in the spec.
+    kind: str = ""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        rd: RunDir,
+        energy: EnergySource,
+        listener: RunListener,
+        cancel: threading.Event,
+        power: PowerSession | None = None,
+    ) -> None:
+        self.spec = spec
+        self.rd = rd
+        self.energy = energy
+        self.listener = listener
+        self.cancel = cancel
+        self.power = power
+        self.provenance = provenance(energy)
+
+    @abstractmethod
+    def __call__(self, req: TrialRequest) -> TrialRecord:
+        """Run one trial to its end and return its record (not yet persisted)."""
+
+    @staticmethod
+    @abstractmethod
+    def recover(info: dict[str, Any]) -> None:
+        """Clean up after a launcher that died during a trial (``info``: its ``running.json``).
+
+        Nothing the dead launcher started may stay running unowned.
+        """
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release what the executor holds; nothing by default."""
+
+
+def learning_rate_for(spec: JobSpec, batch_size: int) -> float | None:
+    """The learning rate passed to the script for ``batch_size``."""
+    if spec.learning_rate is None:
+        return None
+    return scale_learning_rate(spec.learning_rate, spec.default_batch_size, batch_size, spec.lr_scaling)
+
+
+def placeholder_values(
+    spec: JobSpec, batch_size: int, seed: int, recurrence: int, attempt: int, log_dir: Path
+) -> dict[str, object]:
+    """Values of the ``{placeholders}`` for one trial."""
+    lr = learning_rate_for(spec, batch_size)
+    return {
+        "batch_size": batch_size,
+        "learning_rate": "" if lr is None else repr(lr),
+        "seed": seed,
+        "epochs": spec.max_epochs,
+        "target_metric": repr(spec.target_metric),
+        "recurrence": recurrence,
+        "try": attempt,
+        "python": sys.executable,
+        "log_dir": str(log_dir),
+    }
+
+
+def command(spec: JobSpec, values: dict[str, object]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The trial's argv and the spec's environment additions, placeholders substituted."""
+    argv = tuple(substitute(a, values, shell=spec.shell) for a in spec.command)
+    env = {k: substitute(v, values) for k, v in spec.env.items()}
+    return argv, env
+
+
+def provenance(energy: EnergySource) -> dict[str, object]:
+    """Where trials run: zeus-run version, host, measured GPUs, and the Slurm job (when there is one)."""
+    out: dict[str, object] = {"zeus_run": __version__, "host": socket.gethostname()}
+    gpus = energy.devices()
+    if gpus:
+        out["gpus"] = gpus
+    if os.environ.get("SLURM_JOB_ID"):
+        out["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedTrial:
+    """One trial, ready to launch.
+
+    Attributes:
+        plan: What the agent runs.
+        running: What ``running.json`` records while it runs: everything the engine
+            decided, so a launcher killed mid-trial leaves a record replay can audit.
+        learning_rate: Learning rate passed to the script.
+        seed: Seed passed to the script.
+    """
+
+    plan: AgentPlan
+    running: dict[str, Any]
+    learning_rate: float | None
+    seed: int
+
+
+def prepare(spec: JobSpec, rd: RunDir, req: TrialRequest, energy: EnergySource, profiling: bool) -> PreparedTrial:
+    """Build a trial's plan: command, environment (the ``ZEUS_*`` contract), stop rules, files."""
+    bs = req.decision.batch_size
+    lr = learning_rate_for(spec, bs)
+    seed = spec.seed + req.observed
+    tdir = rd.trial_dir(req.recurrence, req.attempt)
+    argv, env = command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
+    env.update(
+        {
+            "ZEUS_BATCH_SIZE": str(bs),
+            "ZEUS_LEARNING_RATE": "" if lr is None else repr(lr),
+            "ZEUS_SEED": str(seed),
+            "ZEUS_TARGET_METRIC": repr(spec.target_metric),
+            "ZEUS_HIGHER_IS_BETTER": "1" if spec.higher_is_better else "0",
+            "ZEUS_MAX_EPOCHS": str(spec.max_epochs),
+            "ZEUS_ETA_KNOB": repr(spec.eta),
+            "ZEUS_COST_THRESH": repr(req.cost_threshold),
+            "ZEUS_LOG_DIR": str(tdir),
+            "ZEUS_JOB_ID": f"{spec.name}-r{req.recurrence}-t{req.attempt}",
+            "ZEUS_RECURRENCE": str(req.recurrence),
+            "ZEUS_TRY": str(req.attempt),
+            "ZEUS_EVENT_LOG": str(tdir / "events.jsonl"),
+            "ZEUS_STOP_FILE": str(tdir / "stop"),
+        }
+    )
+    if profiling:
+        env.update({"ZEUS_PROFILE": "1", "ZEUS_PROFILE_STOP": str(tdir / "profile_done")})
+    token = new_token()
+    trial = TrialPlan(
+        argv=argv,
+        shell=spec.shell,
+        workdir=spec.workdir,
+        env=env,
+        log_path=tdir / "output.log",
+        event_path=tdir / "events.jsonl",
+        stop_path=tdir / "stop",
+        max_epochs=spec.max_epochs,
+        target_metric=spec.target_metric,
+        higher_is_better=spec.higher_is_better,
+        metric_regex=spec.metric.regex if spec.metric.source == "regex" else None,
+        eta=spec.eta,
+        cost_threshold=req.cost_threshold,
+        timeout=spec.timeout,
+        stop_grace=spec.stop.grace,
+        term_grace=spec.stop.term_grace,
+        kill_grace=spec.stop.kill_grace,
+        on_target=spec.stop.on_target,
+        token=token,
+        profile_stop_path=tdir / "profile_done" if profiling else None,
+    )
+    energy_settings = {k: v for k, v in dataclasses.asdict(spec.energy).items()}
+    running = {
+        "recurrence": req.recurrence,
+        "attempt": req.attempt,
+        "trial": req.trial,
+        "batch_size": bs,
+        "stage": req.decision.stage,
+        "detail": req.decision.detail,
+        "cost_threshold": None if math.isinf(req.cost_threshold) else req.cost_threshold,
+        "learning_rate": lr,
+        "seed": seed,
+        "started_at": now(),
+        "pid": os.getpid(),
+        "token": token,
+        "energy_source": energy.name,
+        "estimated": energy.estimated,
+        "max_power": energy.max_power,
+    }
+    return PreparedTrial(AgentPlan(trial, tdir, energy_settings), running, lr, seed)
+
+
+def to_record(
+    spec: JobSpec,
+    rd: RunDir,
+    req: TrialRequest,
+    prepared: PreparedTrial,
+    out: TrialOutcome,
+    energy: EnergySource,
+    message: str | None,
+    where: dict[str, object] | None,
+) -> TrialRecord:
+    """The history record of a finished trial."""
+    return TrialRecord(
+        job=spec.name,
+        recurrence=req.recurrence,
+        attempt=req.attempt,
+        trial=req.trial,
+        batch_size=req.decision.batch_size,
+        stage=req.decision.stage,
+        detail=req.decision.detail,
+        epochs=out.epochs,
+        time=out.time,
+        energy=out.energy,
+        max_power=out.max_power,
+        cost=out.cost,
+        reached=out.reached,
+        stop_reason=out.stop_reason,
+        observed=out.stop_reason != "interrupted",
+        energy_source=energy.name,
+        estimated=energy.estimated,
+        kind="real",
+        power_limit=out.power_limit,
+        energy_method=energy.method,
+        learning_rate=prepared.learning_rate,
+        seed=prepared.seed,
+        cost_threshold=prepared.running["cost_threshold"],
+        metrics=out.metrics,
+        exit_code=out.exit_code,
+        ended=out.ended,
+        after_time=out.after_time,
+        after_energy=out.after_energy,
+        provenance=where,
+        started_at=prepared.running["started_at"],
+        ended_at=now(),
+        log=str(prepared.plan.trial.log_path.relative_to(rd.path)),
+        message=message,
+    )
+
+
+def now() -> str:
+    """The current time, ISO-8601 in UTC (milliseconds)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")

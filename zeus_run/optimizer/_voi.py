@@ -1,0 +1,253 @@
+"""``zeus-voi``: a value-of-information walk over batch sizes, then tempered Thompson Sampling.
+
+Zeus explores by pruning: from b0 it runs every batch size downwards, then
+upwards, until one fails, twice over. Most of that exploration pays for batch
+sizes that are clearly worse than the best one seen. ``zeus-voi`` decides each
+exploration step on what it may save, using only observed (batch size, cost,
+reached) and two facts that hold for any training job: cost is close to
+unimodal in log batch size, and it changes smoothly from one batch size to the
+next.
+
+**The walk.** The batch sizes tried so far form an interval around b0 (b0
+runs first). Before each trial the policy looks at the next untried batch size
+beyond each end of that interval and predicts its cost: the cost at that end,
+moved on by `TREND` times the last step's change in log cost (cost rising
+towards that end predicts a further rise), with a spread of `STEP_SD` in log
+cost per step. The probe is run if its expected improvement over the cheapest
+batch size so far, counted over `PLANNING_HORIZON` future recurrences, exceeds
+its expected extra cost now. A single noisy cost at the end of a steep descent
+does not end the walk on its own: the end's estimate is smoothed towards the
+straight-line continuation of the two batch sizes before it (precision-weighted).
+An end that never reached the target closes its side, as in Zeus.
+
+**The bandit.** Otherwise the policy exploits with Gaussian Thompson Sampling
+over the batch sizes that reached the target. Each arm's variance is shrunk
+toward the *relative* variance pooled over all arms (costs of one job vary by
+a similar fraction whatever the batch size), so one observation per arm is
+enough. The draws use `TS_SCALE` times the posterior's standard deviation:
+full-width Thompson Sampling is tuned for the long run and over-explores
+close arms over tens or hundreds of recurrences. Because the walk is
+re-examined before every trial, an end of the interval that becomes the
+cheapest arm later (its first cost was unlucky) re-opens its side.
+
+The state is a pure fold over observations (`VOIState`); the only randomness
+is the Thompson draw, seeded by ``(seed, step)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
+from zeus_run.optimizer._gts import ArmStats
+
+_SQRT2 = math.sqrt(2.0)
+#: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
+_TINY = 1e-12
+
+
+@dataclass(frozen=True)
+class VOIState:
+    """Everything ``zeus-voi`` has learned.
+
+    Attributes:
+        step: Number of observations folded in.
+        arms: Cost statistics of every batch size ever observed (unit: J; windowed
+            if the policy has a ``window_size``).
+        reached: Per batch size, how many of its trials reached the target.
+    """
+
+    step: int
+    arms: Mapping[int, ArmStats] = field(default_factory=dict)
+    reached: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Posterior of one arm's mean cost.
+
+    Attributes:
+        mean: Posterior mean cost (unit: J).
+        var: Variance of that mean (unit: J^2).
+    """
+
+    mean: float
+    var: float
+
+
+class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
+    """Value-of-information walk over batch sizes, then tempered Gaussian TS (see the module docstring).
+
+    Takes the same arguments as `zeus_run.optimizer.ZeusOptimizer` so that
+    every policy is built the same way; ``pruning_rounds``, ``prior_mean``,
+    ``prior_precision`` and ``num_explorations`` do not apply to it (the walk
+    replaces pruning rounds, the pooled variance replaces the prior).
+    """
+
+    name = "zeus-voi"
+
+    #: Recurrences over which a probe's expected saving is counted (a rolling horizon).
+    PLANNING_HORIZON = 100.0
+    #: Spread of the change in log cost from one batch size to the next.
+    STEP_SD = 0.15
+    #: Fraction of the last step's change in log cost assumed to continue into the next step.
+    TREND = 0.75
+    #: Thompson draws use this multiple of the posterior standard deviation.
+    TS_SCALE = 0.5
+    #: Relative variance (squared coefficient of variation) of a trial's cost assumed before
+    #: any arm has two observations, and its weight in degrees of freedom.
+    PRIOR_CV2 = 0.01
+    PRIOR_CV2_DOF = 1.0
+    #: Pseudo-observations (degrees of freedom) of the pooled relative variance in each arm's variance.
+    VARIANCE_PRIOR_WEIGHT = 8.0
+
+    def __init__(
+        self,
+        batch_sizes: Iterable[int],
+        default_batch_size: int,
+        seed: int = 123456,
+        pruning_rounds: int | None = None,
+        window_size: int = 0,
+        prior_mean: float = 0.0,
+        prior_precision: float = 0.0,
+        num_explorations: int | None = None,
+    ) -> None:
+        """Args:
+        batch_sizes: Feasible batch sizes.
+        default_batch_size: b0, tried first.
+        seed: Seed of the Thompson draws.
+        pruning_rounds: Not used (accepted so every policy has one constructor).
+        window_size: Most recent costs per arm the estimates use (0: all).
+        prior_mean: Not used.
+        prior_precision: Not used.
+        num_explorations: Not used.
+        """
+        super().__init__(batch_sizes, default_batch_size, seed)
+        if window_size < 0:
+            raise ValueError(f"window_size must be >= 0, got {window_size}")
+        self.window_size = window_size
+
+    def initial_state(self) -> VOIState:
+        return VOIState(step=0)
+
+    def observe(self, state: VOIState, obs: Observation) -> VOIState:
+        if obs.batch_size not in self.batch_sizes:
+            raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
+        arms = dict(state.arms)
+        arms[obs.batch_size] = arms.get(obs.batch_size, ArmStats()).add(obs.cost, self.window_size)
+        reached = dict(state.reached)
+        if obs.reached:
+            reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
+        return dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
+
+    def decide(self, state: VOIState) -> Decision:
+        b0 = self.default_batch_size
+        if b0 not in state.arms:
+            return Decision(b0, "pruning", "default batch size first")
+        converged = tuple(b for b in self.batch_sizes if state.reached.get(b, 0) > 0)
+        if not converged:
+            return Decision(b0, "pruning", "nothing has reached the target yet")
+        cv2 = self.pooled_cv2(state)
+        est = {b: self.estimate(state.arms[b], cv2) for b in converged}
+        leader = min(converged, key=lambda b: est[b].mean)
+        probe = self.best_probe(state, est, leader, cv2)
+        if probe is not None:
+            return probe
+        return self.thompson(state, est, converged)
+
+    # -- estimates ------------------------------------------------------------------------
+
+    def pooled_cv2(self, state: VOIState) -> float:
+        """Relative variance of one trial's cost, pooled over arms with two or more costs (plus the prior)."""
+        ss, dof = self.PRIOR_CV2_DOF * self.PRIOR_CV2, self.PRIOR_CV2_DOF
+        for stats in state.arms.values():
+            n, mean, var = stats.moments()
+            if n >= 2 and mean > 0:
+                ss += n * var / (mean * mean)
+                dof += n - 1
+        return ss / dof
+
+    def estimate(self, stats: ArmStats, cv2: float) -> Estimate:
+        """Posterior of an arm's mean cost: its sample mean, with variance shrunk toward ``cv2 x mean^2``."""
+        n, mean, var = stats.moments()
+        w = self.VARIANCE_PRIOR_WEIGHT
+        arm_var = (n * var + w * cv2 * mean * mean) / (n - 1 + w)
+        return Estimate(mean, arm_var / n)
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def best_probe(self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float) -> Decision | None:
+        """The untried batch size beyond an end of the tried interval worth probing most, if any is."""
+        bs = self.batch_sizes
+        tried = [i for i, b in enumerate(bs) if b in state.arms]
+        best: tuple[float, int, str] | None = None
+        for side, end, step in (("downwards", min(tried), -1), ("upwards", max(tried), 1)):
+            if not 0 <= end + step < len(bs) or bs[end] not in est:
+                continue  # no batch size beyond, or this end never reached the target
+            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2)
+            if value > 0 and (best is None or value > best[0]):
+                best = (value, bs[end + step], side)
+        if best is None:
+            return None
+        value, batch_size, side = best
+        return Decision(batch_size, "pruning", f"{side}: expected saving exceeds the probe's cost by {value:.4g} J")
+
+    def probe_value(
+        self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, best_cost: float, cv2: float
+    ) -> float:
+        """Expected saving of probing ``bs[end + step]`` over the planning horizon, minus its expected extra cost.
+
+        Log cost of the end batch size: its estimate, smoothed toward the straight
+        line through the two batch sizes inside it. The probe's log cost: that,
+        plus `TREND` x the last step's change, with spread ``STEP_SD`` plus the
+        estimate's and one trial's uncertainty (unit of the result: J).
+        """
+        e = est[bs[end]]
+        log_end, var_end = math.log(max(e.mean, _TINY)), e.var / max(e.mean, _TINY) ** 2
+        inner, inner2 = end - step, end - 2 * step
+        if 0 <= inner2 < len(bs) and bs[inner] in est and bs[inner2] in est:
+            l1, l2 = math.log(max(est[bs[inner]].mean, _TINY)), math.log(max(est[bs[inner2]].mean, _TINY))
+            line, var_line = 2.0 * l1 - l2, self.STEP_SD**2 + 2.0 * cv2
+            precision = 1.0 / max(var_end, _TINY) + 1.0 / var_line
+            log_end = (log_end / max(var_end, _TINY) + line / var_line) / precision
+            var_end = 1.0 / precision
+        trend = 0.0
+        if 0 <= inner < len(bs) and bs[inner] in est:
+            trend = self.TREND * (log_end - math.log(max(est[bs[inner]].mean, _TINY)))
+        mu = log_end + trend
+        sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
+        gain = lognormal_shortfall(mu, sd, best_cost)
+        extra = math.exp(mu + sd * sd / 2.0) - best_cost
+        return gain * self.PLANNING_HORIZON - extra
+
+    # -- the bandit -------------------------------------------------------------------------
+
+    def thompson(self, state: VOIState, est: Mapping[int, Estimate], arms: tuple[int, ...]) -> Decision:
+        """Tempered Gaussian TS: the arm with the lowest draw from ``N(mean, (TS_SCALE x sd)^2)``."""
+        rng = self.rng(state.step)
+        draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
+        i = min(range(len(arms)), key=draws.__getitem__)
+        return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
+
+    def estimates(self, state: VOIState) -> dict[int, Estimate]:
+        """Posterior of each converged arm's mean cost (for display)."""
+        cv2 = self.pooled_cv2(state)
+        return {b: self.estimate(s, cv2) for b, s in sorted(state.arms.items()) if state.reached.get(b, 0) > 0}
+
+
+def normal_cdf(x: float) -> float:
+    """Standard normal distribution function."""
+    return 0.5 * math.erfc(-x / _SQRT2)
+
+
+def lognormal_shortfall(mu: float, sd: float, target: float) -> float:
+    """``E[max(0, target - C)]`` for ``log C ~ N(mu, sd^2)``: the expected improvement on ``target``."""
+    if target <= 0.0:
+        return 0.0
+    if sd <= 0.0:
+        return max(0.0, target - math.exp(mu))
+    z = (math.log(target) - mu) / sd
+    return target * normal_cdf(z) - math.exp(mu + sd * sd / 2.0) * normal_cdf(z - sd)
