@@ -29,7 +29,7 @@ from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision, Observation, ZeusOptimizer, make_optimizer
 from zeus_run.records import CONCURRENCY_FIELDS, TrialRecord
 from zeus_run.replay import Knobs, audit, what_if
-from zeus_run.spec import OptimizerSettings
+from zeus_run.spec import POLICIES, OptimizerSettings
 
 
 def knobs(policy: str = "zeus", beta: float | None = 2.0, seed: int = 5, concurrency: int = 2, **kw) -> Knobs:
@@ -102,7 +102,7 @@ def test_a_non_probe_result_that_ends_first_does_not_move_pruning():
     nxt = ex.started[2]
     assert nxt.seen == 1 and nxt.in_flight == (0,)
     assert nxt.decision.detail.startswith("concurrent: pruning waits for batch size 32 (trial #0)")
-    opt = make_optimizer(OptimizerSettings(), BATCH_SIZES, B0, 5)
+    opt = make_optimizer(OptimizerSettings.for_policy("zeus"), BATCH_SIZES, B0, 5)
     state = opt.fold([records[0].observation])
     assert state.pruning == opt.initial_state().pruning
 
@@ -202,7 +202,7 @@ def test_fallback_and_max_tries_hold_per_recurrence():
 # -- N = 1 is the serial loop ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy", ["zeus", "zeus-plus"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_concurrency_one_is_the_serial_loop_from_before(policy):
     for case in range(12):
         rng = random.Random(case)
@@ -231,7 +231,7 @@ def test_random_concurrent_runs_keep_every_invariant_and_audit(case):
     rng = random.Random(1000 + case)
     n = rng.choice([2, 3, 4])
     k = knobs(
-        rng.choice(["zeus", "zeus-plus"]),
+        rng.choice(POLICIES),
         beta=rng.choice([None, 1.2, 2.0]),
         seed=case,
         concurrency=n,

@@ -12,9 +12,11 @@ import pytest
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.optimizer import PruningState
 from zeus_run.sim import JOBS, job_table, load_traces, simulate
-from zeus_run.spec import OptimizerSettings
+from zeus_run.spec import POLICIES, OptimizerSettings
 
 REPO = Path(__file__).resolve().parents[1]
+#: The paper's policy (pruning exploration then Thompson Sampling).
+ZEUS = OptimizerSettings.for_policy("zeus")
 
 
 def zr(*args: str) -> subprocess.CompletedProcess:
@@ -32,7 +34,7 @@ def cifar(request):
 
 
 def test_simulate_with_one_recurrence_in_flight_is_the_serial_simulation(cifar):
-    for policy in ("zeus", "zeus-plus"):
+    for policy in POLICIES:
         settings = OptimizerSettings.for_policy(policy)
         serial = simulate(cifar, seed=4, settings=settings, baselines=False)
         one = simulate(cifar, seed=4, settings=settings, baselines=False, concurrency=1)
@@ -42,7 +44,7 @@ def test_simulate_with_one_recurrence_in_flight_is_the_serial_simulation(cifar):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_simulated_trials_end_in_order_of_simulated_wall_time(cifar, n):
-    res = simulate(cifar, seed=3, baselines=False, concurrency=n, horizon=60)
+    res = simulate(cifar, seed=3, baselines=False, concurrency=n, horizon=60, settings=ZEUS)
     assert sum(r.reached for r in res.records) == 60
     assert max(len(r.in_flight) for r in res.records) == n - 1
     # The model: a trial starts when the trial whose result it follows ended (the record before
@@ -57,8 +59,8 @@ def test_simulated_trials_end_in_order_of_simulated_wall_time(cifar, n):
 
 
 def test_overlap_explores_with_the_best_known_while_pruning_waits(cifar):
-    serial = simulate(cifar, seed=1, baselines=False)
-    four = simulate(cifar, seed=1, baselines=False, concurrency=4)
+    serial = simulate(cifar, seed=1, baselines=False, settings=ZEUS)
+    four = simulate(cifar, seed=1, baselines=False, concurrency=4, settings=ZEUS)
     concurrent = [r for r in four.records if r.detail.startswith("concurrent")]
     assert concurrent and all(r.stage == "pruning" and r.probe is False for r in concurrent)
     probes = [r for r in four.records if r.probe]
@@ -78,11 +80,11 @@ def test_simulate_concurrency_cli_writes_run_dirs_that_audit(tmp_path, cifar):
     traces = REPO.parent / "shared" / "traces"
     out = zr(
         "simulate", "cifar100", "--traces", str(traces), "--seeds", "2", "--horizon", "50",
-        "--concurrency", "3", "--format", "json", "--run-dir", str(runs),
+        "--concurrency", "3", "--policy", "zeus-voi", "--format", "json", "--run-dir", str(runs),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["concurrency"] == 3
-    run = runs / "cifar100-v100-zeus-seed2"
+    run = runs / "cifar100-v100-zeus-voi-seed2"
     assert "concurrency: 3" in (run / "spec.yaml").read_text()
     ok = zr("replay", str(run))
     assert ok.returncode == 0 and "reproduces all" in ok.stdout, ok.stdout + ok.stderr
@@ -123,7 +125,7 @@ def test_bench_compares_concurrency(tmp_path, cifar):
     assert zeus_row[0] == "zeus"
     # The figures are the medians the simulator gives.
     for col, n in ((1, 1), (2, 4)):
-        regrets = sorted(simulate(cifar, seed=s, baselines=False, concurrency=n).regret for s in (1, 2))
+        regrets = sorted(simulate(cifar, seed=s, baselines=False, concurrency=n, settings=ZEUS).regret for s in (1, 2))
         assert zeus_row[col] == f"{(regrets[0] + regrets[1]) / 2 * 100:.2f}%"
     js = bench(*common, "--policies", "zeus", "--concurrency", "2", "--json")
     assert js.returncode == 0 and {json.loads(line)["concurrency"] for line in js.stdout.splitlines()} == {2}

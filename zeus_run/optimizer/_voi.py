@@ -143,7 +143,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
         return dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
 
-    def decide(self, state: VOIState) -> Decision:
+    def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
         if b0 not in state.arms:
             return Decision(b0, "pruning", "default batch size first")
@@ -156,7 +156,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         probe = self.best_probe(state, est, leader, cv2)
         if probe is not None:
             return probe
-        return self.thompson(state, est, converged)
+        return self.thompson(state, est, converged, draw)
 
     # -- estimates ------------------------------------------------------------------------
 
@@ -225,9 +225,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
 
     # -- the bandit -------------------------------------------------------------------------
 
-    def thompson(self, state: VOIState, est: Mapping[int, Estimate], arms: tuple[int, ...]) -> Decision:
-        """Tempered Gaussian TS: the arm with the lowest draw from ``N(mean, (TS_SCALE x sd)^2)``."""
-        rng = self.rng(state.step)
+    def thompson(self, state: VOIState, est: Mapping[int, Estimate], arms: tuple[int, ...], draw: int = 0) -> Decision:
+        """Tempered Gaussian TS: the arm with the lowest draw from ``N(mean, (TS_SCALE x sd)^2)``.
+
+        ``draw`` selects the random stream (`BatchSizeOptimizer.rng`; 0 in serial runs).
+        """
+        rng = self.rng(state.step, draw)
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
