@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 import queue
 import threading
 from collections import deque
@@ -104,7 +103,7 @@ class Clocked:
 
     def start(self, request: TrialRequest) -> None:
         record = self.execute(request)
-        duration = record.time if math.isfinite(record.time) and record.time > 0 else 0.0
+        duration = record.time if record.time >= 0 else 0.0  # NaN: ends at once; inf: never before another
         heapq.heappush(self._ends, (self.now + duration, request.trial, record))
 
     def wait_any(self) -> TrialRecord:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from zeus_run.concurrent import InOrder
 from zeus_run.cost import cost_threshold
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision
@@ -396,8 +397,6 @@ class Engine:
             Exception: Whatever the executor raises, at once; trials it still runs are its own
                 to stop (see `zeus_run.concurrent`).
         """
-        from zeus_run.concurrent import InOrder
-
         executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
         ledger = Ledger.from_history(self, history)
         new: list[TrialRecord] = []
