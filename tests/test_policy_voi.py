@@ -109,8 +109,8 @@ def test_estimates_pool_relative_variance():
         state = opt.observe(state, Observation(bs, cost, True))
     # 32: mean 110, SS 200 -> relative SS 200/110^2; pooled with 1 prior dof at 0.01.
     cv2 = (200.0 / 110.0**2 + 0.01) / 2.0
-    assert opt.pooled_cv2(state) == pytest.approx(cv2)
-    est = opt.estimates(state)
+    est, pooled = opt.posterior(state)
+    assert pooled == pytest.approx(cv2)
     w = ZeusVOIOptimizer.VARIANCE_PRIOR_WEIGHT
     assert est[32].mean == pytest.approx(110.0)
     assert est[32].var == pytest.approx((200.0 + w * cv2 * 110.0**2) / (1 + w) / 2)
@@ -122,7 +122,7 @@ def test_window_keeps_recent_costs():
     state = opt.initial_state()
     for cost in (1000.0, 100.0, 100.0):
         state = opt.observe(state, Observation(32, cost, True))
-    assert opt.estimates(state)[32].mean == pytest.approx(100.0)
+    assert opt.posterior(state)[0][32].mean == pytest.approx(100.0)
     with pytest.raises(ValueError, match="window_size"):
         ZeusVOIOptimizer(BS, 32, window_size=-1)
 
