@@ -127,6 +127,20 @@ def test_window_keeps_recent_costs():
         ZeusVOIOptimizer(BS, 32, window_size=-1)
 
 
+def test_knobs_it_does_not_use_are_reported(caplog):
+    from zeus_run.optimizer import make_optimizer
+    from zeus_run.spec import OptimizerSettings
+
+    with caplog.at_level("WARNING"):
+        make_optimizer(OptimizerSettings.for_policy("zeus-voi"), BS, 32, 1)
+    assert caplog.records == []  # its own defaults are silent
+    with caplog.at_level("WARNING"):
+        make_optimizer(OptimizerSettings.for_policy("zeus-voi", pruning_rounds=2, prior_mean=-5.0), BS, 32, 1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("optimizer.pruning_rounds = 2 has no effect on the zeus-voi policy" in m for m in messages)
+    assert any("optimizer.prior_mean = -5.0" in m for m in messages)
+
+
 def test_observing_an_unknown_batch_size_is_an_error():
     opt = ZeusVOIOptimizer(BS, 32)
     with pytest.raises(ValueError, match="not one of"):

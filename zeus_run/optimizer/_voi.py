@@ -37,6 +37,7 @@ is the Thompson draw, seeded by ``(seed, step)``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+
+logger = logging.getLogger(__name__)
 
 _SQRT2 = math.sqrt(2.0)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
@@ -119,16 +122,26 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         batch_sizes: Feasible batch sizes.
         default_batch_size: b0, tried first.
         seed: Seed of the Thompson draws.
-        pruning_rounds: Not used (accepted so every policy has one constructor).
+        pruning_rounds: Not used (accepted so every policy has one constructor; a value
+            other than None or 0 is logged as ignored).
         window_size: Most recent costs per arm the estimates use (0: all).
-        prior_mean: Not used.
-        prior_precision: Not used.
-        num_explorations: Not used.
+        prior_mean: Not used (a value other than 0 is logged as ignored).
+        prior_precision: Not used (likewise).
+        num_explorations: Not used (a value other than None or 1 is logged as ignored).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         self.window_size = window_size
+        ignored = {
+            "pruning_rounds": (pruning_rounds, (None, 0)),
+            "num_explorations": (num_explorations, (None, 1)),
+            "prior_mean": (prior_mean, (0.0,)),
+            "prior_precision": (prior_precision, (0.0,)),
+        }
+        for knob, (value, defaults) in ignored.items():
+            if value not in defaults:
+                logger.warning("optimizer.%s = %r has no effect on the %s policy", knob, value, self.name)
 
     def initial_state(self) -> VOIState:
         return VOIState(step=0)
