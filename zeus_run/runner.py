@@ -20,11 +20,11 @@ from typing import Protocol
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import Engine, TrialRequest, position
-from zeus_run.errors import Interrupted, RunDirError
+from zeus_run.errors import Interrupted
 from zeus_run.optimizer import make_optimizer
 from zeus_run.power import PowerSession, open_power_session
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import RunDir, check_writable, spec_differences
+from zeus_run.rundir import RunDir, check_writable, choose_run_dir
 from zeus_run.spec import JobSpec, substitute
 from zeus_run.trial import NullListener, TrialListener, TrialPlan, preflight, run_trial
 
@@ -98,35 +98,6 @@ def placeholder_values(
     }
 
 
-def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) -> tuple[Path, bool]:
-    """Pick the run directory: the spec's (or ``run_dir``), or a fresh sibling.
-
-    Returns:
-        The directory and whether it already holds a compatible history to resume.
-
-    Raises:
-        RunDirError: The existing history was recorded under different
-            decision settings and neither ``new`` nor ``force`` was given.
-    """
-    base = Path(run_dir) if run_dir is not None else spec.run_dir
-    stored = _stored_spec(base)
-    if stored is None and not new:
-        return base, False
-    if new:
-        return _fresh_sibling(base), False
-    diffs = spec_differences(stored, spec)
-    if not diffs:
-        return base, True
-    if force:
-        return _fresh_sibling(base), False
-    lines = "\n".join(f"  - {d}" for d in diffs)
-    raise RunDirError(
-        f"The run in {str(base)!r} was recorded with different settings, so its history cannot be resumed:\n{lines}\n"
-        "Restore those settings to resume, or pass --force to start a new run directory next to it "
-        "(the old history is kept)."
-    )
-
-
 def run_job(
     spec: JobSpec,
     *,
@@ -155,7 +126,7 @@ def run_job(
         ConvergenceError: The job cannot reach its target.
         Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
     """
-    lst: RunListener = listener or NullRunListener()  # type: ignore[assignment]
+    lst: RunListener = listener or NullRunListener()
     path, resumed = choose_run_dir(spec, run_dir, new, force)
     _preflight_default(spec)
     cancel = cancel or threading.Event()
@@ -416,31 +387,6 @@ def _command(spec: JobSpec, values: dict[str, object]) -> tuple[tuple[str, ...],
 def _preflight_default(spec: JobSpec) -> None:
     argv, env = _command(spec, placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir))
     preflight(argv, spec.workdir, env, spec.shell)
-
-
-def _stored_spec(path: Path) -> dict | None:
-    spec_file = path / "spec.yaml"
-    if not spec_file.exists():
-        return None
-    import yaml
-
-    try:
-        return yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunDirError(
-            f"Cannot read {str(spec_file)!r} ({exc}). Move the run directory aside or pass --new."
-        ) from exc
-
-
-def _fresh_sibling(base: Path) -> Path:
-    if not base.exists() or not any(base.iterdir()):
-        return base
-    for i in range(2, 10_000):
-        cand = base.with_name(f"{base.name}-{i}")
-        if not cand.exists():
-            logger.info("starting a new run directory %s (the old one is kept)", cand)
-            return cand
-    raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
 
 
 @contextlib.contextmanager
