@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from zeus_run import _fs
 from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
@@ -324,7 +325,7 @@ class _TrialRun:
             if path is not None:
                 remove_quietly(str(path))
         p.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(p.log_path, "ab") as log:
+        with _fs.open_append(p.log_path) as log:
             if self.profiler is not None:
                 self.profiler.start()
             meter = _Meter(self.energy, p.eta, self.profiler)
@@ -415,10 +416,7 @@ class _TrialRun:
         if prof.done and not self._profile_signalled:
             self._profile_signalled = True
             if self.plan.profile_stop_path is not None:
-                try:
-                    self.plan.profile_stop_path.touch()
-                except OSError:
-                    pass
+                _fs.touch(self.plan.profile_stop_path)
 
     def _stop(self, proc: subprocess.Popen, log, meter: _Meter) -> int | None:
         code = _kill_group(proc, self.plan.grace, self.plan.stop_path)
@@ -481,7 +479,7 @@ def _kill_group(proc: subprocess.Popen, grace: float, stop_path: Path) -> int | 
     if proc.poll() is not None:
         _signal_group(proc.pid, signal.SIGKILL)  # stragglers in the group, if any
         return proc.returncode
-    stop_path.touch()
+    _fs.touch(stop_path)
     _signal_group(proc.pid, signal.SIGTERM)
     try:
         return proc.wait(timeout=grace)
@@ -502,7 +500,7 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 def _tail(path: Path, limit: int = 1500) -> str:
     try:
-        with open(path, "rb") as f:
+        with _fs.open_read(path) as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(size - limit, 0))

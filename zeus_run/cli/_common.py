@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
+from zeus_run._terminal import printable
 from zeus_run.errors import ZeusRunError
 
 #: Diagnostics, progress and tables meant for people go to stderr; data to stdout.
@@ -45,7 +46,7 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``Error: message`` on stderr and return the exit to raise."""
-    err_console.print(f"[bold red]Error:[/] {_escape(message)}")
+    err_console.print(f"[bold red]Error:[/] {_escape(printable(message, keep_newlines=True))}")
     return typer.Exit(code)
 
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from zeus_run._terminal import printable
 from zeus_run.engine import TrialRequest
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
@@ -98,7 +99,7 @@ class LiveRunView:
 
     def on_output(self, line: str) -> None:
         if self.show_output:
-            self.console.print(f"[dim]  | {escape(line.rstrip())}[/]")
+            self.console.print(f"[dim]  | {escape(printable(line.rstrip()))}[/]")
 
     def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None:
         self.epoch_text = f"epoch {epoch} metric {metric:.4g}"
@@ -115,7 +116,7 @@ class LiveRunView:
         )
         if record.message and record.stop_reason in ("crashed", "timeout", "exited"):
             self.console.print(
-                f"[dim]    {escape(record.message.splitlines()[0])} (log: {escape(record.log or '')})[/]"
+                f"[dim]    {escape(printable(record.message.splitlines()[0]))} (log: {escape(record.log or '')})[/]"
             )
         if record.reached and self.task is not None:
             self.progress.advance(self.task)
