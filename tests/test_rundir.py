@@ -334,3 +334,23 @@ def test_full_tmpfs_is_a_clear_error_and_resumable_once_space_is_back(write_spec
         r = ran(spec)
         assert r.returncode == 0, r.stderr
         assert len(read_history(small / "run")) > len(before.splitlines())
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("batch_sizes:\n- 1\n- 2\n- 4", "batch_sizes:\n- a\n- b"),
+        ("default_batch_size: 2", "default_batch_size: 3"),
+        ("eta: 0.5", "eta: 7"),
+        ("policy: zeus", "policy: nope"),
+    ],
+)
+def test_replay_of_an_edited_spec_is_a_clear_error(write_spec, edit):
+    spec = two_recurrences(write_spec)
+    path = runs(spec) / "spec.yaml"
+    old, new = edit
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    r = zeus("replay", str(runs(spec)))
+    assert r.returncode == 2, r.stderr
+    assert "spec.yaml" in r.stderr and "internal error" not in r.stderr
