@@ -572,9 +572,14 @@ _RUNNING_TYPES: dict[str, tuple[type, ...]] = {
     "pid": (int,),
     "learning_rate": (int, float),
     "max_power": (int, float),
+    "cost_threshold": (int, float),
     "stage": (str,),
+    "detail": (str,),
     "started_at": (str,),
     "energy_source": (str,),
+    "token": (str,),
+    "event_log": (str,),
+    "estimated": (bool,),
 }
 
 
@@ -585,7 +590,9 @@ def _running_fields(data: Any, path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, types in _RUNNING_TYPES.items():
         v = data.get(key)
-        if isinstance(v, types) and not isinstance(v, bool):
+        if isinstance(v, bool) and bool not in types:
+            continue
+        if isinstance(v, types):
             if isinstance(v, int) and not 0 <= v < 2**63:
                 continue
             if isinstance(v, float) and not math.isfinite(v):

@@ -799,14 +799,12 @@ class _TrialRun:
     def _touch_stop_file(self) -> None:
         path = self.plan.stop_path
         for _ in range(2):
-            try:
-                path.touch()
+            if _fs.touch(path):  # never through a link the script planted
                 return
-            except FileNotFoundError:
-                try:  # the script removed its own log directory
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError:
-                    break
+            if os.path.lexists(path) or path.parent.exists():
+                break
+            try:  # the script removed its own log directory
+                path.parent.mkdir(parents=True, exist_ok=True)
             except OSError:
                 break
         logger.warning("could not create the stop file %s; the script will be stopped by signal", path)
