@@ -79,7 +79,7 @@ class Knobs:
         path = Path(run_dir) / "spec.yaml"
         try:
             d: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            return cls(
+            knobs = cls(
                 batch_sizes=tuple(d["batch_sizes"]),
                 default_batch_size=int(d["default_batch_size"]),
                 eta=float(d["eta"]),
@@ -93,7 +93,11 @@ class Knobs:
                 max_early_stops=None if d.get("max_early_stops") is None else int(d["max_early_stops"]),
                 concurrency=int(d.get("concurrency") or 1),
             )
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+            knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
+            if not 0.0 <= knobs.eta <= 1.0:
+                raise ValueError(f"eta {knobs.eta} is not in [0, 1]")
+            return knobs
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HistoryError(
                 f"Cannot read the run's settings from {str(path)!r} ({type(exc).__name__}: {exc}). "
                 "Replay needs the spec.yaml that zeus-run writes into every run directory."

@@ -105,7 +105,7 @@ def simulate_command(
     horizon: str = typer.Option(
         "paper", "--horizon", help="Recurrences, or `paper` (2 x |batch sizes| x |power limits|)."
     ),
-    policy: Policy = typer.Option(Policy.zeus, "--policy", case_sensitive=False, help="Batch-size policy."),
+    policy: Policy = typer.Option(Policy.zeus_voi, "--policy", case_sensitive=False, help="Batch-size policy."),
     concurrency: int = typer.Option(
         1,
         "--concurrency",
