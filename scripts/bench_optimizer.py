@@ -10,11 +10,17 @@ reference (eta 0.5, beta 2.0 only: the reference was measured there) and rows
 worse than ``zeus`` on the same seeds (when ``zeus`` is benchmarked too), and
 the grid's wall time.
 
+``--concurrency 1,2,4`` runs the grid with that many recurrences in flight
+(`zeus_run.sim.simulate`: the job is always backlogged, a recurrence starts the
+moment one ends, and trials end in order of simulated time) and ends with a
+table of each policy's median regret by concurrency: what overlap costs.
+
 Example:
 
     python scripts/bench_optimizer.py --traces ../shared/traces                   # seeds 1-100, eta 0.5, beta 2
     python scripts/bench_optimizer.py --traces ../shared/traces --eta 0.2 --beta null
     python scripts/bench_optimizer.py --traces ../shared/traces --gpus v100 --seeds 1 --json
+    python scripts/bench_optimizer.py --traces ../shared/traces --policies zeus,zeus-plus --concurrency 1,2,4
 """
 
 from __future__ import annotations
@@ -112,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         help="switch on the fallback rule: after N early stops a recurrence runs its best known batch size "
         "without a threshold (default: off, the paper's semantics)",
     )
+    ap.add_argument(
+        "--concurrency",
+        default="1",
+        help="recurrences in flight, or a comma-separated list of them to compare, e.g. 1,2,4 (default: 1)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
@@ -126,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--eta {args.eta}: use a number in [0, 1]")
     if not seeds:
         ap.error("--seeds is empty")
+    try:
+        concurrency = [int(n) for n in args.concurrency.split(",") if n]
+    except ValueError:
+        concurrency = []
+    if not concurrency or min(concurrency) < 1:
+        ap.error(f"--concurrency {args.concurrency!r}: use whole numbers >= 1, e.g. 2 or 1,2,4")
+    args.concurrency = list(dict.fromkeys(concurrency))
     unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
     if unknown:
         ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(POLICIES)}")
@@ -153,17 +171,18 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
             except TraceError as exc:
                 print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
     reference = load_reference(args.traces / REFERENCE_FILE) if (args.eta, beta) == REFERENCE_KNOBS else {}
-    results: dict[str, list[Row]] = {}
-    walls: dict[str, float] = {}
-    for policy in policies:
-        tasks = [(t, policy, args.eta, beta, seeds, args.json, args.max_early_stops) for t in tables]
-        start = time.perf_counter()
-        if args.workers > 1 and len(tasks) > 1:
-            with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
-                results[policy] = list(pool.map(simulate_row, tasks))
-        else:
-            results[policy] = [simulate_row(t) for t in tasks]
-        walls[policy] = time.perf_counter() - start
+    results: dict[tuple[int, str], list[Row]] = {}
+    walls: dict[tuple[int, str], float] = {}
+    for n in args.concurrency:
+        for policy in policies:
+            tasks = [(t, policy, args.eta, beta, seeds, args.json, args.max_early_stops, n) for t in tables]
+            start = time.perf_counter()
+            if args.workers > 1 and len(tasks) > 1:
+                with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
+                    results[n, policy] = list(pool.map(simulate_row, tasks))
+            else:
+                results[n, policy] = [simulate_row(t) for t in tasks]
+            walls[n, policy] = time.perf_counter() - start
     if args.json:
         for rows in results.values():
             for row in rows:
@@ -171,17 +190,24 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                     print(json.dumps(summary))
         return 0
     fallback = "" if args.max_early_stops is None else f", max_early_stops {args.max_early_stops}"
-    print(f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}, seeds {args.seeds} ({len(seeds)})\n")
-    for policy in policies:
-        print_table(
-            policy, results[policy], walls[policy], reference, results.get("zeus") if policy != "zeus" else None
-        )
+    overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
+    print(
+        f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}, seeds {args.seeds} ({len(seeds)})\n"
+    )
+    for n in args.concurrency:
+        if args.concurrency != [1]:
+            print(f"== {n} recurrence(s) in flight ==\n")
+        for policy in policies:
+            zeus = results.get((n, "zeus")) if policy != "zeus" else None
+            print_table(policy, results[n, policy], walls[n, policy], reference, zeus)
+    if len(args.concurrency) > 1:
+        print_overlap(policies, args.concurrency, results)
     return 0
 
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops = task
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency = task
     settings = OptimizerSettings.for_policy(policy)
     regrets, ratios, summaries = [], [], []
     for seed in seeds:
@@ -194,14 +220,36 @@ def simulate_row(task: tuple) -> Row:
                 settings=settings,
                 baselines=False,
                 max_early_stops=max_early_stops,
+                concurrency=concurrency,
             )
         except ZeusRunError as exc:
             raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
         regrets.append(r.regret)
         ratios.append(r.cost / r.default_cost)
         if keep:
-            summaries.append(r.to_json())
+            summaries.append(r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}))
     return Row(table.job.name, table.gpu, table.horizon, tuple(regrets), tuple(ratios), tuple(summaries))
+
+
+def print_overlap(policies: list[str], concurrency: list[int], results: dict[tuple[int, str], list[Row]]) -> None:
+    """Each policy's median regret over rows (each row: the median over seeds) by recurrences in flight."""
+    rows = next(iter(results.values()))
+    print(
+        f"What overlap costs: median regret over {len(rows)} rows (each the median over seeds) by recurrences in flight"
+    )
+    print(
+        f"{'policy':<12}"
+        + "".join(f"{f'N={n}':>9}" for n in concurrency)
+        + f"{'worst row at N=' + str(concurrency[-1]):>28}"
+    )
+    for policy in policies:
+        line = f"{policy:<12}"
+        for n in concurrency:
+            line += f"{statistics.median(r.median for r in results[n, policy]) * 100:>8.2f}%"
+        worst = max(results[concurrency[-1], policy], key=lambda r: r.median)
+        line += f"{f'{worst.median * 100:.2f}% ({worst.job} {worst.gpu})':>28}"
+        print(line)
+    print()
 
 
 def load_reference(path: Path) -> dict[tuple[str, str], float]:

@@ -89,6 +89,16 @@ def test_bench_passes_eta_and_beta_to_the_simulator(traces_dir, eta, beta, flag)
     assert [json.loads(line) for line in out.stdout.splitlines()] == expected
 
 
+def test_bench_defaults_to_zeus_and_the_default_policy(traces_dir):
+    out = bench("--traces", str(traces_dir), "--gpus", "a40", "--jobs", "sentiment140", "--seeds", "1-2")
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if line.startswith("policy ")] == [
+        "policy zeus",
+        "policy zeus-voi",
+    ]
+    assert "eta 0.5, beta 2.0, seeds 1-2 (2)" in out.stdout
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [

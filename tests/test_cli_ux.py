@@ -214,8 +214,9 @@ OOM = str(SCRIPTS / "oom_train.py")
 
 
 def oom_spec(recurrences: int = 3) -> str:
-    # Pruning tries 2 (the default), then 1, then 4, which runs out of memory, then 2 again.
+    # The paper's pruning tries 2 (the default), then 1, then 4, which runs out of memory, then 2 again.
     return f"""
+optimizer: {{policy: zeus}}
 name: oom
 command: ["{PYTHON}", "{OOM}", "--batch-size", "{{batch_size}}", "--oom-above", "2"]
 batch_sizes: [1, 2, 4]

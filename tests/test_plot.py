@@ -135,7 +135,7 @@ def test_plot_command_on_a_simulated_run_directory(tmp_path):
         timeout=120,
     )
     assert sim.returncode == 0, sim.stderr
-    run = runs / "squad-tiny-zeus-seed1"
+    (run,) = runs.glob("squad-tiny-*-seed1")  # named after the default policy
     r = runner.invoke(app, ["plot", str(run)])
     assert r.exit_code == 0, r.output
     out = run / "plot.png"

@@ -109,8 +109,8 @@ def test_estimates_pool_relative_variance():
         state = opt.observe(state, Observation(bs, cost, True))
     # 32: mean 110, SS 200 -> relative SS 200/110^2; pooled with 1 prior dof at 0.01.
     cv2 = (200.0 / 110.0**2 + 0.01) / 2.0
-    assert opt.pooled_cv2(state) == pytest.approx(cv2)
-    est = opt.estimates(state)
+    est, pooled = opt.posterior(state)
+    assert pooled == pytest.approx(cv2)
     w = ZeusVOIOptimizer.VARIANCE_PRIOR_WEIGHT
     assert est[32].mean == pytest.approx(110.0)
     assert est[32].var == pytest.approx((200.0 + w * cv2 * 110.0**2) / (1 + w) / 2)
@@ -122,9 +122,23 @@ def test_window_keeps_recent_costs():
     state = opt.initial_state()
     for cost in (1000.0, 100.0, 100.0):
         state = opt.observe(state, Observation(32, cost, True))
-    assert opt.estimates(state)[32].mean == pytest.approx(100.0)
+    assert opt.posterior(state)[0][32].mean == pytest.approx(100.0)
     with pytest.raises(ValueError, match="window_size"):
         ZeusVOIOptimizer(BS, 32, window_size=-1)
+
+
+def test_knobs_it_does_not_use_are_reported(caplog):
+    from zeus_run.optimizer import make_optimizer
+    from zeus_run.spec import OptimizerSettings
+
+    with caplog.at_level("WARNING"):
+        make_optimizer(OptimizerSettings.for_policy("zeus-voi"), BS, 32, 1)
+    assert caplog.records == []  # its own defaults are silent
+    with caplog.at_level("WARNING"):
+        make_optimizer(OptimizerSettings.for_policy("zeus-voi", pruning_rounds=2, prior_mean=-5.0), BS, 32, 1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("optimizer.pruning_rounds = 2 has no effect on the zeus-voi policy" in m for m in messages)
+    assert any("optimizer.prior_mean = -5.0" in m for m in messages)
 
 
 def test_observing_an_unknown_batch_size_is_an_error():

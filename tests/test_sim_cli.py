@@ -38,7 +38,7 @@ def test_simulate_json_run_dir_and_history(tmp_path):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["workload"] == "squad" and summary["horizon"] == 8
-    run = runs / "squad-tiny-zeus-seed1"
+    (run,) = runs.glob("squad-tiny-*-seed1")
     lines = (run / "history.jsonl").read_text().splitlines()
     assert len(lines) == summary["trials"]
     assert json.loads(lines[0])["kind"] == "simulated"

@@ -101,7 +101,8 @@ def test_optimizer_sees_only_observed_outcomes(table):
     records = Engine(opt, 12, 20, 1.2).run([], ex)
     assert opt.seen == [r.observation for r in records]
     for r, obs in zip(records, opt.seen, strict=False):
-        assert set(vars(obs)) == {"batch_size", "cost", "reached"}
+        assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe"}
+        assert obs.probe  # serial: pruning takes any result of the batch size it expects
         if r.stop_reason == "skipped":
             continue
         # The cost told is what the epochs actually run cost, never the full path's.

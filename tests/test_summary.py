@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 
@@ -12,7 +11,6 @@ from zeus_run.summary import (
     batch_size_stats,
     exploration_status,
     failure_reason,
-    provenance,
     recommend,
     recurrence_rows,
     steady_state,
@@ -187,21 +185,6 @@ def test_recurrence_rows_carry_reasons_and_power_limits():
     assert row.outcomes == ("crashed", "target_reached")
     assert row.reasons == ("RuntimeError: CUDA out of memory", None)
     assert row.power_limit == 250.0 and row.cost == pytest.approx(55.0)
-
-
-def test_provenance_lists_distinct_values_when_records_carry_them():
-    @dataclass(frozen=True)
-    class WithHost(TrialRecord):
-        host: str | None = None
-        gpu_names: tuple[str, ...] = ()
-
-    recs = [
-        WithHost(**{**rec(1, 64, 1.0).__dict__, "host": "node1", "gpu_names": ("A100", "A100")}),
-        WithHost(**{**rec(2, 64, 1.0).__dict__, "host": "node2"}),
-        WithHost(**{**rec(3, 64, 1.0).__dict__, "host": "node1"}),
-    ]
-    assert provenance(recs) == {"host": ("node1", "node2"), "gpu_names": ("A100, A100",)}
-    assert provenance([rec(1, 64, 1.0)]) == {}
 
 
 def test_summary_is_json_ready():

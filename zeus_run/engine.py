@@ -4,18 +4,48 @@ The engine knows nothing about processes or traces: an *executor* turns a
 `TrialRequest` into a `TrialRecord`. Everything the engine needs to continue
 (optimizer state, best cost, where it stands) is derived from the records so
 far, so starting, resuming and replaying are one code path.
+
+Up to ``concurrency`` recurrences can be in flight (`Engine`); their trials
+run through a `TrialExecutor` (`zeus_run.concurrent` has adapters). Records
+are folded in the order trials end, which is the order of ``history.jsonl``.
+With one recurrence in flight this is the serial loop: each decision has seen
+every record before it, and the records carry no concurrency fields.
+
+The rule while several recurrences are in flight (the Zeus batch-size server's
+"concurrent job" case and the ``concurrency`` flag of its pruning optimizer):
+
+* while pruning exploration waits for the result of its own trial, a
+  recurrence that starts runs the best batch size known so far (`best_known`:
+  lowest mean cost among converged ones; b0 while none has converged);
+* otherwise each recurrence takes the optimizer's decision on the records
+  folded when it starts; decisions taken at the same number of observations
+  get distinct Thompson draws (``draw``);
+* pruning takes only the result of the trial it dispatched (``probe``); every
+  other result goes into the bandit's history only;
+* the early-stop threshold is beta x the cheapest converged recurrence known
+  when the trial starts.
+
+Each concurrent record carries what its decision had seen (``seen``,
+``in_flight``, ``draw``, ``probe``), so `zeus_run.replay.audit` re-derives
+every decision exactly.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
+from zeus_run.concurrent import InOrder
 from zeus_run.cost import cost_threshold
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision
 from zeus_run.records import TrialRecord
+
+logger = logging.getLogger(__name__)
 
 #: Stop reasons that count as an early stop (the cost threshold cut the trial, or it could not start under it).
 EARLY_STOPS = ("cost_threshold", "skipped")
@@ -28,10 +58,16 @@ class TrialRequest:
     Attributes:
         recurrence: 1-based recurrence number.
         attempt: 1-based try within the recurrence.
-        trial: 0-based index of the trial in the run (records so far).
+        trial: 0-based index of the trial in the run, in the order trials start; the executor
+            copies it into the record (that is how a concurrent engine knows which trial ended).
         observed: Number of observations the optimizer has seen (seeds per-trial randomness).
         decision: The optimizer's choice.
         cost_threshold: Early-stop threshold (unit: J; inf: none).
+        seen: Records folded when it was decided (a prefix of the history).
+        in_flight: ``trial`` of each trial running when it was decided, ascending.
+        draw: Index of the optimizer's random draw (0 unless others at the same
+            observation count are in flight).
+        probe: Whether it is the trial pruning exploration waits for.
     """
 
     recurrence: int
@@ -40,14 +76,42 @@ class TrialRequest:
     observed: int
     decision: Decision
     cost_threshold: float
+    seen: int = 0
+    in_flight: tuple[int, ...] = ()
+    draw: int = 0
+    probe: bool = False
+
+    def stamp(self, record: TrialRecord) -> TrialRecord:
+        """``record`` with this decision's context, as concurrent runs record every trial.
+
+        An executor that writes a record itself (e.g. for a trial whose launcher
+        died) must stamp it too, or the audit cannot re-derive the decision.
+        """
+        return dataclasses.replace(record, seen=self.seen, in_flight=self.in_flight, draw=self.draw, probe=self.probe)
 
 
+#: A serial executor: runs one trial to its end and returns its record.
 Executor = Callable[[TrialRequest], TrialRecord]
+
+
+@runtime_checkable
+class TrialExecutor(Protocol):
+    """Runs several trials at once for the engine (see `zeus_run.concurrent` for the contract and adapters).
+
+    The engine calls both methods from one thread, starts at most
+    ``concurrency`` trials before waiting, and waits only while one is in flight.
+    """
+
+    def start(self, request: TrialRequest) -> None:
+        """Begin running the trial and return without waiting for it."""
+
+    def wait_any(self) -> TrialRecord:
+        """Block until a started trial ends; return its record (``trial`` as in its request)."""
 
 
 @dataclass(frozen=True)
 class Position:
-    """Where a run stands, derived from its records.
+    """Where a serial run stands, derived from its records.
 
     Attributes:
         recurrence: Recurrence to run next.
@@ -69,7 +133,7 @@ class Position:
 
 
 def position(records: Sequence[TrialRecord]) -> Position:
-    """Derive the run's position from its records (pure)."""
+    """Derive the run's position from its records (pure; ``completed`` is right for concurrent runs too)."""
     min_cost = math.inf
     completed = 0
     rec, attempt, tries, acc, early = 1, 1, 0, 0.0, 0
@@ -104,6 +168,175 @@ def observations(records: Iterable[TrialRecord]):
     return [o for o in (r.observation for r in records) if o is not None]
 
 
+@dataclass
+class _Recurrence:
+    """One recurrence's tries so far (`Ledger`)."""
+
+    attempt: int = 1
+    tries: int = 0
+    cost: float = 0.0
+    early_stops: int = 0
+    reached: bool = False
+
+
+class Ledger:
+    """What the engine knows: the records folded so far, in the order trials ended, and the trials in flight.
+
+    The engine keeps one while it runs; `zeus_run.replay.audit` drives one through a
+    recorded history to re-derive each decision at the point it was taken.
+
+    Args:
+        engine: The engine whose rule it applies.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.state = engine.optimizer.initial_state()
+        #: Records folded (the length of the history prefix the next decision sees).
+        self.folded = 0
+        #: Observations folded (the optimizer's step).
+        self.observed = 0
+        #: Trials started (the next trial's index).
+        self.started = 0
+        #: Cheapest total cost of a converged recurrence (unit: J).
+        self.min_cost = math.inf
+        #: Per batch size, (sum of costs, count) of its converged trials.
+        self.converged: dict[int, tuple[float, int]] = {}
+        #: Requests of the trials in flight, by trial index.
+        self.in_flight: dict[int, TrialRequest] = {}
+        self._recurrences: dict[int, _Recurrence] = {}
+        self._open: set[int] = set()  # started, not yet converged
+        self._newest = 0  # the highest recurrence started
+
+    @classmethod
+    def from_history(cls, engine: Engine, history: Sequence[TrialRecord]) -> Ledger:
+        """The ledger after folding ``history`` (nothing in flight: a new or resumed run)."""
+        ledger = cls(engine)
+        for record in history:
+            ledger.fold(record)
+        ledger.started = len(history)
+        return ledger
+
+    def fold(self, record: TrialRecord, trial: int | None = None) -> None:
+        """Learn from one ended trial (``trial``: its index, if not ``record.trial``)."""
+        self.folded += 1
+        self.in_flight.pop(record.trial if trial is None else trial, None)
+        r = self._recurrence(record.recurrence)
+        if record.attempt >= r.attempt:
+            r.attempt = record.attempt + 1
+        self._open.add(record.recurrence)
+        obs = record.observation
+        if obs is not None:
+            self.state = self.engine.optimizer.observe(self.state, obs)
+            self.observed += 1
+            r.tries += 1
+            r.cost += record.spent_cost
+            r.early_stops += record.stop_reason in EARLY_STOPS
+            if record.reached:
+                total, n = self.converged.get(record.batch_size, (0.0, 0))
+                self.converged[record.batch_size] = (total + record.cost, n + 1)
+        if record.reached:
+            r.reached = True
+            self._open.discard(record.recurrence)
+            if r.cost < self.min_cost:
+                self.min_cost = r.cost
+
+    def next_recurrence(self) -> int | None:
+        """The recurrence a free slot runs next: the oldest unfinished one not in flight, else a new one."""
+        if self._open:
+            busy = {q.recurrence for q in self.in_flight.values()}
+            waiting = [n for n in self._open if n not in busy and n <= self.engine.recurrences]
+            if waiting:
+                return min(waiting)
+        return self._newest + 1 if self._newest < self.engine.recurrences else None
+
+    def start(self, recurrence: int) -> TrialRequest:
+        """Decide the next try of ``recurrence`` and count it as in flight.
+
+        Raises:
+            ConvergenceError: The recurrence has used up ``max_tries``.
+        """
+        eng = self.engine
+        r = self._recurrence(recurrence)
+        if r.tries >= eng.max_tries:
+            raise ConvergenceError(
+                f"Recurrence {recurrence} did not reach the target in {eng.max_tries} tries. The target may be "
+                "unreachable with these batch sizes; check target_metric and max_epochs, or raise max_tries."
+            )
+        self._open.add(recurrence)
+        draw = self._free_draw()
+        decision, threshold, probe = self._decide(r, draw)
+        request = TrialRequest(
+            recurrence,
+            r.attempt,
+            self.started,
+            self.observed,
+            decision,
+            threshold,
+            seen=self.folded,
+            in_flight=tuple(sorted(self.in_flight)) if self.in_flight else (),
+            draw=draw,
+            probe=probe,
+        )
+        self.in_flight[request.trial] = request
+        self.started += 1
+        return request
+
+    def failure(self, record: TrialRecord) -> ConvergenceError | None:
+        """The error that ends the run after ``record``, if any: the first recurrence did not converge."""
+        if record.recurrence != 1 or record.reached or record.observation is None:
+            return None
+        return ConvergenceError(
+            f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "
+            f"({record.stop_reason}: {record.message or 'see its log'}). zeus-run needs the default batch "
+            "size to converge: check target_metric, higher_is_better, max_epochs and the script."
+        )
+
+    def _recurrence(self, n: int) -> _Recurrence:
+        if n > self._newest:
+            self._newest = n
+        r = self._recurrences.get(n)
+        if r is None:
+            r = self._recurrences[n] = _Recurrence()
+        return r
+
+    def _free_draw(self) -> int:
+        """The smallest draw index no in-flight decision at the current observation count holds."""
+        if not self.in_flight:
+            return 0
+        taken = {q.draw for q in self.in_flight.values() if q.observed == self.observed}
+        return next(d for d in range(len(taken) + 1) if d not in taken)
+
+    def _decide(self, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
+        """The decision, its cost threshold, and whether it is pruning's probe."""
+        eng = self.engine
+        opt = eng.optimizer
+        choice = opt.decide(self.state, draw)
+        expecting = choice.batch_size if choice.stage == "pruning" else None
+        waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
+        threshold = cost_threshold(eng.beta, self.min_cost)
+        if eng.max_early_stops is not None and r.early_stops >= eng.max_early_stops:
+            decision = Decision(
+                best_known(self.converged, opt.default_batch_size),
+                "fallback",
+                f"{r.early_stops} early stops in this recurrence: the best known batch size, without a cost threshold",
+            )
+            threshold = math.inf
+        elif expecting is not None and waiting is not None:
+            bs = best_known(self.converged, opt.default_batch_size)
+            decision = Decision(
+                bs,
+                "pruning",
+                f"concurrent: pruning waits for batch size {waiting.decision.batch_size} (trial #{waiting.trial}); "
+                "the best known batch size",
+            )
+            logger.debug("trial %d: %s -> batch size %d", self.started, decision.detail, bs)
+        else:
+            decision = choice
+        probe = waiting is None and decision.batch_size == expecting
+        return decision, threshold, probe
+
+
 class Engine:
     """Runs recurrences until ``recurrences`` have converged.
 
@@ -116,6 +349,8 @@ class Engine:
             the best known batch size (`best_known`) without a cost threshold, so the
             recurrence ends with a trained model whenever one is reachable. None: never
             (the published algorithm; the trace simulator's default).
+        concurrency: Recurrences in flight at once (>= 1). With more than one, records
+            carry the context of their decision (`TrialRequest.stamp`).
     """
 
     def __init__(
@@ -125,90 +360,76 @@ class Engine:
         max_tries: int,
         beta: float | None,
         max_early_stops: int | None = None,
+        concurrency: int = 1,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.optimizer = optimizer
         self.recurrences = recurrences
         self.max_tries = max_tries
         self.beta = beta
         self.max_early_stops = max_early_stops
+        self.concurrency = concurrency
 
     def run(
         self,
         history: Sequence[TrialRecord],
-        execute: Executor,
+        execute: Executor | TrialExecutor,
         on_record: Callable[[TrialRecord], None] = lambda r: None,
     ) -> list[TrialRecord]:
         """Continue the run from ``history``.
 
         Args:
-            history: Records so far (empty for a new run).
-            execute: Runs one trial.
-            on_record: Called with each new record right after it is produced
-                (the runner persists it here, before the next trial starts).
+            history: Records so far (empty for a new run), in the order their trials ended.
+            execute: Runs trials: a serial `Executor` (with concurrency above 1 its trials
+                run one after another, in the order they started), or a `TrialExecutor`.
+            on_record: Called with each new record right after its trial ends, before
+                anything new starts (the runner persists it here).
 
         Returns:
-            The new records. The loop also ends early, without error, after a
-            record with ``stop_reason == "interrupted"``.
+            The new records, in the order their trials ended. After a record with
+            ``stop_reason == "interrupted"`` nothing new starts and the run returns,
+            without error, once the trials in flight have ended.
 
         Raises:
             ConvergenceError: The first recurrence did not converge, or a
-                recurrence used up ``max_tries``.
+                recurrence used up ``max_tries`` (raised once the trials in flight have ended).
+            Exception: Whatever the executor raises, at once; trials it still runs are its own
+                to stop (see `zeus_run.concurrent`).
         """
-        opt = self.optimizer
-        state = opt.fold(observations(history))
-        pos = position(history)
-        rec, attempt, tries, min_cost = pos.recurrence, pos.attempt, pos.tries, pos.min_cost
-        early, converged = pos.early_stops, dict(pos.converged)
-        trial = len(history)
-        n_obs = len(observations(history))
-        acc = _recurrence_cost(history, rec)
+        executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
+        ledger = Ledger.from_history(self, history)
         new: list[TrialRecord] = []
-        while rec <= self.recurrences:
-            if tries >= self.max_tries:
-                raise ConvergenceError(
-                    f"Recurrence {rec} did not reach the target in {self.max_tries} tries. The target may be "
-                    "unreachable with these batch sizes; check target_metric and max_epochs, or raise max_tries."
+        error: ConvergenceError | None = None
+        stopping = False
+        while True:
+            while not stopping and len(ledger.in_flight) < self.concurrency:
+                rec = ledger.next_recurrence()
+                if rec is None:
+                    break
+                try:
+                    request = ledger.start(rec)
+                except ConvergenceError as exc:
+                    error, stopping = exc, True
+                    break
+                executor.start(request)
+            if not ledger.in_flight:
+                break
+            record = executor.wait_any()
+            ended = ledger.in_flight.get(record.trial)
+            if ended is None:
+                raise ValueError(
+                    f"the executor returned trial {record.trial}, which is not in flight "
+                    f"(in flight: {sorted(ledger.in_flight)}); an executor must copy the request's trial"
                 )
-            if self.max_early_stops is not None and early >= self.max_early_stops:
-                bs = best_known(converged, opt.default_batch_size)
-                decision = Decision(
-                    bs,
-                    "fallback",
-                    f"{early} early stops in this recurrence: the best known batch size, without a cost threshold",
-                )
-                threshold = math.inf
-            else:
-                decision = opt.decide(state)
-                threshold = cost_threshold(self.beta, min_cost)
-            req = TrialRequest(rec, attempt, trial, n_obs, decision, threshold)
-            record = execute(req)
+            if self.concurrency > 1:
+                record = ended.stamp(record)
             new.append(record)
             on_record(record)
-            trial += 1
-            attempt += 1
-            if record.stop_reason == "interrupted":
-                return new
-            obs = record.observation
-            if obs is not None:
-                state = opt.observe(state, obs)
-                n_obs += 1
-                tries += 1
-                acc += record.spent_cost
-                early += record.stop_reason in EARLY_STOPS
-                if record.reached:
-                    total, n = converged.get(record.batch_size, (0.0, 0))
-                    converged[record.batch_size] = (total + record.cost, n + 1)
-            if record.reached:
-                min_cost = min(min_cost, acc)
-                rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
-            elif rec == 1 and obs is not None:
-                raise ConvergenceError(
-                    f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "
-                    f"({record.stop_reason}: {record.message or 'see its log'}). zeus-run needs the default batch "
-                    "size to converge: check target_metric, higher_is_better, max_epochs and the script."
-                )
+            ledger.fold(record)
+            if error is None:
+                error = ledger.failure(record)
+            stopping = stopping or record.stop_reason == "interrupted" or error is not None
+        if error is not None:
+            raise error
         return new
-
-
-def _recurrence_cost(records: Sequence[TrialRecord], rec: int) -> float:
-    return sum(r.spent_cost for r in records if r.recurrence == rec and r.observed)

@@ -2,12 +2,21 @@
 
 One line per trial. An append takes an exclusive lock, writes the line in one
 ``write``, flushes and fsyncs before returning, so a record that `append`
-returned for survives a crash. Reading tolerates a torn final line (a crash
-mid-write) with a warning; a bad line in the middle is corruption and an error.
+returned for survives a crash. If the write fails (disk full, file too large,
+an immutable file) the file is cut back to where it was and the error names
+the file and the reason: every earlier record stays intact.
+
+Reading tolerates a torn final line (a crash mid-write: not valid JSON) with a
+warning. Any other line that is not a trial record (garbage, or valid JSON
+that is not a record) is corruption, reported with its line number. A last
+record without its newline is completed before the next append, so records
+are never glued together. Files are opened through `zeus_run._fs`: never
+through a symbolic link.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -15,6 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from zeus_run import _fs
 from zeus_run.errors import HistoryError
 from zeus_run.records import TrialRecord
 
@@ -33,21 +43,23 @@ class HistoryReadResult(list):
     torn: str | None = None
 
 
-def read_history(path: str | Path) -> HistoryReadResult:
+def read_history(path: str | Path, warn: bool = True) -> HistoryReadResult:
     """Read every record of a history file.
 
     Args:
         path: A ``history.jsonl`` file, or a run directory holding one.
+        warn: Log a warning for a torn last line.
 
     Raises:
-        HistoryError: The file is missing, or a line other than the last is not a record.
+        HistoryError: The file is missing or unreadable, or a line is not a record (torn last line aside).
     """
     p = resolve_history_path(path)
     try:
-        raw = p.read_bytes()
+        with _fs.open_read(p) as f:
+            raw = f.read()
     except OSError as exc:
-        raise HistoryError(f"Cannot read history {str(p)!r}: {exc}.") from exc
-    return parse_history(raw, str(p))
+        raise HistoryError(f"Cannot read history {str(p)!r}: {exc.strerror or exc}.") from exc
+    return parse_history(raw, str(p), warn)
 
 
 def resolve_history_path(path: str | Path) -> Path:
@@ -63,7 +75,7 @@ def resolve_history_path(path: str | Path) -> Path:
     return p
 
 
-def parse_history(raw: bytes, label: str = "<history>") -> HistoryReadResult:
+def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> HistoryReadResult:
     """Parse history bytes. See `read_history`."""
     out = HistoryReadResult()
     lines = raw.split(b"\n")
@@ -75,23 +87,32 @@ def parse_history(raw: bytes, label: str = "<history>") -> HistoryReadResult:
         if not line.strip():
             continue
         try:
-            out.append(TrialRecord.from_json(json.loads(line)))
-        except (ValueError, UnicodeDecodeError) as exc:
-            if i == last:
+            data = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError
+            if i == last:  # a torn write: a record's first bytes are never valid JSON
                 out.torn = line.decode("utf-8", "replace")
-                logger.warning(
-                    "%s: ignoring a torn or corrupt last line (%d bytes; %s); earlier %d record(s) kept",
-                    label,
-                    len(line),
-                    exc,
-                    len(out),
-                )
+                if warn:
+                    logger.warning(
+                        "%s: ignoring a torn or corrupt last line (%d bytes; %s); earlier %d record(s) kept",
+                        label,
+                        len(line),
+                        exc,
+                        len(out),
+                    )
                 break
-            raise HistoryError(
-                f"{label}: line {i + 1} is not a valid trial record ({exc}). The history is corrupt in the "
-                "middle; restore it from a backup or move it aside to start a new run."
-            ) from None
+            raise _corrupt(label, i, f"not JSON: {exc}") from None
+        try:
+            out.append(TrialRecord.from_json(data))
+        except ValueError as exc:
+            raise _corrupt(label, i, str(exc)) from None
     return out
+
+
+def _corrupt(label: str, index: int, why: str) -> HistoryError:
+    return HistoryError(
+        f"{label}: line {index + 1} is not a valid trial record ({why}). The history is damaged; restore it "
+        "from a backup, or fix or delete that line (every line must be one record written by zeus-run)."
+    )
 
 
 class HistoryStore:
@@ -100,34 +121,48 @@ class HistoryStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def read(self) -> HistoryReadResult:
+    def read(self, warn: bool = True) -> HistoryReadResult:
         """All records so far (empty if the file does not exist yet)."""
-        if not self.path.exists():
+        if not os.path.lexists(self.path):
             return HistoryReadResult()
-        return read_history(self.path)
+        return read_history(self.path, warn)
 
     def repair_tail(self) -> bool:
-        """Cut a torn final line so the next append starts on a fresh line.
+        """Make the file end cleanly so the next append starts on a fresh line.
 
-        The cut bytes are kept in ``history.jsonl.torn`` for inspection.
+        A torn final line is cut (its bytes are kept in ``history.jsonl.torn``);
+        a complete last record without its newline gets one.
 
         Returns:
-            Whether anything was cut.
+            Whether anything changed.
+
+        Raises:
+            HistoryError: The file cannot be opened or repaired; names it and why.
         """
-        if not self.path.exists():
+        if not os.path.lexists(self.path):
             return False
-        with open(self.path, "rb+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            data = f.read()
-            if parse_history(data, str(self.path)).torn is None:
-                return False
-            cut = data.rstrip(b"\n").rfind(b"\n") + 1
-            fragment = data[cut:]
-            with open(str(self.path) + ".torn", "ab") as keep:
-                keep.write(fragment + b"\n")
-            f.truncate(cut)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with _fs.open_update(self.path) as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                data = f.read()
+                if parse_history(data, str(self.path), warn=False).torn is None:
+                    if not data or data.endswith(b"\n"):
+                        return False
+                    f.seek(0, os.SEEK_END)
+                    f.write(b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                    logger.info("%s: added the missing newline after the last record", self.path)
+                    return True
+                cut = data.rstrip(b"\n").rfind(b"\n") + 1
+                fragment = data[cut:]
+                with _fs.open_append(str(self.path) + ".torn") as keep:
+                    keep.write(fragment + b"\n")
+                f.truncate(cut)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise self._write_error("repair", exc) from None
         logger.warning(
             "cut a torn last line (%d bytes) from %s; kept in %s.torn", len(fragment), self.path, self.path.name
         )
@@ -137,30 +172,47 @@ class HistoryStore:
         """Append one record: lock, one write, flush, fsync.
 
         Raises:
-            HistoryError: The write failed (disk full, permissions); nothing partial is left behind.
+            HistoryError: The write failed (disk full, file too large, permissions, immutable file);
+                nothing partial is left behind and earlier records are intact.
         """
         line = (json.dumps(record.to_json(), separators=(",", ":"), allow_nan=False) + "\n").encode()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = _fs.open_fd(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
-            raise HistoryError(f"Cannot open history {str(self.path)!r} for writing: {exc}.") from exc
+            raise self._write_error("open", exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # never glue a record onto one that lacks its newline
             try:
-                written = os.write(fd, line)
-                if written != len(line):
-                    raise OSError(f"short write ({written} of {len(line)} bytes)")
+                _fs.write_all(fd, line)
                 os.fsync(fd)
             except OSError as exc:
-                # Leave no half record behind.
-                os.ftruncate(fd, size)
-                raise HistoryError(
-                    f"Could not write to {str(self.path)!r}: {exc}. Free disk space or fix permissions, "
-                    "then run the same command again to resume."
-                ) from exc
+                try:
+                    os.ftruncate(fd, size)  # leave no half record behind
+                except OSError as cut_exc:
+                    logger.error("could not cut a partial record from %s: %s", self.path, cut_exc.strerror)
+                raise self._write_error("append to", exc) from None
         finally:
             os.close(fd)
+
+    def _write_error(self, what: str, exc: OSError) -> HistoryError:
+        why = exc.strerror or str(exc)
+        hint = {
+            errno.ENOSPC: "Free disk space",
+            errno.EDQUOT: "Free space in your quota",
+            errno.EFBIG: "Raise the file-size limit (ulimit -f)",
+            errno.EPERM: "Make it writable (is it immutable? lsattr / chattr -i)",
+            errno.EACCES: "Fix its permissions",
+            errno.EROFS: "Use a writable file system",
+        }.get(exc.errno or 0, "Fix the cause")
+        if isinstance(exc, _fs.UnsafePathError):
+            hint = "Remove the link or file, or choose another run directory"
+        return HistoryError(
+            f"Could not {what} the history {str(self.path)!r}: {why}. Every record written before is intact. "
+            f"{hint}, then run the same command again to resume."
+        )
 
     def extend(self, records: Iterable[TrialRecord]) -> None:
         """Append several records (one durable append each)."""

@@ -34,6 +34,9 @@ UNOBSERVED = ("interrupted", "infrastructure")
 
 KINDS = ("real", "simulated", "replayed")
 
+#: Fields only concurrent runs write (`TrialRecord.seen` ...); absent means serial.
+CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
+
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
     "exited": "ended by itself (after the stop file, if one was created)",
@@ -83,6 +86,15 @@ class TrialRecord:
         log: Trial log path relative to the run directory.
         message: Short explanation (e.g. the tail of a crashed script's log).
         detail: The optimizer's reason for the choice.
+        seen: Concurrent runs: how many records of ``history.jsonl`` (a prefix: records are
+            appended as trials end) the engine had folded when it decided this trial. None
+            (serial runs, old records): every record before this one.
+        in_flight: Concurrent runs: ``trial`` numbers of the trials running when it was decided.
+        draw: Concurrent runs: index of its Thompson draw among decisions at the same
+            number of observations (`zeus_run.optimizer.BatchSizeOptimizer.rng`).
+        probe: Concurrent runs: whether it is the trial pruning exploration waits for (a
+            trial that ran the best known batch size while pruning's was in flight is not).
+            None (serial): pruning takes any result of the batch size it expects.
     """
 
     job: str
@@ -119,13 +131,17 @@ class TrialRecord:
     message: str | None = None
     detail: str = ""
     schema: int = field(default=SCHEMA_VERSION)
+    seen: int | None = None
+    in_flight: tuple[int, ...] | None = None
+    draw: int | None = None
+    probe: bool | None = None
 
     @property
     def observation(self) -> Observation | None:
         """What the optimizer learns from this trial, or None if it learns nothing."""
         if not self.observed:
             return None
-        return Observation(self.batch_size, self.cost, self.reached)
+        return Observation(self.batch_size, self.cost, self.reached, self.probe is not False)
 
     @property
     def spent_cost(self) -> float:
@@ -140,6 +156,9 @@ class TrialRecord:
             v = out[key]
             if isinstance(v, float) and not math.isfinite(v):
                 out[key] = None
+        for key in CONCURRENCY_FIELDS:  # serial records are written as before these fields existed
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod
@@ -175,6 +194,7 @@ class TrialRecord:
 _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
+_INT_MIN.update(seen=0, draw=0)
 #: Number fields written as None when not finite (read back as infinity).
 _FLOATS = ("cost_threshold", "cost", "energy", "time")
 
@@ -192,15 +212,16 @@ def _json_type(value: Any) -> str:
 def _field_kinds() -> dict[str, tuple[str, bool]]:
     """``name -> (kind, optional)`` from each field's annotation, so new fields are checked too.
 
-    kind is ``int``, ``float``, ``bool``, ``str``, ``floats`` (a tuple of numbers) or ``dict``.
+    kind is ``int``, ``float``, ``bool``, ``str``, ``floats`` (a tuple of numbers), ``ints``
+    (a tuple of trial numbers) or ``dict``.
     """
     kinds = {}
     for f in dataclasses.fields(TrialRecord):
         ann = str(f.type).replace(" ", "")
         optional = ann.endswith("|None")
         base = ann.removesuffix("|None")
-        kind = {"tuple[float,...]": "floats"}.get(base, base.split("[")[0])
-        if kind not in ("int", "float", "bool", "str", "floats", "dict"):
+        kind = {"tuple[float,...]": "floats", "tuple[int,...]": "ints"}.get(base, base.split("[")[0])
+        if kind not in ("int", "float", "bool", "str", "floats", "ints", "dict"):
             raise TypeError(f"TrialRecord.{f.name}: no JSON check for type {f.type}")
         kinds[f.name] = (kind, optional)
     return kinds
@@ -222,6 +243,12 @@ def _check_field(key: str, value: Any) -> Any:
         if not isinstance(value, list):
             raise ValueError(f"not a trial record: {key} is a {_json_type(value)}, not a list")
         return tuple(math.nan if m is None else _number(key, m) for m in value)
+    if kind == "ints":
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_INT for v in value
+        ):
+            raise ValueError(f"not a trial record: {key} {value!r:.40} is not a list of trial numbers")
+        return tuple(value)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"not a trial record: {key} {value!r:.40} is not a whole number")

@@ -2,9 +2,11 @@
 
 Both re-drive the shared `Engine` from the history alone:
 
-* `audit` feeds the recorded trials back in order and checks that the engine
-  asks for exactly what was recorded (recurrence, try, batch size, early-stop
-  threshold). The first difference is a divergence.
+* `audit` re-derives each recorded decision from the records it had seen (all
+  before it in a serial run; ``seen`` of them, with the recorded trials in
+  flight, in a concurrent one) and checks that the engine asks for exactly what
+  was recorded (recurrence, try, batch size, early-stop threshold; draw and
+  probe when concurrent). The first difference is a divergence.
 * `what_if` turns the recorded trials into an empirical trace (per batch size:
   each observed trial's epochs, time and energy) and replays it with changed
   knobs. A batch size the history never observed is unknown: the replay stops
@@ -24,8 +26,9 @@ from typing import Any
 
 import yaml
 
+from zeus_run.concurrent import Clocked
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
-from zeus_run.engine import Engine, TrialRequest
+from zeus_run.engine import Engine, Executor, Ledger, TrialRequest
 from zeus_run.errors import ConvergenceError, HistoryError
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord
@@ -50,6 +53,7 @@ class Knobs:
         max_epochs: Epoch limit.
         max_tries: Counted tries per recurrence.
         max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
+        concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
     """
 
     batch_sizes: tuple[int, ...]
@@ -63,6 +67,7 @@ class Knobs:
     max_epochs: int = 100
     max_tries: int = 20
     max_early_stops: int | None = None
+    concurrency: int = 1
 
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> Knobs:
@@ -74,7 +79,7 @@ class Knobs:
         path = Path(run_dir) / "spec.yaml"
         try:
             d: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            return cls(
+            knobs = cls(
                 batch_sizes=tuple(d["batch_sizes"]),
                 default_batch_size=int(d["default_batch_size"]),
                 eta=float(d["eta"]),
@@ -86,8 +91,13 @@ class Knobs:
                 max_epochs=int(d.get("max_epochs", 100)),
                 max_tries=int(d.get("max_tries", 20)),
                 max_early_stops=None if d.get("max_early_stops") is None else int(d["max_early_stops"]),
+                concurrency=int(d.get("concurrency") or 1),
             )
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+            knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
+            if not 0.0 <= knobs.eta <= 1.0:
+                raise ValueError(f"eta {knobs.eta} is not in [0, 1]")
+            return knobs
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HistoryError(
                 f"Cannot read the run's settings from {str(path)!r} ({type(exc).__name__}: {exc}). "
                 "Replay needs the spec.yaml that zeus-run writes into every run directory."
@@ -95,7 +105,7 @@ class Knobs:
 
     def engine(self, recurrences: int) -> Engine:
         opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed)
-        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops)
+        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency)
 
 
 # -- audit ------------------------------------------------------------------------------
@@ -129,48 +139,77 @@ class AuditResult:
     divergence: Divergence | None
 
 
-class _Diverged(Exception):
-    def __init__(self, d: Divergence) -> None:
-        self.divergence = d
-
-
-class _Exhausted(Exception):
-    pass
-
-
 def audit(records: Sequence[TrialRecord], knobs: Knobs) -> AuditResult:
-    """Check that re-folding the history reproduces every recorded decision."""
-    checked = 0
+    """Check that re-folding the history reproduces every recorded decision.
 
-    def feed(req: TrialRequest) -> TrialRecord:
-        nonlocal checked
-        if checked >= len(records):
-            raise _Exhausted
-        rec = records[checked]
-        for what, recorded, replayed in (
-            ("recurrence", rec.recurrence, req.recurrence),
-            ("try", rec.attempt, req.attempt),
-            ("batch size", rec.batch_size, req.decision.batch_size),
-            ("cost threshold", _thr(rec.cost_threshold), _thr(req.cost_threshold)),
-        ):
-            same = (
-                math.isclose(recorded, replayed, rel_tol=1e-9) if isinstance(recorded, float) else recorded == replayed
-            )
-            if not same:
-                raise _Diverged(Divergence(checked, what, recorded, replayed))
-        checked += 1
-        return rec
+    A `zeus_run.engine.Ledger` is driven through the history: decisions are
+    re-derived in the order their trials started, each after folding the
+    records it had seen (``seen``; a record without it, as serial runs write,
+    saw every record before it), with the trials then in flight. The engine's
+    choice of recurrence, try, batch size and threshold must match the record,
+    and for a concurrent record also its trial number, the trials in flight,
+    the draw and the probe flag. A record must not have seen itself or less than
+    the decision before it, and a trial cannot end before it started.
 
+    The audit ends without a divergence where the run itself ended with an error
+    (a recurrence out of tries, or the first recurrence not converging).
+    """
     horizon = max((r.recurrence for r in records), default=0) + 1
-    engine = knobs.engine(horizon)
-    try:
-        while checked < len(records):
-            engine.run(records[:checked], feed)
-    except _Diverged as d:
-        return AuditResult(checked, d.divergence)
-    except (_Exhausted, ConvergenceError):
-        pass
+    ledger = Ledger(knobs.engine(horizon))
+    order = sorted(range(len(records)), key=lambda p: _started(records[p], p))
+    checked = 0
+    for p in order:
+        rec = records[p]
+        seen = p if rec.seen is None else rec.seen
+        if not ledger.folded <= seen <= p:
+            return AuditResult(checked, Divergence(p, "records seen", seen, f"{ledger.folded} to {p}"))
+        while ledger.folded < seen:
+            q = ledger.folded
+            if _started(records[q], q) not in ledger.in_flight:
+                return AuditResult(
+                    checked, Divergence(q, "end order", f"trial {_started(records[q], q)} ended", "it had not started")
+                )
+            ledger.fold(records[q], _started(records[q], q))
+            if ledger.failure(records[q]) is not None:
+                return AuditResult(checked, None)
+        recurrence = ledger.next_recurrence()
+        assert recurrence is not None  # the horizon is past every recorded recurrence
+        try:
+            req = ledger.start(recurrence)
+        except ConvergenceError:
+            return AuditResult(checked, None)
+        diff = _difference(rec, req)
+        if diff is not None:
+            return AuditResult(checked, Divergence(p, *diff))
+        checked += 1
     return AuditResult(checked, None)
+
+
+def _started(record: TrialRecord, position: int) -> int:
+    """The trial's place in start order: its ``trial`` in a concurrent record, else its position (serial)."""
+    return position if record.seen is None else record.trial
+
+
+def _difference(rec: TrialRecord, req: TrialRequest) -> tuple[str, Any, Any] | None:
+    """The first field where the recorded trial differs from the replayed request: (what, recorded, replayed)."""
+    pairs: list[tuple[str, Any, Any]] = [
+        ("recurrence", rec.recurrence, req.recurrence),
+        ("try", rec.attempt, req.attempt),
+        ("batch size", rec.batch_size, req.decision.batch_size),
+        ("cost threshold", _thr(rec.cost_threshold), _thr(req.cost_threshold)),
+    ]
+    if rec.seen is not None:
+        pairs += [
+            ("trial", rec.trial, req.trial),
+            ("trials in flight", rec.in_flight, req.in_flight),
+            ("draw", rec.draw, req.draw),
+            ("probe", rec.probe, req.probe),
+        ]
+    for what, recorded, replayed in pairs:
+        same = math.isclose(recorded, replayed, rel_tol=1e-9) if isinstance(recorded, float) else recorded == replayed
+        if not same:
+            return what, recorded, replayed
+    return None
 
 
 def _thr(v: float | None) -> float:
@@ -390,7 +429,9 @@ def what_if(
     """
     recorded_rec = sorted({r.recurrence for r in records if r.reached})
     n = recurrences if recurrences is not None else len(recorded_rec)
-    executor = EmpiricalExecutor(empirical_paths(records, knobs), knobs, recorded)
+    empirical = EmpiricalExecutor(empirical_paths(records, knobs), knobs, recorded)
+    # Overlapping recurrences end in the order of their recorded time.
+    executor: Executor | Clocked = Clocked(empirical) if knobs.concurrency > 1 else empirical
     out: list[TrialRecord] = []
     unknown = stopped = reason = None
     try:

@@ -1,7 +1,8 @@
 """Choosing a run directory, and picking a run up after a crash (next to `zeus_run.rundir.RunDir`).
 
-* `choose_run_dir`: the spec's run directory, resumed when its stored spec
-  agrees on every decision setting; otherwise refused, or a fresh sibling.
+* `choose_run_dir` (from `zeus_run.rundir`): the spec's run directory, resumed
+  when its stored spec agrees on every decision setting; otherwise refused, or
+  a sibling (the one an earlier ``--force`` started for this spec, if any).
 * `recover`: read the history (cutting a torn tail) and, if the launcher died
   during a trial (``running.json`` is still there), record that trial as
   interrupted with everything the engine had decided for it, so that replay
@@ -13,45 +14,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from zeus_run.errors import RunDirError
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import RunDir, spec_differences
+from zeus_run.rundir import RunDir, choose_run_dir
 from zeus_run.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
-
-def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) -> tuple[Path, bool]:
-    """Pick the run directory: the spec's (or ``run_dir``), or a fresh sibling.
-
-    Returns:
-        The directory and whether it already holds a compatible history to resume.
-
-    Raises:
-        RunDirError: The existing history was recorded under different
-            decision settings and neither ``new`` nor ``force`` was given.
-    """
-    base = Path(run_dir) if run_dir is not None else spec.run_dir
-    stored = _stored_spec(base)
-    if stored is None and not new:
-        return base, False
-    if new:
-        return _fresh_sibling(base), False
-    assert stored is not None
-    diffs = spec_differences(stored, spec)
-    if not diffs:
-        return base, True
-    if force:
-        return _fresh_sibling(base), False
-    lines = "\n".join(f"  - {d}" for d in diffs)
-    raise RunDirError(
-        f"The run in {str(base)!r} was recorded with different settings, so its history cannot be resumed:\n{lines}\n"
-        "Restore those settings to resume, or pass --force to start a new run directory next to it "
-        "(the old history is kept)."
-    )
+__all__ = ["choose_run_dir", "interrupted_record", "recover"]
 
 
 def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[dict[str, Any]], bool | None]) -> list[TrialRecord]:
@@ -117,28 +88,3 @@ def interrupted_record(spec: JobSpec, info: dict[str, Any], trial: int) -> Trial
         log=f"trials/r{rec:04d}-t{attempt:02d}/output.log",
         message=f"the launcher (pid {info.get('pid')}) died during this trial; it was not fed to the optimizer",
     )
-
-
-def _stored_spec(path: Path) -> dict | None:
-    spec_file = path / "spec.yaml"
-    if not spec_file.exists():
-        return None
-    import yaml
-
-    try:
-        return yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunDirError(
-            f"Cannot read {str(spec_file)!r} ({exc}). Move the run directory aside or pass --new."
-        ) from exc
-
-
-def _fresh_sibling(base: Path) -> Path:
-    if not base.exists() or not any(base.iterdir()):
-        return base
-    for i in range(2, 10_000):
-        cand = base.with_name(f"{base.name}-{i}")
-        if not cand.exists():
-            logger.info("starting a new run directory %s (the old one is kept)", cand)
-            return cand
-    raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from zeus_run import _fs
 from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
@@ -798,14 +799,12 @@ class _TrialRun:
     def _touch_stop_file(self) -> None:
         path = self.plan.stop_path
         for _ in range(2):
-            try:
-                path.touch()
+            if _fs.touch(path):  # never through a link the script planted
                 return
-            except FileNotFoundError:
-                try:  # the script removed its own log directory
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError:
-                    break
+            if os.path.lexists(path) or path.parent.exists():
+                break
+            try:  # the script removed its own log directory
+                path.parent.mkdir(parents=True, exist_ok=True)
             except OSError:
                 break
         logger.warning("could not create the stop file %s; the script will be stopped by signal", path)
@@ -823,10 +822,7 @@ class _TrialRun:
         if prof.done and not self._profile_signalled:
             self._profile_signalled = True
             if self.plan.profile_stop_path is not None:
-                try:
-                    self.plan.profile_stop_path.touch()
-                except OSError:
-                    pass
+                _fs.touch(self.plan.profile_stop_path)
 
     def _outcome(self, exit_code: int, end: tuple[float, float, float]) -> TrialOutcome:
         reason = self.stop_reason
@@ -881,7 +877,7 @@ class _TrialRun:
 
 def _tail(path: Path, limit: int = 1500) -> str:
     try:
-        with open(path, "rb") as f:
+        with _fs.open_read(path) as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(size - limit, 0))

@@ -11,11 +11,14 @@ Options:
   --junk              before each epoch event, write a set of invalid events
   --print-escapes     print terminal escape sequences (clear screen, title, colors) each epoch
   --mode events|print report through the event log, or print "val_acc=X" lines
+  --crash-with-escapes  print terminal escapes to stderr and exit 3 at the first epoch
+  --plant-stop-link P   replace $ZEUS_STOP_FILE with a symbolic link to P before the first epoch
 """
 
 import argparse
 import os
 import sys
+import time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--needs", default="")
@@ -24,6 +27,8 @@ ap.add_argument("--metric-literal", default="NaN")
 ap.add_argument("--junk", action="store_true")
 ap.add_argument("--print-escapes", action="store_true")
 ap.add_argument("--mode", default="events")
+ap.add_argument("--crash-with-escapes", action="store_true")
+ap.add_argument("--plant-stop-link", default="")
 args = ap.parse_args()
 
 bs = int(os.environ["ZEUS_BATCH_SIZE"])
@@ -47,6 +52,12 @@ JUNK = [
     '{"event": "epoch", "metric": 0.5, "epoch": ' + "9" * 400 + "}",
 ]
 
+if args.plant_stop_link:
+    os.symlink(args.plant_stop_link, stop_file)
+if args.crash_with_escapes:
+    sys.stderr.write("\x1b[2J\x1b[H\x1b]0;pwned\x07RuntimeError: \x1b[31mboom\x1b[0m\n")
+    sys.exit(3)
+
 log = open(os.environ["ZEUS_EVENT_LOG"], "a")  # noqa: SIM115
 for epoch in range(1, max_epochs + 1):
     if args.junk:
@@ -64,6 +75,8 @@ for epoch in range(1, max_epochs + 1):
         print(f"epoch {epoch}", flush=True)
         log.write(f'{{"event": "epoch", "epoch": {epoch}, "metric": {metric}}}\n')
         log.flush()
-    if metric == "1.0" or os.path.exists(stop_file):
+    if args.plant_stop_link and metric == "1.0":
+        time.sleep(60)  # the launcher must stop it: it touches the stop file, then signals
+    if metric == "1.0" or (os.path.lexists(stop_file) and not args.plant_stop_link):
         break
 log.close()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import typer
 
+from zeus_run._terminal import printable
 from zeus_run.errors import UsageError, ZeusRunError
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``Error: message`` on stderr and return the exit to raise."""
     from rich.markup import escape
 
-    err_console().print(f"[bold red]Error:[/] {escape(message)}")
+    err_console().print(f"[bold red]Error:[/] {escape(printable(message, keep_newlines=True))}")
     return typer.Exit(code)
 
 

@@ -23,6 +23,7 @@ from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextCol
 from rich.table import Column
 from rich.text import Text
 
+from zeus_run._terminal import printable
 from zeus_run.cli._render import fmt_duration, fmt_energy, fmt_time, outcome_text, shorten
 from zeus_run.records import TrialRecord
 from zeus_run.summary import failure_reason
@@ -182,7 +183,7 @@ class LiveRunView:
 
     def on_output(self, line: str) -> None:
         if self.show_output:
-            self.console.print(f"[dim]  | {escape(line.rstrip())}[/]")
+            self.console.print(f"[dim]  | {escape(printable(line.rstrip()))}[/]")
 
     def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None:
         self.epoch_text = f"epoch {epoch} metric {metric:.4g}"
@@ -198,7 +199,7 @@ class LiveRunView:
         self.console.print(f"  {head} {trial_result(record)}")
         why = failure_line(record)
         if why:
-            self.console.print(f"[dim]    {escape(why)}[/]")
+            self.console.print(f"[dim]    {escape(printable(why))}[/]")
 
     def _update(self, energy: float, cost: float) -> None:
         est = "~" if self.estimated else ""
@@ -245,7 +246,7 @@ class PlainRunView:
 
     def on_output(self, line: str) -> None:
         if self.show_output:
-            self.console.print(f"  | {escape(line.rstrip())}")
+            self.console.print(f"  | {escape(printable(line.rstrip()))}")
 
     def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None:
         pass
@@ -258,7 +259,8 @@ class PlainRunView:
             self.clock.complete()
         why = failure_line(record)
         self._line(
-            f"try {record.attempt}: {trial_result(record)}" + (f": {escape(why)}" if why else ""), record.recurrence
+            f"try {record.attempt}: {trial_result(record)}" + (f": {escape(printable(why))}" if why else ""),
+            record.recurrence,
         )
 
 

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from zeus_run._terminal import printable
 from zeus_run.records import TrialRecord
 from zeus_run.summary import Summary, failure_reason, recurrence_rows
 
@@ -216,7 +217,7 @@ def _outcome_cell(outcomes: Sequence[str], reasons: Sequence[str | None]) -> str
     def one(outcome: str, reason: str | None) -> str:
         text = outcome_text(outcome)
         if reason and outcome in ("crashed", "timeout"):
-            text += f" ({escape(shorten(reason))})"
+            text += f" ({escape(printable(shorten(reason)))})"
         return text
 
     cell = one(outcomes[-1], reasons[-1])

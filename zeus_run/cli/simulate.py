@@ -105,7 +105,14 @@ def simulate_command(
     horizon: str = typer.Option(
         "paper", "--horizon", help="Recurrences, or `paper` (2 x |batch sizes| x |power limits|)."
     ),
-    policy: Policy = typer.Option(Policy.zeus, "--policy", case_sensitive=False, help="Batch-size policy."),
+    policy: Policy = typer.Option(Policy.zeus_voi, "--policy", case_sensitive=False, help="Batch-size policy."),
+    concurrency: int = typer.Option(
+        1,
+        "--concurrency",
+        min=1,
+        help="Recurrences in flight at once: each starts the moment one ends and sees only the trials that "
+        "ended before it (trials end in order of simulated time).",
+    ),
     run_dir: Path | None = typer.Option(
         None,
         "--run-dir",
@@ -120,6 +127,8 @@ def simulate_command(
         zeus-run simulate cifar100 imagenet --traces ../shared/traces --gpu a40 --seeds 1-5
 
         zeus-run simulate job.yaml --train t.csv --power p.csv --horizon 50 --run-dir runs/sim --format json
+
+        zeus-run simulate squad --traces ../shared/traces --concurrency 4 --seeds 1-10
     """
     from zeus_run.cli._render import print_grid
     from zeus_run.sim import job_table, load_traces, simulate
@@ -139,7 +148,10 @@ def simulate_command(
     for ref in jobs:
         table = job_table(loaded, resolve_job(ref))
         results = [
-            simulate(table, eta=eta_value, beta=beta_value, seed=s, horizon=n, settings=settings) for s in seed_list
+            simulate(
+                table, eta=eta_value, beta=beta_value, seed=s, horizon=n, settings=settings, concurrency=concurrency
+            )
+            for s in seed_list
         ]
         if run_dir is not None:
             for r in results:
@@ -149,14 +161,17 @@ def simulate_command(
                     eta_value,
                     beta_value,
                     settings,
+                    concurrency,
                 )
+        # Overlap adds its setting; serial output stays as it was.
+        summaries = [r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}) for r in results]
         if fmt is Format.json:
-            for r in results:
-                out_console().print_json(json.dumps(r.to_json()))
+            for summary in summaries:
+                out_console().print_json(json.dumps(summary))
         elif fmt is Format.csv:
-            rows.extend(_flat(r.to_json()) for r in results)
+            rows.extend(_flat(summary) for summary in summaries)
         else:
-            print_grid(out_console(), result_table(results))
+            print_grid(out_console(), result_table(results, concurrency))
     if rows:
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
@@ -179,8 +194,8 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def result_table(results: list[SimResult]) -> Grid:
-    """One job's seeds and its baselines, relative to Default."""
+def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
+    """One job's seeds and its baselines, relative to Default (``concurrency``: recurrences in flight)."""
     from zeus_run.cli._render import Grid
 
     first = results[0]
@@ -188,6 +203,7 @@ def result_table(results: list[SimResult]) -> Grid:
     title = (
         f"{t.job.name} on {t.gpu}: {first.policy}, horizon {first.horizon}, b0 {t.default_batch_size}, "
         f"{len(t.batch_sizes)} batch sizes x {len(t.power_limits)} power limits"
+        + (f", {concurrency} recurrences in flight" if concurrency > 1 else "")
     )
     table = Grid(
         title,
@@ -248,7 +264,14 @@ def result_table(results: list[SimResult]) -> Grid:
     return table
 
 
-def write_run_dir(path: Path, result: SimResult, eta: float, beta: float | None, settings: OptimizerSettings) -> None:
+def write_run_dir(
+    path: Path,
+    result: SimResult,
+    eta: float,
+    beta: float | None,
+    settings: OptimizerSettings,
+    concurrency: int = 1,
+) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     import yaml
 
@@ -267,6 +290,7 @@ def write_run_dir(path: Path, result: SimResult, eta: float, beta: float | None,
         "recurrences": result.horizon,
         "seed": result.seed,
         "optimizer": dataclasses.asdict(settings),
+        "concurrency": concurrency,
         "trace": {"gpu": t.gpu, "dataset": t.job.dataset, "network": t.job.network, "optimizer": t.job.optimizer},
     }
     with RunDir.open(path) as rd:

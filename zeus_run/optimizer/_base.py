@@ -11,7 +11,9 @@ it has learned lives in an immutable *state* built by folding observations:
 `decide` is a pure function of the state, and the state is a pure function of
 the ordered observations, so resuming a run, replaying a log and simulating a
 trace are all the same fold. Randomness (Thompson sampling) is drawn from a
-generator seeded by ``(seed, number of observations)``.
+generator seeded by ``(seed, number of observations, draw)``; ``draw`` tells
+apart decisions taken at the same number of observations (recurrences that
+start while others are in flight) and is 0 in serial runs.
 """
 
 from __future__ import annotations
@@ -31,11 +33,15 @@ class Observation:
         batch_size: The batch size that ran.
         cost: Its cost (unit: J; see `zeus_run.cost.zeus_cost`).
         reached: Whether it reached the target metric.
+        probe: Whether pruning exploration may take it as the result it waits for. A trial
+            that ran while pruning's own trial was in flight (concurrent recurrences) is not a
+            probe: only the bandit's statistics learn from it. Serial runs: always True.
     """
 
     batch_size: int
     cost: float
     reached: bool
+    probe: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,8 +95,14 @@ class BatchSizeOptimizer(ABC, Generic[S]):
         """Return the state after ``obs``; ``state`` itself is not modified."""
 
     @abstractmethod
-    def decide(self, state: S) -> Decision:
-        """The next batch size to run, given everything observed so far."""
+    def decide(self, state: S, draw: int = 0) -> Decision:
+        """The next batch size to run, given everything observed so far.
+
+        Args:
+            state: Everything observed so far.
+            draw: Index of the random draw (`rng`): decisions taken at the same number of
+                observations while others are in flight get distinct draws; 0 in serial runs.
+        """
 
     def fold(self, observations: Iterable[Observation]) -> S:
         """State after observing ``observations`` in order."""
@@ -99,10 +111,15 @@ class BatchSizeOptimizer(ABC, Generic[S]):
             state = self.observe(state, obs)
         return state
 
-    def rng(self, step: int) -> random.Random:
+    def rng(self, step: int, draw: int = 0) -> random.Random:
         """The generator for the decision taken after ``step`` observations.
 
-        Seeded by ``(seed, step)`` alone, so a decision never depends on how
-        many draws earlier decisions made (resume and replay re-fold exactly).
+        Seeded by ``(seed, step, draw)`` alone, so a decision never depends on
+        how many draws earlier decisions made (resume and replay re-fold
+        exactly). ``draw`` 0 is the serial runs' generator; every other draw
+        is an independent stream (a string seed is hashed with SHA-512, the
+        same in every process).
         """
-        return random.Random((self.seed << 32) | (step & 0xFFFFFFFF))
+        if draw == 0:
+            return random.Random((self.seed << 32) | (step & 0xFFFFFFFF))
+        return random.Random(f"zeus-run/{self.seed}/{step}/{draw}")

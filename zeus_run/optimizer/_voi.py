@@ -37,12 +37,16 @@ is the Thompson draw, seeded by ``(seed, step)``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+
+logger = logging.getLogger(__name__)
 
 _SQRT2 = math.sqrt(2.0)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
@@ -65,8 +69,7 @@ class VOIState:
     reached: Mapping[int, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """Posterior of one arm's mean cost.
 
     Attributes:
@@ -119,16 +122,26 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         batch_sizes: Feasible batch sizes.
         default_batch_size: b0, tried first.
         seed: Seed of the Thompson draws.
-        pruning_rounds: Not used (accepted so every policy has one constructor).
+        pruning_rounds: Not used (accepted so every policy has one constructor; a value
+            other than None or 0 is logged as ignored).
         window_size: Most recent costs per arm the estimates use (0: all).
-        prior_mean: Not used.
-        prior_precision: Not used.
-        num_explorations: Not used.
+        prior_mean: Not used (a value other than 0 is logged as ignored).
+        prior_precision: Not used (likewise).
+        num_explorations: Not used (a value other than None or 1 is logged as ignored).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         self.window_size = window_size
+        ignored = {
+            "pruning_rounds": (pruning_rounds, (None, 0)),
+            "num_explorations": (num_explorations, (None, 1)),
+            "prior_mean": (prior_mean, (0.0,)),
+            "prior_precision": (prior_precision, (0.0,)),
+        }
+        for knob, (value, defaults) in ignored.items():
+            if value not in defaults:
+                logger.warning("optimizer.%s = %r has no effect on the %s policy", knob, value, self.name)
 
     def initial_state(self) -> VOIState:
         return VOIState(step=0)
@@ -143,39 +156,47 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
         return dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
 
-    def decide(self, state: VOIState) -> Decision:
+    def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
         if b0 not in state.arms:
             return Decision(b0, "pruning", "default batch size first")
         converged = tuple(b for b in self.batch_sizes if state.reached.get(b, 0) > 0)
         if not converged:
             return Decision(b0, "pruning", "nothing has reached the target yet")
-        cv2 = self.pooled_cv2(state)
-        est = {b: self.estimate(state.arms[b], cv2) for b in converged}
+        est, cv2 = self.posterior(state)
         leader = min(converged, key=lambda b: est[b].mean)
         probe = self.best_probe(state, est, leader, cv2)
         if probe is not None:
             return probe
-        return self.thompson(state, est, converged)
+        return self.thompson(state, est, converged, draw)
 
     # -- estimates ------------------------------------------------------------------------
 
-    def pooled_cv2(self, state: VOIState) -> float:
-        """Relative variance of one trial's cost, pooled over arms with two or more costs (plus the prior)."""
+    def posterior(self, state: VOIState) -> tuple[dict[int, Estimate], float]:
+        """Posterior of each converged arm's mean cost, and the pooled relative variance of one trial's cost.
+
+        The relative variance is pooled over arms with two or more costs, plus
+        ``PRIOR_CV2_DOF`` pseudo degrees of freedom at ``PRIOR_CV2``:
+
+            cv2   = (sum_i SS_i / m_i^2 + dof0 * cv2_0) / (sum_i (n_i - 1) + dof0)
+            var_i = (SS_i + w * cv2 * m_i^2) / (n_i - 1 + w),  Var[mean_i] = var_i / n_i
+
+        where ``SS_i`` is arm i's sum of squared deviations, ``m_i`` its mean cost
+        and ``w`` = ``VARIANCE_PRIOR_WEIGHT``: one cost per arm is enough.
+        """
+        moments = {b: stats.moments() for b, stats in state.arms.items()}
         ss, dof = self.PRIOR_CV2_DOF * self.PRIOR_CV2, self.PRIOR_CV2_DOF
-        for stats in state.arms.values():
-            n, mean, var = stats.moments()
+        for n, mean, var in moments.values():
             if n >= 2 and mean > 0:
                 ss += n * var / (mean * mean)
                 dof += n - 1
-        return ss / dof
-
-    def estimate(self, stats: ArmStats, cv2: float) -> Estimate:
-        """Posterior of an arm's mean cost: its sample mean, with variance shrunk toward ``cv2 x mean^2``."""
-        n, mean, var = stats.moments()
+        cv2 = ss / dof
         w = self.VARIANCE_PRIOR_WEIGHT
-        arm_var = (n * var + w * cv2 * mean * mean) / (n - 1 + w)
-        return Estimate(mean, arm_var / n)
+        est = {}
+        for b, (n, mean, var) in moments.items():
+            if state.reached.get(b, 0) > 0:
+                est[b] = Estimate(mean, (n * var + w * cv2 * mean * mean) / (n - 1 + w) / n)
+        return est, cv2
 
     # -- the walk ---------------------------------------------------------------------------
 
@@ -225,17 +246,15 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
 
     # -- the bandit -------------------------------------------------------------------------
 
-    def thompson(self, state: VOIState, est: Mapping[int, Estimate], arms: tuple[int, ...]) -> Decision:
-        """Tempered Gaussian TS: the arm with the lowest draw from ``N(mean, (TS_SCALE x sd)^2)``."""
-        rng = self.rng(state.step)
+    def thompson(self, state: VOIState, est: Mapping[int, Estimate], arms: tuple[int, ...], draw: int = 0) -> Decision:
+        """Tempered Gaussian TS: the arm with the lowest draw from ``N(mean, (TS_SCALE x sd)^2)``.
+
+        ``draw`` selects the random stream (`BatchSizeOptimizer.rng`; 0 in serial runs).
+        """
+        rng = self.rng(state.step, draw)
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
-
-    def estimates(self, state: VOIState) -> dict[int, Estimate]:
-        """Posterior of each converged arm's mean cost (for display)."""
-        cv2 = self.pooled_cv2(state)
-        return {b: self.estimate(s, cv2) for b, s in sorted(state.arms.items()) if state.reached.get(b, 0) > 0}
 
 
 def normal_cdf(x: float) -> float:

@@ -91,19 +91,23 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         return dataclasses.replace(
             state,
             step=state.step + 1,
-            pruning=state.pruning.observe(obs.batch_size, obs.cost, obs.reached),
+            # A result pruning did not dispatch (concurrent recurrences) feeds the bandit only.
+            pruning=state.pruning.observe(obs.batch_size, obs.cost, obs.reached) if obs.probe else state.pruning,
             arms=arms,
         )
 
-    def decide(self, state: ZeusState) -> Decision:
+    def decide(self, state: ZeusState, draw: int = 0) -> Decision:
         expecting = state.pruning.expecting
         if expecting is not None:
             return Decision(expecting, "pruning", state.pruning.describe())
-        return self.sample(state, state.survivors)
+        return self.sample(state, state.survivors, draw)
 
-    def sample(self, state: ZeusState, arms: tuple[int, ...]) -> Decision:
-        """Gaussian TS over ``arms``: explore under-observed arms (random order), else draw and take the best."""
-        rng = self.rng(state.step)
+    def sample(self, state: ZeusState, arms: tuple[int, ...], draw: int = 0) -> Decision:
+        """Gaussian TS over ``arms``: explore under-observed arms (random order), else draw and take the best.
+
+        ``draw`` selects the random stream (`BatchSizeOptimizer.rng`).
+        """
+        rng = self.rng(state.step, draw)
         order = list(range(len(arms)))
         rng.shuffle(order)
         for idx in order:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zeus_run.concurrent import Clocked
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
@@ -331,6 +332,7 @@ def simulate(
     baselines: bool = True,
     on_record: Callable[[TrialRecord], None] = lambda r: None,
     max_early_stops: int | None = None,
+    concurrency: int = 1,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -346,6 +348,10 @@ def simulate(
         on_record: Called with each record as it is produced.
         max_early_stops: The engine's fallback rule (`zeus_run.engine.Engine`); None (default)
             keeps the paper's semantics.
+        concurrency: Recurrences in flight at once. Above 1 the job is always backlogged: a
+            recurrence starts the moment one ends, and trials end in the order of their
+            simulated time (`zeus_run.concurrent.Clocked`), so each decision has seen only
+            the trials that ended before it started.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -354,7 +360,8 @@ def simulate(
     horizon = table.horizon if horizon is None else horizon
     opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed)
     executor = TraceExecutor(table, eta, seed)
-    records = Engine(opt, horizon, max_tries, beta, max_early_stops).run([], executor, on_record)
+    runs = Clocked(executor) if concurrency > 1 else executor
+    records = Engine(opt, horizon, max_tries, beta, max_early_stops, concurrency).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)

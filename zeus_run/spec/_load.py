@@ -525,8 +525,12 @@ class _Validator:
         if not isinstance(raw, str) or not raw.strip():
             self.problem(key, raw, "must be a path string")
             return None
-        p = Path(raw).expanduser()
-        return (p if p.is_absolute() else self.base / p).resolve()
+        try:
+            p = Path(raw).expanduser()
+            return (p if p.is_absolute() else self.base / p).resolve()
+        except (ValueError, OSError, RuntimeError) as exc:  # a NUL byte, a symlink loop, an unknown ~user
+            self.problem(key, raw, f"is not a usable path ({exc})")
+            return None
 
     def env(self, raw: Any) -> dict[str, str]:
         if raw is None:
