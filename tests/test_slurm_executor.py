@@ -326,8 +326,9 @@ def test_recover_adopts_a_live_agent_and_cancels_every_other_job_of_the_run(
         "slurm_job_id": "7",
         "trial_dir": str(tdir),
         "heartbeat_timeout": 30,
+        "trial": 1,
     }
-    assert SlurmExecutor.recover(info) is adopted
+    assert SlurmExecutor.recover([info]) == ({1} if adopted else set())
     states = {i: j["state"] for i, j in jobs(fake).items()}
     assert states["8"] == "CANCELLED" and states["9"] == "RUNNING"
     if state in ("RUNNING", "PENDING"):

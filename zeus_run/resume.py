@@ -25,29 +25,42 @@ logger = logging.getLogger(__name__)
 __all__ = ["choose_run_dir", "interrupted_record", "recover"]
 
 
-def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[dict[str, Any]], bool | None]) -> list[TrialRecord]:
-    """Read the history, cutting a torn tail and recording a trial the launcher died in.
+def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[dict[str, Any]]], set[int]]) -> list[TrialRecord]:
+    """Read the history, cutting a torn tail and recording the trials the launcher died in.
 
     Args:
         rd: The opened run directory.
         spec: The job.
-        cleanup: The executor's `zeus_run.executors.RealExecutor.recover`: stops what
-            the dead launcher's trial left running (given its ``running.json``), or
-            returns True when it adopts the trial, which then is not recorded here.
+        cleanup: The executors' `zeus_run.executors.RealExecutor.recover`: stops what
+            the dead launcher's trials left running (given their ``running.json``
+            entries), and returns the trials it adopts: they go on, are not recorded
+            here, and stay marked in flight until the executor picks them up.
     """
     rd.history.repair_tail()
     history = list(rd.history.read())
-    info = rd.running()
-    if info is None:
+    infos = rd.running_trials()
+    if infos is None:
         return history
-    if "token" not in info and "recurrence" in info and "attempt" in info:
-        trial_dir = rd.trial_dir(int(info["recurrence"]), int(info["attempt"]))
-        info = {**info, "event_log": str(trial_dir / "events.jsonl")}
-    if cleanup(info) and info.get("trial") == len(history):
-        logger.info("the trial that was running when the launcher stopped goes on; this launcher takes it over")
-        return history  # running.json stays: the executor picks the trial up
-    if info.get("trial") == len(history) and "batch_size" in info:
-        record = interrupted_record(spec, info, len(history))
+    for i, info in enumerate(infos):
+        if "token" not in info and "recurrence" in info and "attempt" in info:
+            trial_dir = rd.trial_dir(int(info["recurrence"]), int(info["attempt"]))
+            infos[i] = {**info, "event_log": str(trial_dir / "events.jsonl")}
+    rd.clear_running()
+    adopted = cleanup(infos)
+    recorded = {r.trial for r in history}
+    for info in sorted(infos, key=lambda i: int(i.get("trial", -1))):
+        trial = info.get("trial")
+        if not isinstance(trial, int) or trial in recorded or "batch_size" not in info:
+            continue
+        if trial in adopted:
+            logger.info(
+                "recurrence %s try %s was running when the launcher stopped and goes on; this launcher takes it over",
+                info.get("recurrence"),
+                info.get("attempt"),
+            )
+            rd.mark_running(info)
+            continue
+        record = interrupted_record(spec, info, trial)
         logger.warning(
             "recurrence %d try %d was running when the launcher stopped; recorded as interrupted and re-run",
             record.recurrence,
@@ -55,7 +68,7 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[dict[str, Any]], bool 
         )
         rd.history.append(record)
         history.append(record)
-    rd.clear_running()
+        recorded.add(trial)
     return history
 
 
@@ -87,4 +100,17 @@ def interrupted_record(spec: JobSpec, info: dict[str, Any], trial: int) -> Trial
         started_at=info.get("started_at"),
         log=f"trials/r{rec:04d}-t{attempt:02d}/output.log",
         message=f"the launcher (pid {info.get('pid')}) died during this trial; it was not fed to the optimizer",
+        **_stamp(info),
     )
+
+
+def _stamp(info: dict[str, Any]) -> dict[str, Any]:
+    """The decision context a concurrent run's marker carries (`zeus_run.engine.TrialRequest.stamp`)."""
+    if "seen" not in info:
+        return {}
+    return {
+        "seen": int(info["seen"]),
+        "in_flight": tuple(int(t) for t in info.get("in_flight", ())),
+        "draw": int(info.get("draw", 0)),
+        "probe": bool(info.get("probe", False)),
+    }

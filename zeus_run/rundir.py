@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ WRITTEN_FILES = (
 )
 #: Files zeus-run writes in each trial directory (``events.jsonl`` is the script's own).
 TRIAL_FILES = ("output.log", "stop", "profile_done")
-_MAX_RUNNING_BYTES = 64 * 1024
+_MAX_RUNNING_BYTES = 4 * 1024 * 1024
 
 
 class RunDir:
@@ -73,6 +74,9 @@ class RunDir:
         self._lock_fd = lock_fd
         self._info_fd = info_fd
         self.history = HistoryStore(path / HISTORY_NAME)
+        #: The trials in flight (``trial -> info``), mirrored in ``running.json``.
+        self._in_flight: dict[int, dict[str, Any]] = {}
+        self._marker_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
@@ -140,10 +144,46 @@ class RunDir:
 
     # -- the in-flight marker ----------------------------------------------------
     def mark_running(self, info: dict[str, Any]) -> None:
-        atomic_write(self.path / RUNNING_NAME, json.dumps(info, indent=1) + "\n")
+        """Record (or update) a trial in flight in ``running.json``, atomically.
+
+        One trial in flight: the file is its info. Several (``concurrency``): the file
+        is ``{"in_flight": [info, ...]}`` in start order. Safe from several threads.
+        """
+        with self._marker_lock:
+            self._in_flight[int(info["trial"])] = info
+            self._write_markers()
+
+    def clear_running(self, trial: int | None = None) -> None:
+        """Forget one trial in flight (``trial``), or all of them (None)."""
+        with self._marker_lock:
+            if trial is None:
+                self._in_flight.clear()
+            else:
+                self._in_flight.pop(trial, None)
+            self._write_markers()
+
+    def _write_markers(self) -> None:
+        if self._in_flight:
+            infos = [self._in_flight[k] for k in sorted(self._in_flight)]
+            data: Any = infos[0] if len(infos) == 1 else {"in_flight": infos}
+            atomic_write(self.path / RUNNING_NAME, json.dumps(data, indent=1) + "\n")
+            return
+        try:
+            os.remove(self.path / RUNNING_NAME)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("cannot remove %s: %s", self.path / RUNNING_NAME, exc.strerror)
 
     def running(self) -> dict[str, Any] | None:
-        """The in-flight marker: None if there is none, ``{}`` if it is unreadable.
+        """The first trial in flight when the launcher stopped (see `running_trials`): None if none."""
+        trials = self.running_trials()
+        if trials is None:
+            return None
+        return trials[0] if trials else {}
+
+    def running_trials(self) -> list[dict[str, Any]] | None:
+        """The trials a launcher had in flight (``running.json``): None if there is none, ``[]`` if it is unreadable.
 
         Only fields of the expected type are kept, since the launcher records a
         trial from them.
@@ -156,16 +196,12 @@ class RunDir:
                 data = json.loads(f.read(_MAX_RUNNING_BYTES + 1))
         except (OSError, ValueError, RecursionError) as exc:
             logger.warning("ignoring an unreadable %s (%s)", p, exc)
-            return {}
-        return _running_fields(data, p)
-
-    def clear_running(self) -> None:
-        try:
-            os.remove(self.path / RUNNING_NAME)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            logger.warning("cannot remove %s: %s", self.path / RUNNING_NAME, exc.strerror)
+            return []
+        if isinstance(data, dict) and isinstance(data.get("in_flight"), list):
+            infos = [_running_fields(d, p) for d in data["in_flight"]]
+        else:
+            infos = [_running_fields(data, p)]
+        return [i for i in infos if i]
 
     def trial_dir(self, recurrence: int, attempt: int) -> Path:
         """The directory of one trial, created if needed (never through a link).
@@ -524,6 +560,19 @@ def check_writable(path: Path) -> None:
         RunDirError: The directory is not writable or the disk is (nearly) full.
     """
     probe = path / PROBE_NAME
+    with _PROBE_LOCK:  # trials on several slots check at once
+        _probe(path, probe)
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise RunDirError(
+            f"Run directory {str(path)!r} has only {free} bytes free. Free some disk space, then run the same command to resume."
+        )
+
+
+_PROBE_LOCK = threading.Lock()
+
+
+def _probe(path: Path, probe: Path) -> None:
     try:
         try:
             os.unlink(probe)  # a stale probe, or a link planted in its place (unlink removes the link itself)
@@ -541,11 +590,6 @@ def check_writable(path: Path) -> None:
             f"Run directory {str(path)!r} is not writable: {exc.strerror or exc}. "
             "Fix its permissions or free space, or choose another with --run-dir."
         ) from exc
-    free = shutil.disk_usage(path).free
-    if free < MIN_FREE_BYTES:
-        raise RunDirError(
-            f"Run directory {str(path)!r} has only {free} bytes free. Free some disk space, then run the same command to resume."
-        )
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -580,6 +624,19 @@ _RUNNING_TYPES: dict[str, tuple[type, ...]] = {
     "token": (str,),
     "event_log": (str,),
     "estimated": (bool,),
+    # concurrent runs: the decision's context (`zeus_run.engine.TrialRequest.stamp`)
+    "seen": (int,),
+    "in_flight": (list,),
+    "draw": (int,),
+    "probe": (bool,),
+    # the executor that ran it, and what it needs to find the trial again
+    "executor": (str,),
+    "slot": (int,),
+    "job_name": (str,),
+    "job_prefix": (str,),
+    "trial_dir": (str,),
+    "slurm_job_id": (str,),
+    "heartbeat_timeout": (int, float),
 }
 
 
@@ -596,6 +653,8 @@ def _running_fields(data: Any, path: Path) -> dict[str, Any]:
             if isinstance(v, int) and not 0 <= v < 2**63:
                 continue
             if isinstance(v, float) and not math.isfinite(v):
+                continue
+            if isinstance(v, list) and not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 continue
             out[key] = v
     required = ("recurrence", "attempt", "trial", "batch_size")

@@ -12,17 +12,19 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run.concurrent import SlotPool
 from zeus_run.energy import EnergySource
-from zeus_run.engine import Engine, TrialRequest, position
+from zeus_run.engine import Engine, TrialExecutor, TrialRequest, position
 from zeus_run.errors import Interrupted, UsageError
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
+    RealExecutor,
     RunListener,
     learning_rate_for,
     placeholder_values,
@@ -100,17 +102,12 @@ def run_job(
     path, resumed = choose_run_dir(spec, run_dir, new, force)
     _preflight_default(spec)
     cancel = cancel or threading.Event()
-    if spec.concurrency > 1:
-        raise UsageError(
-            f"concurrency: {spec.concurrency} needs the concurrent engine (issue 10, section 4), which this build "
-            "does not have yet; set concurrency: 1"
-        )
     executor_class = EXECUTORS[spec.executor.kind]
     with contextlib.ExitStack() as stack:
         rd = stack.enter_context(RunDir.open(path))
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
-        history = recover(rd, spec, _recover_trial)
+        history = recover(rd, spec, _recover_trials)
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)
@@ -125,35 +122,117 @@ def run_job(
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
-        engine = Engine(optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops)
+        if power is not None and spec.concurrency > 1:
+            raise UsageError(
+                f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "
+                "profiler measures one trial at a time. Set power_limit.enabled: false, or concurrency: 1."
+            )
+        engine = Engine(
+            optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops, concurrency=spec.concurrency
+        )
         signum = stack.enter_context(_signals_to(cancel))
+        if spec.concurrency > 1:
+            lst = _Serialized(lst)  # trials report from several threads
         executor = executor_class(spec, rd, energy, lst, cancel, power)
         stack.callback(executor.close)
 
-        def execute(req: TrialRequest) -> TrialRecord:
-            if cancel.is_set():  # a signal arrived between trials: nothing is running
+        def check_cancel(req: TrialRequest) -> None:
+            if cancel.is_set():  # a signal arrived between trials: this one has not started
                 raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
+
+        def execute(req: TrialRequest) -> TrialRecord:
+            check_cancel(req)
             return executor(req)
 
         def persist(record: TrialRecord) -> None:
             rd.history.append(record)
-            rd.clear_running()
+            rd.clear_running(record.trial)
             lst.on_trial_end(record)
 
-        new_records = engine.run(history, execute, persist)
-        if new_records and new_records[-1].stop_reason == "interrupted":
-            last = new_records[-1]
+        if spec.concurrency == 1:
+            new_records = engine.run(history, execute, persist)
+        else:
+            new_records = _run_concurrent(engine, history, executor, spec.concurrency, check_cancel, persist, cancel)
+        interrupted = [r for r in new_records if r.stop_reason == "interrupted"]
+        if interrupted:
+            last = interrupted[-1]
             raise _interrupted(
                 signum[0],
                 rd.path,
-                f"during recurrence {last.recurrence}, try {last.attempt}; that trial is recorded as interrupted and will be re-run",
+                f"during recurrence {last.recurrence}, try {last.attempt}; "
+                + ("that trial is" if len(interrupted) == 1 else f"{len(interrupted)} trials are")
+                + " recorded as interrupted and will be re-run",
             )
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
 
 
-def _recover_trial(info: dict[str, Any]) -> bool | None:
-    """Clean up after the trial a dead launcher left, with the executor that ran it (it may differ from this run's)."""
-    return EXECUTORS.get(str(info.get("executor", "local")), EXECUTORS["local"]).recover(info)
+def _run_concurrent(
+    engine: Engine,
+    history: list[TrialRecord],
+    executor: RealExecutor,
+    slots: int,
+    check_cancel: Callable[[TrialRequest], None],
+    persist: Callable[[TrialRecord], None],
+    cancel: threading.Event,
+) -> list[TrialRecord]:
+    """Run with several recurrences in flight: the executor's own ``start``/``wait_any`` (Slurm), or N local slots.
+
+    If the run stops on an error, the trials still in flight are stopped and their
+    records (stamped with their decision's context) are written before the error
+    goes on: no trial's record is lost.
+    """
+    pool = None
+    if isinstance(executor, TrialExecutor):  # runs trials at once by itself (Slurm jobs)
+        target: TrialExecutor = executor
+    else:  # local: N slots, a thread each
+        run_on_slot = getattr(executor, "run_on_slot", None) or (lambda req, slot: executor(req))
+        pool = target = SlotPool(run_on_slot, slots)
+
+    class _Checked:
+        def start(self, req: TrialRequest) -> None:
+            check_cancel(req)
+            target.start(req)
+
+        def wait_any(self) -> TrialRecord:
+            return target.wait_any()
+
+    try:
+        return engine.run(history, _Checked(), persist)
+    except BaseException:
+        cancel.set()  # stop the trials still in flight, then record them
+        left = pool.close() if pool is not None else executor.drain()
+        for req, record in left:
+            persist(req.stamp(record))
+        raise
+
+
+class _Serialized:
+    """A run listener called from several trial threads, one call at a time."""
+
+    def __init__(self, inner: RunListener) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if not callable(method):
+            return method
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return method(*args, **kwargs)
+
+        return locked
+
+
+def _recover_trials(infos: list[dict[str, Any]]) -> set[int]:
+    """Clean up after the trials a dead launcher left, each with the executor that ran it (it may differ from this run's)."""
+    adopted: set[int] = set()
+    for kind, cls in EXECUTORS.items():
+        mine = [i for i in infos if (str(i.get("executor")) if i.get("executor") in EXECUTORS else "local") == kind]
+        if mine:
+            adopted |= cls.recover(mine)
+    return adopted
 
 
 def _preflight_default(spec: JobSpec) -> None:

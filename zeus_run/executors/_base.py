@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -95,16 +96,25 @@ class RealExecutor(ABC):
 
     @staticmethod
     @abstractmethod
-    def recover(info: dict[str, Any]) -> bool | None:
-        """Clean up after a launcher that died during a trial (``info``: its ``running.json``).
+    def recover(infos: list[dict[str, Any]]) -> set[int]:
+        """Clean up after a launcher that died with trials in flight (``infos``: its ``running.json`` entries).
 
         Nothing the dead launcher started may stay running unowned.
 
         Returns:
-            True when the trial goes on without the dead launcher and this executor adopts
-            it: it is not recorded as interrupted, ``running.json`` stays, and the executor
-            (constructed next) picks the trial up when the engine asks for it again.
+            The ``trial`` of each trial that goes on without the dead launcher and that
+            this executor adopts: it is not recorded as interrupted, it stays marked in
+            flight, and the executor (constructed next) picks it up when the engine asks
+            for exactly that trial again (otherwise it stops it).
         """
+
+    def drain(self) -> list[tuple[TrialRequest, TrialRecord]]:
+        """After the launcher was cancelled: wait for the trials this executor runs by itself (``start``) to stop.
+
+        Returns their requests and records, in the order they ended (the caller
+        persists them). Executors without ``start``/``wait_any`` have none.
+        """
+        return []
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what the executor holds; nothing by default."""
@@ -171,8 +181,15 @@ class PreparedTrial:
     seed: int
 
 
-def prepare(spec: JobSpec, rd: RunDir, req: TrialRequest, energy: EnergySource, profiling: bool) -> PreparedTrial:
-    """Build a trial's plan: command, environment (the ``ZEUS_*`` contract), stop rules, files."""
+def prepare(
+    spec: JobSpec,
+    rd: RunDir,
+    req: TrialRequest,
+    energy: EnergySource,
+    profiling: bool,
+    extra_env: Mapping[str, str] | None = None,
+) -> PreparedTrial:
+    """Build a trial's plan: command, environment (the ``ZEUS_*`` contract, then ``extra_env``), stop rules, files."""
     bs = req.decision.batch_size
     lr = learning_rate_for(spec, bs)
     seed = spec.seed + req.observed
@@ -196,6 +213,7 @@ def prepare(spec: JobSpec, rd: RunDir, req: TrialRequest, energy: EnergySource, 
             "ZEUS_STOP_FILE": str(tdir / "stop"),
         }
     )
+    env.update(extra_env or {})
     if profiling:
         env.update({"ZEUS_PROFILE": "1", "ZEUS_PROFILE_STOP": str(tdir / "profile_done")})
     token = new_token()
@@ -239,6 +257,8 @@ def prepare(spec: JobSpec, rd: RunDir, req: TrialRequest, energy: EnergySource, 
         "estimated": energy.estimated,
         "max_power": energy.max_power,
     }
+    if spec.concurrency > 1:  # what the interrupted record is stamped with if the launcher dies
+        running.update(seen=req.seen, in_flight=list(req.in_flight), draw=req.draw, probe=req.probe)
     return PreparedTrial(AgentPlan(trial, tdir, energy_settings), running, lr, seed)
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 from typing import Any
 
 from zeus_run.agent import run_agent
+from zeus_run.concurrent import slot_devices
+from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, open_energy_source
 from zeus_run.engine import TrialRequest
+from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
 from zeus_run.proctree import ProcessTree
 from zeus_run.records import TrialRecord
@@ -26,23 +31,79 @@ class LocalExecutor(RealExecutor):
 
     kind = "local"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots: dict[int, tuple[EnergySource, dict[str, str]]] = {}
+        self._slots_lock = threading.Lock()
+
     def __call__(self, req: TrialRequest) -> TrialRecord:
+        return self.run_on_slot(req, 0)
+
+    def slot(self, slot: int) -> tuple[EnergySource, dict[str, str]]:
+        """Slot ``slot``'s energy source and environment (``concurrency: N`` runs N trials at once).
+
+        With one slot: the run's energy source, the environment as it is. With N:
+        the visible GPUs are split into N groups (``len(gpus) // N`` each; slot k gets
+        group k, passed as ``CUDA_VISIBLE_DEVICES``) and each slot measures its own;
+        without GPUs each slot is a CPU slot with an estimate of its own (the estimate
+        charges each trial's own processes).
+
+        Raises:
+            EnergyError: There are fewer GPUs than slots.
+        """
+        if self.spec.concurrency == 1:
+            return self.energy, {}
+        with self._slots_lock:
+            if slot not in self._slots:
+                self._slots[slot] = self._open_slot(slot)
+            return self._slots[slot]
+
+    def _open_slot(self, slot: int) -> tuple[EnergySource, dict[str, str]]:
+        n = self.spec.concurrency
+        if isinstance(self.energy, NvmlEnergy):
+            ids = [g.index for g in self.energy.gpus]
+            if len(ids) < n:
+                raise EnergyError(
+                    f"concurrency: {n} needs at least {n} GPUs (one slot each), but {len(ids)} are visible "
+                    f"({', '.join(ids)}); lower concurrency, or set energy.gpus / CUDA_VISIBLE_DEVICES"
+                )
+            group = list(slot_devices(slot, ids, len(ids) // n))
+            source: EnergySource = NvmlEnergy(group, nvml=self.energy.nvml)
+            visible = [d.get("uuid") or d["index"] for d in source.devices()]
+            return source, {"CUDA_VISIBLE_DEVICES": ",".join(visible)}
+        if isinstance(self.energy, EstimatedEnergy):
+            return EstimatedEnergy(self.energy.watts, basis=self.energy.basis), {}
+        return open_energy_source(dataclasses.replace(self.spec.energy, source="estimate")), {}
+
+    def close(self) -> None:
+        with self._slots_lock:
+            for source, _ in self._slots.values():
+                if source is not self.energy:
+                    source.close()
+            self._slots.clear()
+        super().close()
+
+    def run_on_slot(self, req: TrialRequest, slot: int) -> TrialRecord:
+        """Run one trial to its end on slot ``slot`` (see `slot`); its record (not yet persisted)."""
+        energy, extra_env = self.slot(slot)
         bs = req.decision.batch_size
         profiler = self.power.profiler_for(bs) if self.power is not None else None
-        prepared = prepare(self.spec, self.rd, req, self.energy, profiler is not None and not profiler.done)
+        prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
+        if self.spec.concurrency > 1:
+            prepared.running["slot"] = slot
         plan = prepared.plan.trial
         preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
         check_writable(self.rd.path)
         self.rd.mark_running(prepared.running)
         self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
-        invalid_before = self.energy.invalid_windows
+        invalid_before = energy.invalid_windows
         try:
-            out = run_agent(prepared.plan, self.energy, self.listener, self.cancel, profiler, heartbeat=False)
+            out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
         finally:
             if self.power is not None:
                 self.power.controller.restore()  # each GPU's original limit and persistence mode
         message = out.message
-        invalid = self.energy.invalid_windows - invalid_before
+        invalid = energy.invalid_windows - invalid_before
         if invalid:
             message = _prepend(
                 f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted",
@@ -55,24 +116,27 @@ class LocalExecutor(RealExecutor):
                     f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
                     message,
                 )
-        return to_record(self.spec, self.rd, req, prepared, out, self.energy, message, self.provenance)
+        return to_record(self.spec, self.rd, req, prepared, out, energy, message, self.provenance)
 
     @staticmethod
-    def recover(info: dict[str, Any]) -> None:
-        """Kill the processes of the trial a dead launcher left behind (found by their trial token).
+    def recover(infos: list[dict[str, Any]]) -> set[int]:
+        """Kill the processes of the trials a dead launcher left behind (found by their trial tokens).
 
         The script runs in its own session, so it outlives a launcher killed with
         SIGKILL; `zeus_run.proctree` finds every process carrying the token.
+        Nothing is adopted: a local trial's watcher died with its launcher.
         """
-        if info.get("token"):
-            tree = ProcessTree(str(info["token"]))
-        elif info.get("event_log"):  # written by a launcher from before trial tokens
-            tree = ProcessTree(str(info["event_log"]), variable="ZEUS_EVENT_LOG")
-        else:
-            return
-        killed = tree.sweep()
-        if killed:
-            logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
+        for info in infos:
+            if info.get("token"):
+                tree = ProcessTree(str(info["token"]))
+            elif info.get("event_log"):  # written by a launcher from before trial tokens
+                tree = ProcessTree(str(info["event_log"]), variable="ZEUS_EVENT_LOG")
+            else:
+                continue
+            killed = tree.sweep()
+            if killed:
+                logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
+        return set()
 
 
 def _prepend(note: str, message: str | None) -> str:

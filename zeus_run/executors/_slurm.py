@@ -200,9 +200,11 @@ class SlurmExecutor(RealExecutor):
         self.prefix = run_job_prefix(self.spec.name, self._rd.path)
         self._jobs: dict[int, _Job] = {}
         self._done: deque[TrialRecord] = deque()
+        #: Requests started and not yet returned by `wait_any`, by ``trial``.
+        self._started: dict[int, TrialRequest] = {}
         self._last_squeue = -math.inf
         self._infra: list[str] = _infra_streak(self.rd.history.read())
-        self._adopt = _adoption(self.rd.running())
+        self._adopt = _adoptions(self.rd.running_trials())
         self._sweep()
 
     # -- the executor protocols ----------------------------------------------------------
@@ -217,6 +219,7 @@ class SlurmExecutor(RealExecutor):
             SlurmError: Too many infrastructure failures in a row, or Slurm refused the job.
         """
         self._check_infra_streak()
+        self._started[req.trial] = req
         prepared = prepare(self.spec, self._rd, req, self.energy, profiling=False)
         tdir = prepared.plan.dir
         name = job_name(self.spec.name, self._rd.path, tdir.name)
@@ -264,7 +267,31 @@ class SlurmExecutor(RealExecutor):
             self.poll()
             if not self._done:
                 time.sleep(POLL_INTERVAL)
-        return self._done.popleft()
+        record = self._done.popleft()
+        self._started.pop(record.trial, None)
+        return record
+
+    def drain(self) -> list[tuple[TrialRequest, TrialRecord]]:
+        """Stop every trial in flight (the launcher's cancel is set) and wait for their records.
+
+        A trial whose end cannot be learned (Slurm stopped answering) stays marked
+        in ``running.json``; the next launcher records it.
+        """
+        out: list[tuple[TrialRequest, TrialRecord]] = []
+        try:
+            while self._jobs or self._done:
+                if self._done:
+                    record = self._done.popleft()
+                    req = self._started.pop(record.trial, None)
+                    if req is not None:
+                        out.append((req, record))
+                    continue
+                self.poll()
+                if not self._done:
+                    time.sleep(POLL_INTERVAL)
+        except Exception as exc:  # the caller is already handling an error
+            logger.error("could not learn how the trials in flight ended (%s); the next launcher records them", exc)
+        return out
 
     def poll(self) -> list[TrialRecord]:
         """Look at every trial in flight once; the records of those that ended (also kept for `wait_any`)."""
@@ -299,9 +326,11 @@ class SlurmExecutor(RealExecutor):
     def close(self) -> None:
         """Cancel what is still in flight (the launcher is leaving on an error) and a job never taken over."""
         ids = [job.job_id for job in self._jobs.values() if job.job_id and job.ended is None]
-        if self._adopt is not None and self._adopt.get("slurm_job_id"):
-            ids.append(str(self._adopt["slurm_job_id"]))
-            self._adopt = None
+        for old in self._adopt.values():  # taken over but never asked for again
+            if old.get("slurm_job_id"):
+                ids.append(str(old["slurm_job_id"]))
+            self.rd.clear_running(int(old["trial"]))
+        self._adopt.clear()
         if ids:
             logger.warning("cancelling Slurm job(s) %s: the launcher is stopping", ", ".join(ids))
             try:
@@ -316,41 +345,50 @@ class SlurmExecutor(RealExecutor):
         return NodeEnergy(spec.energy)
 
     @staticmethod
-    def recover(info: dict[str, Any]) -> bool:
-        """After a launcher died during a trial: adopt its job if its agent is alive, cancel every other job of the run.
+    def recover(infos: list[dict[str, Any]]) -> set[int]:
+        """After a launcher died with trials in flight: adopt each job whose agent is alive, cancel every other job of the run.
 
-        The trial's job is adopted when it is still pending, when it runs and its
+        A trial's job is adopted when it is still pending, when it runs and its
         agent's heartbeat is fresh (or it started less than ``heartbeat_timeout`` ago),
         or when its agent has already written the outcome.
 
         Returns:
-            True when the trial's job is adopted (see `RealExecutor.recover`).
+            The ``trial`` of each adopted trial (see `RealExecutor.recover`).
 
         Raises:
             SlurmError: Slurm cannot be asked about the jobs (the history is untouched).
         """
-        prefix, name = info.get("job_prefix"), info.get("job_name")
-        if not prefix or not name or not info.get("trial_dir"):
-            return False
-        jobs = _retrying("squeue", lambda: find_jobs(prefix=str(prefix)))
-        tdir = Path(str(info["trial_dir"]))
-        timeout = float(info.get("heartbeat_timeout") or SlurmSettings.heartbeat_timeout)
-        known = str(info.get("slurm_job_id") or "")
-        mine = [j for j in jobs if j.name == name and (not known or j.job_id == known)]
-        job = mine[-1] if mine else None
-        keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
-        drop = [j.job_id for j in jobs if not j.final and not (keep and job is not None and j.job_id == job.job_id)]
-        if drop:
-            logger.warning("cancelling Slurm job(s) %s left by the previous launcher", ", ".join(drop))
-            _retrying("scancel", lambda: cancel(drop))
-        if keep:
+        infos = [i for i in infos if i.get("job_prefix") and i.get("job_name") and i.get("trial_dir")]
+        if not infos:
+            return set()
+        jobs: list[JobInfo] = []
+        for prefix in sorted({str(i["job_prefix"]) for i in infos}):
+            jobs += _find_run_jobs(prefix)
+        kept_ids: set[str] = set()
+        adopted: set[int] = set()
+        for info in infos:
+            tdir = Path(str(info["trial_dir"]))
+            timeout = float(info.get("heartbeat_timeout") or SlurmSettings.heartbeat_timeout)
+            known = str(info.get("slurm_job_id") or "")
+            mine = [j for j in jobs if j.name == info["job_name"] and (not known or j.job_id == known)]
+            job = mine[-1] if mine else None
+            keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
+            if not keep or not isinstance(info.get("trial"), int):
+                continue
+            adopted.add(int(info["trial"]))
+            if job is not None:
+                kept_ids.add(job.job_id)
             logger.info(
                 "the previous launcher's trial (recurrence %s try %s, %s) goes on; this launcher takes it over",
                 info.get("recurrence"),
                 info.get("attempt"),
                 f"job {job.job_id}" if job is not None else "its outcome is written",
             )
-        return keep
+        drop = [j.job_id for j in jobs if not j.final and j.job_id not in kept_ids]
+        if drop:
+            logger.warning("cancelling Slurm job(s) %s left by the previous launcher", ", ".join(drop))
+            _retrying("scancel", lambda: cancel(drop))
+        return adopted
 
     # -- submitting ----------------------------------------------------------------------
     def _submit(self, job: _Job, plan_path: Path) -> str:
@@ -369,10 +407,11 @@ class SlurmExecutor(RealExecutor):
 
     def _claim(self, req: TrialRequest, running: dict[str, Any]) -> dict[str, Any] | None:
         """The dead launcher's trial, if ``req`` asks for exactly it (else its job is cancelled)."""
-        old, self._adopt = self._adopt, None
+        old = self._adopt.pop(req.trial, None)
         if old is None:
             return None
-        keys = ("recurrence", "attempt", "trial", "batch_size", "seed", "cost_threshold", "learning_rate")
+        keys: tuple[str, ...] = ("recurrence", "attempt", "trial", "batch_size", "seed", "cost_threshold")
+        keys += ("learning_rate", "seen", "in_flight", "draw", "probe")
         if all(old.get(k) == running.get(k) for k in keys):
             if not old.get("slurm_job_id"):
                 found = [j for j in _retrying("squeue", lambda: find_jobs(names=[old["job_name"]]))]
@@ -402,12 +441,15 @@ class SlurmExecutor(RealExecutor):
 
     def _sweep(self) -> None:
         """Cancel every live job of this run but the one taken over (the run directory's lock: no other launcher owns one)."""
-        adopt = self._adopt or {}
 
         def adopted(j: JobInfo) -> bool:
-            if adopt.get("slurm_job_id"):
-                return j.job_id == str(adopt["slurm_job_id"])
-            return j.name == adopt.get("job_name")  # the launcher died between sbatch and noting the id
+            for adopt in self._adopt.values():
+                if adopt.get("slurm_job_id"):
+                    if j.job_id == str(adopt["slurm_job_id"]):
+                        return True
+                elif j.name == adopt.get("job_name"):  # the launcher died between sbatch and noting the id
+                    return True
+            return False
 
         jobs = _retrying("squeue", lambda: find_jobs(prefix=self.prefix))
         drop = [j.job_id for j in jobs if not j.final and not adopted(j)]
@@ -691,11 +733,17 @@ def _seconds_since(slurm_time: str | None) -> float | None:
     return (_dt.datetime.now() - then).total_seconds()
 
 
-def _adoption(info: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The trial `SlurmExecutor.recover` chose to adopt (its ``running.json`` was kept), if any."""
-    if not info or info.get("executor") != SlurmExecutor.kind or not info.get("job_name"):
-        return None
-    return dict(info)
+def _find_run_jobs(prefix: str) -> list[JobInfo]:
+    return _retrying("squeue", lambda: find_jobs(prefix=prefix))
+
+
+def _adoptions(infos: list[dict[str, Any]] | None) -> dict[int, dict[str, Any]]:
+    """The trials `SlurmExecutor.recover` chose to adopt (still marked in ``running.json``), by ``trial``."""
+    return {
+        int(i["trial"]): dict(i)
+        for i in infos or []
+        if i.get("executor") == SlurmExecutor.kind and i.get("job_name") and isinstance(i.get("trial"), int)
+    }
 
 
 def _kept(old: dict[str, Any]) -> dict[str, Any]:
