@@ -80,6 +80,7 @@ def test_a_stop_file_link_planted_by_the_script_is_not_followed(write_spec, tmp_
         recurrences: 1
         energy: {{source: estimate, watts: 100}}
         run_dir: runs
+        stop: {{grace: 1, term_grace: 1}}
         """
     )
     r = zeus("run", str(spec), "--no-output")

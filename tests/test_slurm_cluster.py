@@ -1,9 +1,14 @@
-"""zeus_run.slurm against a real Slurm (the dev cluster of scripts/slurm_dev.sh; skipped without it)."""
+"""zeus_run.slurm against a real Slurm (the dev cluster of scripts/slurm_dev.sh; skipped without it).
+
+Also the zeus-run run whose trial outlives its Slurm time limit (the rest of the
+real-Slurm runs are in tests/test_slurm_run.py): its wait overlaps the client's own.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -12,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.slurm_helpers import SlurmCluster, unique, wait_file, wait_final
+from tests.test_faults import launch
+from tests.test_slurm_executor import spec_text
+from tests.test_slurm_run import live
+from zeus_run.history import read_history
 from zeus_run.slurm import (
     BatchJob,
     JobInfo,
@@ -98,9 +107,32 @@ def timeout_job(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFa
     cancel([job_id])
 
 
+@pytest.fixture(scope="module")
+def over_time(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """A launcher whose only trial outlives its one-minute Slurm limit, started when the module starts.
+
+    slurmctld checks time limits every 30 s, so the job ends 60 to 90 s after it
+    starts; the other tests of this module run meanwhile.
+    """
+    root = tmp_path_factory.mktemp("over-time")
+    spec = root / "job.yaml"
+    spec.write_text(
+        spec_text(needs="2:3", epoch_time=60.0, recurrences=1, gpus=0, time="1", infra_retries=0).replace(
+            "run_dir: runs", f"run_dir: {root / 'runs'}"
+        )
+    )
+    proc = launch(spec)
+    yield root / "runs", proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(autouse=True, scope="module")
-def _start_timeout_job_early(timeout_job: tuple[str, Probe]) -> None:
-    """Submit `timeout_job` before the first test of the module."""
+def _start_timeout_job_early(timeout_job: tuple[str, Probe], over_time: tuple[Path, subprocess.Popen]) -> None:
+    """Submit `timeout_job` and start `over_time` before the first test of the module (their waits overlap)."""
 
 
 def test_job_runs_in_its_directory_and_completes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -236,3 +268,17 @@ def test_job_over_its_time_limit_ends_timeout(timeout_job: tuple[str, Probe]) ->
     assert (info.state, info.reason) == ("TIMEOUT", "TimeLimit")
     assert is_infrastructure_failure(info.state)
     assert probe.term.read_text() == "SIGTERM"
+
+
+def test_a_trial_over_its_time_limit_is_recorded_as_a_timeout(over_time: tuple[Path, subprocess.Popen]) -> None:
+    run_dir, proc = over_time
+    _, err = proc.communicate(timeout=240)
+    records = read_history(run_dir)
+    assert len(records) == 1, err
+    (rec,) = records
+    assert rec.stop_reason == "infrastructure" and not rec.observed
+    assert (rec.provenance or {})["slurm_state"] == "TIMEOUT"
+    assert "TIMEOUT" in (rec.message or "") and "executor.time" in (rec.message or "")
+    # infra_retries: 0, so the launcher stops rather than retry, and says why.
+    assert proc.returncode == 1 and "TIMEOUT" in err and "internal error" not in err and "Traceback" not in err
+    assert live(run_dir) == []

@@ -1,7 +1,9 @@
 """zeus-run runs against the real Slurm of scripts/slurm_dev.sh (2 emulated nodes; skipped without it).
 
 The same behaviours without a cluster are in tests/test_slurm_executor.py (a fake
-sbatch/squeue/scancel); these make sure they hold against Slurm itself.
+sbatch/squeue/scancel); these make sure they hold against Slurm itself. The
+run whose trial outlives its Slurm time limit is in tests/test_slurm_cluster.py,
+where its wait overlaps the client's own time-limit test.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,34 +55,6 @@ def overlapping(records: list[TrialRecord]) -> int:
     """Pairs of trials that ran at the same time."""
     spans = [(when(r.started_at), when(r.ended_at)) for r in records]
     return sum(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1 :])
-
-
-@pytest.fixture(scope="module")
-def over_time(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Path, subprocess.Popen]]:
-    """A launcher whose only trial outlives its one-minute Slurm limit, started when the module starts.
-
-    slurmctld checks time limits every 30 s, so the job ends 60 to 90 s after it
-    starts; the other tests of this module run meanwhile.
-    """
-    root = tmp_path_factory.mktemp("over-time")
-    spec = root / "job.yaml"
-    spec.write_text(
-        spec_text(needs="2:3", epoch_time=60.0, recurrences=1, gpus=0, time="1", infra_retries=0).replace(
-            "run_dir: runs", f"run_dir: {root / 'runs'}"
-        )
-    )
-    proc = launch(spec)
-    yield root / "runs", proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _start_over_time_early(over_time: tuple[Path, subprocess.Popen]) -> None:
-    """Start `over_time` before the first test of the module."""
 
 
 def test_demo_with_two_jobs_in_flight_uses_both_nodes_and_overlaps(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -144,18 +117,4 @@ def test_a_hand_scancel_is_recorded_as_cancelled_and_retried(write_spec, slurm_c
     assert (cancelled.provenance or {})["slurm_job_id"] == first["slurm_job_id"]
     assert "CANCELLED" in (cancelled.message or "")
     assert retry.recurrence == 1 and retry.attempt == 2 and retry.reached
-    assert live(run_dir) == []
-
-
-def test_a_trial_over_its_time_limit_is_recorded_as_a_timeout(over_time: tuple[Path, subprocess.Popen]) -> None:
-    run_dir, proc = over_time
-    _, err = proc.communicate(timeout=240)
-    records = read_history(run_dir)
-    assert len(records) == 1, err
-    (rec,) = records
-    assert rec.stop_reason == "infrastructure" and not rec.observed
-    assert (rec.provenance or {})["slurm_state"] == "TIMEOUT"
-    assert "TIMEOUT" in (rec.message or "") and "executor.time" in (rec.message or "")
-    # infra_retries: 0, so the launcher stops rather than retry, and says why.
-    assert proc.returncode == 1 and "TIMEOUT" in err and "internal error" not in err and "Traceback" not in err
     assert live(run_dir) == []

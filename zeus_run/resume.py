@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["choose_run_dir", "interrupted_record", "recover"]
 
 
-def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[dict[str, Any]]], set[int]]) -> list[TrialRecord]:
+def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[dict[str, Any]], bool], set[int]]) -> list[TrialRecord]:
     """Read the history, cutting a torn tail and recording the trials the launcher died in.
 
     Args:
@@ -35,6 +35,9 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[dict[str, Any]]],
             the dead launcher's trials left running (given their ``running.json``
             entries), and returns the trials it adopts: they go on, are not recorded
             here, and stay marked in flight until the executor picks them up.
+            Adopting is allowed only when one trial was in flight and it is the
+            next one the history expects (its second argument): with several, the
+            trials that started later would not match what the engine decides now.
     """
     rd.history.repair_tail()
     history = list(rd.history.read())
@@ -46,8 +49,8 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[dict[str, Any]]],
             trial_dir = rd.trial_dir(int(info["recurrence"]), int(info["attempt"]))
             infos[i] = {**info, "event_log": str(trial_dir / "events.jsonl")}
     rd.clear_running()
-    adopted = cleanup(infos)
     recorded = {r.trial for r in history}
+    adopted = cleanup(infos, len(infos) == 1 and infos[0].get("trial") == len(history))
     for info in sorted(infos, key=lambda i: int(i.get("trial", -1))):
         trial = info.get("trial")
         if not isinstance(trial, int) or trial in recorded or "batch_size" not in info:

@@ -225,13 +225,13 @@ class _Serialized:
         return locked
 
 
-def _recover_trials(infos: list[dict[str, Any]]) -> set[int]:
+def _recover_trials(infos: list[dict[str, Any]], may_adopt: bool) -> set[int]:
     """Clean up after the trials a dead launcher left, each with the executor that ran it (it may differ from this run's)."""
     adopted: set[int] = set()
     for kind, cls in EXECUTORS.items():
         mine = [i for i in infos if (str(i.get("executor")) if i.get("executor") in EXECUTORS else "local") == kind]
         if mine:
-            adopted |= cls.recover(mine)
+            adopted |= cls.recover(mine, may_adopt)
     return adopted
 
 

@@ -801,6 +801,12 @@ class _TrialRun:
         for _ in range(2):
             if _fs.touch(path):  # never through a link the script planted
                 return
+            if os.path.islink(path):  # replace the link itself (the trial's directory is ours)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    break
+                continue
             if os.path.lexists(path) or path.parent.exists():
                 break
             try:  # the script removed its own log directory

@@ -96,8 +96,10 @@ class RealExecutor(ABC):
 
     @staticmethod
     @abstractmethod
-    def recover(infos: list[dict[str, Any]]) -> set[int]:
+    def recover(infos: list[dict[str, Any]], may_adopt: bool = True) -> set[int]:
         """Clean up after a launcher that died with trials in flight (``infos``: its ``running.json`` entries).
+
+        ``may_adopt`` False: stop every one of them (see `zeus_run.resume.recover`).
 
         Nothing the dead launcher started may stay running unowned.
 

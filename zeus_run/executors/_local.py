@@ -119,7 +119,7 @@ class LocalExecutor(RealExecutor):
         return to_record(self.spec, self.rd, req, prepared, out, energy, message, self.provenance)
 
     @staticmethod
-    def recover(infos: list[dict[str, Any]]) -> set[int]:
+    def recover(infos: list[dict[str, Any]], may_adopt: bool = True) -> set[int]:
         """Kill the processes of the trials a dead launcher left behind (found by their trial tokens).
 
         The script runs in its own session, so it outlives a launcher killed with

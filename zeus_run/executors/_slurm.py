@@ -345,7 +345,7 @@ class SlurmExecutor(RealExecutor):
         return NodeEnergy(spec.energy)
 
     @staticmethod
-    def recover(infos: list[dict[str, Any]]) -> set[int]:
+    def recover(infos: list[dict[str, Any]], may_adopt: bool = True) -> set[int]:
         """After a launcher died with trials in flight: adopt each job whose agent is alive, cancel every other job of the run.
 
         A trial's job is adopted when it is still pending, when it runs and its
@@ -373,7 +373,7 @@ class SlurmExecutor(RealExecutor):
             mine = [j for j in jobs if j.name == info["job_name"] and (not known or j.job_id == known)]
             job = mine[-1] if mine else None
             keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
-            if not keep or not isinstance(info.get("trial"), int):
+            if not may_adopt or not keep or not isinstance(info.get("trial"), int):
                 continue
             adopted.add(int(info["trial"]))
             if job is not None:
