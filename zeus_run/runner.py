@@ -30,7 +30,7 @@ from zeus_run.executors import (
     placeholder_values,
     provenance,
 )
-from zeus_run.executors._base import command
+from zeus_run.executors._base import command, marker
 from zeus_run.optimizer import make_optimizer
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
@@ -119,6 +119,8 @@ def run_job(
             )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
         power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
+        if spec.executor.kind != "local" and spec.power_limit.enabled:
+            logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
@@ -191,6 +193,9 @@ def _run_concurrent(
     class _Checked:
         def start(self, req: TrialRequest) -> None:
             check_cancel(req)
+            # Marked before the trial's thread starts, so that trials are marked in the order
+            # they start: a launcher killed now leaves every started trial to be recorded.
+            executor.rd.mark_running(marker(executor.spec, req, executor.energy))
             target.start(req)
 
         def wait_any(self) -> TrialRecord:

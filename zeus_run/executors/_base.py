@@ -242,7 +242,15 @@ def prepare(
         profile_stop_path=tdir / "profile_done" if profiling else None,
     )
     energy_settings = {k: v for k, v in dataclasses.asdict(spec.energy).items()}
-    running = {
+    running = {**marker(spec, req, energy), "token": token}
+    return PreparedTrial(AgentPlan(trial, tdir, energy_settings), running, lr, seed)
+
+
+def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> dict[str, Any]:
+    """What ``running.json`` records of a trial: everything the engine decided (so a launcher
+    killed mid-trial leaves a record replay can audit), and how it is measured."""
+    bs = req.decision.batch_size
+    running: dict[str, Any] = {
         "recurrence": req.recurrence,
         "attempt": req.attempt,
         "trial": req.trial,
@@ -250,18 +258,17 @@ def prepare(
         "stage": req.decision.stage,
         "detail": req.decision.detail,
         "cost_threshold": None if math.isinf(req.cost_threshold) else req.cost_threshold,
-        "learning_rate": lr,
-        "seed": seed,
+        "learning_rate": learning_rate_for(spec, bs),
+        "seed": spec.seed + req.observed,
         "started_at": now(),
         "pid": os.getpid(),
-        "token": token,
         "energy_source": energy.name,
         "estimated": energy.estimated,
         "max_power": energy.max_power,
     }
     if spec.concurrency > 1:  # what the interrupted record is stamped with if the launcher dies
         running.update(seen=req.seen, in_flight=list(req.in_flight), draw=req.draw, probe=req.probe)
-    return PreparedTrial(AgentPlan(trial, tdir, energy_settings), running, lr, seed)
+    return running
 
 
 def to_record(
