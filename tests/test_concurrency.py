@@ -15,6 +15,7 @@ from tests.concurrency_helpers import (
     B0,
     BATCH_SIZES,
     MAX_EPOCHS,
+    PATHS,
     Scripted,
     fifo,
     lifo,
@@ -355,6 +356,29 @@ def test_first_recurrence_failing_raises_after_the_trials_in_flight_end():
     with pytest.raises(ConvergenceError, match="first recurrence"):
         knobs(concurrency=3).engine(10).run([], ex, got.append)
     assert [r.trial for r in got] == [0, 1, 2] and not ex.running  # nothing left running, all recorded
+
+
+def test_after_a_crash_the_first_recurrence_may_retry_another_batch_size_without_ending_the_run():
+    # Session 1: recurrence 2 (b0, while pruning waits) converges; then the launcher dies with
+    # recurrence 1's probe and recurrence 3 in flight, both recorded interrupted on resume.
+    k = knobs(policy="zeus-voi", concurrency=2)
+    first: list[TrialRecord] = []
+    ex = Scripted(make_execute(interrupt=lambda req: req.recurrence != 2), lifo)
+    k.engine(20).run([], ex, first.append)
+    assert [(r.recurrence, r.stop_reason) for r in first] == [
+        (2, "target_reached"),
+        (3, "interrupted"),
+        (1, "interrupted"),
+    ]
+    # Session 2: recurrence 1's retry is decided by the optimizer, which has b0's cost and moves
+    # on (zeus-voi probes 16); here 16 never converges. A failed try, not "b0 does not converge".
+    paths = {**PATHS, 16: (0, 1.1)}
+    resumed: list[TrialRecord] = []
+    k.engine(20).run(first, Scripted(make_execute(paths=paths), fifo), resumed.append)
+    retry = next(r for r in resumed if r.recurrence == 1)
+    assert (retry.batch_size, retry.reached) == (16, False)
+    assert {r.recurrence for r in first + resumed if r.reached} == set(range(1, 21))
+    assert audit(first + resumed, k).divergence is None
 
 
 def test_an_executor_that_returns_an_unknown_trial_is_an_error():

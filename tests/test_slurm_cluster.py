@@ -34,7 +34,7 @@ from zeus_run.slurm import (
     submit,
 )
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one worker: they share the 2 nodes
 
 CPU = SlurmSettings(gpus=0)
 

@@ -242,7 +242,8 @@ def test_a_relaunched_launcher_takes_over_the_running_job_of_a_killed_one(write_
 
 
 def test_a_relaunched_launcher_cancels_a_job_whose_agent_is_gone(write_spec, fake):
-    spec = write_spec(spec_text(needs="1:0,2:4,4:3,8:2", epoch_time=1.0, recurrences=1, heartbeat_timeout=3))
+    # The timeout leaves a loaded machine's heartbeat thread (every 1 s) room to keep up.
+    spec = write_spec(spec_text(needs="1:0,2:4,4:3,8:2", epoch_time=1.0, recurrences=1, heartbeat_timeout=6))
     run_dir = spec.parent / "runs"
     proc = launch(spec)
     info = running_trial(run_dir)
@@ -250,7 +251,7 @@ def test_a_relaunched_launcher_cancels_a_job_whose_agent_is_gone(write_spec, fak
     proc.wait(10)
     agent = json.loads(wait_for(lambda: _read(Path(info["trial_dir"]) / AGENT_NAME), "agent.json"))
     os.kill(agent["pid"], signal.SIGSTOP)  # a hung agent: its heartbeat stops
-    time.sleep(4)
+    time.sleep(7)
     run_job(load_spec(spec))
     records = check_audit(run_dir)
     assert [(r.attempt, r.stop_reason) for r in records] == [(1, "interrupted"), (2, "target_reached")]
