@@ -34,7 +34,7 @@ from zeus_run.slurm import (
     submit,
 )
 
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one worker: they share the 2 nodes
+pytestmark = pytest.mark.slurm
 
 CPU = SlurmSettings(gpus=0)
 

@@ -27,7 +27,7 @@ from zeus_run.runner import run_job
 from zeus_run.slurm import find_jobs, run_job_prefix
 from zeus_run.spec import load_spec
 
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one worker: they share the 2 nodes
+pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 
