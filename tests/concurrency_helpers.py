@@ -6,6 +6,7 @@ kept verbatim as the oracle that ``concurrency: 1`` must still equal.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 from collections.abc import Callable
@@ -199,3 +200,15 @@ def run_to_end(run: Callable[..., object], limit: int = 50) -> tuple[list[TrialR
         if not any(r.stop_reason == "interrupted" for r in got):
             return history, False
     raise AssertionError(f"still interrupted after {limit} resumes")
+
+
+def when(stamp: str | None) -> float:
+    """A record's ``started_at``/``ended_at`` as a POSIX time."""
+    assert stamp is not None
+    return dt.datetime.fromisoformat(stamp).timestamp()
+
+
+def overlapping(records: list[TrialRecord]) -> int:
+    """Pairs of trials that ran at the same time (by their recorded start and end)."""
+    spans = [(when(r.started_at), when(r.ended_at)) for r in records]
+    return sum(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1 :])

@@ -5,13 +5,13 @@ The same behaviours under Slurm are in tests/test_slurm_run.py.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import signal
 import subprocess
 
 import pytest
 
+from tests.concurrency_helpers import overlapping
 from tests.conftest import PYTHON, SCRIPTS
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_faults import launch
@@ -19,7 +19,6 @@ from tests.test_slurm_executor import check_audit, wait_for
 from zeus_run.energy import NvmlEnergy
 from zeus_run.errors import UsageError
 from zeus_run.history import read_history
-from zeus_run.records import TrialRecord
 from zeus_run.runner import run_job
 from zeus_run.spec import load_spec
 
@@ -40,16 +39,6 @@ energy: {{source: estimate, watts: 100, basis: wall-time}}
 run_dir: runs
 {extra}
 """
-
-
-def when(stamp: str | None) -> float:
-    assert stamp is not None
-    return dt.datetime.fromisoformat(stamp).timestamp()
-
-
-def overlapping(records: list[TrialRecord]) -> int:
-    spans = [(when(r.started_at), when(r.ended_at)) for r in records]
-    return sum(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1 :])
 
 
 def test_two_cpu_slots_overlap_and_the_run_audits(write_spec):

@@ -8,7 +8,6 @@ where its wait overlaps the client's own time-limit test.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import signal
 import subprocess
@@ -17,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.concurrency_helpers import overlapping
 from tests.conftest import PYTHON
 from tests.slurm_helpers import SlurmCluster
 from tests.test_faults import launch
 from tests.test_slurm_executor import check_audit, spec_text, wait_for
 from zeus_run.history import read_history
-from zeus_run.records import TrialRecord
 from zeus_run.runner import run_job
 from zeus_run.slurm import find_jobs, run_job_prefix
 from zeus_run.spec import load_spec
@@ -44,17 +43,6 @@ def in_flight(run_dir: Path) -> list[dict]:
     except (OSError, ValueError):
         return []
     return data.get("in_flight", [data])
-
-
-def when(stamp: str | None) -> float:
-    assert stamp is not None
-    return dt.datetime.fromisoformat(stamp).timestamp()
-
-
-def overlapping(records: list[TrialRecord]) -> int:
-    """Pairs of trials that ran at the same time."""
-    spans = [(when(r.started_at), when(r.ended_at)) for r in records]
-    return sum(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1 :])
 
 
 def test_demo_with_two_jobs_in_flight_uses_both_nodes_and_overlaps(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
