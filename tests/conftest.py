@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,4 +38,53 @@ def write_spec(tmp_path: Path):
 PYTHON = sys.executable
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fake_nvml.py
 
-from tests.slurm_helpers import slurm_cluster  # noqa: E402, F401  (the `slurm` tests' fixture)
+from tests.slurm_helpers import slurm_cluster, unique  # noqa: E402, F401  (`slurm_cluster`: the `slurm` tests' fixture)
+
+
+@pytest.fixture(scope="session")
+def timeout_job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """A probe job over a one-minute Slurm limit (tests/test_slurm_cluster.py).
+
+    slurmctld checks time limits every 30 s, so it ends 60 to 90 s after it starts.
+    """
+    from tests.test_slurm_cluster import Probe  # the test module imports this one
+    from zeus_run.slurm import SlurmSettings, cancel, submit
+
+    request.getfixturevalue("slurm_cluster")  # or skip
+
+    probe = Probe(tmp_path_factory.mktemp("timeout"), "job")
+    job_id = submit(probe.job(unique("zt-timeout"), wait_s=600), SlurmSettings(gpus=0, time="1"))
+    yield job_id, probe
+    cancel([job_id])
+
+
+@pytest.fixture(scope="session")
+def over_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+    """A zeus-run launcher whose only trial outlives its one-minute Slurm limit (infra_retries 0)."""
+    from tests.test_faults import launch
+    from tests.test_slurm_executor import spec_text
+
+    request.getfixturevalue("slurm_cluster")  # or skip
+
+    root = tmp_path_factory.mktemp("over-time")
+    spec = root / "job.yaml"
+    text = spec_text(needs="2:3", epoch_time=60.0, recurrences=1, gpus=0, time="1", infra_retries=0)
+    spec.write_text(text.replace("run_dir: runs", f"run_dir: {root / 'runs'}"))
+    proc = launch(spec)
+    yield root / "runs", proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _slurm_time_limit_jobs_early(request: pytest.FixtureRequest) -> None:
+    """Start the two time-limit jobs when the session starts, if any `slurm` test was selected and the dev
+    cluster is up, so that their wait overlaps the whole suite rather than adding to it."""
+    if not any(item.get_closest_marker("slurm") for item in request.session.items):
+        return
+    try:
+        request.getfixturevalue("timeout_job")
+        request.getfixturevalue("over_time")
+    except pytest.skip.Exception:  # no dev cluster: the slurm tests skip, saying why
+        return

@@ -1,7 +1,9 @@
 """zeus_run.slurm against a real Slurm (the dev cluster of scripts/slurm_dev.sh; skipped without it).
 
 Also the zeus-run run whose trial outlives its Slurm time limit (the rest of the
-real-Slurm runs are in tests/test_slurm_run.py): its wait overlaps the client's own.
+real-Slurm runs are in tests/test_slurm_run.py). Both time-limit jobs are started
+when the test session starts (tests/conftest.py), so that their 60-90 s wait
+overlaps the rest of the suite.
 """
 
 from __future__ import annotations
@@ -11,14 +13,11 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.slurm_helpers import SlurmCluster, unique, wait_file, wait_final
-from tests.test_faults import launch
-from tests.test_slurm_executor import spec_text
 from tests.test_slurm_run import live
 from zeus_run.history import read_history
 from zeus_run.slurm import (
@@ -93,46 +92,6 @@ class Probe:
 
     def started(self) -> dict:
         return json.loads(wait_file(self.report))
-
-
-@pytest.fixture(scope="module")
-def timeout_job(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Probe]]:
-    """A job over a one-minute limit, submitted when the module starts so that its wait overlaps the other tests.
-
-    slurmctld checks time limits every 30 s, so it ends 60 to 90 s after it starts.
-    """
-    probe = Probe(tmp_path_factory.mktemp("timeout"), "job")
-    job_id = submit(probe.job(unique("zt-timeout"), wait_s=600), SlurmSettings(gpus=0, time="1"))
-    yield job_id, probe
-    cancel([job_id])
-
-
-@pytest.fixture(scope="module")
-def over_time(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Path, subprocess.Popen]]:
-    """A launcher whose only trial outlives its one-minute Slurm limit, started when the module starts.
-
-    slurmctld checks time limits every 30 s, so the job ends 60 to 90 s after it
-    starts; the other tests of this module run meanwhile.
-    """
-    root = tmp_path_factory.mktemp("over-time")
-    spec = root / "job.yaml"
-    spec.write_text(
-        spec_text(needs="2:3", epoch_time=60.0, recurrences=1, gpus=0, time="1", infra_retries=0).replace(
-            "run_dir: runs", f"run_dir: {root / 'runs'}"
-        )
-    )
-    proc = launch(spec)
-    yield root / "runs", proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _start_timeout_job_early(timeout_job: tuple[str, Probe], over_time: tuple[Path, subprocess.Popen]) -> None:
-    """Submit `timeout_job` and start `over_time` before the first test of the module (their waits overlap)."""
 
 
 def test_job_runs_in_its_directory_and_completes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
