@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,19 +44,37 @@ from tests.slurm_helpers import slurm_cluster, unique  # noqa: E402, F401  (`slu
 
 
 @pytest.fixture(scope="session")
-def timeout_job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+def timeout_job(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Any, dict[str, Any]]]:
     """A probe job over a one-minute Slurm limit (tests/test_slurm_cluster.py).
 
     slurmctld checks time limits every 30 s, so it ends 60 to 90 s after it starts.
     """
     from tests.test_slurm_cluster import Probe  # the test module imports this one
-    from zeus_run.slurm import SlurmSettings, cancel, submit
+    from zeus_run.slurm import SlurmError, SlurmSettings, cancel, query, submit
 
     request.getfixturevalue("slurm_cluster")  # or skip
 
     probe = Probe(tmp_path_factory.mktemp("timeout"), "job")
     job_id = submit(probe.job(unique("zt-timeout"), wait_s=600), SlurmSettings(gpus=0, time="1"))
-    yield job_id, probe
+    final: dict[str, Any] = {}
+
+    def watch() -> None:
+        """Note the job's final state while squeue still shows it (the dev cluster forgets ended jobs after 30 s)."""
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                info = query([job_id]).get(job_id)
+            except SlurmError:
+                info = None
+            if info is not None and info.final:
+                final["info"] = info
+                return
+            time.sleep(2)
+
+    threading.Thread(target=watch, name="timeout-job watcher", daemon=True).start()
+    yield job_id, probe, final
     cancel([job_id])
 
 

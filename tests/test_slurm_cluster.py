@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_helpers import SlurmCluster, unique, wait_file, wait_final
+from tests.slurm_helpers import SlurmCluster, unique, wait_file, wait_final, wait_for
 from tests.test_slurm_run import live
 from zeus_run.history import read_history
 from zeus_run.slurm import (
@@ -219,11 +219,12 @@ def test_a_refused_submission_names_the_setting(
     assert err.value.exit_code == 2
 
 
-def test_job_over_its_time_limit_ends_timeout(timeout_job: tuple[str, Probe]) -> None:
+def test_job_over_its_time_limit_ends_timeout(timeout_job: tuple[str, Probe, dict]) -> None:
     """Slurm sends SIGTERM at the limit (KillWait before SIGKILL) and the job reads TIMEOUT."""
-    job_id, probe = timeout_job
+    job_id, probe, final = timeout_job  # started with the session (tests/conftest.py)
     probe.started()
-    info: JobInfo = wait_final(job_id, timeout=300)
+    info = wait_for(lambda: final.get("info"), timeout=300, what=f"job {job_id} to end")
+    assert isinstance(info, JobInfo)
     assert (info.state, info.reason) == ("TIMEOUT", "TimeLimit")
     assert is_infrastructure_failure(info.state)
     assert probe.term.read_text() == "SIGTERM"

@@ -106,7 +106,8 @@ def test_process_tree_cpu_time_counts_children_and_the_dead():
         time.sleep(0.02)
     readings.append(tree.cpu_seconds())
     assert readings == sorted(readings)  # never decreases
-    assert 0.6 <= readings[-1] <= 1.5  # 0.4 s in the child + 0.3 s in the script + start-up
+    # 0.4 s in the child + 0.3 s in the script + two interpreter start-ups (slower on a loaded machine)
+    assert 0.6 <= readings[-1] <= 2.5
 
 
 def _plan(tmp_path: Path, source: str) -> TrialPlan:
