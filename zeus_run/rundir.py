@@ -175,13 +175,6 @@ class RunDir:
         except OSError as exc:
             logger.warning("cannot remove %s: %s", self.path / RUNNING_NAME, exc.strerror)
 
-    def running(self) -> dict[str, Any] | None:
-        """The first trial in flight when the launcher stopped (see `running_trials`): None if none."""
-        trials = self.running_trials()
-        if trials is None:
-            return None
-        return trials[0] if trials else {}
-
     def running_trials(self) -> list[dict[str, Any]] | None:
         """The trials a launcher had in flight (``running.json``): None if there is none, ``[]`` if it is unreadable.
 

@@ -22,7 +22,7 @@ from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import TrialRequest
 from zeus_run.power import PowerSession
 from zeus_run.proctree import new_token
-from zeus_run.records import TrialRecord
+from zeus_run.records import UNOBSERVED, TrialRecord
 from zeus_run.rundir import RunDir
 from zeus_run.spec import JobSpec, substitute
 from zeus_run.trial import NullListener, TrialListener, TrialOutcome, TrialPlan
@@ -297,7 +297,7 @@ def to_record(
         cost=out.cost,
         reached=out.reached,
         stop_reason=out.stop_reason,
-        observed=out.stop_reason != "interrupted",
+        observed=out.stop_reason not in UNOBSERVED,
         energy_source=energy.name,
         estimated=energy.estimated,
         kind="real",

@@ -67,7 +67,7 @@ from zeus_run.agent import (
 from zeus_run.energy import EnergySource
 from zeus_run.engine import TrialRequest
 from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
-from zeus_run.records import UNOBSERVED, TrialRecord
+from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable
 from zeus_run.slurm import (
     PENDING_STATES,
@@ -640,7 +640,6 @@ class SlurmExecutor(RealExecutor):
         measured = agent.get("energy") or {}
         return dataclasses.replace(
             record,
-            observed=outcome.stop_reason not in UNOBSERVED,
             energy_source=str(measured.get("name") or record.energy_source),
             estimated=bool(measured.get("estimated", record.estimated)),
             energy_method=measured.get("method") or record.energy_method,
