@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable
 
 from zeus_run.cost import SKIP_PENALTY, cost_threshold
-from zeus_run.engine import EARLY_STOPS, TrialRequest, best_known, observations, position
+from zeus_run.engine import TrialRequest, best_known, observations, position
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
@@ -171,7 +171,7 @@ def serial_reference(engine, history, execute, on_record=lambda r: None) -> list
             n_obs += 1
             tries += 1
             acc += record.spent_cost
-            early += record.stop_reason in EARLY_STOPS
+            early += record.stop_reason.early_stop
             if record.reached:
                 total, n = converged.get(record.batch_size, (0.0, 0))
                 converged[record.batch_size] = (total + record.cost, n + 1)

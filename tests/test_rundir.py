@@ -26,7 +26,8 @@ from tests.test_run_cli import history, zeus
 from zeus_run import _fs
 from zeus_run.errors import HistoryError, RunDirError
 from zeus_run.history import HistoryStore, read_history
-from zeus_run.rundir import RunDir, atomic_write, choose_run_dir
+from zeus_run.resume import choose_run_dir
+from zeus_run.rundir import RunDir, atomic_write
 from zeus_run.spec import load_spec
 
 

@@ -19,9 +19,10 @@ from tests.test_history import rec
 from tests.test_run_cli import zeus
 from zeus_run import _fs
 from zeus_run._terminal import printable
+from zeus_run.contract import TrialFiles
 from zeus_run.errors import HistoryError, RunDirError
 from zeus_run.history import HistoryStore
-from zeus_run.rundir import TRIAL_FILES, WRITTEN_FILES, RunDir, atomic_write, check_writable
+from zeus_run.rundir import WRITTEN_FILES, RunDir, atomic_write, check_writable
 
 HOSTILE = str(SCRIPTS / "hostile_train.py")
 
@@ -44,7 +45,7 @@ def no_internal_error(r) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [*WRITTEN_FILES, *(f"trials/r0001-t01/{n}" for n in TRIAL_FILES), "trials/r0001-t01", "trials"]
+    "name", [*WRITTEN_FILES, *(f"trials/r0001-t01/{n}" for n in TrialFiles.WRITTEN), "trials/r0001-t01", "trials"]
 )
 def test_run_refuses_a_run_directory_with_a_link_where_it_writes(write_spec, victim, name):
     spec = write_spec(spec_text())

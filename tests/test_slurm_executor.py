@@ -20,6 +20,7 @@ from tests import fake_slurm
 from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import launch
 from zeus_run.agent import AGENT_NAME, HEARTBEAT_NAME, OUTCOME_NAME
+from zeus_run.contract import RunningMarker
 from zeus_run.errors import Interrupted
 from zeus_run.executors import EXECUTORS, SlurmExecutor
 from zeus_run.executors._slurm import _infra_streak
@@ -320,15 +321,18 @@ def test_recover_adopts_a_live_agent_and_cancels_every_other_job_of_the_run(
                 {"epochs": 1, "time": 1.0, "energy": 1.0, "max_power": 1.0, "cost": 1.0, "reached": True}
             ).replace("}", ', "stop_reason": "target_reached", "exit_code": 0}')
         )
-    info = {
-        "executor": "slurm",
-        "job_prefix": prefix,
-        "job_name": prefix + "r0002-t01",
-        "slurm_job_id": "7",
-        "trial_dir": str(tdir),
-        "heartbeat_timeout": 30,
-        "trial": 1,
-    }
+    info = RunningMarker(
+        recurrence=2,
+        attempt=1,
+        trial=1,
+        batch_size=8,
+        executor="slurm",
+        job_prefix=prefix,
+        job_name=prefix + "r0002-t01",
+        slurm_job_id="7",
+        trial_dir=str(tdir),
+        heartbeat_timeout=30,
+    )
     assert SlurmExecutor.recover([info]) == ({1} if adopted else set())
     states = {i: j["state"] for i, j in jobs(fake).items()}
     assert states["8"] == "CANCELLED" and states["9"] == "RUNNING"

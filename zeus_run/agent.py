@@ -48,17 +48,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError, ZeusRunError
-from zeus_run.trial import NullListener, TrialListener, TrialOutcome, TrialPlan, TrialProfiler, run_trial
+from zeus_run.trial import NullListener, TrialListener, TrialProfiler, run_trial
 
 logger = logging.getLogger(__name__)
 
-PLAN_NAME = "plan.json"
-HEARTBEAT_NAME = "heartbeat"
-AGENT_NAME = "agent.json"
-EPOCHS_NAME = "epochs.jsonl"
-OUTCOME_NAME = "outcome.json"
+PLAN_NAME = TrialFiles.PLAN
+HEARTBEAT_NAME = TrialFiles.HEARTBEAT
+AGENT_NAME = TrialFiles.AGENT
+EPOCHS_NAME = TrialFiles.EPOCHS
+OUTCOME_NAME = TrialFiles.OUTCOME
 
 #: Seconds between two heartbeats (at most).
 HEARTBEAT_INTERVAL = 1.0
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zeus-run agent: {exc}", file=sys.stderr)
         write_outcome(
             plan.dir,
-            TrialOutcome(0, 0.0, 0.0, 0.0, 0.0, False, "crashed", None, message=str(exc)),
+            TrialOutcome(0, 0.0, 0.0, 0.0, 0.0, False, StopReason.CRASHED, None, message=str(exc), cause=str(exc)),
         )
         return 3
     except ZeusRunError as exc:

@@ -40,15 +40,13 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from zeus_run.concurrent import InOrder
+from zeus_run.contract import StopReason
 from zeus_run.cost import cost_threshold
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision
 from zeus_run.records import TrialRecord
 
 logger = logging.getLogger(__name__)
-
-#: Stop reasons that count as an early stop (the cost threshold cut the trial, or it could not start under it).
-EARLY_STOPS = ("cost_threshold", "skipped")
 
 
 @dataclass(frozen=True)
@@ -119,7 +117,7 @@ class Position:
         tries: Observed (counted) tries already spent on that recurrence.
         min_cost: Cheapest total cost of a converged recurrence (unit: J; inf if none).
         completed: Recurrences that reached the target.
-        early_stops: Early stops (`EARLY_STOPS`) already taken by that recurrence.
+        early_stops: Early stops (`zeus_run.contract.StopReason.early_stop`) already taken by that recurrence.
         converged: Per batch size, (sum of costs, count) of its converged trials.
     """
 
@@ -145,7 +143,7 @@ def position(records: Sequence[TrialRecord]) -> Position:
         if r.observed:
             tries += 1
             acc += r.spent_cost
-            early += r.stop_reason in EARLY_STOPS
+            early += r.stop_reason.early_stop
             if r.reached:
                 total, n = converged.get(r.batch_size, (0.0, 0))
                 converged[r.batch_size] = (total + r.cost, n + 1)
@@ -209,12 +207,25 @@ class Ledger:
         self._newest = 0  # the highest recurrence started
 
     @classmethod
-    def from_history(cls, engine: Engine, history: Sequence[TrialRecord]) -> Ledger:
-        """The ledger after folding ``history`` (nothing in flight: a new or resumed run)."""
+    def from_history(
+        cls, engine: Engine, history: Sequence[TrialRecord], adopted: Sequence[TrialRequest] = ()
+    ) -> Ledger:
+        """The ledger after folding ``history``, with ``adopted`` in flight (a new or resumed run).
+
+        Args:
+            engine: The engine whose rule it applies.
+            history: The records, in the order they were folded.
+            adopted: Trials a dead launcher started that go on (`zeus_run.resume.recover`), each
+                with the request it was started with; none of them is in ``history``.
+        """
         ledger = cls(engine)
         for record in history:
             ledger.fold(record)
-        ledger.started = len(history)
+        ledger.started = max([len(history), *(r.trial + 1 for r in history), *(q.trial + 1 for q in adopted)])
+        for request in sorted(adopted, key=lambda q: q.trial):
+            ledger._recurrence(request.recurrence)
+            ledger._open.add(request.recurrence)
+            ledger.in_flight[request.trial] = request
         return ledger
 
     def fold(self, record: TrialRecord, trial: int | None = None) -> None:
@@ -231,7 +242,7 @@ class Ledger:
             self.observed += 1
             r.tries += 1
             r.cost += record.spent_cost
-            r.early_stops += record.stop_reason in EARLY_STOPS
+            r.early_stops += record.stop_reason.early_stop
             if record.reached:
                 total, n = self.converged.get(record.batch_size, (0.0, 0))
                 self.converged[record.batch_size] = (total + record.cost, n + 1)
@@ -378,6 +389,7 @@ class Engine:
         history: Sequence[TrialRecord],
         execute: Executor | TrialExecutor,
         on_record: Callable[[TrialRecord], None] = lambda r: None,
+        adopted: Sequence[TrialRequest] = (),
     ) -> list[TrialRecord]:
         """Continue the run from ``history``.
 
@@ -387,10 +399,13 @@ class Engine:
                 run one after another, in the order they started), or a `TrialExecutor`.
             on_record: Called with each new record right after its trial ends, before
                 anything new starts (the runner persists it here).
+            adopted: Trials in flight that a dead launcher started and that go on
+                (`zeus_run.resume.recover`): they are started again first (the executor
+                takes each over), in trial order, and fill slots like any other.
 
         Returns:
             The new records, in the order their trials ended. After a record with
-            ``stop_reason == "interrupted"`` nothing new starts and the run returns,
+            ``stop_reason`` interrupted nothing new starts and the run returns,
             without error, once the trials in flight have ended.
 
         Raises:
@@ -400,7 +415,9 @@ class Engine:
                 to stop (see `zeus_run.concurrent`).
         """
         executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
-        ledger = Ledger.from_history(self, history)
+        ledger = Ledger.from_history(self, history, adopted)
+        for request in sorted(adopted, key=lambda q: q.trial):
+            executor.start(request)
         new: list[TrialRecord] = []
         error: ConvergenceError | None = None
         stopping = False
@@ -431,7 +448,7 @@ class Engine:
             ledger.fold(record)
             if error is None:
                 error = ledger.failure(record)
-            stopping = stopping or record.stop_reason == "interrupted" or error is not None
+            stopping = stopping or record.stop_reason is StopReason.INTERRUPTED or error is not None
         if error is not None:
             raise error
         return new

@@ -23,10 +23,12 @@ import signal
 import time
 from dataclasses import dataclass
 
+from zeus_run.contract import Env
+
 logger = logging.getLogger(__name__)
 
 #: Environment variable that marks every process of a trial.
-MARKER = "ZEUS_TRIAL_TOKEN"
+MARKER = Env.TRIAL_TOKEN
 
 _PROC = "/proc"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -12,25 +12,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from zeus_run.contract import STOP_REASONS as _STOP_REASONS
+from zeus_run.contract import StopReason
 from zeus_run.optimizer import Observation
 
 SCHEMA_VERSION = 1
 
-#: Why a trial ended. ``observed`` says whether the optimizer learns from it.
-STOP_REASONS = {
-    "target_reached": "reached the target metric",
-    "max_epochs": "ran max_epochs without reaching the target",
-    "cost_threshold": "stopped early: cost would exceed beta x best cost",
-    "exited": "script exited without reaching the target",
-    "crashed": "script failed (non-zero exit)",
-    "timeout": "exceeded the per-trial timeout",
-    "interrupted": "launcher was interrupted; not fed to the optimizer",
-    "skipped": "could not run one epoch under the cost threshold",
-    "infrastructure": "the cluster ended it (Slurm TIMEOUT, NODE_FAIL, PREEMPTED, a scancel); not fed to the optimizer, retried",
-}
-
-#: Stop reasons of trials the optimizer never learns from (their ``observed`` is False).
-UNOBSERVED = ("interrupted", "infrastructure")
+#: Why a trial ended, ``value -> description`` (`zeus_run.contract.StopReason`).
+STOP_REASONS = _STOP_REASONS
 
 KINDS = ("real", "simulated", "replayed")
 
@@ -62,7 +51,7 @@ class TrialRecord:
         max_power: Max power used in the cost (unit: W).
         cost: ``eta * energy + (1 - eta) * max_power * time`` (unit: J).
         reached: Whether the target metric was reached.
-        stop_reason: Key of `STOP_REASONS`.
+        stop_reason: A `zeus_run.contract.StopReason` (a plain string is converted).
         observed: Whether the optimizer learns from this trial.
         energy_source: ``nvml``, ``estimate`` (watts x time), ``trace`` or ``replay``.
         estimated: True when energy is an estimate, not a measurement.
@@ -85,6 +74,7 @@ class TrialRecord:
         ended_at: ISO-8601 end time (real trials).
         log: Trial log path relative to the run directory.
         message: Short explanation (e.g. the tail of a crashed script's log).
+        cause: One line naming why a failed trial failed (`zeus_run.contract.crash_cause`).
         detail: The optimizer's reason for the choice.
         seen: Concurrent runs: how many records of ``history.jsonl`` (a prefix: records are
             appended as trials end) the engine had folded when it decided this trial. None
@@ -109,7 +99,7 @@ class TrialRecord:
     max_power: float
     cost: float
     reached: bool
-    stop_reason: str
+    stop_reason: StopReason
     observed: bool = True
     energy_source: str = "estimate"
     estimated: bool = False
@@ -129,12 +119,17 @@ class TrialRecord:
     ended_at: str | None = None
     log: str | None = None
     message: str | None = None
+    cause: str | None = None
     detail: str = ""
     schema: int = field(default=SCHEMA_VERSION)
     seen: int | None = None
     in_flight: tuple[int, ...] | None = None
     draw: int | None = None
     probe: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
+            object.__setattr__(self, "stop_reason", StopReason.parse(self.stop_reason))
 
     @property
     def observation(self) -> Observation | None:
@@ -146,12 +141,13 @@ class TrialRecord:
     @property
     def spent_cost(self) -> float:
         """Cost actually incurred (a ``skipped`` trial never ran: 0, whatever the optimizer was told)."""
-        return 0.0 if self.stop_reason == "skipped" else self.cost
+        return 0.0 if self.stop_reason is StopReason.SKIPPED else self.cost
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: strict JSON, so non-finite numbers become None (a diverged epoch's NaN metric too)."""
         out = dataclasses.asdict(self)
         out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]
+        out["stop_reason"] = str(self.stop_reason)
         for key in _FLOATS:
             v = out[key]
             if isinstance(v, float) and not math.isfinite(v):
@@ -183,8 +179,6 @@ class TrialRecord:
         for key, value in kwargs.items():
             kwargs[key] = _check_field(key, value)
         rec = cls(**kwargs)
-        if rec.stop_reason not in STOP_REASONS:
-            raise ValueError(f"unknown stop_reason {rec.stop_reason!r}")
         if rec.kind not in KINDS:
             raise ValueError(f"unknown kind {rec.kind!r}")
         return rec
@@ -195,8 +189,8 @@ _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
 _INT_MIN.update(seen=0, draw=0)
-#: Number fields written as None when not finite (read back as infinity).
-_FLOATS = ("cost_threshold", "cost", "energy", "time")
+#: Number fields written as None when not finite (a required one reads back as infinity).
+_FLOATS = tuple(f.name for f in dataclasses.fields(TrialRecord) if str(f.type).split(" ")[0] == "float")
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -220,7 +214,9 @@ def _field_kinds() -> dict[str, tuple[str, bool]]:
         ann = str(f.type).replace(" ", "")
         optional = ann.endswith("|None")
         base = ann.removesuffix("|None")
-        kind = {"tuple[float,...]": "floats", "tuple[int,...]": "ints"}.get(base, base.split("[")[0])
+        kind = {"tuple[float,...]": "floats", "tuple[int,...]": "ints", "StopReason": "str"}.get(
+            base, base.split("[")[0]
+        )
         if kind not in ("int", "float", "bool", "str", "floats", "ints", "dict"):
             raise TypeError(f"TrialRecord.{f.name}: no JSON check for type {f.type}")
         kinds[f.name] = (kind, optional)

@@ -21,91 +21,18 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from zeus_run.concurrent import Clocked
+from zeus_run.contract import StopReason
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
-from zeus_run.engine import Engine, Executor, Ledger, TrialRequest
-from zeus_run.errors import ConvergenceError, HistoryError
-from zeus_run.optimizer import make_optimizer
+from zeus_run.engine import Executor, Ledger, TrialRequest
+from zeus_run.errors import ConvergenceError
+from zeus_run.knobs import Knobs
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """The settings that decide a run (from the run directory's resolved spec).
-
-    Attributes:
-        batch_sizes: Feasible batch sizes.
-        default_batch_size: b0.
-        eta: Cost knob.
-        beta: Early-stop knob (None: off).
-        seed: Optimizer seed.
-        optimizer: Batch-size optimizer settings.
-        target_metric: Converged when the metric reaches this.
-        higher_is_better: Direction of the metric.
-        max_epochs: Epoch limit.
-        max_tries: Counted tries per recurrence.
-        max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
-        concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
-    """
-
-    batch_sizes: tuple[int, ...]
-    default_batch_size: int
-    eta: float
-    beta: float | None
-    seed: int
-    optimizer: OptimizerSettings
-    target_metric: float
-    higher_is_better: bool = True
-    max_epochs: int = 100
-    max_tries: int = 20
-    max_early_stops: int | None = None
-    concurrency: int = 1
-
-    @classmethod
-    def from_run_dir(cls, run_dir: str | Path) -> Knobs:
-        """Read ``spec.yaml`` of a run directory.
-
-        Raises:
-            HistoryError: It is missing or lacks a setting.
-        """
-        path = Path(run_dir) / "spec.yaml"
-        try:
-            d: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            knobs = cls(
-                batch_sizes=tuple(d["batch_sizes"]),
-                default_batch_size=int(d["default_batch_size"]),
-                eta=float(d["eta"]),
-                beta=None if d.get("beta") is None else float(d["beta"]),
-                seed=int(d["seed"]),
-                optimizer=OptimizerSettings.for_policy(**d["optimizer"]),
-                target_metric=float(d["target_metric"]),
-                higher_is_better=bool(d.get("higher_is_better", True)),
-                max_epochs=int(d.get("max_epochs", 100)),
-                max_tries=int(d.get("max_tries", 20)),
-                max_early_stops=None if d.get("max_early_stops") is None else int(d["max_early_stops"]),
-                concurrency=int(d.get("concurrency") or 1),
-            )
-            knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
-            if not 0.0 <= knobs.eta <= 1.0:
-                raise ValueError(f"eta {knobs.eta} is not in [0, 1]")
-            return knobs
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise HistoryError(
-                f"Cannot read the run's settings from {str(path)!r} ({type(exc).__name__}: {exc}). "
-                "Replay needs the spec.yaml that zeus-run writes into every run directory."
-            ) from None
-
-    def engine(self, recurrences: int) -> Engine:
-        opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed)
-        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency)
 
 
 # -- audit ------------------------------------------------------------------------------
@@ -218,10 +145,6 @@ def _thr(v: float | None) -> float:
 
 # -- what-if ----------------------------------------------------------------------------
 
-#: Recorded ends that the script reached by itself: they happen again at the same point
-#: whatever the knobs, unless the replay stops the trial earlier.
-NATURAL_ENDS = ("crashed", "exited", "timeout")
-
 
 @dataclass(frozen=True)
 class RecordedPath:
@@ -270,7 +193,7 @@ def empirical_paths(records: Sequence[TrialRecord], knobs: Knobs) -> dict[int, l
     """Per batch size, in recorded order, the observed trials that ran (a crash before epoch 1 included)."""
     paths: dict[int, list[RecordedPath]] = defaultdict(list)
     for r in records:
-        if not r.observed or (r.epochs <= 0 and r.stop_reason not in NATURAL_ENDS):
+        if not r.observed or (r.epochs <= 0 and not r.stop_reason.natural_end):
             continue
         hit = None
         for i, m in enumerate(r.metrics, start=1):
@@ -349,8 +272,12 @@ class EmpiricalExecutor:
         cost = zeus_cost(r.energy, r.time, k.eta, r.max_power)
         per = cost / n if n else cost
         h = path.reached_at
-        stop_at, reason = (h, "target_reached") if h is not None and h <= k.max_epochs else (k.max_epochs, "max_epochs")
-        if r.stop_reason in NATURAL_ENDS and n < stop_at:
+        stop_at, reason = (
+            (h, StopReason.TARGET_REACHED)
+            if h is not None and h <= k.max_epochs
+            else (k.max_epochs, StopReason.MAX_EPOCHS)
+        )
+        if r.stop_reason.natural_end and n < stop_at:
             # The script ends by itself at epoch n (and a bit): again, unless the threshold cuts it first.
             if cost <= T:
                 return self._record(req, r, n, r.time, r.energy, cost, False, r.stop_reason)
@@ -366,17 +293,19 @@ class EmpiricalExecutor:
                 f"{k.target_metric:g}), and what happens after epoch {n} was never observed"
             )
         if stop_at == n and r.stop_reason == reason:
-            return self._record(req, r, n, r.time, r.energy, cost, reason == "target_reached", reason)
+            return self._record(req, r, n, r.time, r.energy, cost, reason is StopReason.TARGET_REACHED, reason)
         t, e = stop_at * r.time / n, stop_at * r.energy / n
         return self._record(
-            req, r, stop_at, t, e, zeus_cost(e, t, k.eta, r.max_power), reason == "target_reached", reason
+            req, r, stop_at, t, e, zeus_cost(e, t, k.eta, r.max_power), reason is StopReason.TARGET_REACHED, reason
         )
 
     def _cut(self, req: TrialRequest, r: TrialRecord, epochs: int) -> TrialRecord:
         if epochs <= 0:
-            return self._record(req, r, 0, 0.0, 0.0, SKIP_PENALTY * req.cost_threshold, False, "skipped")
+            return self._record(req, r, 0, 0.0, 0.0, SKIP_PENALTY * req.cost_threshold, False, StopReason.SKIPPED)
         t, e = epochs * r.time / r.epochs, epochs * r.energy / r.epochs
-        return self._record(req, r, epochs, t, e, zeus_cost(e, t, self.knobs.eta, r.max_power), False, "cost_threshold")
+        return self._record(
+            req, r, epochs, t, e, zeus_cost(e, t, self.knobs.eta, r.max_power), False, StopReason.COST_THRESHOLD
+        )
 
     def _record(
         self,
@@ -387,7 +316,7 @@ class EmpiricalExecutor:
         energy: float,
         cost: float,
         reached: bool,
-        reason: str,
+        reason: StopReason,
     ) -> TrialRecord:
         return TrialRecord(
             job="replay",

@@ -22,9 +22,7 @@ import errno
 import fcntl
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import stat
 import threading
@@ -32,17 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run import _fs
-from zeus_run.cost import zeus_cost
-from zeus_run.errors import HistoryError, RunDirError
+from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_from_json, markers_to_json
+from zeus_run.errors import RunDirError
 from zeus_run.history import HISTORY_NAME, HistoryStore
-from zeus_run.records import TrialRecord
-from zeus_run.spec import DECISION_FIELDS, JobSpec
+from zeus_run.spec import JobSpec
 from zeus_run.spec._yaml import YamlLimitError, load_yaml
 
 logger = logging.getLogger(__name__)
 
 SPEC_NAME = "spec.yaml"
-RUNNING_NAME = "running.json"
 LOCK_NAME = ".lock"
 PROBE_NAME = ".write-probe"
 TRIALS_NAME = "trials"
@@ -61,8 +57,6 @@ WRITTEN_FILES = (
     "power_profiles.json",
     "power_profiles.json.tmp",
 )
-#: Files zeus-run writes in each trial directory (``events.jsonl`` is the script's own).
-TRIAL_FILES = ("output.log", "stop", "profile_done")
 _MAX_RUNNING_BYTES = 4 * 1024 * 1024
 
 
@@ -75,7 +69,7 @@ class RunDir:
         self._info_fd = info_fd
         self.history = HistoryStore(path / HISTORY_NAME)
         #: The trials in flight (``trial -> info``), mirrored in ``running.json``.
-        self._in_flight: dict[int, dict[str, Any]] = {}
+        self._in_flight: dict[int, RunningMarker] = {}
         self._marker_lock = threading.Lock()
 
     @classmethod
@@ -143,14 +137,14 @@ class RunDir:
         atomic_write(self.spec_path, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
 
     # -- the in-flight marker ----------------------------------------------------
-    def mark_running(self, info: dict[str, Any]) -> None:
+    def mark_running(self, marker: RunningMarker) -> None:
         """Record (or update) a trial in flight in ``running.json``, atomically.
 
-        One trial in flight: the file is its info. Several (``concurrency``): the file
-        is ``{"in_flight": [info, ...]}`` in start order. Safe from several threads.
+        One trial in flight: the file is its marker. Several (``concurrency``): the file
+        is ``{"in_flight": [marker, ...]}`` in start order. Safe from several threads.
         """
         with self._marker_lock:
-            self._in_flight[int(info["trial"])] = info
+            self._in_flight[marker.trial] = marker
             self._write_markers()
 
     def clear_running(self, trial: int | None = None) -> None:
@@ -164,8 +158,7 @@ class RunDir:
 
     def _write_markers(self) -> None:
         if self._in_flight:
-            infos = [self._in_flight[k] for k in sorted(self._in_flight)]
-            data: Any = infos[0] if len(infos) == 1 else {"in_flight": infos}
+            data = markers_to_json(list(self._in_flight.values()))
             atomic_write(self.path / RUNNING_NAME, json.dumps(data, indent=1) + "\n")
             return
         try:
@@ -175,11 +168,11 @@ class RunDir:
         except OSError as exc:
             logger.warning("cannot remove %s: %s", self.path / RUNNING_NAME, exc.strerror)
 
-    def running_trials(self) -> list[dict[str, Any]] | None:
+    def running_trials(self) -> list[RunningMarker] | None:
         """The trials a launcher had in flight (``running.json``): None if there is none, ``[]`` if it is unreadable.
 
-        Only fields of the expected type are kept, since the launcher records a
-        trial from them.
+        Only fields of the expected type are kept (`zeus_run.contract.RunningMarker.from_json`),
+        since the launcher records a trial from them.
         """
         p = self.path / RUNNING_NAME
         if not os.path.lexists(p):
@@ -190,11 +183,10 @@ class RunDir:
         except (OSError, ValueError, RecursionError) as exc:
             logger.warning("ignoring an unreadable %s (%s)", p, exc)
             return []
-        if isinstance(data, dict) and isinstance(data.get("in_flight"), list):
-            infos = [_running_fields(d, p) for d in data["in_flight"]]
-        else:
-            infos = [_running_fields(data, p)]
-        return [i for i in infos if i]
+        markers, damaged = markers_from_json(data)
+        if damaged:
+            logger.warning("ignoring %d damaged trial(s) in %s", damaged, p)
+        return markers
 
     def trial_dir(self, recurrence: int, attempt: int) -> Path:
         """The directory of one trial, created if needed (never through a link).
@@ -202,161 +194,17 @@ class RunDir:
         Raises:
             RunDirError: It is a link or cannot be created.
         """
-        d = self.path / TRIALS_NAME / f"r{recurrence:04d}-t{attempt:02d}"
+        d = self.path / TRIALS_NAME / TrialFiles.dir_name(recurrence, attempt)
         for part in (d.parent, d):
             try:
                 _fs.make_dir(part)
             except OSError as exc:
                 raise _unusable(part, exc) from None
-        for name in TRIAL_FILES:
+        for name in TrialFiles.WRITTEN:
             why = _fs.unsafe_entry(d / name)
             if why is not None:
                 raise RunDirError(f"{why}. {_LINK_ADVICE}")
         return d
-
-
-# -- choosing, checking and resuming a run directory ---------------------------------------
-
-
-def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) -> tuple[Path, bool]:
-    """Pick the run directory: the spec's (or ``run_dir``), or a sibling ``NAME-2``, ``NAME-3``, ...
-
-    The same command on the same spec always picks the same directory: with
-    ``force``, a sibling an earlier ``--force`` started for this spec is
-    resumed rather than a new one started on every call.
-
-    Returns:
-        The directory and whether it already holds a compatible history to resume.
-
-    Raises:
-        RunDirError: The existing history was recorded under different
-            decision settings and neither ``new`` nor ``force`` was given.
-        HistoryError: The existing history is damaged.
-    """
-    base = Path(run_dir) if run_dir is not None else spec.run_dir
-    if new:
-        return fresh_sibling(base), False
-    try:
-        diffs, has_history = compatibility(base, spec)
-    except RunDirError:
-        if not force:
-            raise
-        diffs, has_history = ["damaged"], True
-    if not diffs:
-        return base, has_history
-    if force:
-        for sibling in _siblings(base):
-            try:
-                sib_diffs, sib_history = compatibility(sibling, spec)
-            except (RunDirError, HistoryError):
-                continue
-            if not sib_diffs:
-                logger.info("resuming %s, the run directory an earlier --force started for this spec", sibling)
-                return sibling, sib_history
-        return fresh_sibling(base), False
-    lines = "\n".join(f"  - {d}" for d in diffs)
-    raise RunDirError(
-        f"The run in {str(base)!r} was recorded with different settings, so its history cannot be resumed:\n{lines}\n"
-        "Restore those settings to resume, or pass --force to start a new run directory next to it "
-        "(the old history is kept; the same command with --force resumes that new directory next time)."
-    )
-
-
-def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
-    """Why ``spec`` cannot continue the run in ``path`` (empty if it can), and whether it has history.
-
-    With a stored ``spec.yaml`` its decision settings are compared. Without one
-    (deleted) the history itself is checked against ``spec``: batch sizes,
-    costs under ``eta``, targets, and a replay of every decision.
-
-    Raises:
-        RunDirError: ``spec.yaml`` is damaged.
-        HistoryError: The history is damaged.
-    """
-    stored = read_stored_spec(path)
-    records = list(HistoryStore(path / HISTORY_NAME).read(warn=False)) if (path / HISTORY_NAME).is_file() else []
-    if stored is not None:
-        diffs = spec_differences(stored, spec)
-        if not diffs:
-            diffs = [f"{SPEC_NAME} matches, but {p}" for p in history_mismatches(records, spec, full=False)]
-        return diffs, bool(records)
-    if not records:
-        return [], False
-    problems = history_mismatches(records, spec, full=True)
-    if problems:
-        return [f"{SPEC_NAME} is missing, and the history does not follow from this spec: {problems[0]}"], True
-    logger.warning(
-        "%s is missing from %s; its %d record(s) agree with this spec, so the run resumes (the spec is saved again)",
-        SPEC_NAME,
-        path,
-        len(records),
-    )
-    return [], True
-
-
-def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool) -> list[str]:
-    """Ways in which ``records`` could not have been produced under ``spec``.
-
-    Args:
-        records: The history.
-        spec: The job spec to continue with.
-        full: Check everything the history shows (used when ``spec.yaml`` is
-            gone); otherwise only what would stop the optimizer from folding it.
-    """
-    out = []
-    for i, r in enumerate(records):
-        if r.batch_size not in spec.batch_sizes:
-            out.append(f"line {i + 1}: batch size {r.batch_size} is not one of {list(spec.batch_sizes)}")
-        elif full and r.trial != i:
-            out.append(f"line {i + 1}: trial #{r.trial} is out of order")
-    if out or not full:
-        return out
-    observed = 0
-    for i, r in enumerate(records):
-        if r.kind == "real" and r.seed is not None and r.seed != spec.seed + observed:
-            out.append(f"line {i + 1}: the script's seed {r.seed} is not seed={spec.seed} + {observed} trials")
-            break
-        observed += r.observed
-        if r.kind == "real" and r.observed and r.stop_reason != "skipped":
-            expected = zeus_cost(r.energy, r.time, spec.eta, r.max_power)
-            if not math.isclose(r.cost, expected, rel_tol=1e-6, abs_tol=1e-6):
-                out.append(
-                    f"line {i + 1}: its cost {r.cost:g} J is not eta={spec.eta:g} x energy + ... ({expected:g} J)"
-                )
-                break
-        if r.kind == "real" and r.epochs > spec.max_epochs:
-            out.append(f"line {i + 1}: {r.epochs} epochs is more than max_epochs={spec.max_epochs}")
-            break
-        hit = any(_hits(m, spec) for m in r.metrics)
-        if r.kind == "real" and r.metrics and hit != r.reached:
-            out.append(
-                f"line {i + 1}: its metrics {list(r.metrics)} {'do not reach' if r.reached else 'reach'} the target"
-            )
-            break
-    if out:
-        return out
-    from zeus_run.replay import Knobs, audit
-
-    knobs = Knobs(
-        batch_sizes=spec.batch_sizes,
-        default_batch_size=spec.default_batch_size,
-        eta=spec.eta,
-        beta=spec.beta,
-        seed=spec.seed,
-        optimizer=spec.optimizer,
-        target_metric=spec.target_metric,
-        higher_is_better=spec.higher_is_better,
-        max_epochs=spec.max_epochs,
-        max_tries=spec.max_tries,
-    )
-    result = audit(records, knobs)
-    if result.divergence is not None:
-        out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
-    return out
-
-
-def _hits(metric: float, spec: JobSpec) -> bool:
-    return metric >= spec.target_metric if spec.higher_is_better else metric <= spec.target_metric
 
 
 def read_stored_spec(path: Path) -> dict[str, Any] | None:
@@ -386,21 +234,6 @@ def read_stored_spec(path: Path) -> dict[str, Any] | None:
     return data.data
 
 
-def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:
-    """Decision-relevant settings that differ between a stored and a new spec."""
-    new = spec.to_dict()
-    out = []
-    for key in DECISION_FIELDS:
-        old_v, new_v = stored.get(key), new.get(key)
-        if isinstance(old_v, dict) and isinstance(new_v, dict):
-            for sub in sorted(set(old_v) | set(new_v), key=str):
-                if old_v.get(sub) != new_v.get(sub):
-                    out.append(f"{key}.{sub}: {old_v.get(sub)!r} -> {new_v.get(sub)!r}")
-        elif old_v != new_v:
-            out.append(f"{key}: {old_v!r:.200} -> {new_v!r}")
-    return out
-
-
 def fresh_sibling(base: Path) -> Path:
     """``base`` if it is missing or empty, else the first free ``NAME-2``, ``NAME-3``, ..."""
     if not base.exists() or not any(base.iterdir()):
@@ -411,15 +244,6 @@ def fresh_sibling(base: Path) -> Path:
             logger.info("starting a new run directory %s (the old one is kept)", cand)
             return cand
     raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
-
-
-def _siblings(base: Path) -> list[Path]:
-    pattern = re.compile(re.escape(base.name) + r"-([0-9]{1,6})")
-    try:
-        names = [(int(m.group(1)), e.name) for e in base.parent.iterdir() if (m := pattern.fullmatch(e.name))]
-    except OSError:
-        return []
-    return [base.with_name(name) for _, name in sorted(names) if (base.parent / name).is_dir()]
 
 
 # -- checks and writes ------------------------------------------------------------------------
@@ -450,7 +274,9 @@ def refuse_links(path: Path) -> None:
             if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
                 found.append(_fs.unsafe_entry(entry.path, want_dir=True) or entry.path)
                 continue
-            found += [why for name in TRIAL_FILES if (why := _fs.unsafe_entry(Path(entry.path) / name)) is not None]
+            found += [
+                why for name in TrialFiles.WRITTEN if (why := _fs.unsafe_entry(Path(entry.path) / name)) is not None
+            ]
     if found:
         shown = "\n".join(f"  - {f}" for f in found[:10]) + (
             f"\n  ... and {len(found) - 10} more" if len(found) > 10 else ""
@@ -598,60 +424,3 @@ def atomic_write(path: Path, text: str) -> None:
             f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
             "space or fix permissions, then run the same command again to resume."
         ) from None
-
-
-_RUNNING_TYPES: dict[str, tuple[type, ...]] = {
-    "recurrence": (int,),
-    "attempt": (int,),
-    "trial": (int,),
-    "batch_size": (int,),
-    "seed": (int,),
-    "pid": (int,),
-    "learning_rate": (int, float),
-    "max_power": (int, float),
-    "cost_threshold": (int, float),
-    "stage": (str,),
-    "detail": (str,),
-    "started_at": (str,),
-    "energy_source": (str,),
-    "token": (str,),
-    "event_log": (str,),
-    "estimated": (bool,),
-    # concurrent runs: the decision's context (`zeus_run.engine.TrialRequest.stamp`)
-    "seen": (int,),
-    "in_flight": (list,),
-    "draw": (int,),
-    "probe": (bool,),
-    # the executor that ran it, and what it needs to find the trial again
-    "executor": (str,),
-    "slot": (int,),
-    "job_name": (str,),
-    "job_prefix": (str,),
-    "trial_dir": (str,),
-    "slurm_job_id": (str,),
-    "heartbeat_timeout": (int, float),
-}
-
-
-def _running_fields(data: Any, path: Path) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        logger.warning("ignoring %s: not a JSON object", path)
-        return {}
-    out: dict[str, Any] = {}
-    for key, types in _RUNNING_TYPES.items():
-        v = data.get(key)
-        if isinstance(v, bool) and bool not in types:
-            continue
-        if isinstance(v, types):
-            if isinstance(v, int) and not 0 <= v < 2**63:
-                continue
-            if isinstance(v, float) and not math.isfinite(v):
-                continue
-            if isinstance(v, list) and not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-                continue
-            out[key] = v
-    required = ("recurrence", "attempt", "trial", "batch_size")
-    if any(k in data for k in required) and not all(k in out for k in required):
-        logger.warning("ignoring %s: its trial fields are damaged", path)
-        return {}
-    return out

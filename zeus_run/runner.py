@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.concurrent import SlotPool
+from zeus_run.contract import RunningMarker, StopReason
 from zeus_run.energy import EnergySource
 from zeus_run.engine import Engine, TrialExecutor, TrialRequest, position
 from zeus_run.errors import Interrupted, UsageError
@@ -31,10 +32,10 @@ from zeus_run.executors import (
     provenance,
 )
 from zeus_run.executors._base import command, marker
-from zeus_run.optimizer import make_optimizer
+from zeus_run.knobs import Knobs
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
-from zeus_run.resume import choose_run_dir, recover
+from zeus_run.resume import choose_run_dir, recover, request_of
 from zeus_run.rundir import RunDir
 from zeus_run.spec import JobSpec
 from zeus_run.trial import preflight, trial_environment
@@ -107,7 +108,9 @@ def run_job(
         rd = stack.enter_context(RunDir.open(path))
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
-        history = recover(rd, spec, _recover_trials)
+        recovered = recover(rd, spec, lambda markers: _recover_trials(markers, spec.executor.kind))
+        history = recovered.history
+        adopted = [request_of(m, spec) for m in recovered.adopted]
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)
@@ -123,15 +126,12 @@ def run_job(
             logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
-        optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
         if power is not None and spec.concurrency > 1:
             raise UsageError(
                 f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "
                 "profiler measures one trial at a time. Set power_limit.enabled: false, or concurrency: 1."
             )
-        engine = Engine(
-            optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops, concurrency=spec.concurrency
-        )
+        engine = Knobs.from_spec(spec).engine(spec.recurrences)
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
             lst = _Serialized(lst)  # trials report from several threads
@@ -152,10 +152,12 @@ def run_job(
             lst.on_trial_end(record)
 
         if spec.concurrency == 1:
-            new_records = engine.run(history, execute, persist)
+            new_records = engine.run(history, execute, persist, adopted)
         else:
-            new_records = _run_concurrent(engine, history, executor, spec.concurrency, check_cancel, persist, cancel)
-        interrupted = [r for r in new_records if r.stop_reason == "interrupted"]
+            new_records = _run_concurrent(
+                engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel
+            )
+        interrupted = [r for r in new_records if r.stop_reason is StopReason.INTERRUPTED]
         if interrupted:
             last = interrupted[-1]
             raise _interrupted(
@@ -171,6 +173,7 @@ def run_job(
 def _run_concurrent(
     engine: Engine,
     history: list[TrialRecord],
+    adopted: list[TrialRequest],
     executor: RealExecutor,
     slots: int,
     check_cancel: Callable[[TrialRequest], None],
@@ -202,7 +205,7 @@ def _run_concurrent(
             return target.wait_any()
 
     try:
-        return engine.run(history, _Checked(), persist)
+        return engine.run(history, _Checked(), persist, adopted)
     except BaseException:
         cancel.set()  # stop the trials still in flight, then record them
         left = pool.close() if pool is not None else executor.drain()
@@ -230,13 +233,14 @@ class _Serialized:
         return locked
 
 
-def _recover_trials(infos: list[dict[str, Any]], may_adopt: bool) -> set[int]:
-    """Clean up after the trials a dead launcher left, each with the executor that ran it (it may differ from this run's)."""
+def _recover_trials(markers: list[RunningMarker], run_kind: str) -> set[int]:
+    """Clean up after the trials a dead launcher left, each with the executor that ran it (it may differ from
+    this run's: then nothing is adopted, since this run's executor could not take it over)."""
     adopted: set[int] = set()
     for kind, cls in EXECUTORS.items():
-        mine = [i for i in infos if (str(i.get("executor")) if i.get("executor") in EXECUTORS else "local") == kind]
+        mine = [m for m in markers if (m.executor if m.executor in EXECUTORS else "local") == kind]
         if mine:
-            adopted |= cls.recover(mine, may_adopt)
+            adopted |= cls.recover(mine, kind == run_kind)
     return adopted
 
 

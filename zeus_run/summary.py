@@ -19,13 +19,12 @@ replayed alike), so the CLI only renders and tests call these directly:
 from __future__ import annotations
 
 import math
-import re
-import signal
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from zeus_run.records import UNOBSERVED, TrialRecord
+from zeus_run.contract import StopReason, crash_cause
+from zeus_run.records import TrialRecord
 
 #: Recurrences in the steady-state figure (the most recent ones after exploration).
 STEADY_WINDOW = 5
@@ -33,19 +32,8 @@ STEADY_WINDOW = 5
 #: Optimizer stages that are exploration (the rest, ``thompson``, is exploitation).
 EXPLORING_STAGES = ("pruning", "explore")
 
-#: Stop reasons that are failures with a cause worth showing.
-FAILURES = ("crashed", "timeout", "exited", "infrastructure")
-
 #: Provenance fields a trial record may carry (shown when present).
 PROVENANCE_FIELDS = ("zeus_run", "host", "gpus", "slurm_job_id")
-
-#: A line that names an error: ``RuntimeError: CUDA out of memory``, ``torch.OutOfMemoryError: ...``,
-#: ``ERROR: ...``, ``Killed``, ``Segmentation fault``.
-_ERROR_LINE = re.compile(
-    r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b|(?:ERROR|Error|FATAL|Fatal)\b|"
-    r"Killed\b|Segmentation fault|Traceback \(most recent call last\)|CUDA error)"
-)
-_LAUNCHER_HEADER = re.compile(r"^exit code -?\d+; last output:\s*$")
 
 
 @dataclass(frozen=True)
@@ -230,39 +218,14 @@ class Summary:
 
 
 def failure_reason(record: TrialRecord) -> str | None:
-    """A failed trial's cause in one line, e.g. ``RuntimeError: CUDA out of memory``.
+    """A failed trial's cause in one line, e.g. ``RuntimeError: CUDA out of memory`` (None: it did not fail).
 
-    For a crash, the last line of the log's tail that names an error (a Python
-    exception, ``ERROR ...``, ``Killed``); failing that, its last non-empty
-    line; failing that, the exit code or the signal that killed it. For a
-    timeout or a script that exited early, the launcher's explanation.
-
-    Returns:
-        None when the trial did not fail.
+    The record's ``cause`` (`zeus_run.contract.crash_cause`, written when the trial
+    ended); for a record from before that field, the same rule applied to its message.
     """
-    if record.stop_reason not in FAILURES:
+    if not record.stop_reason.failure:
         return None
-    lines = [ln.strip() for ln in (record.message or "").splitlines()]
-    lines = [ln for ln in lines if ln and not _LAUNCHER_HEADER.match(ln)]
-    if record.stop_reason == "crashed":
-        for line in reversed(lines):
-            if _ERROR_LINE.match(line) and not line.startswith("Traceback"):
-                return line
-        if lines and not lines[-1].startswith("exit code") and lines[-1] != "(no log)":
-            return lines[-1]
-        return _exit_text(record.exit_code)
-    return lines[0] if lines else record.stop_reason
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+    return record.cause or crash_cause(record.stop_reason, record.message, record.exit_code)
 
 
 def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
@@ -298,7 +261,7 @@ def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
     """Per batch size tried, ascending: trials, converged runs, and their means and spread."""
     by_bs: dict[int, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        if r.stop_reason not in UNOBSERVED:
+        if r.stop_reason.observed:
             by_bs[r.batch_size].append(r)
     out = []
     for bs in sorted(by_bs):
@@ -325,7 +288,7 @@ def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
 
 def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
     """Whether the optimizer is still exploring, from the stages of the trials."""
-    counted = [r for r in records if r.stop_reason not in UNOBSERVED]
+    counted = [r for r in records if r.stop_reason.observed]
     n_rec = max((r.recurrence for r in records), default=0)
     if not counted:
         return ExplorationStatus(exploring=True, stage=None, ended_after=None, recurrences=n_rec)
@@ -469,7 +432,7 @@ def summarize(
         savings_time=savings["time"],
         estimated=any(r.estimated for r in records),
         chosen=tuple(row.final_batch_size for row in converged_rows),
-        interrupted=sum(1 for r in records if r.stop_reason == "interrupted"),
+        interrupted=sum(1 for r in records if r.stop_reason is StopReason.INTERRUPTED),
         recurrence_costs=tuple(row.cost for row in rows),
         by_batch_size=tuple(stats),
         exploration=exploration,

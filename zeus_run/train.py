@@ -1,6 +1,7 @@
 """Training-side helper: read zeus-run's choices and report the metric each epoch.
 
-This module uses only the standard library, so any training script can import
+This module uses only the standard library (and zeus-run's stdlib-only `zeus_run.contract`,
+where the ``ZEUS_*`` names live), so any training script can import
 it. A script that uses it::
 
     from zeus_run.train import Trial
@@ -65,6 +66,8 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
+
+from zeus_run.contract import Env
 
 T = TypeVar("T")
 
@@ -153,18 +156,18 @@ class Trial:
         is given. The same default applies when zeus-run passes no learning rate
         (the spec has none).
         """
-        hib = os.environ.get("ZEUS_HIGHER_IS_BETTER")
+        hib = os.environ.get(Env.HIGHER_IS_BETTER)
         return cls(
-            batch_size=_env_int("ZEUS_BATCH_SIZE", batch_size),
-            learning_rate=_env_float("ZEUS_LEARNING_RATE", learning_rate),
-            seed=_env_int("ZEUS_SEED", seed),
-            max_epochs=_env_int("ZEUS_MAX_EPOCHS", max_epochs),
-            target_metric=_env_float("ZEUS_TARGET_METRIC", target_metric),
+            batch_size=_env_int(Env.BATCH_SIZE, batch_size),
+            learning_rate=_env_float(Env.LEARNING_RATE, learning_rate),
+            seed=_env_int(Env.SEED, seed),
+            max_epochs=_env_int(Env.MAX_EPOCHS, max_epochs),
+            target_metric=_env_float(Env.TARGET_METRIC, target_metric),
             higher_is_better=higher_is_better if hib is None else hib.strip() not in ("0", "false", "False"),
-            event_log=os.environ.get("ZEUS_EVENT_LOG") or None,
-            stop_file=os.environ.get("ZEUS_STOP_FILE") or None,
-            profile=os.environ.get("ZEUS_PROFILE", "").strip() == "1",
-            profile_stop_file=os.environ.get("ZEUS_PROFILE_STOP") or None,
+            event_log=os.environ.get(Env.EVENT_LOG) or None,
+            stop_file=os.environ.get(Env.STOP_FILE) or None,
+            profile=os.environ.get(Env.PROFILE, "").strip() == "1",
+            profile_stop_file=os.environ.get(Env.PROFILE_STOP) or None,
         )
 
     def should_stop(self) -> bool:

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from zeus_run._terminal import printable
 from zeus_run.cli._render import fmt_duration, fmt_energy, fmt_time, outcome_text, shorten
+from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
 from zeus_run.summary import failure_reason
 
@@ -113,7 +114,11 @@ def failure_line(record: TrialRecord) -> str | None:
     if reason is None:
         return None
     extra = []
-    if record.stop_reason == "crashed" and record.exit_code is not None and not reason.startswith(("exit", "killed")):
+    if (
+        record.stop_reason is StopReason.CRASHED
+        and record.exit_code is not None
+        and not reason.startswith(("exit", "killed"))
+    ):
         extra.append(f"exit code {record.exit_code}")
     if record.log:
         extra.append(f"log: {record.log}")
@@ -275,7 +280,7 @@ class QuietRunView(PlainRunView):
 
     def on_trial_end(self, record: TrialRecord) -> None:
         super().on_trial_end(record)
-        if record.stop_reason in ("crashed", "timeout"):
+        if record.stop_reason in (StopReason.CRASHED, StopReason.TIMEOUT):
             logger.warning(
                 "recurrence %d try %d: bs=%d %s: %s",
                 record.recurrence,

@@ -18,19 +18,20 @@ from rich.table import Table
 from rich.text import Text
 
 from zeus_run._terminal import printable
+from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
 from zeus_run.summary import Summary, failure_reason, recurrence_rows
 
-OUTCOME_STYLE = {
-    "target_reached": ("reached", "green"),
-    "max_epochs": ("max-epochs", "yellow"),
-    "cost_threshold": ("early-stop", "magenta"),
-    "exited": ("exited", "yellow"),
-    "crashed": ("crashed", "red"),
-    "timeout": ("timeout", "red"),
-    "interrupted": ("interrupted", "bright_black"),
-    "skipped": ("skipped", "bright_black"),
-    "infrastructure": ("infra", "red"),
+OUTCOME_STYLE: dict[str, tuple[str, str]] = {
+    StopReason.TARGET_REACHED: ("reached", "green"),
+    StopReason.MAX_EPOCHS: ("max-epochs", "yellow"),
+    StopReason.COST_THRESHOLD: ("early-stop", "magenta"),
+    StopReason.EXITED: ("exited", "yellow"),
+    StopReason.CRASHED: ("crashed", "red"),
+    StopReason.TIMEOUT: ("timeout", "red"),
+    StopReason.INTERRUPTED: ("interrupted", "bright_black"),
+    StopReason.SKIPPED: ("skipped", "bright_black"),
+    StopReason.INFRASTRUCTURE: ("infra", "red"),
 }
 
 #: Longest failure reason shown in a table cell (the full text is in the log and in --format json).
@@ -216,7 +217,7 @@ def _outcome_cell(outcomes: Sequence[str], reasons: Sequence[str | None]) -> str
 
     def one(outcome: str, reason: str | None) -> str:
         text = outcome_text(outcome)
-        if reason and outcome in ("crashed", "timeout"):
+        if reason and outcome in (StopReason.CRASHED, StopReason.TIMEOUT):
             text += f" ({escape(printable(shorten(reason)))})"
         return text
 

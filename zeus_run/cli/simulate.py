@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import sys
@@ -30,7 +29,6 @@ from zeus_run.errors import UsageError
 if TYPE_CHECKING:
     from zeus_run.cli._render import Grid
     from zeus_run.sim import SimResult, TraceJob
-    from zeus_run.spec import OptimizerSettings
 
 #: The Zeus paper's jobs (`zeus_run.sim.JOBS`), named here so ``--help`` need not load the traces module.
 PAPER_JOBS = ("cifar100", "imagenet", "squad", "librispeech", "movielens-1m", "sentiment140")
@@ -155,14 +153,7 @@ def simulate_command(
         ]
         if run_dir is not None:
             for r in results:
-                write_run_dir(
-                    run_dir / f"{table.job.name}-{table.gpu}-{policy.value}-seed{r.seed}",
-                    r,
-                    eta_value,
-                    beta_value,
-                    settings,
-                    concurrency,
-                )
+                write_run_dir(run_dir / f"{table.job.name}-{table.gpu}-{policy.value}-seed{r.seed}", r)
         # Overlap adds its setting; serial output stays as it was.
         summaries = [r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}) for r in results]
         if fmt is Format.json:
@@ -264,33 +255,19 @@ def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
     return table
 
 
-def write_run_dir(
-    path: Path,
-    result: SimResult,
-    eta: float,
-    beta: float | None,
-    settings: OptimizerSettings,
-    concurrency: int = 1,
-) -> None:
+def write_run_dir(path: Path, result: SimResult) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     import yaml
 
     from zeus_run.rundir import RunDir, atomic_write
 
     t = result.table
+    assert result.knobs is not None  # `simulate` sets it
     spec = {
         "name": t.job.name,
         "kind": "simulated",
-        "batch_sizes": list(t.batch_sizes),
-        "default_batch_size": t.default_batch_size,
-        "target_metric": t.job.target_metric,
-        "max_epochs": t.job.max_epochs,
-        "eta": eta,
-        "beta": beta,
+        **result.knobs.to_dict(),
         "recurrences": result.horizon,
-        "seed": result.seed,
-        "optimizer": dataclasses.asdict(settings),
-        "concurrency": concurrency,
         "trace": {"gpu": t.gpu, "dataset": t.job.dataset, "network": t.job.network, "optimizer": t.job.optimizer},
     }
     with RunDir.open(path) as rd:

@@ -13,19 +13,20 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from zeus_run import __version__
 from zeus_run.agent import AgentPlan
+from zeus_run.contract import Env, RunningMarker, TrialFiles, TrialOutcome, TrialPlan
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine import TrialRequest
 from zeus_run.power import PowerSession
 from zeus_run.proctree import new_token
-from zeus_run.records import UNOBSERVED, TrialRecord
+from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir
 from zeus_run.spec import JobSpec, substitute
-from zeus_run.trial import NullListener, TrialListener, TrialOutcome, TrialPlan
+from zeus_run.trial import NullListener, TrialListener
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class RealExecutor(ABC):
 
     @staticmethod
     @abstractmethod
-    def recover(infos: list[dict[str, Any]], may_adopt: bool = True) -> set[int]:
+    def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
         """Clean up after a launcher that died with trials in flight (``infos``: its ``running.json`` entries).
 
         ``may_adopt`` False: stop every one of them (see `zeus_run.resume.recover`).
@@ -178,7 +179,7 @@ class PreparedTrial:
     """
 
     plan: AgentPlan
-    running: dict[str, Any]
+    running: RunningMarker
     learning_rate: float | None
     seed: int
 
@@ -199,34 +200,34 @@ def prepare(
     argv, env = command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
     env.update(
         {
-            "ZEUS_BATCH_SIZE": str(bs),
-            "ZEUS_LEARNING_RATE": "" if lr is None else repr(lr),
-            "ZEUS_SEED": str(seed),
-            "ZEUS_TARGET_METRIC": repr(spec.target_metric),
-            "ZEUS_HIGHER_IS_BETTER": "1" if spec.higher_is_better else "0",
-            "ZEUS_MAX_EPOCHS": str(spec.max_epochs),
-            "ZEUS_ETA_KNOB": repr(spec.eta),
-            "ZEUS_COST_THRESH": repr(req.cost_threshold),
-            "ZEUS_LOG_DIR": str(tdir),
-            "ZEUS_JOB_ID": f"{spec.name}-r{req.recurrence}-t{req.attempt}",
-            "ZEUS_RECURRENCE": str(req.recurrence),
-            "ZEUS_TRY": str(req.attempt),
-            "ZEUS_EVENT_LOG": str(tdir / "events.jsonl"),
-            "ZEUS_STOP_FILE": str(tdir / "stop"),
+            Env.BATCH_SIZE: str(bs),
+            Env.LEARNING_RATE: "" if lr is None else repr(lr),
+            Env.SEED: str(seed),
+            Env.TARGET_METRIC: repr(spec.target_metric),
+            Env.HIGHER_IS_BETTER: "1" if spec.higher_is_better else "0",
+            Env.MAX_EPOCHS: str(spec.max_epochs),
+            Env.ETA_KNOB: repr(spec.eta),
+            Env.COST_THRESH: repr(req.cost_threshold),
+            Env.LOG_DIR: str(tdir),
+            Env.JOB_ID: f"{spec.name}-r{req.recurrence}-t{req.attempt}",
+            Env.RECURRENCE: str(req.recurrence),
+            Env.TRY: str(req.attempt),
+            Env.EVENT_LOG: str(tdir / TrialFiles.EVENTS),
+            Env.STOP_FILE: str(tdir / TrialFiles.STOP),
         }
     )
     env.update(extra_env or {})
     if profiling:
-        env.update({"ZEUS_PROFILE": "1", "ZEUS_PROFILE_STOP": str(tdir / "profile_done")})
+        env.update({Env.PROFILE: "1", Env.PROFILE_STOP: str(tdir / TrialFiles.PROFILE_DONE)})
     token = new_token()
     trial = TrialPlan(
         argv=argv,
         shell=spec.shell,
         workdir=spec.workdir,
         env=env,
-        log_path=tdir / "output.log",
-        event_path=tdir / "events.jsonl",
-        stop_path=tdir / "stop",
+        log_path=tdir / TrialFiles.OUTPUT,
+        event_path=tdir / TrialFiles.EVENTS,
+        stop_path=tdir / TrialFiles.STOP,
         max_epochs=spec.max_epochs,
         target_metric=spec.target_metric,
         higher_is_better=spec.higher_is_better,
@@ -239,36 +240,38 @@ def prepare(
         kill_grace=spec.stop.kill_grace,
         on_target=spec.stop.on_target,
         token=token,
-        profile_stop_path=tdir / "profile_done" if profiling else None,
+        profile_stop_path=tdir / TrialFiles.PROFILE_DONE if profiling else None,
     )
     energy_settings = {k: v for k, v in dataclasses.asdict(spec.energy).items()}
-    running = {**marker(spec, req, energy), "token": token}
+    running = dataclasses.replace(marker(spec, req, energy), token=token, trial_dir=str(tdir))
     return PreparedTrial(AgentPlan(trial, tdir, energy_settings), running, lr, seed)
 
 
-def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> dict[str, Any]:
+def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> RunningMarker:
     """What ``running.json`` records of a trial: everything the engine decided (so a launcher
     killed mid-trial leaves a record replay can audit), and how it is measured."""
     bs = req.decision.batch_size
-    running: dict[str, Any] = {
-        "recurrence": req.recurrence,
-        "attempt": req.attempt,
-        "trial": req.trial,
-        "batch_size": bs,
-        "stage": req.decision.stage,
-        "detail": req.decision.detail,
-        "cost_threshold": None if math.isinf(req.cost_threshold) else req.cost_threshold,
-        "learning_rate": learning_rate_for(spec, bs),
-        "seed": spec.seed + req.observed,
-        "started_at": now(),
-        "pid": os.getpid(),
-        "energy_source": energy.name,
-        "estimated": energy.estimated,
-        "max_power": energy.max_power,
-    }
-    if spec.concurrency > 1:  # what the interrupted record is stamped with if the launcher dies
-        running.update(seen=req.seen, in_flight=list(req.in_flight), draw=req.draw, probe=req.probe)
-    return running
+    concurrent = spec.concurrency > 1  # then it carries what the interrupted record is stamped with
+    return RunningMarker(
+        recurrence=req.recurrence,
+        attempt=req.attempt,
+        trial=req.trial,
+        batch_size=bs,
+        stage=req.decision.stage,
+        detail=req.decision.detail,
+        cost_threshold=None if math.isinf(req.cost_threshold) else req.cost_threshold,
+        learning_rate=learning_rate_for(spec, bs),
+        seed=spec.seed + req.observed,
+        started_at=now(),
+        pid=os.getpid(),
+        energy_source=energy.name,
+        estimated=energy.estimated,
+        max_power=energy.max_power,
+        seen=req.seen if concurrent else None,
+        in_flight=req.in_flight if concurrent else (),
+        draw=req.draw if concurrent else 0,
+        probe=req.probe if concurrent else False,
+    )
 
 
 def to_record(
@@ -297,7 +300,7 @@ def to_record(
         cost=out.cost,
         reached=out.reached,
         stop_reason=out.stop_reason,
-        observed=out.stop_reason not in UNOBSERVED,
+        observed=out.stop_reason.observed,
         energy_source=energy.name,
         estimated=energy.estimated,
         kind="real",
@@ -305,17 +308,18 @@ def to_record(
         energy_method=energy.method,
         learning_rate=prepared.learning_rate,
         seed=prepared.seed,
-        cost_threshold=prepared.running["cost_threshold"],
+        cost_threshold=prepared.running.cost_threshold,
         metrics=out.metrics,
         exit_code=out.exit_code,
         ended=out.ended,
         after_time=out.after_time,
         after_energy=out.after_energy,
         provenance=where,
-        started_at=prepared.running["started_at"],
+        started_at=prepared.running.started_at,
         ended_at=now(),
         log=str(prepared.plan.trial.log_path.relative_to(rd.path)),
         message=message,
+        cause=out.cause,
     )
 
 

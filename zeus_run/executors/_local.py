@@ -1,14 +1,22 @@
-"""The local executor: each trial is a subprocess of the launcher, watched by the agent's code in-process."""
+"""The local executor: each trial is a subprocess of the launcher, watched by the agent's code in-process.
+
+A launcher that dies leaves its trials' scripts without a watcher: a relaunched
+launcher kills them (`LocalExecutor.recover`), except that a trial whose
+outcome was already written (the launcher died between the trial's end and its
+record) is adopted: its record is made from that outcome, and it is not run again.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
-from zeus_run.agent import run_agent
+from zeus_run.agent import read_outcome, run_agent
 from zeus_run.concurrent import slot_devices
+from zeus_run.contract import Env, RunningMarker
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, open_energy_source
 from zeus_run.engine import TrialRequest
 from zeus_run.errors import EnergyError
@@ -35,6 +43,9 @@ class LocalExecutor(RealExecutor):
         super().__init__(*args, **kwargs)
         self._slots: dict[int, tuple[EnergySource, dict[str, str]]] = {}
         self._slots_lock = threading.Lock()
+        #: Trials `recover` adopted (their outcome is written), by ``trial``.
+        self._adopt = {m.trial: m for m in self.rd.running_trials() or [] if (m.executor or self.kind) == self.kind}
+        self._adopt_lock = threading.Lock()
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         return self.run_on_slot(req, 0)
@@ -76,6 +87,10 @@ class LocalExecutor(RealExecutor):
         return open_energy_source(dataclasses.replace(self.spec.energy, source="estimate")), {}
 
     def close(self) -> None:
+        with self._adopt_lock:
+            for old in self._adopt.values():  # adopted but never asked for again
+                self.rd.clear_running(old.trial)
+            self._adopt.clear()
         with self._slots_lock:
             for source, _ in self._slots.values():
                 if source is not self.energy:
@@ -86,11 +101,17 @@ class LocalExecutor(RealExecutor):
     def run_on_slot(self, req: TrialRequest, slot: int) -> TrialRecord:
         """Run one trial to its end on slot ``slot`` (see `slot`); its record (not yet persisted)."""
         energy, extra_env = self.slot(slot)
+        with self._adopt_lock:
+            old = self._adopt.pop(req.trial, None)
+        if old is not None:
+            record = self._adopted(req, old, energy)
+            if record is not None:
+                return record
         bs = req.decision.batch_size
         profiler = self.power.profiler_for(bs) if self.power is not None else None
         prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
         if self.spec.concurrency > 1:
-            prepared.running["slot"] = slot
+            prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, slot=slot))
         plan = prepared.plan.trial
         preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
         check_writable(self.rd.path)
@@ -118,25 +139,49 @@ class LocalExecutor(RealExecutor):
                 )
         return to_record(self.spec, self.rd, req, prepared, out, energy, message, self.provenance)
 
+    def _adopted(self, req: TrialRequest, old: RunningMarker, energy: EnergySource) -> TrialRecord | None:
+        """The record of an adopted trial from its written outcome (None: it is not the trial asked for now)."""
+        prepared = prepare(self.spec, self.rd, req, energy, False)
+        differ = old.differences(prepared.running)
+        outcome = read_outcome(prepared.plan.dir)
+        if differ or outcome is None:
+            logger.warning(
+                "the previous launcher's trial %d is not the one asked for now (%s); it runs again",
+                old.trial,
+                ", ".join(differ) or "its outcome is gone",
+            )
+            return None
+        kept = {k: getattr(old, k) for k in ("started_at", "token") if getattr(old, k) is not None}
+        prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, **kept))
+        self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
+        logger.info("recurrence %d try %d: taken over from its outcome", req.recurrence, req.attempt)
+        message = _prepend("taken over from a launcher that died after it ended", outcome.message)
+        return to_record(self.spec, self.rd, req, prepared, outcome, energy, message, self.provenance)
+
     @staticmethod
-    def recover(infos: list[dict[str, Any]], may_adopt: bool = True) -> set[int]:
-        """Kill the processes of the trials a dead launcher left behind (found by their trial tokens).
+    def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
+        """Kill the processes of the trials a dead launcher left behind (found by their trial tokens);
+        adopt each one whose outcome is written.
 
         The script runs in its own session, so it outlives a launcher killed with
-        SIGKILL; `zeus_run.proctree` finds every process carrying the token.
-        Nothing is adopted: a local trial's watcher died with its launcher.
+        SIGKILL; `zeus_run.proctree` finds every process carrying the token. A trial
+        still running cannot be adopted: its watcher died with its launcher.
         """
+        adopted: set[int] = set()
         for info in infos:
-            if info.get("token"):
-                tree = ProcessTree(str(info["token"]))
-            elif info.get("event_log"):  # written by a launcher from before trial tokens
-                tree = ProcessTree(str(info["event_log"]), variable="ZEUS_EVENT_LOG")
+            if info.token:
+                tree = ProcessTree(info.token)
+            elif info.event_log:  # written by a launcher from before trial tokens
+                tree = ProcessTree(info.event_log, variable=Env.EVENT_LOG)
             else:
                 continue
             killed = tree.sweep()
             if killed:
                 logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
-        return set()
+        for info in infos:
+            if may_adopt and info.trial_dir and read_outcome(Path(info.trial_dir)) is not None:
+                adopted.add(info.trial)
+        return adopted
 
 
 def _prepend(note: str, message: str | None) -> str:

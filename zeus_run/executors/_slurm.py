@@ -56,14 +56,13 @@ from typing import Any, TypeVar
 import zeus_run
 from zeus_run import __version__
 from zeus_run.agent import (
-    AGENT_NAME,
     EPOCHS_NAME,
     HEARTBEAT_NAME,
-    OUTCOME_NAME,
     heartbeat_age,
     read_agent_info,
     read_outcome,
 )
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome
 from zeus_run.energy import EnergySource
 from zeus_run.engine import TrialRequest
 from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
@@ -87,7 +86,6 @@ from zeus_run.slurm import (
     submit,
 )
 from zeus_run.spec import EnergySettings, ExecutorSettings, JobSpec
-from zeus_run.trial import TrialOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +105,6 @@ SUBMIT_VISIBLE_WAIT = 30.0
 SLURM_RETRY_WINDOW = 300.0
 #: Most output bytes passed on to the listener per poll and trial.
 OUTPUT_PER_POLL = 1 << 18
-
-#: Stop reasons of a trial the agent judged (its result stands even if Slurm then ended the job).
-JUDGED = ("target_reached", "max_epochs", "cost_threshold", "skipped")
 
 _T = TypeVar("_T")
 
@@ -223,18 +218,18 @@ class SlurmExecutor(RealExecutor):
         prepared = prepare(self.spec, self._rd, req, self.energy, profiling=False)
         tdir = prepared.plan.dir
         name = job_name(self.spec.name, self._rd.path, tdir.name)
-        running = {
-            **prepared.running,
-            "executor": self.kind,
-            "job_name": name,
-            "job_prefix": self.prefix,
-            "trial_dir": str(tdir),
-            "heartbeat_timeout": self.settings.heartbeat_timeout,
-        }
+        running = dataclasses.replace(
+            prepared.running,
+            executor=self.kind,
+            job_name=name,
+            job_prefix=self.prefix,
+            trial_dir=str(tdir),
+            heartbeat_timeout=self.settings.heartbeat_timeout,
+        )
         adopted = self._claim(req, running)
         if adopted is not None:
-            prepared = dataclasses.replace(prepared, running={**running, **_kept(adopted)})
-            job = _Job(req, prepared, name, tdir, job_id=adopted.get("slurm_job_id"), adopted=True)
+            prepared = dataclasses.replace(prepared, running=_kept(running, adopted))
+            job = _Job(req, prepared, name, tdir, job_id=adopted.slurm_job_id, adopted=True)
             logger.info("took over %s of recurrence %d try %d", job.label, req.recurrence, req.attempt)
             self.rd.mark_running(prepared.running)
         else:
@@ -246,11 +241,11 @@ class SlurmExecutor(RealExecutor):
                 self._done.append(self._record(job, None))
                 return
             check_writable(self._rd.path)
-            for stale in (OUTCOME_NAME, HEARTBEAT_NAME, AGENT_NAME, EPOCHS_NAME):
+            for stale in TrialFiles.AGENT_FILES:
                 _remove(tdir / stale)  # an earlier job of this trial's directory (a job not taken over)
             plan_path = prepared.plan.write()
             job.job_id = self._submit(job, plan_path)
-            self.rd.mark_running({**running, "slurm_job_id": job.job_id})
+            self.rd.mark_running(dataclasses.replace(running, slurm_job_id=job.job_id))
         self.listener.on_trial_start(req, prepared.learning_rate, tdir)
         self._jobs[req.trial] = job
 
@@ -327,9 +322,9 @@ class SlurmExecutor(RealExecutor):
         """Cancel what is still in flight (the launcher is leaving on an error) and a job never taken over."""
         ids = [job.job_id for job in self._jobs.values() if job.job_id and job.ended is None]
         for old in self._adopt.values():  # taken over but never asked for again
-            if old.get("slurm_job_id"):
-                ids.append(str(old["slurm_job_id"]))
-            self.rd.clear_running(int(old["trial"]))
+            if old.slurm_job_id:
+                ids.append(old.slurm_job_id)
+            self.rd.clear_running(old.trial)
         self._adopt.clear()
         if ids:
             logger.warning("cancelling Slurm job(s) %s: the launcher is stopping", ", ".join(ids))
@@ -345,7 +340,7 @@ class SlurmExecutor(RealExecutor):
         return NodeEnergy(spec.energy)
 
     @staticmethod
-    def recover(infos: list[dict[str, Any]], may_adopt: bool = True) -> set[int]:
+    def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
         """After a launcher died with trials in flight: adopt each job whose agent is alive, cancel every other job of the run.
 
         A trial's job is adopted when it is still pending, when it runs and its
@@ -358,30 +353,30 @@ class SlurmExecutor(RealExecutor):
         Raises:
             SlurmError: Slurm cannot be asked about the jobs (the history is untouched).
         """
-        infos = [i for i in infos if i.get("job_prefix") and i.get("job_name") and i.get("trial_dir")]
+        infos = [i for i in infos if i.job_prefix and i.job_name and i.trial_dir]
         if not infos:
             return set()
         jobs: list[JobInfo] = []
-        for prefix in sorted({str(i["job_prefix"]) for i in infos}):
+        for prefix in sorted({str(i.job_prefix) for i in infos}):
             jobs += _find_run_jobs(prefix)
         kept_ids: set[str] = set()
         adopted: set[int] = set()
         for info in infos:
-            tdir = Path(str(info["trial_dir"]))
-            timeout = float(info.get("heartbeat_timeout") or SlurmSettings.heartbeat_timeout)
-            known = str(info.get("slurm_job_id") or "")
-            mine = [j for j in jobs if j.name == info["job_name"] and (not known or j.job_id == known)]
+            tdir = Path(str(info.trial_dir))
+            timeout = info.heartbeat_timeout or SlurmSettings.heartbeat_timeout
+            known = info.slurm_job_id or ""
+            mine = [j for j in jobs if j.name == info.job_name and (not known or j.job_id == known)]
             job = mine[-1] if mine else None
             keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
-            if not may_adopt or not keep or not isinstance(info.get("trial"), int):
+            if not may_adopt or not keep:
                 continue
-            adopted.add(int(info["trial"]))
+            adopted.add(info.trial)
             if job is not None:
                 kept_ids.add(job.job_id)
             logger.info(
                 "the previous launcher's trial (recurrence %s try %s, %s) goes on; this launcher takes it over",
-                info.get("recurrence"),
-                info.get("attempt"),
+                info.recurrence,
+                info.attempt,
                 f"job {job.job_id}" if job is not None else "its outcome is written",
             )
         drop = [j.job_id for j in jobs if not j.final and j.job_id not in kept_ids]
@@ -405,27 +400,26 @@ class SlurmExecutor(RealExecutor):
         logger.debug("submitted %s for recurrence %d try %d", job_id, job.req.recurrence, job.req.attempt)
         return job_id
 
-    def _claim(self, req: TrialRequest, running: dict[str, Any]) -> dict[str, Any] | None:
+    def _claim(self, req: TrialRequest, running: RunningMarker) -> RunningMarker | None:
         """The dead launcher's trial, if ``req`` asks for exactly it (else its job is cancelled)."""
         old = self._adopt.pop(req.trial, None)
         if old is None:
             return None
-        keys: tuple[str, ...] = ("recurrence", "attempt", "trial", "batch_size", "seed", "cost_threshold")
-        keys += ("learning_rate", "seen", "in_flight", "draw", "probe")
-        if all(old.get(k) == running.get(k) for k in keys):
-            if not old.get("slurm_job_id"):
-                found = [j for j in _retrying("squeue", lambda: find_jobs(names=[old["job_name"]]))]
+        differ = old.differences(running)
+        if not differ:
+            if not old.slurm_job_id:
+                name = str(old.job_name)
+                found = [j for j in _retrying("squeue", lambda: find_jobs(names=[name]))]
                 if found:
-                    old["slurm_job_id"] = found[-1].job_id
+                    old = dataclasses.replace(old, slurm_job_id=found[-1].job_id)
             return old
-        differ = [f"{k} {old.get(k)!r} -> {running.get(k)!r}" for k in keys if old.get(k) != running.get(k)]
         logger.warning(
             "the previous launcher's job %s is not the trial asked for now (%s); cancelling it",
-            old.get("slurm_job_id") or old.get("job_name"),
+            old.slurm_job_id or old.job_name,
             ", ".join(differ),
         )
-        if old.get("slurm_job_id"):
-            self._cancel_and_wait(str(old["slurm_job_id"]))
+        if old.slurm_job_id:
+            self._cancel_and_wait(old.slurm_job_id)
         return None
 
     def _cancel_and_wait(self, job_id: str) -> None:
@@ -444,10 +438,10 @@ class SlurmExecutor(RealExecutor):
 
         def adopted(j: JobInfo) -> bool:
             for adopt in self._adopt.values():
-                if adopt.get("slurm_job_id"):
-                    if j.job_id == str(adopt["slurm_job_id"]):
+                if adopt.slurm_job_id:
+                    if j.job_id == adopt.slurm_job_id:
                         return True
-                elif j.name == adopt.get("job_name"):  # the launcher died between sbatch and noting the id
+                elif j.name == adopt.job_name:  # the launcher died between sbatch and noting the id
                     return True
             return False
 
@@ -603,21 +597,22 @@ class SlurmExecutor(RealExecutor):
         if outcome is None:
             outcome, why = self._without_outcome(job, state)
             notes.append(why)
-        elif ours and outcome.stop_reason not in JUDGED:
+        elif ours and not outcome.stop_reason.judged:
             # Stopped on our request before it was judged (a plain scancel may kill the script first).
-            outcome = dataclasses.replace(outcome, stop_reason="interrupted", reached=False)
+            outcome = dataclasses.replace(outcome, stop_reason=StopReason.INTERRUPTED, reached=False)
         elif (
             not ours
-            and outcome.stop_reason not in JUDGED
-            and (outcome.stop_reason == "interrupted" or is_infrastructure_failure(state))
+            and not outcome.stop_reason.judged
+            and (outcome.stop_reason is StopReason.INTERRUPTED or is_infrastructure_failure(state))
         ):
             # Slurm (or a person) ended the job before the agent judged the trial: the
             # script was killed, or the agent stopped it on a signal that was not ours.
-            outcome = dataclasses.replace(outcome, stop_reason="infrastructure", reached=False)
-        if outcome.stop_reason == "infrastructure":
+            outcome = dataclasses.replace(outcome, stop_reason=StopReason.INFRASTRUCTURE, reached=False)
+        if outcome.stop_reason.infrastructure:
             notes.insert(0, self._infra_note(job, state, node))
+            outcome = dataclasses.replace(outcome, cause=notes[0])
             self._infra.append("heartbeat lost" if job.stop_why == "heartbeat" else state)
-        elif outcome.stop_reason != "interrupted":
+        elif outcome.stop_reason is not StopReason.INTERRUPTED:
             self._infra.clear()
         if job.adopted:
             notes.append("taken over from a launcher that died while it ran")
@@ -660,23 +655,26 @@ class SlurmExecutor(RealExecutor):
             float(last.get("cost", 0.0)),
         )
         if job.stop_why == "launcher":
-            reason, why = "interrupted", ""
+            reason, why = StopReason.INTERRUPTED, ""
         elif job.stop_why == "heartbeat":
-            reason, why = "infrastructure", "the agent's heartbeat stopped, so the job was cancelled"
+            reason, why = StopReason.INFRASTRUCTURE, "the agent's heartbeat stopped, so the job was cancelled"
         elif state == "OUT_OF_MEMORY":
-            reason, why = "crashed", "Slurm killed the job for using more memory than it was given (OUT_OF_MEMORY)"
+            reason = StopReason.CRASHED
+            why = "Slurm killed the job for using more memory than it was given (OUT_OF_MEMORY)"
         elif is_infrastructure_failure(state):
-            reason, why = "infrastructure", "its agent left no outcome"
+            reason, why = StopReason.INFRASTRUCTURE, "its agent left no outcome"
         elif job.beat is None and job.job_id is not None:
             raise SlurmAgentError(self._never_ran(job, state))
         else:
-            reason, why = "infrastructure", f"the agent ended without writing its outcome (Slurm state {state})"
+            reason = StopReason.INFRASTRUCTURE
+            why = f"the agent ended without writing its outcome (Slurm state {state})"
         metrics = tuple(float(r.get("metric", math.nan)) for r in rows)
         max_power = float(
             ((read_agent_info(job.dir) or {}).get("energy") or {}).get("max_power") or self.energy.max_power
         )
         code = job.info.exit_code if job.info is not None else None
-        return TrialOutcome(epochs, t, e, max_power, c, False, reason, code, metrics=metrics), why
+        cause = why if reason.failure else None
+        return TrialOutcome(epochs, t, e, max_power, c, False, reason, code, metrics=metrics, cause=cause), why
 
     def _never_ran(self, job: _Job, state: str) -> str:
         log = job.dir / "output.log"
@@ -736,27 +734,24 @@ def _find_run_jobs(prefix: str) -> list[JobInfo]:
     return _retrying("squeue", lambda: find_jobs(prefix=prefix))
 
 
-def _adoptions(infos: list[dict[str, Any]] | None) -> dict[int, dict[str, Any]]:
+def _adoptions(infos: list[RunningMarker] | None) -> dict[int, RunningMarker]:
     """The trials `SlurmExecutor.recover` chose to adopt (still marked in ``running.json``), by ``trial``."""
-    return {
-        int(i["trial"]): dict(i)
-        for i in infos or []
-        if i.get("executor") == SlurmExecutor.kind and i.get("job_name") and isinstance(i.get("trial"), int)
-    }
+    return {i.trial: i for i in infos or [] if i.executor == SlurmExecutor.kind and i.job_name}
 
 
-def _kept(old: dict[str, Any]) -> dict[str, Any]:
-    """What a taken-over trial keeps from the dead launcher's ``running.json``."""
-    return {k: old[k] for k in ("started_at", "token", "slurm_job_id") if old.get(k) is not None}
+def _kept(running: RunningMarker, old: RunningMarker) -> RunningMarker:
+    """``running`` with what a taken-over trial keeps from the dead launcher's marker."""
+    kept = {k: getattr(old, k) for k in ("started_at", "token", "slurm_job_id") if getattr(old, k) is not None}
+    return dataclasses.replace(running, **kept)
 
 
 def _infra_streak(records: Iterable[TrialRecord]) -> list[str]:
     """Slurm states of the infrastructure failures at the end of the history (the current streak)."""
     streak: list[str] = []
     for r in records:
-        if r.stop_reason == "infrastructure":
+        if r.stop_reason.infrastructure:
             streak.append(str((r.provenance or {}).get("slurm_state", UNKNOWN)))
-        elif r.stop_reason != "interrupted":
+        elif r.stop_reason is not StopReason.INTERRUPTED:
             streak.clear()
     return streak
 

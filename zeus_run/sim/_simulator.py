@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zeus_run.concurrent import Clocked
+from zeus_run.contract import StopReason
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
-from zeus_run.engine import Engine, TrialRequest
-from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
+from zeus_run.engine import TrialRequest
+from zeus_run.knobs import Knobs
+from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
 from zeus_run.records import TrialRecord
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
@@ -96,7 +98,7 @@ class TraceExecutor:
                 energy=0.0,
                 cost=SKIP_PENALTY * req.cost_threshold,
                 reached=False,
-                stop_reason="skipped",
+                stop_reason=StopReason.SKIPPED,
                 message=f"one epoch costs {per_epoch:.4g} J, over the threshold",
             )
         target = self.sample_path(row)
@@ -111,7 +113,9 @@ class TraceExecutor:
             energy=energy,
             cost=zeus_cost(energy, time, self.eta, t.max_power),
             reached=reached,
-            stop_reason="target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs"),
+            stop_reason=StopReason.TARGET_REACHED
+            if reached
+            else (StopReason.COST_THRESHOLD if cut_by_threshold else StopReason.MAX_EPOCHS),
             message="profiled all power limits in epoch 1" if profiled else None,
         )
 
@@ -125,7 +129,7 @@ class TraceExecutor:
         energy: float,
         cost: float,
         reached: bool,
-        stop_reason: str,
+        stop_reason: StopReason,
         message: str | None,
     ) -> TrialRecord:
         t = self.table
@@ -260,6 +264,8 @@ class SimResult:
         default: Default's expected per-recurrence outcome.
         oracle: Oracle's expected per-recurrence outcome.
         grid_cost: Grid search's cumulative cost on sampled paths (unit: J).
+        final: The last trial's batch size and power limit.
+        knobs: The settings it ran with (what its run directory's ``spec.yaml`` records).
     """
 
     table: JobTable
@@ -274,6 +280,7 @@ class SimResult:
     oracle: Expected
     grid_cost: float = math.nan
     final: tuple[int, float | None] = field(default=(0, None))
+    knobs: Knobs | None = None
 
     @property
     def default_cost(self) -> float:
@@ -358,10 +365,22 @@ def simulate(
     """
     settings = settings or OptimizerSettings()
     horizon = table.horizon if horizon is None else horizon
-    opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed)
+    knobs = Knobs(
+        batch_sizes=table.batch_sizes,
+        default_batch_size=table.default_batch_size,
+        eta=eta,
+        beta=beta,
+        seed=seed,
+        optimizer=settings,
+        target_metric=table.job.target_metric,
+        max_epochs=table.job.max_epochs,
+        max_tries=max_tries,
+        max_early_stops=max_early_stops,
+        concurrency=concurrency,
+    )
     executor = TraceExecutor(table, eta, seed)
     runs = Clocked(executor) if concurrency > 1 else executor
-    records = Engine(opt, horizon, max_tries, beta, max_early_stops, concurrency).run([], runs, on_record)
+    records = knobs.engine(horizon).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)
@@ -379,4 +398,5 @@ def simulate(
         oracle=oracle_baseline(table, eta),
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
+        knobs=knobs,
     )

@@ -1,0 +1,43 @@
+"""The trial contract: what the launcher, the agent, the executors and the training script share.
+
+One package for everything that crosses the trial boundary, so that a new stop
+reason, a ``running.json`` field, a ``ZEUS_*`` variable or a trial file is a
+change in one place:
+
+* `StopReason`: why a trial ended, with its behaviour (observed by the
+  optimizer, a finishing stop, judged by the launcher, an early stop, a
+  failure, an infrastructure failure). A new reason is one member.
+* `Env`: the ``ZEUS_*`` environment variables of the launcher-script contract
+  (`zeus_run.train` reads them; `zeus_run.executors` writes them).
+* `TrialFiles`: the names of the files in a trial's directory.
+* `TrialPlan` and `TrialOutcome`: a trial in and out (plain data, JSON both ways).
+* `RunningMarker`: one trial in flight as ``running.json`` records it, validated
+  on read (the file is untrusted: a person or a crash may have damaged it).
+* `crash_cause`: the one-line cause of a failed trial, stored as a field
+  (``TrialOutcome.cause``) rather than parsed back out of message text.
+
+Standard library only: `zeus_run.train` (imported by training scripts) imports
+nothing else from zeus-run.
+"""
+
+from __future__ import annotations
+
+from zeus_run.contract._marker import RunningMarker, markers_from_json, markers_to_json
+from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles
+from zeus_run.contract._reasons import STOP_REASONS, StopReason
+from zeus_run.contract._trial import TrialOutcome, TrialPlan, crash_cause, exit_text
+
+__all__ = [
+    "RUNNING_NAME",
+    "STOP_REASONS",
+    "Env",
+    "RunningMarker",
+    "StopReason",
+    "TrialFiles",
+    "TrialOutcome",
+    "TrialPlan",
+    "crash_cause",
+    "exit_text",
+    "markers_from_json",
+    "markers_to_json",
+]

@@ -1,0 +1,70 @@
+"""The names that cross the trial boundary: ``ZEUS_*`` variables (`Env`) and the files of a trial (`TrialFiles`)."""
+
+from __future__ import annotations
+
+# -- environment and files ----------------------------------------------------------------
+
+
+class Env:
+    """Names of the ``ZEUS_*`` variables the launcher sets for the script (see `zeus_run.train`)."""
+
+    BATCH_SIZE = "ZEUS_BATCH_SIZE"
+    LEARNING_RATE = "ZEUS_LEARNING_RATE"
+    SEED = "ZEUS_SEED"
+    TARGET_METRIC = "ZEUS_TARGET_METRIC"
+    HIGHER_IS_BETTER = "ZEUS_HIGHER_IS_BETTER"
+    MAX_EPOCHS = "ZEUS_MAX_EPOCHS"
+    ETA_KNOB = "ZEUS_ETA_KNOB"
+    COST_THRESH = "ZEUS_COST_THRESH"
+    LOG_DIR = "ZEUS_LOG_DIR"
+    JOB_ID = "ZEUS_JOB_ID"
+    RECURRENCE = "ZEUS_RECURRENCE"
+    TRY = "ZEUS_TRY"
+    EVENT_LOG = "ZEUS_EVENT_LOG"
+    STOP_FILE = "ZEUS_STOP_FILE"
+    PROFILE = "ZEUS_PROFILE"
+    PROFILE_STOP = "ZEUS_PROFILE_STOP"
+    #: The trial's process marker (`zeus_run.proctree`): every process of the trial carries it.
+    TRIAL_TOKEN = "ZEUS_TRIAL_TOKEN"
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every variable of the contract (a launcher inside a trial does not pass its own on)."""
+        return tuple(v for k, v in vars(cls).items() if k.isupper())
+
+
+class TrialFiles:
+    """Names of the files in a trial's directory (``trials/rNNNN-tNN/``)."""
+
+    #: The script's stdout and stderr (and, under Slurm, the agent's own log).
+    OUTPUT = "output.log"
+    #: The script's JSON-lines event log (``ZEUS_EVENT_LOG``).
+    EVENTS = "events.jsonl"
+    #: Created to ask the script to stop (``ZEUS_STOP_FILE``).
+    STOP = "stop"
+    #: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``).
+    PROFILE_DONE = "profile_done"
+    #: The agent's plan (`zeus_run.agent.AgentPlan`).
+    PLAN = "plan.json"
+    #: Rewritten by a separate agent while it lives.
+    HEARTBEAT = "heartbeat"
+    #: Written once by a separate agent: where it runs and how it measures.
+    AGENT = "agent.json"
+    #: One JSON line per counted epoch (the agent's).
+    EPOCHS = "epochs.jsonl"
+    #: The `TrialOutcome`, written atomically when the trial is over.
+    OUTCOME = "outcome.json"
+
+    #: Files zeus-run writes where the script may have planted links (``events.jsonl`` is the script's own).
+    WRITTEN = (OUTPUT, STOP, PROFILE_DONE)
+    #: Files an earlier job of the same trial directory may have left (removed before a new submission).
+    AGENT_FILES = (OUTCOME, HEARTBEAT, AGENT, EPOCHS)
+
+    @staticmethod
+    def dir_name(recurrence: int, attempt: int) -> str:
+        """The trial directory's name, e.g. ``r0003-t01``."""
+        return f"r{recurrence:04d}-t{attempt:02d}"
+
+
+#: ``running.json``: the trials in flight (a crash marker), at the top of the run directory.
+RUNNING_NAME = "running.json"

@@ -1,0 +1,209 @@
+"""A trial in and out (`TrialPlan`, `TrialOutcome`), and the one-line cause of a failure (`crash_cause`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zeus_run.contract._reasons import StopReason
+
+# -- a trial in and out ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """Everything needed to launch, judge and stop one trial (plain data).
+
+    Attributes:
+        argv: Command (placeholders already substituted); one string when ``shell``.
+        workdir: Working directory.
+        env: Variables added to the launcher's environment (``ZEUS_*``, the spec's ``env``).
+        log_path: File that receives the script's stdout and stderr.
+        event_path: JSON-lines event log (``ZEUS_EVENT_LOG``).
+        stop_path: File created to ask the script to stop (``ZEUS_STOP_FILE``).
+        max_epochs: Epoch limit.
+        target_metric: Converged when the metric reaches this.
+        higher_is_better: Direction of the metric.
+        metric_regex: Regex read from the output, or None to read the event log.
+        eta: Cost knob.
+        cost_threshold: Stop once the cost would exceed this (unit: J; inf: never).
+        timeout: Wall-clock limit (unit: s), or None. Holds through every grace period.
+        shell: Run through ``/bin/sh -c``.
+        stop_grace: Seconds the script may take to exit by itself after the target or
+            ``max_epochs`` (None: for ever).
+        term_grace: Seconds between the stop file and SIGTERM on a prompt stop.
+        kill_grace: Seconds between SIGTERM and SIGKILL.
+        on_target: Regex mode: ``stop`` (prompt stop at the target) or ``wait``.
+        token: The trial's process marker (``ZEUS_TRIAL_TOKEN``); empty: none.
+        profile_stop_path: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``), if profiling.
+    """
+
+    argv: tuple[str, ...]
+    workdir: Path
+    env: Mapping[str, str]
+    log_path: Path
+    event_path: Path
+    stop_path: Path
+    max_epochs: int
+    target_metric: float
+    higher_is_better: bool = True
+    metric_regex: str | None = None
+    eta: float = 0.5
+    cost_threshold: float = math.inf
+    timeout: float | None = None
+    shell: bool = False
+    stop_grace: float | None = 300.0
+    term_grace: float = 2.0
+    kill_grace: float = 10.0
+    on_target: str = "stop"
+    token: str = ""
+    profile_stop_path: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (paths as strings, an infinite threshold as None)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Path):
+                v = str(v)
+            elif isinstance(v, tuple):
+                v = list(v)
+            elif isinstance(v, Mapping):
+                v = dict(v)
+            out[f.name] = v
+        if not math.isfinite(self.cost_threshold):
+            out["cost_threshold"] = None
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialPlan:
+        """The inverse of `to_json`."""
+        d = dict(data)
+        for key in ("workdir", "log_path", "event_path", "stop_path", "profile_stop_path"):
+            if d.get(key) is not None:
+                d[key] = Path(d[key])
+        d["argv"] = tuple(d["argv"])
+        d["env"] = {str(k): str(v) for k, v in d.get("env", {}).items()}
+        if d.get("cost_threshold") is None:
+            d["cost_threshold"] = math.inf
+        return cls(**d)
+
+    @property
+    def prompt_on_target(self) -> bool:
+        """Whether the target and ``max_epochs`` stop the script promptly (regex mode, ``on_target: stop``)."""
+        return self.metric_regex is not None and self.on_target == "stop"
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What happened. Time, energy and cost count up to the point the trial was judged at.
+
+    Attributes:
+        epochs: Epochs counted.
+        time: Unit: s.
+        energy: Unit: J.
+        max_power: Unit: W.
+        cost: Unit: J.
+        reached: Target reached.
+        stop_reason: A `StopReason`.
+        exit_code: The script's own exit code (negative: ended by that signal), None if it never ran.
+        ended: ``exited`` (by itself), ``sigterm`` or ``killed``; None if it never ran.
+        after_time: Time from the decision to stop to the script's exit (unit: s), None without a decision.
+        after_energy: Energy in that time (unit: J), None without a decision.
+        metrics: Metric after each counted epoch.
+        message: Explanation for failures (log tail) and notes.
+        malformed: Malformed event or output lines ignored.
+        power_limit: GPU power limit chosen for this trial (unit: W), None if none was.
+        cause: One line naming why a failed trial failed (`crash_cause`), None if it did not fail.
+    """
+
+    epochs: int
+    time: float
+    energy: float
+    max_power: float
+    cost: float
+    reached: bool
+    stop_reason: StopReason
+    exit_code: int | None
+    ended: str | None = None
+    after_time: float | None = None
+    after_energy: float | None = None
+    metrics: tuple[float, ...] = ()
+    message: str | None = None
+    malformed: int = 0
+    power_limit: float | None = None
+    cause: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = dataclasses.asdict(self)
+        out["metrics"] = list(self.metrics)
+        out["stop_reason"] = str(self.stop_reason)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialOutcome:
+        """The inverse of `to_json` (unknown keys are ignored, so an older launcher reads a newer agent's outcome).
+
+        Raises:
+            ValueError: The stop reason is unknown.
+            TypeError: A required field is missing.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in data.items() if k in names}
+        d["metrics"] = tuple(d.get("metrics") or ())
+        d["stop_reason"] = StopReason.parse(d.get("stop_reason", ""))
+        return cls(**d)
+
+
+# -- the cause of a failure -----------------------------------------------------------------
+
+#: A line that names an error: ``RuntimeError: CUDA out of memory``, ``torch.OutOfMemoryError: ...``,
+#: ``ERROR: ...``, ``Killed``, ``Segmentation fault``.
+_ERROR_LINE = re.compile(
+    r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b|(?:ERROR|Error|FATAL|Fatal)\b|"
+    r"Killed\b|Segmentation fault|Traceback \(most recent call last\)|CUDA error)"
+)
+#: The line the launcher itself writes above a crashed script's log tail.
+_LAUNCHER_HEADER = re.compile(r"^exit code -?\d+; last output:\s*$")
+
+
+def crash_cause(stop_reason: StopReason, message: str | None, exit_code: int | None) -> str | None:
+    """One line naming why a trial failed, or None when it did not fail.
+
+    For a crash, the last line of the log's tail that names an error (a Python
+    exception, ``ERROR ...``, ``Killed``); failing that, its last non-empty
+    line; failing that, the exit code or the signal that killed it. For a
+    timeout, an infrastructure failure or a script that exited early, the
+    first line of the explanation.
+    """
+    if not stop_reason.failure:
+        return None
+    lines = [ln.strip() for ln in (message or "").splitlines()]
+    lines = [ln for ln in lines if ln and not _LAUNCHER_HEADER.match(ln)]
+    if stop_reason is StopReason.CRASHED:
+        for line in reversed(lines):
+            if _ERROR_LINE.match(line) and not line.startswith("Traceback"):
+                return line
+        if lines and not lines[-1].startswith("exit code") and lines[-1] != "(no log)":
+            return lines[-1]
+        return exit_text(exit_code)
+    return lines[0] if lines else str(stop_reason)
+
+
+def exit_text(code: int | None) -> str:
+    """``exit code 3``, ``killed by SIGKILL`` or ``no exit code``."""
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
