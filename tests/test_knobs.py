@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tests.test_fallback import COST, LoadedMachine
+from tests.test_fallback import LoadedMachine
 from zeus_run.engine import Engine
 from zeus_run.knobs import Knobs
 from zeus_run.replay import audit

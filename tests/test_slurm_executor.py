@@ -23,7 +23,7 @@ from zeus_run.agent import AGENT_NAME, HEARTBEAT_NAME, OUTCOME_NAME
 from zeus_run.contract import RunningMarker
 from zeus_run.errors import Interrupted
 from zeus_run.executors import EXECUTORS, SlurmExecutor
-from zeus_run.executors._slurm import _infra_streak
+from zeus_run.executors._slurm_records import _infra_streak
 from zeus_run.history import read_history
 from zeus_run.records import TrialRecord
 from zeus_run.replay import Knobs, audit

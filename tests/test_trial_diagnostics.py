@@ -18,10 +18,11 @@ from tests.test_escape import REGEX, job, record
 from tests.test_run_cli import zeus
 from zeus_run import __version__
 from zeus_run.energy import EstimatedEnergy, NvmlEnergy
+from zeus_run.metric_regex import NO_MATCH_LINES
 from zeus_run.proctree import ProcessTree, new_token
 from zeus_run.runner import provenance, run_job
 from zeus_run.spec import load_spec
-from zeus_run.trial import NO_MATCH_LINES, TrialPlan, run_trial
+from zeus_run.trial import TrialPlan, run_trial
 
 
 def test_a_regex_that_never_matches_is_named_with_the_scripts_lines(tmp_path):

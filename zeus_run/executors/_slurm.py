@@ -40,143 +40,62 @@ written its outcome; every other job of the run is cancelled.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import logging
 import math
 import os
-import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import zeus_run
-from zeus_run import __version__
 from zeus_run.agent import (
     EPOCHS_NAME,
     HEARTBEAT_NAME,
-    heartbeat_age,
-    read_agent_info,
     read_outcome,
 )
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome
+from zeus_run.contract import TrialFiles
 from zeus_run.energy import EnergySource
 from zeus_run.engine import TrialRequest
-from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
+from zeus_run.executors._base import RealExecutor, prepare
+from zeus_run.executors._slurm_adopt import _Adoption, _adoptions, _kept
+from zeus_run.executors._slurm_job import (
+    FINAL_STATE_WAIT,
+    OUTCOME_WAIT,
+    OUTPUT_PER_POLL,
+    POLL_INTERVAL,
+    SQUEUE_INTERVAL,
+    STOP_MARGIN,
+    SUBMIT_VISIBLE_WAIT,
+    NodeEnergy,
+    _Job,
+    _remove,
+    _retrying,
+    slurm_settings,
+)
+from zeus_run.executors._slurm_records import _infra_streak, _Records
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable
 from zeus_run.slurm import (
     PENDING_STATES,
-    UNKNOWN,
     BatchJob,
-    JobInfo,
     SlurmAgentError,
     SlurmError,
-    SlurmSettings,
     cancel,
     exec_script,
-    find_jobs,
-    is_infrastructure_failure,
     job_name,
     query,
     run_job_prefix,
     submit,
 )
-from zeus_run.spec import EnergySettings, ExecutorSettings, JobSpec
+from zeus_run.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two looks at the agents' files (cheap: a few stats and reads).
-POLL_INTERVAL = 0.2
-#: Seconds between two ``squeue`` calls.
-SQUEUE_INTERVAL = 1.0
-#: Seconds to wait, after the outcome appeared, for Slurm to report the job final.
-FINAL_STATE_WAIT = 15.0
-#: Seconds to wait, after the job ended, for its outcome to show (shared filesystems cache).
-OUTCOME_WAIT = 5.0
-#: Seconds beyond the agent's own stop protocol before a plain ``scancel``.
-STOP_MARGIN = 10.0
-#: Seconds a just-submitted job may be missing from ``squeue`` before it counts as gone.
-SUBMIT_VISIBLE_WAIT = 30.0
-#: Seconds transient Slurm failures (controller busy or restarting) are retried before giving up.
-SLURM_RETRY_WINDOW = 300.0
-#: Most output bytes passed on to the listener per poll and trial.
-OUTPUT_PER_POLL = 1 << 18
 
-_T = TypeVar("_T")
-
-
-def slurm_settings(executor: ExecutorSettings) -> SlurmSettings:
-    """The `zeus_run.slurm.SlurmSettings` of a spec's ``executor`` section."""
-    fields = {f.name for f in dataclasses.fields(SlurmSettings)}
-    return SlurmSettings(**{k: v for k, v in dataclasses.asdict(executor).items() if k in fields})
-
-
-class NodeEnergy(EnergySource):
-    """The launcher's stand-in for the energy that each trial's agent measures on its node.
-
-    The launcher measures nothing itself: each record takes its energy source
-    from the agent (``agent.json``). ``max_power`` is the spec's ``energy.watts``
-    until an agent reports its own.
-    """
-
-    def __init__(self, settings: EnergySettings) -> None:
-        self.settings = settings
-        self.name = settings.source
-        self.estimated = settings.source == "estimate"
-
-    @property
-    def max_power(self) -> float:
-        return self.settings.watts
-
-    def read(self) -> float:
-        return 0.0
-
-    def describe(self) -> str:
-        return f"measured on each trial's node by its agent (energy.source: {self.settings.source})"
-
-
-@dataclasses.dataclass
-class _Job:
-    """One trial in flight as a Slurm job (the launcher's view of it)."""
-
-    req: TrialRequest
-    prepared: PreparedTrial
-    name: str
-    dir: Path
-    job_id: str | None = None
-    adopted: bool = False
-    submitted: float = dataclasses.field(default_factory=time.monotonic)
-    info: JobInfo | None = None
-    gone: bool = False  # squeue no longer knows it
-    started: float | None = None  # when first seen running (monotonic)
-    ended: float | None = None  # when first seen final or gone (monotonic)
-    outcome_seen: float | None = None
-    beat: tuple[float, float] | None = None  # (heartbeat mtime, monotonic time it last changed)
-    stop_why: str | None = None  # "launcher" (a cancel) or "heartbeat" (the agent went quiet)
-    stop_sent: float | None = None
-    killed: bool = False  # a plain scancel was sent
-    epochs_pos: int = 0
-    log_pos: int = 0
-    log_rest: bytes = b""
-
-    @property
-    def label(self) -> str:
-        return f"job {self.job_id or '?'} ({self.name})"
-
-    @property
-    def state(self) -> str:
-        return self.info.state if self.info is not None else UNKNOWN
-
-    @property
-    def node(self) -> str | None:
-        return self.info.batch_host or self.info.nodes if self.info is not None else None
-
-
-class SlurmExecutor(RealExecutor):
+class SlurmExecutor(_Adoption, _Records, RealExecutor):
     """Runs each trial as a Slurm batch job (see the module docstring).
 
     It is a serial executor (``executor(request) -> record``) built from a
@@ -339,52 +258,6 @@ class SlurmExecutor(RealExecutor):
         """Energy is measured on the nodes: the launcher opens nothing (no NVML on a login node)."""
         return NodeEnergy(spec.energy)
 
-    @staticmethod
-    def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
-        """After a launcher died with trials in flight: adopt each job whose agent is alive, cancel every other job of the run.
-
-        A trial's job is adopted when it is still pending, when it runs and its
-        agent's heartbeat is fresh (or it started less than ``heartbeat_timeout`` ago),
-        or when its agent has already written the outcome.
-
-        Returns:
-            The ``trial`` of each adopted trial (see `RealExecutor.recover`).
-
-        Raises:
-            SlurmError: Slurm cannot be asked about the jobs (the history is untouched).
-        """
-        infos = [i for i in infos if i.job_prefix and i.job_name and i.trial_dir]
-        if not infos:
-            return set()
-        jobs: list[JobInfo] = []
-        for prefix in sorted({str(i.job_prefix) for i in infos}):
-            jobs += _find_run_jobs(prefix)
-        kept_ids: set[str] = set()
-        adopted: set[int] = set()
-        for info in infos:
-            tdir = Path(str(info.trial_dir))
-            timeout = info.heartbeat_timeout or SlurmSettings.heartbeat_timeout
-            known = info.slurm_job_id or ""
-            mine = [j for j in jobs if j.name == info.job_name and (not known or j.job_id == known)]
-            job = mine[-1] if mine else None
-            keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
-            if not may_adopt or not keep:
-                continue
-            adopted.add(info.trial)
-            if job is not None:
-                kept_ids.add(job.job_id)
-            logger.info(
-                "the previous launcher's trial (recurrence %s try %s, %s) goes on; this launcher takes it over",
-                info.recurrence,
-                info.attempt,
-                f"job {job.job_id}" if job is not None else "its outcome is written",
-            )
-        drop = [j.job_id for j in jobs if not j.final and j.job_id not in kept_ids]
-        if drop:
-            logger.warning("cancelling Slurm job(s) %s left by the previous launcher", ", ".join(drop))
-            _retrying("scancel", lambda: cancel(drop))
-        return adopted
-
     # -- submitting ----------------------------------------------------------------------
     def _submit(self, job: _Job, plan_path: Path) -> str:
         argv = [sys.executable, "-m", "zeus_run.agent", str(plan_path)]
@@ -399,68 +272,6 @@ class SlurmExecutor(RealExecutor):
         job_id = _retrying("sbatch", lambda: submit(batch, self.settings))
         logger.debug("submitted %s for recurrence %d try %d", job_id, job.req.recurrence, job.req.attempt)
         return job_id
-
-    def _claim(self, req: TrialRequest, running: RunningMarker) -> RunningMarker | None:
-        """The dead launcher's trial, if ``req`` asks for exactly it (else its job is cancelled)."""
-        old = self._adopt.pop(req.trial, None)
-        if old is None:
-            return None
-        differ = old.differences(running)
-        if not differ:
-            if not old.slurm_job_id:
-                name = str(old.job_name)
-                found = [j for j in _retrying("squeue", lambda: find_jobs(names=[name]))]
-                if found:
-                    old = dataclasses.replace(old, slurm_job_id=found[-1].job_id)
-            return old
-        logger.warning(
-            "the previous launcher's job %s is not the trial asked for now (%s); cancelling it",
-            old.slurm_job_id or old.job_name,
-            ", ".join(differ),
-        )
-        if old.slurm_job_id:
-            self._cancel_and_wait(old.slurm_job_id)
-        return None
-
-    def _cancel_and_wait(self, job_id: str) -> None:
-        """Cancel a job and wait (bounded) until it ended, so it no longer writes into its trial's directory."""
-        cancel([job_id])
-        deadline = time.monotonic() + FINAL_STATE_WAIT + STOP_MARGIN
-        while time.monotonic() < deadline:
-            info = _retrying("squeue", lambda: query([job_id])).get(job_id)
-            if info is None or info.final:
-                return
-            time.sleep(SQUEUE_INTERVAL)
-        logger.warning("job %s has not ended %g s after scancel", job_id, FINAL_STATE_WAIT + STOP_MARGIN)
-
-    def _sweep(self) -> None:
-        """Cancel every live job of this run but the one taken over (the run directory's lock: no other launcher owns one)."""
-
-        def adopted(j: JobInfo) -> bool:
-            for adopt in self._adopt.values():
-                if adopt.slurm_job_id:
-                    if j.job_id == adopt.slurm_job_id:
-                        return True
-                elif j.name == adopt.job_name:  # the launcher died between sbatch and noting the id
-                    return True
-            return False
-
-        jobs = _retrying("squeue", lambda: find_jobs(prefix=self.prefix))
-        drop = [j.job_id for j in jobs if not j.final and not adopted(j)]
-        if drop:
-            logger.warning("cancelling Slurm job(s) %s of this run that no launcher owns", ", ".join(drop))
-            _retrying("scancel", lambda: cancel(drop))
-
-    def _check_infra_streak(self) -> None:
-        if len(self._infra) <= self.settings.infra_retries:
-            return
-        states = ", ".join(self._infra[-(self.settings.infra_retries + 1) :])
-        raise SlurmError(
-            f"The last {len(self._infra)} trials were all ended by the cluster ({states}), so the run stops instead "
-            f"of retrying for ever. {_infra_hint(self._infra[-1], self.settings)} Each of them is in the history "
-            f"(zeus-run history); run the same command again to resume, or raise executor.infra_retries "
-            f"(now {self.settings.infra_retries})."
-        )
 
     # -- watching ------------------------------------------------------------------------
     def _update(self, now: float) -> None:
@@ -586,230 +397,9 @@ class SlurmExecutor(RealExecutor):
         for line in data[:end].splitlines():
             self.listener.on_output(line.decode("utf-8", "replace")[:4096])
 
-    # -- the record ----------------------------------------------------------------------
-    def _record(self, job: _Job, outcome: TrialOutcome | None) -> TrialRecord:
-        """The trial's record from the agent's outcome (None: it left none) and what Slurm said."""
-        state = job.state
-        agent = read_agent_info(job.dir) or {}
-        node = job.node or agent.get("host")
-        notes: list[str] = []
-        ours = job.stop_why == "launcher"
-        if outcome is None:
-            outcome, why = self._without_outcome(job, state)
-            notes.append(why)
-        elif ours and not outcome.stop_reason.judged:
-            # Stopped on our request before it was judged (a plain scancel may kill the script first).
-            outcome = dataclasses.replace(outcome, stop_reason=StopReason.INTERRUPTED, reached=False)
-        elif (
-            not ours
-            and not outcome.stop_reason.judged
-            and (outcome.stop_reason is StopReason.INTERRUPTED or is_infrastructure_failure(state))
-        ):
-            # Slurm (or a person) ended the job before the agent judged the trial: the
-            # script was killed, or the agent stopped it on a signal that was not ours.
-            outcome = dataclasses.replace(outcome, stop_reason=StopReason.INFRASTRUCTURE, reached=False)
-        if outcome.stop_reason.infrastructure:
-            notes.insert(0, self._infra_note(job, state, node))
-            outcome = dataclasses.replace(outcome, cause=notes[0])
-            self._infra.append("heartbeat lost" if job.stop_why == "heartbeat" else state)
-        elif outcome.stop_reason is not StopReason.INTERRUPTED:
-            self._infra.clear()
-        if job.adopted:
-            notes.append("taken over from a launcher that died while it ran")
-        if outcome.message:
-            notes.append(outcome.message)
-        where: dict[str, object] = {"zeus_run": __version__, "host": node or UNKNOWN}
-        devices = (agent.get("energy") or {}).get("devices")
-        if devices:
-            where["gpus"] = devices
-        where.update(
-            {
-                "slurm_job_id": job.job_id or agent.get("slurm_job_id") or UNKNOWN,
-                "slurm_node": node or UNKNOWN,
-                "slurm_state": state,
-                "launcher": socket.gethostname(),
-            }
-        )
-        message = "; ".join(n for n in notes if n) or None
-        record = to_record(self.spec, self._rd, job.req, job.prepared, outcome, self.energy, message, where)
-        measured = agent.get("energy") or {}
-        return dataclasses.replace(
-            record,
-            energy_source=str(measured.get("name") or record.energy_source),
-            estimated=bool(measured.get("estimated", record.estimated)),
-            energy_method=measured.get("method") or record.energy_method,
-        )
-
-    def _without_outcome(self, job: _Job, state: str) -> tuple[TrialOutcome, str]:
-        """An outcome for a trial whose agent left none: its last counted epoch, and why there is none.
-
-        Raises:
-            SlurmAgentError: The job ended and its agent never wrote anything (it could not start).
-        """
-        rows = _epochs(job.dir)
-        last = rows[-1] if rows else {}
-        epochs, t, e, c = (
-            len(rows),
-            float(last.get("time", 0.0)),
-            float(last.get("energy", 0.0)),
-            float(last.get("cost", 0.0)),
-        )
-        if job.stop_why == "launcher":
-            reason, why = StopReason.INTERRUPTED, ""
-        elif job.stop_why == "heartbeat":
-            reason, why = StopReason.INFRASTRUCTURE, "the agent's heartbeat stopped, so the job was cancelled"
-        elif state == "OUT_OF_MEMORY":
-            reason = StopReason.CRASHED
-            why = "Slurm killed the job for using more memory than it was given (OUT_OF_MEMORY)"
-        elif is_infrastructure_failure(state):
-            reason, why = StopReason.INFRASTRUCTURE, "its agent left no outcome"
-        elif job.beat is None and job.job_id is not None:
-            raise SlurmAgentError(self._never_ran(job, state))
-        else:
-            reason = StopReason.INFRASTRUCTURE
-            why = f"the agent ended without writing its outcome (Slurm state {state})"
-        metrics = tuple(float(r.get("metric", math.nan)) for r in rows)
-        max_power = float(
-            ((read_agent_info(job.dir) or {}).get("energy") or {}).get("max_power") or self.energy.max_power
-        )
-        code = job.info.exit_code if job.info is not None else None
-        cause = why if reason.failure else None
-        return TrialOutcome(epochs, t, e, max_power, c, False, reason, code, metrics=metrics, cause=cause), why
-
-    def _never_ran(self, job: _Job, state: str) -> str:
-        log = job.dir / "output.log"
-        try:
-            tail = log.read_text(encoding="utf-8", errors="replace")[-1500:].strip()
-            shown = f"Its output ({str(log)!r}) ends with:\n{tail}" if tail else f"Its output {str(log)!r} is empty."
-        except OSError:
-            shown = (
-                f"Its output {str(log)!r} is not visible here: the run directory is probably not shared with the node."
-            )
-        return (
-            f"Slurm {job.label} ended ({state}) on {job.node or 'its node'} without its agent ever writing into "
-            f"{str(job.dir)!r}: the agent could not run there. The run directory must be on a filesystem the "
-            "compute nodes share with this machine at the same path, and the nodes need the Python environment "
-            f"that runs zeus-run at the same path ({sys.executable}). {shown}"
-        )
-
-    def _infra_note(self, job: _Job, state: str, node: str | None) -> str:
-        reason = job.info.reason if job.info is not None and job.info.reason not in ("", "None") else ""
-        what = "its agent went quiet" if job.stop_why == "heartbeat" else f"Slurm ended it: {state}"
-        return (
-            f"{what}{f' ({reason})' if reason else ''} on {node or 'an unknown node'}; an infrastructure failure, "
-            f"not fed to the optimizer and retried ({_infra_hint(state, self.settings)})"
-        )
-
-
-# -- helpers -----------------------------------------------------------------------------------
-
-
-def _alive(job: JobInfo, trial_dir: Path, heartbeat_timeout: float) -> bool:
-    """Whether a dead launcher's job is worth adopting: its agent lives (or may still start), or it is done."""
-    if read_outcome(trial_dir) is not None:
-        return True
-    if job.final:
-        return False
-    if job.state in PENDING_STATES:
-        return True
-    age = heartbeat_age(trial_dir)
-    if age is not None:
-        return age < heartbeat_timeout
-    started = _seconds_since(job.start_time)
-    return started is not None and started < heartbeat_timeout
-
-
-def _seconds_since(slurm_time: str | None) -> float | None:
-    """Seconds since a time squeue printed (ISO 8601 in the cluster's local time), or None."""
-    if not slurm_time:
-        return None
-    try:
-        then = _dt.datetime.fromisoformat(slurm_time)
-    except ValueError:
-        return None
-    return (_dt.datetime.now() - then).total_seconds()
-
-
-def _find_run_jobs(prefix: str) -> list[JobInfo]:
-    return _retrying("squeue", lambda: find_jobs(prefix=prefix))
-
-
-def _adoptions(infos: list[RunningMarker] | None) -> dict[int, RunningMarker]:
-    """The trials `SlurmExecutor.recover` chose to adopt (still marked in ``running.json``), by ``trial``."""
-    return {i.trial: i for i in infos or [] if i.executor == SlurmExecutor.kind and i.job_name}
-
-
-def _kept(running: RunningMarker, old: RunningMarker) -> RunningMarker:
-    """``running`` with what a taken-over trial keeps from the dead launcher's marker."""
-    kept = {k: getattr(old, k) for k in ("started_at", "token", "slurm_job_id") if getattr(old, k) is not None}
-    return dataclasses.replace(running, **kept)
-
-
-def _infra_streak(records: Iterable[TrialRecord]) -> list[str]:
-    """Slurm states of the infrastructure failures at the end of the history (the current streak)."""
-    streak: list[str] = []
-    for r in records:
-        if r.stop_reason.infrastructure:
-            streak.append(str((r.provenance or {}).get("slurm_state", UNKNOWN)))
-        elif r.stop_reason is not StopReason.INTERRUPTED:
-            streak.clear()
-    return streak
-
-
-def _infra_hint(state: str, settings: SlurmSettings) -> str:
-    if state == "TIMEOUT":
-        return f"the trial needs more than executor.time ({settings.time or 'the partition default'}); raise it"
-    if state in ("NODE_FAIL", "BOOT_FAIL"):
-        return "a node failed; if it keeps happening, ask your admins or exclude the node with extra_args: [--exclude=NODE]"
-    if state == "PREEMPTED":
-        return "a higher-priority job took the node; a partition or QOS without preemption avoids it"
-    if state == "CANCELLED":
-        return "someone cancelled the job (scancel), or an admin did"
-    if state == "DEADLINE":
-        return "the job passed its deadline"
-    return "the agent stopped answering; check the node and the shared filesystem"
-
-
-def _epochs(trial_dir: Path) -> list[dict[str, Any]]:
-    try:
-        lines = (trial_dir / EPOCHS_NAME).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
 
 def _agent_env() -> dict[str, str]:
     """The job's environment additions: zeus-run's own location first on PYTHONPATH (sbatch exports the rest)."""
     here = str(Path(zeus_run.__file__).resolve().parent.parent)
     old = os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": here + (os.pathsep + old if old else "")}
-
-
-def _remove(path: Path) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def _retrying(what: str, call: Callable[[], _T]) -> _T:
-    """``call()``, tried again with growing pauses while it fails transiently (for at most `SLURM_RETRY_WINDOW` s)."""
-    deadline = time.monotonic() + SLURM_RETRY_WINDOW
-    pause = 1.0
-    while True:
-        try:
-            return call()
-        except SlurmError as exc:
-            if not exc.transient or time.monotonic() + pause > deadline:
-                raise
-            logger.warning("%s failed (%s); trying again in %g s", what, exc, pause)
-            time.sleep(pause)
-            pause = min(pause * 2, 30.0)

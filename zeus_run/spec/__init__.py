@@ -1,6 +1,6 @@
 """Job specs: the YAML a user writes, loaded once into frozen, validated dataclasses."""
 
-from zeus_run.spec._load import load_spec, parse_spec, placeholder_names, substitute
+from zeus_run.spec._load import load_spec, parse_spec
 from zeus_run.spec._model import (
     DECISION_FIELDS,
     DEFAULT_POLICY,
@@ -16,6 +16,7 @@ from zeus_run.spec._model import (
     PowerLimitSettings,
     StopSettings,
 )
+from zeus_run.spec._template import placeholder_names, substitute
 
 __all__ = [
     "DECISION_FIELDS",

@@ -11,52 +11,29 @@ import logging
 import math
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
-from zeus_run.slurm._settings import parse_time_limit, reserved_option
+from zeus_run.spec._check import _REQUIRED, _whole
 from zeus_run.spec._model import (
-    ENERGY_BASES,
-    ENERGY_SOURCES,
-    EXECUTOR_KINDS,
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
-    METRIC_SOURCES,
-    NO_PERMISSION_ACTIONS,
-    ON_TARGET_ACTIONS,
     PLACEHOLDERS,
-    POLICIES,
-    EnergySettings,
-    ExecutorSettings,
     JobSpec,
-    MetricSettings,
-    OptimizerSettings,
-    PowerLimitSettings,
-    StopSettings,
 )
-from zeus_run.spec._yaml import MAX_BYTES, YamlDocument, YamlLimitError, load_yaml
+from zeus_run.spec._sections import _SECTIONS, Sections
+from zeus_run.spec._template import _PLACEHOLDER_RE, placeholder_names
+from zeus_run.spec._yaml import MAX_BYTES, YamlLimitError, load_yaml
 
 logger = logging.getLogger(__name__)
 
-#: Largest whole number any setting may hold.
-MAX_INT = 2**63 - 1
 #: Largest batch size.
 MAX_BATCH_SIZE = 2**31 - 1
 #: Most batch sizes in a spec (a list, or a range once expanded).
 MAX_BATCH_SIZES = 1024
 
-_PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
-
-_SECTIONS: dict[str, type] = {
-    "optimizer": OptimizerSettings,
-    "metric": MetricSettings,
-    "energy": EnergySettings,
-    "power_limit": PowerLimitSettings,
-    "stop": StopSettings,
-    "executor": ExecutorSettings,
-}
 _TOP_KEYS = (
     "name",
     "command",
@@ -81,40 +58,6 @@ _TOP_KEYS = (
     "run_dir",
     *_SECTIONS,
 )
-_SECTION_KEYS = {
-    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
-    "metric": ("source", "regex"),
-    "energy": ("source", "watts", "gpus", "basis"),
-    "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
-    "stop": ("grace", "term_grace", "kill_grace", "on_target"),
-    "executor": (
-        "kind",
-        "partition",
-        "gpus",
-        "time",
-        "account",
-        "qos",
-        "extra_args",
-        "heartbeat_timeout",
-        "infra_retries",
-    ),
-}
-#: ``executor`` keys that only a Slurm executor reads.
-_SLURM_KEYS = _SECTION_KEYS["executor"][1:]
-#: How to set what a reserved sbatch option in ``executor.extra_args`` would set.
-_RESERVED_FIX = {
-    "--partition": "executor.partition",
-    "-p": "executor.partition",
-    "--time": "executor.time",
-    "-t": "executor.time",
-    "--account": "executor.account",
-    "-A": "executor.account",
-    "--qos": "executor.qos",
-    "-q": "executor.qos",
-    "--gres": "executor.gpus",
-    "--gpus": "executor.gpus",
-    "-G": "executor.gpus",
-}
 
 
 def load_spec(path: str | Path) -> JobSpec:
@@ -179,116 +122,9 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
     return _Validator(doc, base, label, source).build()
 
 
-class _Validator:
-    """Reads fields out of the raw mapping, collecting problems instead of raising."""
+class _Validator(Sections):
+    """The job schema: builds a `JobSpec` from the raw mapping, collecting problems instead of raising."""
 
-    def __init__(self, doc: YamlDocument, base: Path, label: str, source: Path | None) -> None:
-        self.data: dict = doc.data
-        self.lines = doc.lines
-        self.text = doc.text
-        self.base = base
-        self.label = label
-        self.source = source
-        self.problems: list[SpecProblem] = []
-        for dup in doc.duplicates:
-            self.problems.append(
-                SpecProblem(
-                    dup.path,
-                    dup.text,
-                    f"is set twice, on lines {dup.first} and {dup.second} (YAML would silently keep the last)",
-                    "Remove one of them",
-                    dup.second,
-                )
-            )
-
-    # -- problem recording ---------------------------------------------------
-    def problem(self, field: str, value: object, why: str, fix: str = "") -> None:
-        self.problems.append(SpecProblem(field, value, why, fix, self.lines.get(field)))
-
-    def unknown_keys(self, mapping: Mapping, allowed: tuple[str, ...], prefix: str) -> None:
-        for key in mapping:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1) if len(str(key)) < 100 else []
-                fix = f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(allowed)}"
-                self.problem(f"{prefix}{key}", mapping[key], "unknown key", fix)
-
-    # -- typed getters ---------------------------------------------------------
-    def get(self, mapping: Mapping, key: str, prefix: str, default: Any, check: Callable[[str, Any], Any]) -> Any:
-        if key not in mapping or (mapping[key] is None and default is not _REQUIRED):
-            if default is _REQUIRED:
-                return check(prefix + key, None)
-            return default
-        return check(prefix + key, mapping[key])
-
-    def int_(self, lo: int | None = None, hi: int = MAX_INT, fix: str = "") -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if v is None:
-                self.problem(field, v, "is required", fix or "Set it to a whole number")
-                return None
-            if isinstance(v, bool) or not isinstance(v, int):
-                self.problem(field, v, "must be a whole number", fix or "Write it without quotes or decimals")
-                return None
-            if lo is not None and v < lo:
-                self.problem(field, v, f"must be at least {lo}", fix)
-                return None
-            if v > hi:
-                self.problem(field, v, f"must be at most {hi}", fix)
-                return None
-            return v
-
-        return check
-
-    def float_(
-        self, lo: float | None = None, hi: float | None = None, strict_lo: bool = False, fix: str = ""
-    ) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if v is None:
-                self.problem(field, v, "is required", fix or "Set it to a number")
-                return None
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                self.problem(field, v, "must be a finite number", fix or "Write a number such as 0.5")
-                return None
-            if lo is not None and (v <= lo if strict_lo else v < lo):
-                bound = f"greater than {lo}" if strict_lo else f"at least {lo}"
-                self.problem(field, v, f"must be {bound}", fix)
-                return None
-            if hi is not None and v > hi:
-                self.problem(field, v, f"must be at most {hi}", fix)
-                return None
-            return float(v)
-
-        return check
-
-    def bool_(self) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if not isinstance(v, bool):
-                self.problem(field, v, "must be true or false", "Write true or false without quotes")
-                return None
-            return v
-
-        return check
-
-    def choice(self, options: tuple[str, ...]) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if v not in options:
-                close = difflib.get_close_matches(str(v), options, n=1)
-                hint = f"Did you mean {close[0]!r}? " if close else ""
-                self.problem(field, v, f"must be one of {', '.join(options)}", f"{hint}".strip())
-                return None
-            return v
-
-        return check
-
-    def str_(self) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if not isinstance(v, str) or not v.strip():
-                self.problem(field, v, "must be a non-empty string")
-                return None
-            return v
-
-        return check
-
-    # -- the spec --------------------------------------------------------------
     def build(self) -> JobSpec:
         d = self.data
         self.unknown_keys(d, _TOP_KEYS, "")
@@ -549,195 +385,6 @@ class _Validator:
                 out[k] = self.text.get(f"env.{k}", str(v).lower() if isinstance(v, bool) else str(v))
         return out
 
-    def section(self, key: str, builder: Callable[[Mapping, str], Any]) -> Any:
-        raw = self.data.get(key)
-        if raw is None:
-            return _SECTIONS[key]()
-        if not isinstance(raw, dict):
-            self.problem(key, raw, "must be a mapping", f"Keys: {', '.join(_SECTION_KEYS[key])}")
-            return _SECTIONS[key]()
-        self.unknown_keys(raw, _SECTION_KEYS[key], key + ".")
-        return builder(raw, key + ".")
-
-    def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
-        policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))
-        d = OptimizerSettings.for_policy(policy if policy in POLICIES else "zeus")
-        return OptimizerSettings(
-            policy=policy,
-            pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
-            window_size=self.get(m, "window_size", p, d.window_size, self.window_size()),
-            prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
-            prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
-            num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
-        )
-
-    def window_size(self) -> Callable[[str, Any], Any]:
-        as_int = self.int_(0, fix="0 keeps all observations; otherwise use at least 2")
-
-        def check(field: str, v: Any) -> Any:
-            v = as_int(field, v)
-            if v == 1:
-                self.problem(
-                    field,
-                    v,
-                    "a window of one observation gives every batch size zero variance, so Thompson Sampling stops exploring",
-                    "Use 0 (all observations) or at least 2",
-                )
-                return None
-            return v
-
-        return check
-
-    def metric(self, m: Mapping, p: str) -> MetricSettings:
-        source = self.get(m, "source", p, "regex" if m.get("regex") else "events", self.choice(METRIC_SOURCES))
-        regex = self.get(m, "regex", p, None, self.str_())
-        if regex is not None:
-            try:
-                compiled = re.compile(regex)
-            except re.error as exc:
-                self.problem(p + "regex", regex, f"is not a valid regular expression ({exc})")
-            else:
-                if compiled.groups < 1:
-                    self.problem(
-                        p + "regex", regex, "needs a capture group around the number", r"e.g. 'val_acc=([0-9.]+)'"
-                    )
-        if source == "regex" and regex is None:
-            self.problem(
-                p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'"
-            )
-        return MetricSettings(source=source, regex=regex)
-
-    def energy(self, m: Mapping, p: str) -> EnergySettings:
-        gpus_raw = m.get("gpus")
-        gpus = None
-        if gpus_raw is not None:
-            if isinstance(gpus_raw, (int, str)) and not isinstance(gpus_raw, bool):
-                gpus_raw = [gpus_raw]
-            if (
-                isinstance(gpus_raw, list)
-                and gpus_raw
-                and all(isinstance(g, (int, str)) and not isinstance(g, bool) for g in gpus_raw)
-            ):
-                gpus = tuple(str(g) for g in gpus_raw)
-            else:
-                self.problem(p + "gpus", gpus_raw, "must be a list of GPU indices or UUIDs", "e.g. gpus: [0, 1]")
-        return EnergySettings(
-            source=self.get(m, "source", p, "auto", self.choice(ENERGY_SOURCES)),
-            watts=self.get(
-                m,
-                "watts",
-                p,
-                100.0,
-                self.float_(0.0, strict_lo=True, fix="The estimated average power of the job, e.g. 65"),
-            ),
-            gpus=gpus,
-            basis=self.get(m, "basis", p, "cpu-time", self.choice(ENERGY_BASES)),
-        )
-
-    def power_limit(self, m: Mapping, p: str) -> PowerLimitSettings:
-        d = PowerLimitSettings()
-        return PowerLimitSettings(
-            enabled=self.get(m, "enabled", p, d.enabled, self.bool_()),
-            step_watts=self.get(m, "step_watts", p, d.step_watts, self.int_(1)),
-            warmup_iters=self.get(m, "warmup_iters", p, d.warmup_iters, self.int_(0)),
-            measure_iters=self.get(m, "measure_iters", p, d.measure_iters, self.int_(1)),
-            observer_mode=self.get(m, "observer_mode", p, d.observer_mode, self.bool_()),
-            on_no_permission=self.get(m, "on_no_permission", p, d.on_no_permission, self.choice(NO_PERMISSION_ACTIONS)),
-        )
-
-    def stop(self, m: Mapping, p: str) -> StopSettings:
-        d = StopSettings()
-        seconds = self.float_(0.0, fix="Seconds, e.g. 10")
-        grace = None if "grace" in m and m["grace"] is None else self.get(m, "grace", p, d.grace, seconds)
-        return StopSettings(
-            grace=grace,
-            term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
-            kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
-            on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
-        )
-
-    def executor(self, m: Mapping, p: str) -> ExecutorSettings:
-        d = ExecutorSettings()
-        kind = self.get(m, "kind", p, d.kind, self.choice(EXECUTOR_KINDS))
-        if kind == "local":
-            for key in _SLURM_KEYS:
-                default = getattr(d, key)
-                if m.get(key) is not None and m[key] != (list(default) if isinstance(default, tuple) else default):
-                    self.problem(p + key, m[key], "applies to Slurm jobs only", "Add kind: slurm, or remove it")
-        name = self.slurm_name()
-        return ExecutorSettings(
-            kind=kind or d.kind,
-            partition=self.get(m, "partition", p, d.partition, name),
-            gpus=self.get(m, "gpus", p, d.gpus, self.int_(0, 1024, fix="GPUs per trial; 0 for CPU-only jobs")),
-            time=self.get(m, "time", p, d.time, self.slurm_time()),
-            account=self.get(m, "account", p, d.account, name),
-            qos=self.get(m, "qos", p, d.qos, name),
-            extra_args=self.get(m, "extra_args", p, d.extra_args, self.extra_args()),
-            heartbeat_timeout=self.get(
-                m,
-                "heartbeat_timeout",
-                p,
-                d.heartbeat_timeout,
-                self.float_(0.0, strict_lo=True, fix="Seconds, e.g. 120 (the agent writes its heartbeat every second)"),
-            ),
-            infra_retries=self.get(
-                m,
-                "infra_retries",
-                p,
-                d.infra_retries,
-                self.int_(0, 1000, fix="Trials ended by Slurm in a row to retry before stopping, e.g. 3"),
-            ),
-        )
-
-    def slurm_name(self) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if not isinstance(v, str) or not v.strip() or any(c.isspace() or c == "," for c in v):
-                self.problem(field, v, "must be one name without spaces or commas", "e.g. gpu, or null for the default")
-                return None
-            return v
-
-        return check
-
-    def slurm_time(self) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            written = self.text.get(field, str(v))
-            if not isinstance(v, str):
-                base60 = ":" in written
-                why = (
-                    f"was read as the number {v!r} (YAML reads {written} as base 60)"
-                    if base60
-                    else "must be a Slurm time string (a bare number is ambiguous: Slurm reads 90 as minutes)"
-                )
-                self.problem(field, v, why, f'Quote it: time: "{written}" (hours:minutes:seconds, e.g. "02:00:00")')
-                return None
-            try:
-                parse_time_limit(v)
-            except ValueError as exc:
-                self.problem(field, v, str(exc))
-                return None
-            return v.strip()
-
-        return check
-
-    def extra_args(self) -> Callable[[str, Any], Any]:
-        def check(field: str, v: Any) -> Any:
-            if isinstance(v, str) or not isinstance(v, list) or not all(isinstance(a, str) and a for a in v):
-                self.problem(
-                    field, v, "must be a list of sbatch options", 'e.g. extra_args: ["--mem=64G", "--constraint=a100"]'
-                )
-                return None
-            ok = True
-            for arg in v:
-                opt = reserved_option(arg)
-                if opt is not None:
-                    where = _RESERVED_FIX.get(opt)
-                    fix = f"Set {where} instead" if where else "Remove it: zeus-run sets it for every trial"
-                    self.problem(field, arg, f"sets {opt}, which zeus-run sets itself", fix)
-                    ok = False
-            return tuple(v) if ok else None
-
-        return check
-
     def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:
         places = [("command", a) for a in command] + [(f"env.{k}", v) for k, v in env.items()]
         for field, text in places:
@@ -766,41 +413,3 @@ class _Validator:
                         "uses {learning_rate} but learning_rate is not set",
                         "Set learning_rate to the rate of default_batch_size",
                     )
-
-
-_REQUIRED = object()
-
-
-def _whole(v: Any, lo: int, hi: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
-
-def placeholder_names(text: str) -> list[str]:
-    """Names of the ``{placeholders}`` in text (``{{`` and ``}}`` are literal braces)."""
-    return [m.group(1) for m in _PLACEHOLDER_RE.finditer(text) if m.group(1) is not None]
-
-
-def substitute(text: str, values: Mapping[str, object], shell: bool = False) -> str:
-    """Replace each ``{name}`` with ``str(values[name])`` as a whole value.
-
-    The substituted text is never re-parsed: a value containing braces, spaces
-    or shell syntax arrives in the argument unchanged.
-
-    Args:
-        text: A ``command`` argument or ``env`` value.
-        values: The placeholders' values.
-        shell: ``text`` is a ``/bin/sh -c`` command line (``shell: true``): each
-            value is quoted with `shlex.quote`, so the shell sees it as one word
-            and never runs what it contains (a ``run_dir`` holding ``$(...)``).
-    """
-
-    def repl(m: re.Match[str]) -> str:
-        token = m.group(0)
-        if token == "{{":
-            return "{"
-        if token == "}}":
-            return "}"
-        value = str(values[m.group(1)])
-        return shlex.quote(value) if shell else value
-
-    return _PLACEHOLDER_RE.sub(repl, text)

@@ -1,0 +1,264 @@
+"""The job schema's sections (``optimizer``, ``metric``, ``energy``, ``power_limit``, ``stop``, ``executor``)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from zeus_run.slurm._settings import parse_time_limit, reserved_option
+from zeus_run.spec._check import Checker
+from zeus_run.spec._model import (
+    ENERGY_BASES,
+    ENERGY_SOURCES,
+    EXECUTOR_KINDS,
+    METRIC_SOURCES,
+    NO_PERMISSION_ACTIONS,
+    ON_TARGET_ACTIONS,
+    POLICIES,
+    EnergySettings,
+    ExecutorSettings,
+    MetricSettings,
+    OptimizerSettings,
+    PowerLimitSettings,
+    StopSettings,
+)
+
+logger = logging.getLogger(__name__)
+
+_SECTIONS: dict[str, type] = {
+    "optimizer": OptimizerSettings,
+    "metric": MetricSettings,
+    "energy": EnergySettings,
+    "power_limit": PowerLimitSettings,
+    "stop": StopSettings,
+    "executor": ExecutorSettings,
+}
+_SECTION_KEYS = {
+    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
+    "metric": ("source", "regex"),
+    "energy": ("source", "watts", "gpus", "basis"),
+    "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
+    "stop": ("grace", "term_grace", "kill_grace", "on_target"),
+    "executor": (
+        "kind",
+        "partition",
+        "gpus",
+        "time",
+        "account",
+        "qos",
+        "extra_args",
+        "heartbeat_timeout",
+        "infra_retries",
+    ),
+}
+#: ``executor`` keys that only a Slurm executor reads.
+_SLURM_KEYS = _SECTION_KEYS["executor"][1:]
+#: How to set what a reserved sbatch option in ``executor.extra_args`` would set.
+_RESERVED_FIX = {
+    "--partition": "executor.partition",
+    "-p": "executor.partition",
+    "--time": "executor.time",
+    "-t": "executor.time",
+    "--account": "executor.account",
+    "-A": "executor.account",
+    "--qos": "executor.qos",
+    "-q": "executor.qos",
+    "--gres": "executor.gpus",
+    "--gpus": "executor.gpus",
+    "-G": "executor.gpus",
+}
+
+
+class Sections(Checker):
+    """Builds each section of the job spec (a `Checker` over the spec's mapping)."""
+
+    def section(self, key: str, builder: Callable[[Mapping, str], Any]) -> Any:
+        raw = self.data.get(key)
+        if raw is None:
+            return _SECTIONS[key]()
+        if not isinstance(raw, dict):
+            self.problem(key, raw, "must be a mapping", f"Keys: {', '.join(_SECTION_KEYS[key])}")
+            return _SECTIONS[key]()
+        self.unknown_keys(raw, _SECTION_KEYS[key], key + ".")
+        return builder(raw, key + ".")
+
+    def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
+        policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))
+        d = OptimizerSettings.for_policy(policy if policy in POLICIES else "zeus")
+        return OptimizerSettings(
+            policy=policy,
+            pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
+            window_size=self.get(m, "window_size", p, d.window_size, self.window_size()),
+            prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
+            prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
+            num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
+        )
+
+    def window_size(self) -> Callable[[str, Any], Any]:
+        as_int = self.int_(0, fix="0 keeps all observations; otherwise use at least 2")
+
+        def check(field: str, v: Any) -> Any:
+            v = as_int(field, v)
+            if v == 1:
+                self.problem(
+                    field,
+                    v,
+                    "a window of one observation gives every batch size zero variance, so Thompson Sampling stops exploring",
+                    "Use 0 (all observations) or at least 2",
+                )
+                return None
+            return v
+
+        return check
+
+    def metric(self, m: Mapping, p: str) -> MetricSettings:
+        source = self.get(m, "source", p, "regex" if m.get("regex") else "events", self.choice(METRIC_SOURCES))
+        regex = self.get(m, "regex", p, None, self.str_())
+        if regex is not None:
+            try:
+                compiled = re.compile(regex)
+            except re.error as exc:
+                self.problem(p + "regex", regex, f"is not a valid regular expression ({exc})")
+            else:
+                if compiled.groups < 1:
+                    self.problem(
+                        p + "regex", regex, "needs a capture group around the number", r"e.g. 'val_acc=([0-9.]+)'"
+                    )
+        if source == "regex" and regex is None:
+            self.problem(
+                p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'"
+            )
+        return MetricSettings(source=source, regex=regex)
+
+    def energy(self, m: Mapping, p: str) -> EnergySettings:
+        gpus_raw = m.get("gpus")
+        gpus = None
+        if gpus_raw is not None:
+            if isinstance(gpus_raw, (int, str)) and not isinstance(gpus_raw, bool):
+                gpus_raw = [gpus_raw]
+            if (
+                isinstance(gpus_raw, list)
+                and gpus_raw
+                and all(isinstance(g, (int, str)) and not isinstance(g, bool) for g in gpus_raw)
+            ):
+                gpus = tuple(str(g) for g in gpus_raw)
+            else:
+                self.problem(p + "gpus", gpus_raw, "must be a list of GPU indices or UUIDs", "e.g. gpus: [0, 1]")
+        return EnergySettings(
+            source=self.get(m, "source", p, "auto", self.choice(ENERGY_SOURCES)),
+            watts=self.get(
+                m,
+                "watts",
+                p,
+                100.0,
+                self.float_(0.0, strict_lo=True, fix="The estimated average power of the job, e.g. 65"),
+            ),
+            gpus=gpus,
+            basis=self.get(m, "basis", p, "cpu-time", self.choice(ENERGY_BASES)),
+        )
+
+    def power_limit(self, m: Mapping, p: str) -> PowerLimitSettings:
+        d = PowerLimitSettings()
+        return PowerLimitSettings(
+            enabled=self.get(m, "enabled", p, d.enabled, self.bool_()),
+            step_watts=self.get(m, "step_watts", p, d.step_watts, self.int_(1)),
+            warmup_iters=self.get(m, "warmup_iters", p, d.warmup_iters, self.int_(0)),
+            measure_iters=self.get(m, "measure_iters", p, d.measure_iters, self.int_(1)),
+            observer_mode=self.get(m, "observer_mode", p, d.observer_mode, self.bool_()),
+            on_no_permission=self.get(m, "on_no_permission", p, d.on_no_permission, self.choice(NO_PERMISSION_ACTIONS)),
+        )
+
+    def stop(self, m: Mapping, p: str) -> StopSettings:
+        d = StopSettings()
+        seconds = self.float_(0.0, fix="Seconds, e.g. 10")
+        grace = None if "grace" in m and m["grace"] is None else self.get(m, "grace", p, d.grace, seconds)
+        return StopSettings(
+            grace=grace,
+            term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
+            kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
+            on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
+        )
+
+    def executor(self, m: Mapping, p: str) -> ExecutorSettings:
+        d = ExecutorSettings()
+        kind = self.get(m, "kind", p, d.kind, self.choice(EXECUTOR_KINDS))
+        if kind == "local":
+            for key in _SLURM_KEYS:
+                default = getattr(d, key)
+                if m.get(key) is not None and m[key] != (list(default) if isinstance(default, tuple) else default):
+                    self.problem(p + key, m[key], "applies to Slurm jobs only", "Add kind: slurm, or remove it")
+        name = self.slurm_name()
+        return ExecutorSettings(
+            kind=kind or d.kind,
+            partition=self.get(m, "partition", p, d.partition, name),
+            gpus=self.get(m, "gpus", p, d.gpus, self.int_(0, 1024, fix="GPUs per trial; 0 for CPU-only jobs")),
+            time=self.get(m, "time", p, d.time, self.slurm_time()),
+            account=self.get(m, "account", p, d.account, name),
+            qos=self.get(m, "qos", p, d.qos, name),
+            extra_args=self.get(m, "extra_args", p, d.extra_args, self.extra_args()),
+            heartbeat_timeout=self.get(
+                m,
+                "heartbeat_timeout",
+                p,
+                d.heartbeat_timeout,
+                self.float_(0.0, strict_lo=True, fix="Seconds, e.g. 120 (the agent writes its heartbeat every second)"),
+            ),
+            infra_retries=self.get(
+                m,
+                "infra_retries",
+                p,
+                d.infra_retries,
+                self.int_(0, 1000, fix="Trials ended by Slurm in a row to retry before stopping, e.g. 3"),
+            ),
+        )
+
+    def slurm_name(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if not isinstance(v, str) or not v.strip() or any(c.isspace() or c == "," for c in v):
+                self.problem(field, v, "must be one name without spaces or commas", "e.g. gpu, or null for the default")
+                return None
+            return v
+
+        return check
+
+    def slurm_time(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            written = self.text.get(field, str(v))
+            if not isinstance(v, str):
+                base60 = ":" in written
+                why = (
+                    f"was read as the number {v!r} (YAML reads {written} as base 60)"
+                    if base60
+                    else "must be a Slurm time string (a bare number is ambiguous: Slurm reads 90 as minutes)"
+                )
+                self.problem(field, v, why, f'Quote it: time: "{written}" (hours:minutes:seconds, e.g. "02:00:00")')
+                return None
+            try:
+                parse_time_limit(v)
+            except ValueError as exc:
+                self.problem(field, v, str(exc))
+                return None
+            return v.strip()
+
+        return check
+
+    def extra_args(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            if isinstance(v, str) or not isinstance(v, list) or not all(isinstance(a, str) and a for a in v):
+                self.problem(
+                    field, v, "must be a list of sbatch options", 'e.g. extra_args: ["--mem=64G", "--constraint=a100"]'
+                )
+                return None
+            ok = True
+            for arg in v:
+                opt = reserved_option(arg)
+                if opt is not None:
+                    where = _RESERVED_FIX.get(opt)
+                    fix = f"Set {where} instead" if where else "Remove it: zeus-run sets it for every trial"
+                    self.problem(field, arg, f"sets {opt}, which zeus-run sets itself", fix)
+                    ok = False
+            return tuple(v) if ok else None
+
+        return check

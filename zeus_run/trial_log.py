@@ -1,0 +1,57 @@
+"""A trial's output log: appended to without following links; a write that fails is reported, not raised."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from zeus_run import _fs
+
+logger = logging.getLogger(__name__)
+
+
+class TrialLog:
+    """The trial's output log. A write that fails (disk full) is reported once and logging stops; the trial goes on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error: str | None = None
+        self._fd = -1
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            self._fail(exc)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while self._fd >= 0 and view:
+            try:
+                n = os.write(self._fd, view)
+            except OSError as exc:
+                self._fail(exc)
+                return
+            view = view[n:]
+
+    def _fail(self, exc: OSError) -> None:
+        self.error = f"could not write the trial's output to {str(self.path)!r} ({exc.strerror or exc}); the rest of its output was not logged"
+        logger.warning("%s; the trial goes on", self.error)
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def log_tail(path: Path, limit: int = 1500) -> str:
+    """The last ``limit`` bytes of a trial's log as text (``(no log)`` if it cannot be read)."""
+    try:
+        with _fs.open_read(path) as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(size - limit, 0))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return "(no log)"
