@@ -11,7 +11,7 @@ Usage:
   scripts/slurm_dev.sh start 2 && python scripts/slurm_latency.py -n 10
   python scripts/slurm_latency.py -n 5 --partition gpu --gpus 1     # on a real cluster
 
-Uses the dev cluster's config when SLURM_CONF is unset and scripts/slurm_dev.sh started one.
+Uses ZEUS_SLURM_CONF (e.g. `export ZEUS_SLURM_CONF=$(scripts/slurm_dev.sh conf)`) when SLURM_CONF is unset.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from zeus_run.slurm import BatchJob, SlurmSettings, query, submit
 
-DEV_CONF = Path(os.environ.get("ZEUS_SLURM_DIR", "/tmp/zeus-slurm")) / "etc" / "slurm.conf"
+DEV_CONF = Path(os.environ.get("ZEUS_SLURM_CONF", "/nonexistent"))
 POLL_S = 0.05
 GIVE_UP_S = 300.0
 

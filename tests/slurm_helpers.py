@@ -1,10 +1,12 @@
-"""The real Slurm that tests marked ``slurm`` run against: the dev cluster of scripts/slurm_dev.sh.
+"""The real Slurm that tests marked ``slurm`` run against: a cluster named explicitly by ``ZEUS_SLURM_CONF``.
 
 `slurm_cluster` (session fixture, made visible to all tests by conftest.py)
-points the Slurm commands at that cluster (``SLURM_CONF``) and skips, with the
-reason and the command that fixes it, when the client is not installed, the
-cluster is not started, or no node is up. Tests never submit to a cluster that
-was not started by slurm_dev.sh.
+points the Slurm commands at the cluster whose slurm.conf ``ZEUS_SLURM_CONF``
+names (``SLURM_CONF`` for the session), and skips, with the reason and the
+command that fixes it, when none is named, the client is not installed, or no
+node is up. Tests never go looking for a cluster at a well-known path: one left
+there by someone else may vanish mid-run. .ci/run starts this checkout's own dev
+cluster (scripts/slurm_dev.sh, its own directory, ports and munged) and names it.
 
 Several test sessions may share the cluster: tests use unique job names and
 only ever look at (and cancel) their own jobs.
@@ -25,8 +27,12 @@ import pytest
 
 from zeus_run.slurm import JobInfo, query
 
-DEV_DIR = Path(os.environ.get("ZEUS_SLURM_DIR", "/tmp/zeus-slurm"))
-START_HINT = "start it with `scripts/slurm_dev.sh start 2` (as root; installs Slurm with apt-get if missing)"
+#: The variable that names the cluster the tests may use (its slurm.conf).
+CONF_VARIABLE = "ZEUS_SLURM_CONF"
+START_HINT = (
+    "start this checkout's dev cluster with `scripts/slurm_dev.sh start 2` (as root; installs Slurm with apt-get "
+    f"if missing), then `export {CONF_VARIABLE}=$(scripts/slurm_dev.sh conf)`"
+)
 UP_STATES = ("idle", "mix", "alloc", "comp")
 
 #: Generous: the machine running the tests may be busy.
@@ -54,9 +60,12 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     missing = [c for c in ("sinfo", "sbatch", "squeue", "scancel") if shutil.which(c) is None]
     if missing:
         pytest.skip(f"Slurm client commands missing ({', '.join(missing)}); {START_HINT}")
-    conf = DEV_DIR / "etc" / "slurm.conf"
-    if not conf.exists():
-        pytest.skip(f"no dev Slurm cluster ({conf} does not exist); {START_HINT}")
+    named = os.environ.get(CONF_VARIABLE, "")
+    if not named:
+        pytest.skip(f"no Slurm cluster named ({CONF_VARIABLE} is not set); {START_HINT}")
+    conf = Path(named)
+    if not conf.is_file():
+        pytest.skip(f"{CONF_VARIABLE}={named} does not exist; {START_HINT}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLURM_CONF", str(conf))
         try:

@@ -6,29 +6,14 @@ import json
 
 import pytest
 
+from tests.factories import make_record
 from zeus_run.errors import HistoryError
 from zeus_run.history import HistoryStore, read_history
 from zeus_run.records import TrialRecord
 
 
 def rec(i: int, **kw) -> TrialRecord:
-    base = dict(
-        job="j",
-        recurrence=i + 1,
-        attempt=1,
-        trial=i,
-        batch_size=32,
-        stage="pruning",
-        epochs=3,
-        time=1.5,
-        energy=150.0,
-        max_power=100.0,
-        cost=150.0,
-        reached=True,
-        stop_reason="target_reached",
-    )
-    base.update(kw)
-    return TrialRecord(**base)
+    return make_record(i, **kw)
 
 
 def test_append_and_read_round_trip(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.factories import make_record
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.cli import app
 from zeus_run.errors import UsageError
@@ -20,23 +21,12 @@ runner = CliRunner()
 
 
 def rec(i: int, bs: int, cost: float, reached: bool = True, stage: str = "thompson", **kw) -> TrialRecord:
-    base = dict(
-        job="j",
-        recurrence=i,
-        attempt=1,
-        trial=i - 1,
-        batch_size=bs,
-        stage=stage,
-        epochs=5,
-        time=cost / 200,
-        energy=cost,
-        max_power=300.0,
-        cost=cost,
-        reached=reached,
-        stop_reason="target_reached" if reached else "crashed",
+    """Recurrence ``i``'s only trial, costing ``cost`` J over 5 epochs at 300 W; a failure is a crash."""
+    shape = dict(epochs=5, time=cost / 200, energy=cost, max_power=300.0, cost=cost)
+    shape["stop_reason"] = "target_reached" if reached else "crashed"
+    return make_record(
+        kw.pop("trial", i - 1), recurrence=i, batch_size=bs, stage=stage, reached=reached, **{**shape, **kw}
     )
-    base.update(kw)
-    return TrialRecord(**base)
 
 
 def records() -> list[TrialRecord]:

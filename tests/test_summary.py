@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tests.factories import make_record
 from zeus_run.records import TrialRecord
 from zeus_run.summary import (
     batch_size_stats,
@@ -19,23 +20,11 @@ from zeus_run.summary import (
 
 
 def rec(i: int, bs: int, cost: float, reached: bool = True, stage: str = "thompson", **kw) -> TrialRecord:
-    base = dict(
-        job="j",
-        recurrence=i,
-        attempt=1,
-        trial=i - 1,
-        batch_size=bs,
-        stage=stage,
-        epochs=int(cost // 10),
-        time=cost / 100,
-        energy=cost,
-        max_power=100.0,
-        cost=cost,
-        reached=reached,
-        stop_reason="target_reached" if reached else "max_epochs",
+    """Recurrence ``i``'s only trial, costing ``cost`` J (10 J an epoch, 100 W)."""
+    shape = dict(epochs=int(cost // 10), time=cost / 100, energy=cost, cost=cost)
+    return make_record(
+        kw.pop("trial", i - 1), recurrence=i, batch_size=bs, stage=stage, reached=reached, **{**shape, **kw}
     )
-    base.update(kw)
-    return TrialRecord(**base)
 
 
 def history(rows):

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+from tests.factories import make_record
 from zeus_run.records import TrialRecord
 from zeus_run.summary import provenance
 
 
 def _record(trial: int, prov: dict | None) -> TrialRecord:
-    return TrialRecord(
-        job="j", recurrence=trial + 1, attempt=1, trial=trial, batch_size=32, stage="pruning", epochs=1,
-        time=1.0, energy=10.0, max_power=100.0, cost=10.0, reached=True, stop_reason="target_reached",
-        provenance=prov,
-    )  # fmt: skip
+    return make_record(trial, epochs=1, time=1.0, energy=10.0, cost=10.0, provenance=prov)
 
 
 def test_provenance_reads_the_launchers_fields_and_lists_distinct_values():

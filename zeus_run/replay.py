@@ -66,7 +66,7 @@ class AuditResult:
     divergence: Divergence | None
 
 
-def audit(records: Sequence[TrialRecord], knobs: Knobs) -> AuditResult:
+def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[TrialRecord] = ()) -> AuditResult:
     """Check that re-folding the history reproduces every recorded decision.
 
     A `zeus_run.engine.Ledger` is driven through the history: decisions are
@@ -80,16 +80,26 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs) -> AuditResult:
 
     The audit ends without a divergence where the run itself ended with an error
     (a recurrence out of tries, or the first recurrence not converging).
+
+    Args:
+        records: The history, in the order its records were folded.
+        knobs: The settings it was recorded under.
+        in_flight: Trials still in flight when the history was read (``running.json``: a
+            resumed launcher adopted them, or one is running), as records of their decision
+            (`zeus_run.resume.pending_records`). Their decisions are checked too, in start
+            order, but they are never folded: the history has no outcome of theirs yet.
     """
-    horizon = max((r.recurrence for r in records), default=0) + 1
+    everything = [*records, *in_flight]
+    horizon = max((r.recurrence for r in everything), default=0) + 1
     ledger = Ledger(knobs.engine(horizon))
-    order = sorted(range(len(records)), key=lambda p: _started(records[p], p))
+    order = sorted(range(len(everything)), key=lambda p: _started(everything[p], p))
     checked = 0
     for p in order:
-        rec = records[p]
-        seen = p if rec.seen is None else rec.seen
-        if not ledger.folded <= seen <= p:
-            return AuditResult(checked, Divergence(p, "records seen", seen, f"{ledger.folded} to {p}"))
+        rec = everything[p]
+        place = min(p, len(records))  # a trial in flight has no place in the history yet
+        seen = place if rec.seen is None else rec.seen
+        if not ledger.folded <= seen <= place:
+            return AuditResult(checked, Divergence(p, "records seen", seen, f"{ledger.folded} to {place}"))
         while ledger.folded < seen:
             q = ledger.folded
             if _started(records[q], q) not in ledger.in_flight:

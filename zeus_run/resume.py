@@ -31,7 +31,7 @@ from zeus_run.knobs import Knobs
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
 from zeus_run.replay import audit
-from zeus_run.rundir import SPEC_NAME, RunDir, fresh_sibling, read_stored_spec
+from zeus_run.rundir import SPEC_NAME, RunDir, fresh_sibling, read_running, read_stored_spec
 from zeus_run.spec import DECISION_FIELDS, JobSpec
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ __all__ = [
     "compatibility",
     "history_mismatches",
     "interrupted_record",
+    "pending_records",
     "recover",
     "request_of",
     "spec_differences",
@@ -114,7 +115,7 @@ def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
         return diffs, bool(records)
     if not records:
         return [], False
-    problems = history_mismatches(records, spec, full=True)
+    problems = history_mismatches(records, spec, full=True, path=path)
     if problems:
         return [f"{SPEC_NAME} is missing, and the history does not follow from this spec: {problems[0]}"], True
     logger.warning(
@@ -126,10 +127,11 @@ def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
     return [], True
 
 
-def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool) -> list[str]:
+def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, path: Path | None = None) -> list[str]:
     """Ways in which ``records`` could not have been produced under ``spec``.
 
     Args:
+        path: The run directory, whose trials in flight (``running.json``) are audited too.
         records: The history.
         spec: The job spec to continue with.
         full: Check everything the history shows (used when ``spec.yaml`` is
@@ -167,7 +169,7 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool) ->
             break
     if out:
         return out
-    result = audit(records, Knobs.from_spec(spec))
+    result = audit(records, Knobs.from_spec(spec), pending_records(path, records) if path is not None else [])
     if result.divergence is not None:
         out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
     return out
@@ -235,7 +237,6 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
         else dataclasses.replace(m, event_log=str(rd.trial_dir(m.recurrence, m.attempt) / TrialFiles.EVENTS))
         for m in markers
     ]
-    rd.clear_running()
     recorded = {r.trial for r in history}
     pending = [m for m in sorted(markers, key=lambda m: m.trial) if m.trial not in recorded]
     adopted_ids = cleanup(pending)
@@ -247,7 +248,6 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
                 m.recurrence,
                 m.attempt,
             )
-            rd.mark_running(m)
             adopted.append(m)
             continue
         record = interrupted_record(spec, m)
@@ -258,6 +258,9 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
         )
         rd.history.append(record)
         history.append(record)
+    # NOTE: one atomic rewrite, after the records: a launcher killed at any point of the
+    # recovery leaves every trial either recorded or still marked (never neither).
+    rd.replace_running(adopted)
     return Recovered(history, adopted)
 
 
@@ -291,11 +294,23 @@ def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
     )
 
 
+def pending_records(path: Path, records: list[TrialRecord]) -> list[TrialRecord]:
+    """The trials a run directory's ``running.json`` names that ``records`` do not hold yet, as records of
+    their decision (for `zeus_run.replay.audit`'s ``in_flight``)."""
+    recorded = {r.trial for r in records}
+    job = records[0].job if records else ""
+    return [_marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]
+
+
 def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
     """The record of a trial whose launcher died, from its marker: the engine's decision, no outcome."""
+    return _marker_record(spec.name, marker)
+
+
+def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
     rec, attempt = marker.recurrence, marker.attempt
     return TrialRecord(
-        job=spec.name,
+        job=job,
         recurrence=rec,
         attempt=attempt,
         trial=marker.trial,

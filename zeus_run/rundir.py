@@ -147,6 +147,12 @@ class RunDir:
             self._in_flight[marker.trial] = marker
             self._write_markers()
 
+    def replace_running(self, markers: list[RunningMarker]) -> None:
+        """Make ``markers`` the trials in flight, in one atomic write of ``running.json`` (none: it is removed)."""
+        with self._marker_lock:
+            self._in_flight = {m.trial: m for m in markers}
+            self._write_markers()
+
     def clear_running(self, trial: int | None = None) -> None:
         """Forget one trial in flight (``trial``), or all of them (None)."""
         with self._marker_lock:
@@ -174,19 +180,7 @@ class RunDir:
         Only fields of the expected type are kept (`zeus_run.contract.RunningMarker.from_json`),
         since the launcher records a trial from them.
         """
-        p = self.path / RUNNING_NAME
-        if not os.path.lexists(p):
-            return None
-        try:
-            with _fs.open_read(p) as f:
-                data = json.loads(f.read(_MAX_RUNNING_BYTES + 1))
-        except (OSError, ValueError, RecursionError) as exc:
-            logger.warning("ignoring an unreadable %s (%s)", p, exc)
-            return []
-        markers, damaged = markers_from_json(data)
-        if damaged:
-            logger.warning("ignoring %d damaged trial(s) in %s", damaged, p)
-        return markers
+        return read_running(self.path)
 
     def trial_dir(self, recurrence: int, attempt: int) -> Path:
         """The directory of one trial, created if needed (never through a link).
@@ -244,6 +238,23 @@ def fresh_sibling(base: Path) -> Path:
             logger.info("starting a new run directory %s (the old one is kept)", cand)
             return cand
     raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
+
+
+def read_running(path: Path) -> list[RunningMarker] | None:
+    """The trials in flight that a run directory's ``running.json`` names (read-only; see `RunDir.running_trials`)."""
+    p = path / RUNNING_NAME
+    if not os.path.lexists(p):
+        return None
+    try:
+        with _fs.open_read(p) as f:
+            data = json.loads(f.read(_MAX_RUNNING_BYTES + 1))
+    except (OSError, ValueError, RecursionError) as exc:
+        logger.warning("ignoring an unreadable %s (%s)", p, exc)
+        return []
+    markers, damaged = markers_from_json(data)
+    if damaged:
+        logger.warning("ignoring %d damaged trial(s) in %s", damaged, p)
+    return markers
 
 
 # -- checks and writes ------------------------------------------------------------------------

@@ -193,12 +193,16 @@ def _run_concurrent(
         run_on_slot = getattr(executor, "run_on_slot", None) or (lambda req, slot: executor(req))
         pool = target = SlotPool(run_on_slot, slots)
 
+    adopted_trials = {req.trial for req in adopted}
+
     class _Checked:
         def start(self, req: TrialRequest) -> None:
             check_cancel(req)
             # Marked before the trial's thread starts, so that trials are marked in the order
             # they start: a launcher killed now leaves every started trial to be recorded.
-            executor.rd.mark_running(marker(executor.spec, req, executor.energy))
+            # An adopted trial keeps the marker that finds it again (its job).
+            if req.trial not in adopted_trials:
+                executor.rd.mark_running(marker(executor.spec, req, executor.energy))
             target.start(req)
 
         def wait_any(self) -> TrialRecord:

@@ -57,6 +57,7 @@ def replay_command(
     from zeus_run.cli._render import fmt_energy, history_table, print_grid
     from zeus_run.history import read_history
     from zeus_run.replay import Knobs, audit, what_if, with_changes
+    from zeus_run.resume import pending_records
 
     setup_logging()
     resolve_beta(beta, no_early_stop, None)  # the same checks as everywhere
@@ -67,7 +68,8 @@ def replay_command(
     changed = any(v is not None for v in (eta, beta, window_size, policy_name, seed)) or no_early_stop
     out = out_console()
     if not changed:
-        result = audit(records, knobs)
+        in_flight = pending_records(hist.parent, records)  # adopted or running: decided, not yet recorded
+        result = audit(records, knobs, in_flight)
         if fmt is not Format.table:
             d = result.divergence
             print(
@@ -75,12 +77,14 @@ def replay_command(
                     {
                         "checked": result.checked,
                         "records": len(records),
+                        "in_flight": len(in_flight),
                         "divergence": None if d is None else d.__dict__,
                     }
                 )
             )
         elif result.divergence is None:
-            out.print(f"[green]✓[/] replay reproduces all {result.checked} recorded decisions in {hist}")
+            also = f" (and {len(in_flight)} of trials still in flight)" if in_flight else ""
+            out.print(f"[green]✓[/] replay reproduces all {result.checked} recorded decisions in {hist}{also}")
         else:
             err_console().print(
                 f"[red]✗[/] replay diverges after {result.checked} matching record(s): {result.divergence.describe()}"

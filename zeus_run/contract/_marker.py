@@ -154,6 +154,9 @@ def markers_to_json(markers: list[RunningMarker]) -> Any:
 
 def markers_from_json(data: Any) -> tuple[list[RunningMarker], int]:
     """The markers in ``running.json``'s content, and how many entries were damaged (and dropped)."""
-    items = data["in_flight"] if isinstance(data, dict) and isinstance(data.get("in_flight"), list) else [data]
+    # NOTE: a marker of a concurrent run has an ``in_flight`` list of its own (trial numbers);
+    # only the container has no ``trial``.
+    container = isinstance(data, dict) and "trial" not in data and isinstance(data.get("in_flight"), list)
+    items = data["in_flight"] if container else [data]
     markers = [RunningMarker.from_json(d) for d in items]
     return [m for m in markers if m is not None], sum(m is None for m in markers)
