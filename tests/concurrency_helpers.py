@@ -7,10 +7,13 @@ kept verbatim as the oracle that ``concurrency: 1`` must still equal.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 
+from zeus_run.contract import RunningMarker, markers_from_json
 from zeus_run.cost import SKIP_PENALTY, cost_threshold
 from zeus_run.engine import TrialRequest, best_known, observations, position
 from zeus_run.errors import ConvergenceError
@@ -212,3 +215,12 @@ def overlapping(records: list[TrialRecord]) -> int:
     """Pairs of trials that ran at the same time (by their recorded start and end)."""
     spans = [(when(r.started_at), when(r.ended_at)) for r in records]
     return sum(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for (b0, b1) in spans[i + 1 :])
+
+
+def in_flight(run_dir: Path) -> list[RunningMarker]:
+    """The trials ``running.json`` marks in flight now (none while it is missing or being replaced)."""
+    try:
+        data = json.loads((run_dir / "running.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return markers_from_json(data)[0]

@@ -51,7 +51,7 @@ def timeout_job(
 
     slurmctld checks time limits every 30 s, so it ends 60 to 90 s after it starts.
     """
-    from tests.test_slurm_cluster import Probe  # the test module imports this one
+    from tests.slurm.test_slurm_cluster import Probe  # the test module imports this one
     from zeus_run.slurm import SlurmError, SlurmSettings, cancel, query, submit
 
     request.getfixturevalue("slurm_cluster")  # or skip
@@ -81,8 +81,8 @@ def timeout_job(
 @pytest.fixture(scope="session")
 def over_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
     """A zeus-run launcher whose only trial outlives its one-minute Slurm limit (infra_retries 0)."""
+    from tests.executors.test_slurm_executor import spec_text
     from tests.test_faults import launch
-    from tests.test_slurm_executor import spec_text
 
     request.getfixturevalue("slurm_cluster")  # or skip
 

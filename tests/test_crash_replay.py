@@ -7,9 +7,9 @@ import signal
 import time
 from pathlib import Path
 
+from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import launch, wait_for
-from tests.test_run_cli import alive, zeus
 from zeus_run.history import read_history
 from zeus_run.proctree import find_marked
 from zeus_run.replay import Knobs, audit

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON
-from tests.test_run_cli import alive, zeus
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_run_cli import zeus
 from zeus_run.events import EventLogTail, RegexMetricReader, parse_count, parse_metric
 from zeus_run.history import read_history
 

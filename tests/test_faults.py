@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import alive, history, zeus
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_run_cli import alive, history, zeus
 
 FAKE = str(SCRIPTS / "fake_train.py")
 

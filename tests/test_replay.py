@@ -9,7 +9,7 @@ import math
 import pytest
 import yaml
 
-from tests.test_run_cli import zeus
+from tests.cli.test_run_cli import zeus
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import history, zeus
 from tests.test_faults import launch, spec_text, wait_for
 from tests.test_history import rec
-from tests.test_run_cli import history, zeus
 from zeus_run import _fs
 from zeus_run.errors import HistoryError, RunDirError
 from zeus_run.history import HistoryStore, read_history

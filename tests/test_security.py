@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import spec_text
 from tests.test_history import rec
-from tests.test_run_cli import zeus
 from zeus_run import _fs
 from zeus_run._terminal import printable
 from zeus_run.contract import TrialFiles

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import zeus
 from tests.conftest import REPO, SCRIPTS
-from tests.test_run_cli import zeus
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.runner import run_job
 from zeus_run.spec import parse_spec

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, REPO
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_escape import REGEX, job, record
-from tests.test_run_cli import zeus
 from zeus_run import __version__
 from zeus_run.energy import EstimatedEnergy, NvmlEnergy
 from zeus_run.metric_regex import NO_MATCH_LINES

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_run_cli import zeus
+from tests.cli.test_run_cli import zeus
 from zeus_run.errors import RunDirError
 from zeus_run.history import read_history
 from zeus_run.replay import Knobs, audit, what_if, with_changes
 from zeus_run.runner import choose_run_dir
 from zeus_run.spec import parse_spec
 
-OLD = Path(__file__).resolve().parent / "data" / "runs_v153af36"
+OLD = Path(__file__).resolve().parents[1] / "data" / "runs_v153af36"
 RUNS = sorted(p.name for p in OLD.iterdir())
 
 

@@ -9,17 +9,17 @@ recorded from its own outcome.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.concurrency_helpers import in_flight
+from tests.executors.test_slurm_executor import calls, check_audit, fake, live_jobs, spec_text, wait_for  # noqa: F401
 from tests.test_faults import launch
-from tests.test_slurm_executor import calls, check_audit, fake, live_jobs, spec_text, wait_for  # noqa: F401
 from zeus_run.agent import read_outcome
-from zeus_run.contract import RunningMarker, StopReason, markers_from_json
+from zeus_run.contract import StopReason
 from zeus_run.history import read_history
 from zeus_run.replay import Knobs, audit
 from zeus_run.resume import pending_records
@@ -28,14 +28,6 @@ from zeus_run.spec import load_spec
 
 # (records this launcher appends first, then seconds to wait once enough trials are in flight).
 MOMENTS = [(0, 0.0), (0, 0.3), (1, 0.1), (0, 0.6), (2, 0.0), (1, 0.4)]
-
-
-def in_flight(run_dir: Path) -> list[RunningMarker]:
-    try:
-        data = json.loads((run_dir / "running.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return markers_from_json(data)[0]
 
 
 def lines(path: Path) -> int:

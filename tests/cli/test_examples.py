@@ -17,7 +17,7 @@ import yaml
 
 from zeus_run.spec import load_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.test_slurm_run import live
 from tests.slurm_helpers import SlurmCluster, unique, wait_file, wait_final, wait_for
-from tests.test_slurm_run import live
 from zeus_run.history import read_history
 from zeus_run.slurm import (
     BatchJob,

@@ -21,8 +21,8 @@ from zeus_run.power import ProfileStore
 from zeus_run.runner import run_job
 from zeus_run.spec import parse_spec
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
-REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _spec(tmp_path, iters=100, extra="", recurrences=2):
@@ -163,7 +163,7 @@ def test_restore_on_sigterm(tmp_path):
     d.pop("source", None)
     (tmp_path / "job.yaml").write_text(__import__("yaml").safe_dump(d))
     log = tmp_path / "nvml.jsonl"
-    code = CHILD.format(tests=str(Path(__file__).parent), spec=str(tmp_path / "job.yaml"), log=str(log))
+    code = CHILD.format(tests=str(Path(__file__).resolve().parents[1]), spec=str(tmp_path / "job.yaml"), log=str(log))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, "-c", code], env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT

@@ -268,7 +268,7 @@ def test_shell_values_are_quoted():
     ],
 )
 def test_check_refuses_a_hostile_spec_with_exit_2_and_a_sentence(tmp_path: Path, name: str):
-    from tests.test_run_cli import zeus
+    from tests.cli.test_run_cli import zeus
 
     f = tmp_path / "job.yaml"
     f.write_text(HOSTILE_SPECS[name])

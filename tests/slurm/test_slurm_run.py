@@ -18,9 +18,9 @@ import pytest
 
 from tests.concurrency_helpers import overlapping
 from tests.conftest import PYTHON
+from tests.executors.test_slurm_executor import check_audit, spec_text, wait_for
 from tests.slurm_helpers import SlurmCluster
 from tests.test_faults import launch
-from tests.test_slurm_executor import check_audit, spec_text, wait_for
 from zeus_run.history import read_history
 from zeus_run.runner import run_job
 from zeus_run.slurm import find_jobs, run_job_prefix
@@ -28,7 +28,7 @@ from zeus_run.spec import load_spec
 
 pytestmark = pytest.mark.slurm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def live(run_dir: Path, name: str = "k") -> list[str]:

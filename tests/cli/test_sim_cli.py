@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.sim_helpers import write_tiny_traces
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def zr(*args: str) -> subprocess.CompletedProcess:

@@ -5,17 +5,16 @@ The same behaviours under Slurm are in tests/test_slurm_run.py.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 
 import pytest
 
-from tests.concurrency_helpers import overlapping
+from tests.concurrency_helpers import in_flight, overlapping
 from tests.conftest import PYTHON, SCRIPTS
+from tests.executors.test_slurm_executor import check_audit, wait_for
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_faults import launch
-from tests.test_slurm_executor import check_audit, wait_for
 from zeus_run.energy import NvmlEnergy
 from zeus_run.errors import UsageError
 from zeus_run.history import read_history
@@ -59,11 +58,7 @@ def test_sigkill_with_two_in_flight_then_resume_records_both_and_audits(write_sp
     run_dir = spec.parent / "runs"
 
     def two_running() -> bool:
-        try:
-            data = json.loads((run_dir / "running.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return len(data.get("in_flight", [])) == 2 and (run_dir / "history.jsonl").exists()
+        return len(in_flight(run_dir)) == 2 and (run_dir / "history.jsonl").exists()
 
     proc = launch(spec)
     wait_for(two_running, "two trials in flight after one ended")
@@ -86,10 +81,7 @@ def test_sigint_stops_every_trial_in_flight_and_records_them(write_spec):
     spec = write_spec(spec_text(recurrences=4, epoch_time=1.0))
     run_dir = spec.parent / "runs"
     proc = launch(spec)
-    wait_for(
-        lambda: (run_dir / "running.json").exists() and "in_flight" in (run_dir / "running.json").read_text(),
-        "two trials in flight",
-    )
+    wait_for(lambda: len(in_flight(run_dir)) == 2, "two trials in flight")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -14,7 +14,7 @@ from zeus_run.optimizer import PruningState
 from zeus_run.sim import JOBS, job_table, load_traces, simulate
 from zeus_run.spec import POLICIES, OptimizerSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The paper's policy (pruning exploration then Thompson Sampling).
 ZEUS = OptimizerSettings.for_policy("zeus")
 
