@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import pytest
 
 from tests.cli.test_run_cli import alive, history, zeus
 from tests.conftest import PYTHON, SCRIPTS
+from zeus_run.errors import BUSY_EXIT_CODE
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
@@ -129,8 +131,9 @@ def test_second_launcher_is_refused_naming_the_holder(write_spec):
     r = zeus("run", str(spec), "--no-output")
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
-    assert r.returncode == 2
-    assert "in use by another zeus-run launcher" in r.stderr and f"pid {proc.pid}" in r.stderr
+    assert r.returncode == BUSY_EXIT_CODE == 75
+    assert "in use by another zeus-run launcher" in r.stderr
+    assert f"pid {proc.pid} on {socket.gethostname()}, since " in r.stderr
 
 
 def test_per_trial_timeout(write_spec, tmp_path):

@@ -24,7 +24,7 @@ from tests.cli.test_run_cli import history, zeus
 from tests.test_faults import launch, spec_text, wait_for
 from tests.test_history import rec
 from zeus_run import _fs
-from zeus_run.errors import HistoryError, RunDirError
+from zeus_run.errors import BUSY_EXIT_CODE, HistoryError, RunDirError
 from zeus_run.history import HistoryStore, read_history
 from zeus_run.resume import choose_run_dir
 from zeus_run.rundir import RunDir, atomic_write
@@ -203,7 +203,7 @@ def test_second_launcher_is_refused_after_the_lock_file_is_deleted(write_spec):
         wait_for(lambda: (runs(spec) / "running.json").exists())
         os.remove(runs(spec) / ".lock")
         r = ran(spec)
-        assert r.returncode == 2 and "in use by another zeus-run launcher" in r.stderr
+        assert r.returncode == BUSY_EXIT_CODE and "in use by another zeus-run launcher" in r.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)

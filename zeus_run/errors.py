@@ -88,6 +88,17 @@ class RunDirError(UsageError):
     """The run directory is unusable (unwritable, locked by another launcher, mismatched)."""
 
 
+#: Exit code of a launcher that found its run directory held by another one (``EX_TEMPFAIL``):
+#: a scheduler's trigger fired while the previous recurrence still runs; nothing was done.
+BUSY_EXIT_CODE = 75
+
+
+class RunDirBusy(RunDirError):
+    """Another launcher holds the run directory; this one did nothing and exits at once."""
+
+    exit_code = BUSY_EXIT_CODE
+
+
 class LaunchError(ZeusRunError):
     """A training command could not be started at all (missing or not executable)."""
 

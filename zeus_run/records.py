@@ -71,6 +71,7 @@ class TrialRecord:
         provenance: Where it ran: ``zeus_run`` version, ``host``, ``gpus`` (name, uuid),
             ``slurm_job_id`` when there is one.
         started_at: ISO-8601 start time (real trials).
+        triggered_at: ISO-8601 time the launcher that ran it was started (a scheduler's trigger).
         ended_at: ISO-8601 end time (real trials).
         log: Trial log path relative to the run directory.
         message: Short explanation (e.g. the tail of a crashed script's log).
@@ -116,6 +117,7 @@ class TrialRecord:
     after_energy: float | None = None
     provenance: dict[str, Any] | None = None
     started_at: str | None = None
+    triggered_at: str | None = None
     ended_at: str | None = None
     log: str | None = None
     message: str | None = None

@@ -7,7 +7,7 @@ Layout::
       history.jsonl      one JSON record per trial (append-only)
       trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
       running.json       present only while a trial runs (crash marker)
-      .lock              the pid of the launcher holding the run
+      .lock              the launcher holding the run: pid, host, since (UTC)
 
 The launcher holding a run locks the directory itself (``flock`` on its fd),
 which no one can delete from under it; ``.lock`` only names the holder. Run
@@ -18,12 +18,14 @@ file through `zeus_run._fs` (no links followed, temporaries with ``O_EXCL``).
 
 from __future__ import annotations
 
+import datetime
 import errno
 import fcntl
 import json
 import logging
 import os
 import shutil
+import socket
 import stat
 import threading
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 
 from zeus_run import _fs
 from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_from_json, markers_to_json
-from zeus_run.errors import RunDirError
+from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError
 from zeus_run.history import HISTORY_NAME, HistoryStore
 from zeus_run.spec import JobSpec
 from zeus_run.spec._yaml import YamlLimitError, load_yaml
@@ -345,16 +347,19 @@ def _lock(path: Path) -> int:
     )
 
 
-def _in_use(path: Path) -> RunDirError:
-    holder = "unknown"
+def _in_use(path: Path) -> RunDirBusy:
+    holder = "pid unknown"
     try:
         with _fs.open_read(path / LOCK_NAME) as f:
-            holder = f.read(32).decode("ascii", "replace").strip() or "unknown"
+            words = f.read(200).decode("ascii", "replace").split()
     except OSError:
-        pass
-    return RunDirError(
-        f"Run directory {str(path)!r} is in use by another zeus-run launcher (pid {holder}). "
-        "Wait for it to finish, stop it, or use a different --run-dir."
+        words = []
+    if words:
+        pid, host, since = [*words, "?", "?"][:3]
+        holder = f"pid {pid} on {host}, since {since}"
+    return RunDirBusy(
+        f"Run directory {str(path)!r} is busy: in use by another zeus-run launcher ({holder}). "
+        f"Nothing was run (exit code {BUSY_EXIT_CODE}); wait for it to finish, stop it, or use a different --run-dir."
     )
 
 
@@ -367,7 +372,8 @@ def _write_holder(path: Path) -> int:
         raise _unusable(lock_path, exc) from None
     try:
         os.ftruncate(fd, 0)
-        _fs.write_all(fd, f"{os.getpid()}\n".encode())
+        since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        _fs.write_all(fd, f"{os.getpid()} {socket.gethostname() or '?'} {since}\n".encode())
     except OSError as exc:
         os.close(fd)
         raise _unusable(lock_path, exc) from None

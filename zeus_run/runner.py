@@ -9,6 +9,7 @@ the engine (`zeus_run.engine`) decides what to run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -31,7 +32,7 @@ from zeus_run.executors import (
     placeholder_values,
     provenance,
 )
-from zeus_run.executors._base import command, marker
+from zeus_run.executors._base import command, marker, now
 from zeus_run.knobs import Knobs
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
@@ -82,6 +83,8 @@ def run_job(
     new: bool = False,
     force: bool = False,
     cancel: threading.Event | None = None,
+    next_recurrences: int | None = None,
+    triggered_at: str | None = None,
 ) -> RunResult:
     """Run (or resume) a recurring job until ``spec.recurrences`` recurrences converged.
 
@@ -93,6 +96,9 @@ def run_job(
         new: Always start a fresh run directory (a sibling if the directory has history).
         force: If the stored spec differs in decision settings, start a fresh sibling instead of refusing.
         cancel: Set it to stop the current trial and return (as SIGINT, SIGTERM and SIGHUP do).
+        next_recurrences: Run this many recurrences past those already done, whatever ``spec.recurrences``
+            says (one scheduler trigger: ``zeus-run run JOB.yaml --next``).
+        triggered_at: ISO-8601 time of the trigger, stamped on every record (default: now).
 
     Raises:
         RunDirError, LaunchError, HistoryError, EnergyError: Setup problems (nothing recorded).
@@ -100,6 +106,7 @@ def run_job(
         Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
     """
     lst: RunListener = listener or NullRunListener()
+    trigger = triggered_at or now()
     path, resumed = choose_run_dir(spec, run_dir, new, force)
     _preflight_default(spec)
     cancel = cancel or threading.Event()
@@ -115,10 +122,16 @@ def run_job(
             rd.save_spec(spec)
         resumed = resumed and bool(history)
         done = position(history).completed
+        if next_recurrences is None and spec.recurrences is None:
+            next_recurrences = 1  # open-ended: each launch runs one more recurrence
+        if next_recurrences is not None:
+            spec = spec.with_overrides(recurrences=done + next_recurrences)
+        total = spec.recurrences
+        assert total is not None
         lst.on_run_start(spec, rd.path, energy.describe(), done)
-        if done >= spec.recurrences:
+        if done >= total:
             logger.info(
-                "all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path
+                "all %d recurrences are already done in %s; raise `recurrences`, or run `--next`", total, rd.path
             )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
         power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
@@ -131,7 +144,7 @@ def run_job(
                 f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "
                 "profiler measures one trial at a time. Set power_limit.enabled: false, or concurrency: 1."
             )
-        engine = Knobs.from_spec(spec).engine(spec.recurrences)
+        engine = Knobs.from_spec(spec).engine(total)
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
             lst = _Serialized(lst)  # trials report from several threads
@@ -147,7 +160,7 @@ def run_job(
             return executor(req)
 
         def persist(record: TrialRecord) -> None:
-            rd.history.append(record)
+            rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or trigger))
             rd.clear_running(record.trial)
             lst.on_trial_end(record)
 

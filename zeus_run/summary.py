@@ -53,6 +53,7 @@ class RecurrenceRow:
         stages: Optimizer stage of each trial.
         reasons: Each trial's failure cause (`failure_reason`), None where it did not fail.
         power_limit: Power limit of the last trial (unit: W), if one was set.
+        date: UTC date (``YYYY-MM-DD``) of the recurrence's trigger, or of its first trial's start.
     """
 
     recurrence: int
@@ -69,6 +70,7 @@ class RecurrenceRow:
     stages: tuple[str, ...] = ()
     reasons: tuple[str | None, ...] = ()
     power_limit: float | None = None
+    date: str | None = None
 
 
 @dataclass(frozen=True)
@@ -252,9 +254,15 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
                 stages=tuple(r.stage for r in rs),
                 reasons=tuple(failure_reason(r) for r in rs),
                 power_limit=rs[-1].power_limit,
+                date=_date(rs[0]),
             )
         )
     return rows
+
+
+def _date(record: TrialRecord) -> str | None:
+    stamp = record.triggered_at or record.started_at
+    return stamp[:10] if stamp else None
 
 
 def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:

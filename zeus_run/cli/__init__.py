@@ -89,4 +89,17 @@ def main(argv: list[str] | None = None) -> None:
 
             raise SystemExit(fail(problem).exit_code)
         args.insert(0, "run")
-    app(args=args, prog_name="zeus-run")
+    app(args=_bare_next(args), prog_name="zeus-run")
+
+
+def _bare_next(args: list[str]) -> list[str]:
+    """``--next`` without a count means ``--next 1`` (one recurrence per scheduler trigger)."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        out.append(a)
+        if a == "--":
+            out.extend(args[i + 1 :])
+            break
+        if a == "--next" and not (i + 1 < len(args) and args[i + 1].isdigit()):
+            out.append("1")
+    return out

@@ -169,7 +169,7 @@ class LiveRunView:
 
     # RunListener
     def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
-        self.clock = RunClock(spec.recurrences, done)
+        self.clock = RunClock(spec.recurrences or done + 1, done)
         self.estimated = energy.startswith("estimate")
         what = "Resuming" if done else "Running"
         self.console.print(
@@ -244,7 +244,7 @@ class PlainRunView:
             f"{what} {escape(spec.name)} in {escape(str(run_dir))}: {spec.recurrences} recurrences ({done} done), "
             f"batch sizes {list(spec.batch_sizes)}; energy: {escape(energy)}"
         )
-        self.clock = RunClock(spec.recurrences, done)
+        self.clock = RunClock(spec.recurrences or done + 1, done)
 
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
         self._line(f"{trial_label(req, learning_rate)} started", req.recurrence)

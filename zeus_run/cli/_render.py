@@ -189,8 +189,11 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
         ("energy", "right"),
         ("cost", "right"),
     ]
+    with_dates = any(r.date for r in rows)
     if with_limits:
         columns.insert(2, ("power limit", "right"))
+    if with_dates:
+        columns.insert(1, ("date", "left"))
     columns.append(("outcome", "left"))
     table = Grid(title, columns)
     for row in rows:
@@ -206,6 +209,8 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
         ]
         if with_limits:
             cells.insert(2, f"{row.power_limit:g} W" if row.power_limit is not None else "-")
+        if with_dates:
+            cells.insert(1, row.date or "-")
         cells.append(_outcome_cell(row.outcomes, row.reasons))
         table.add_row(*cells)
     return table

@@ -23,6 +23,13 @@ def run_command(
         None, "--run-dir", "-d", help="Run directory (default: the spec's run_dir, runs/<name>)."
     ),
     recurrences: int | None = typer.Option(None, "--recurrences", "-n", min=1, help="Override the spec's recurrences."),
+    next_k: int | None = typer.Option(
+        None,
+        "--next",
+        min=1,
+        metavar="[K]",
+        help="Run the next K recurrences (default 1) past those already done: one scheduler trigger (cron).",
+    ),
     new: bool = typer.Option(
         False, "--new", help="Start a fresh run directory even if this one has history (the old one is kept)."
     ),
@@ -50,6 +57,11 @@ def run_command(
         zeus-run configs/demo.yaml
 
         zeus-run run job.yaml --run-dir runs/nightly -n 50
+
+        zeus-run run job.yaml --next        # crontab: one recurrence per trigger
+
+    Exit codes: 0 done, 1 every try failed, 2 spec or usage error, 75 run
+    directory busy (another launcher holds it; nothing was run), 128+N signal N.
     """
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
@@ -63,11 +75,13 @@ def run_command(
     spec = load_spec(spec_path)
     if recurrences is not None:
         spec = spec.with_overrides(recurrences=recurrences)
+    if recurrences is not None and next_k is not None:
+        raise UsageError("-n/--recurrences and --next both say how many recurrences to run; pass only one.")
     if new and force:
         raise UsageError("--new and --force both start a fresh run directory; pass only one.")
     err = err_console()
     with make_run_view(err, show_output=not no_output, quiet=quiet) as view:
-        result = run_job(spec, run_dir=run_dir, listener=view, new=new, force=force)
+        result = run_job(spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k)
     if quiet:
         return
     records = result.records

@@ -169,7 +169,10 @@ class _Validator(Sections):
         max_epochs = g(d, "max_epochs", "", 100, self.int_(1))
         eta = g(d, "eta", "", 0.5, self.float_(0.0, 1.0, fix="eta weighs energy against time; pick a value in [0, 1]"))
         beta = self.beta(d)
-        recurrences = g(d, "recurrences", "", 20, self.int_(1))
+        # null: open-ended (a scheduler triggers each recurrence with `run --next`).
+        recurrences = (
+            None if "recurrences" in d and d["recurrences"] is None else g(d, "recurrences", "", 20, self.int_(1))
+        )
         max_tries = g(d, "max_tries", "", 20, self.int_(1))
         seed = g(d, "seed", "", 123456, self.int_(0))
         timeout = g(

@@ -225,7 +225,7 @@ class JobSpec:
         max_epochs: Most epochs a trial may run.
         eta: Weight of energy vs time in the cost, in [0, 1].
         beta: Early-stop a trial whose cost will exceed beta x best cost so far; None disables.
-        recurrences: How many times the job recurs.
+        recurrences: How many times the job recurs; None: open-ended (one recurrence per `run --next`).
         max_tries: Trials per recurrence before giving up on the target.
         seed: Seed of the optimizer and the training scripts (trial seed = seed + trial index).
         timeout: Wall-clock limit of one trial (unit: s), or None.
@@ -251,7 +251,7 @@ class JobSpec:
     max_epochs: int = 100
     eta: float = 0.5
     beta: float | None = 2.0
-    recurrences: int = 20
+    recurrences: int | None = 20
     max_tries: int = 20
     seed: int = 123456
     timeout: float | None = None
