@@ -36,7 +36,7 @@ from zeus_run.knobs import Knobs
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.resume import choose_run_dir, recover, request_of
-from zeus_run.rundir import RunDir
+from zeus_run.rundir import RunDir, remove_if_unused
 from zeus_run.spec import JobSpec
 from zeus_run.trial import preflight, trial_environment
 
@@ -104,8 +104,11 @@ def run_job(
     _preflight_default(spec)
     cancel = cancel or threading.Event()
     executor_class = EXECUTORS[spec.executor.kind]
+    created = not path.exists() or not any(path.iterdir())
     with contextlib.ExitStack() as stack:
         rd = stack.enter_context(RunDir.open(path))
+        if created:  # a run that fails before recording anything leaves no empty run directory
+            stack.callback(remove_if_unused, rd)
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
         recovered = recover(rd, spec, lambda markers: _recover_trials(markers, spec.executor.kind))

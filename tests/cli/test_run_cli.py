@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -210,3 +212,23 @@ def test_every_command_has_help_with_an_example():
         assert r.returncode == 0 and "Example" in r.stdout, cmd
     r = zeus("--version")
     assert r.returncode == 0 and r.stdout.startswith("zeus-run ")
+
+
+def test_a_spec_that_fails_at_start_leaves_no_run_directory(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        spec_text().replace("energy: {source: estimate, watts: 100, basis: wall-time}", "energy: {source: nvml}")
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 2 and "nvml" in r.stderr.lower(), r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_history_csv_writes_provenance_as_json(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text())
+    assert zeus("run", str(spec), "--no-output").returncode == 0
+    r = zeus("history", str(tmp_path / "runs"), "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    row = next(csv.DictReader(io.StringIO(r.stdout)))
+    assert json.loads(row["provenance"])["host"]

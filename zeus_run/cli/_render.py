@@ -378,9 +378,10 @@ def write_records(records: Sequence[TrialRecord], fmt: str, summary: Summary | N
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    fields = list(rows[0]) if rows else [*TrialRecord.__dataclass_fields__, "reason"]
+    fields = list(dict.fromkeys(k for r in rows for k in r)) if rows else [*TrialRecord.__dataclass_fields__, "reason"]
     w = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r in rows:
         r["metrics"] = " ".join(f"{m:g}" for m in r["metrics"])
-        w.writerow(r)
+        # Structured values (provenance, trials in flight) as JSON, not Python's repr.
+        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in r.items()})

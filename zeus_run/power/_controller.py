@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from zeus_run.device import is_no_permission
 from zeus_run.energy._nvml import NvmlEnergy
 
 logger = logging.getLogger(__name__)
@@ -128,9 +129,8 @@ class PowerLimitController:
                 self._enable_persistence(g)
                 self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, g.original_mw)
         except Exception as exc:
-            no_perm = getattr(self.nvml, "NVMLError_NoPermission", None)
             self.usable = False
-            if no_perm is not None and isinstance(exc, no_perm):
+            if is_no_permission(self.nvml, exc):
                 self.reason = f"no permission to set GPU power limits ({exc})"
             else:
                 self.reason = f"NVML refused to set a power limit ({exc})"

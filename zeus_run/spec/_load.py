@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
-from zeus_run.spec._check import _REQUIRED, _whole
+from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
@@ -104,7 +104,10 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
     try:
         doc = load_yaml(text)
     except YamlLimitError as exc:
-        raise SpecError(label, [SpecProblem("(yaml)", None, exc.why, "Fix the file at that line", exc.line)]) from None
+        # A syntax error's line may be past the real mistake; a refused value's line is its own.
+        syntax = exc.why.startswith("not valid YAML")
+        field, value = ("(yaml)", None) if syntax else field_at_line(text, exc.line)
+        raise SpecError(label, [SpecProblem(field, value, exc.why, "Fix the file at that line", exc.line)]) from None
     if not isinstance(doc.data, dict):
         raise SpecError(
             label,
