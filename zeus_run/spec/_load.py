@@ -30,6 +30,7 @@ from zeus_run.spec._model import (
     POLICIES,
     EnergySettings,
     ExecutorSettings,
+    ExportSettings,
     JobSpec,
     MetricSettings,
     OptimizerSettings,
@@ -56,6 +57,7 @@ _SECTIONS: dict[str, type] = {
     "power_limit": PowerLimitSettings,
     "stop": StopSettings,
     "executor": ExecutorSettings,
+    "export": ExportSettings,
 }
 _TOP_KEYS = (
     "name",
@@ -98,6 +100,7 @@ _SECTION_KEYS = {
         "heartbeat_timeout",
         "infra_retries",
     ),
+    "export": ("mlflow", "prometheus"),
 }
 #: ``executor`` keys that only a Slurm executor reads.
 _SLURM_KEYS = _SECTION_KEYS["executor"][1:]
@@ -349,6 +352,7 @@ class _Validator:
         power = self.section("power_limit", self.power_limit)
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
+        export = self.section("export", self.export)
         concurrency = g(
             d,
             "concurrency",
@@ -402,6 +406,7 @@ class _Validator:
             stop=stop,
             concurrency=concurrency,
             executor=executor,
+            export=export,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )
@@ -654,6 +659,26 @@ class _Validator:
             term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
             kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
             on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
+        )
+
+    def export(self, m: Mapping, p: str) -> ExportSettings:
+        sub = {"mlflow": ("tracking_uri", "experiment"), "prometheus": ("push",)}
+        raw = {k: m.get(k) or {} for k in sub}
+        for k, keys in sub.items():
+            if not isinstance(raw[k], dict):
+                self.problem(p + k, raw[k], "must be a mapping", f"Keys: {', '.join(keys)}")
+                raw[k] = {}
+            self.unknown_keys(raw[k], keys, f"{p}{k}.")
+        mlflow, prom = raw["mlflow"], raw["prometheus"]
+        uri = self.get(mlflow, "tracking_uri", p + "mlflow.", _REQUIRED if mlflow else None, self.str_())
+        push = self.get(prom, "push", p + "prometheus.", _REQUIRED if prom else None, self.str_())
+        if push is not None and not str(push).startswith(("http://", "https://")):
+            self.problem(p + "prometheus.push", push, "is not an http(s) URL", "Use e.g. http://pushgateway:9091")
+            push = None
+        return ExportSettings(
+            mlflow_tracking_uri=uri,
+            mlflow_experiment=self.get(mlflow, "experiment", p + "mlflow.", "zeus-run", self.str_()),
+            prometheus_push=push,
         )
 
     def executor(self, m: Mapping, p: str) -> ExecutorSettings:

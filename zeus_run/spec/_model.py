@@ -207,6 +207,21 @@ class ExecutorSettings:
 
 
 @dataclass(frozen=True)
+class ExportSettings:
+    """Live export after each trial (spec section ``export``; see `zeus_run.export`).
+
+    Attributes:
+        mlflow_tracking_uri: ``export.mlflow.tracking_uri``; None: no MLflow logging.
+        mlflow_experiment: ``export.mlflow.experiment``.
+        prometheus_push: ``export.prometheus.push``, a Pushgateway URL; None: no push.
+    """
+
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str = "zeus-run"
+    prometheus_push: str | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One recurring training job, validated.
 
@@ -233,6 +248,7 @@ class JobSpec:
             runs the best known batch size without a threshold (None: never, as in the paper).
         concurrency: Recurrences in flight at once (1: one after another).
         executor: Where trials run (local subprocesses or Slurm jobs).
+        export: Live export after each trial (MLflow, Prometheus Pushgateway).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -264,6 +280,7 @@ class JobSpec:
     stop: StopSettings = field(default_factory=StopSettings)
     concurrency: int = 1
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    export: ExportSettings = field(default_factory=ExportSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
