@@ -38,8 +38,4 @@ done
 .venv/bin/pip install -q -e '.[test,mlflow]' ||
     echo "install_integrations: pip install '.[mlflow]' failed; the MLflow tests will skip" >&2
 .venv/bin/python -c 'import mlflow; print("install_integrations: mlflow", mlflow.__version__)' 2>/dev/null || true
-for svc in prometheus prometheus-pushgateway; do
-    # A service the package started anyway is not ours to keep running.
-    command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null && true
-done
 exit 0

@@ -41,8 +41,13 @@ INSTALL_HINT = "pip install 'zeus-run[mlflow]'   (or: pip install mlflow)"
 EXPERIMENT = "zeus-run"
 #: Seconds to wait for a tracking server's /health before giving up on this export.
 HEALTH_TIMEOUT = 5.0
-#: Retries and request timeout (unit: s) MLflow's HTTP client gets unless the user set them.
-_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+#: MLflow settings during an export unless the user set them: few retries and a request timeout
+#: (unit: s), so that a down server is a quick warning, and no run URLs printed on stdout.
+_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
 #: Stop reasons whose trial run ends FAILED (KILLED: interrupted; FINISHED: the rest).
 _FAILED = ("crashed", "timeout", "infrastructure")
 #: Most metrics in one log_batch call (MLflow's limit).
@@ -75,11 +80,11 @@ def _ms(iso: str | None) -> int | None:
 
 
 @contextlib.contextmanager
-def _http_settings() -> Iterator[None]:
-    """Few retries for MLflow's HTTP client during an export (a down server is a quick warning, not minutes)."""
-    added = [k for k in _HTTP_ENV if k not in os.environ]
+def _settings_env() -> Iterator[None]:
+    """`_ENV` in the environment, where MLflow reads its settings, for the time of an export."""
+    added = [k for k in _ENV if k not in os.environ]
     for k in added:
-        os.environ[k] = _HTTP_ENV[k]
+        os.environ[k] = _ENV[k]
     try:
         yield
     finally:
@@ -121,7 +126,7 @@ class MlflowExporter(Exporter):
     def export(self, jobs: Sequence[JobView]) -> str:
         mlflow = load_mlflow()
         check_server(self.tracking_uri)
-        with _http_settings():
+        with _settings_env():
             try:
                 client = mlflow.tracking.MlflowClient(tracking_uri=self.tracking_uri)
                 exp_id = self._experiment(client)
