@@ -46,3 +46,17 @@ def test_a_down_pushgateway_is_a_warning_and_every_recurrence_still_runs(tmp_pat
     assert (run_dir / "history.jsonl").read_text().count("\n") >= 2
     warnings = [r.getMessage() for r in caplog.records if "export prometheus failed" in r.getMessage()]
     assert warnings and "retried after the next trial" in warnings[0] and url in warnings[0]
+
+
+def test_the_core_and_the_cli_never_import_mlflow():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, zeus_run.cli, zeus_run.runner, zeus_run.export, zeus_run.report, zeus_run.jobs, zeus_run.plot_jobs; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlflow', 'typer', 'rich')))"
+    )
+    core = subprocess.run([sys.executable, "-c", code.replace("zeus_run.cli, ", "")], capture_output=True, text=True)
+    assert core.returncode == 0 and core.stdout.strip() == "[]", core.stdout + core.stderr
+    cli = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert cli.returncode == 0 and "mlflow" not in cli.stdout, cli.stdout + cli.stderr

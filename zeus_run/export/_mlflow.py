@@ -216,7 +216,8 @@ class MlflowExporter(Exporter):
         values = {"energy_joules": r.energy, "time_seconds": r.time, "cost_joules": r.cost, "epochs": r.epochs}
         metrics = [Metric(k, float(v), end, 0) for k, v in values.items()]
         metrics += [Metric("metric", float(m), end, epoch) for epoch, m in enumerate(r.metrics, start=1)]
-        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items() if v is not None])
+        # learning_rate and power_limit read "none" where the spec sets none (a CPU job: no power limit).
+        client.log_batch(run_id, params=[Param(k, "none" if v is None else str(v)) for k, v in params.items()])
         for i in range(0, len(metrics), _BATCH):
             client.log_batch(run_id, metrics=metrics[i : i + _BATCH])
         status = "FAILED" if r.stop_reason in _FAILED else "KILLED" if r.stop_reason == "interrupted" else "FINISHED"
