@@ -10,7 +10,7 @@ import pytest
 from tests.export.helpers import free_port, real_run
 from zeus_run.errors import SpecError, UsageError
 from zeus_run.export import LiveExports
-from zeus_run.spec import ExportSettings, parse_spec
+from zeus_run.spec import ExportSettings, MlflowExport, PrometheusExport, parse_spec
 
 BASE = "name: j\ncommand: [x]\nbatch_sizes: [1, 2]\ndefault_batch_size: 1\ntarget_metric: 1\n"
 
@@ -20,7 +20,11 @@ def test_export_section_is_parsed():
         BASE
         + "export: {mlflow: {tracking_uri: 'sqlite:///m.db', experiment: nightly}, prometheus: {push: 'http://h:9091'}}"
     )
-    assert spec.export == ExportSettings("sqlite:///m.db", "nightly", "http://h:9091")
+    assert spec.export == ExportSettings(MlflowExport("sqlite:///m.db", "nightly"), PrometheusExport("http://h:9091"))
+    assert spec.to_dict()["export"] == {
+        "mlflow": {"tracking_uri": "sqlite:///m.db", "experiment": "nightly"},
+        "prometheus": {"push": "http://h:9091"},
+    }
     assert parse_spec(BASE).export == ExportSettings()
 
 
@@ -32,11 +36,13 @@ def test_export_section_problems_are_listed_together():
     assert "export.mlflow.tracking_uri" in text and "export.prometheus.push = 'ftp://x': is not an http(s) URL" in text
 
 
-def test_live_mlflow_without_mlflow_installed_is_refused_before_any_trial(tmp_path):
-    if importlib.util.find_spec("mlflow") is not None:
-        pytest.skip("mlflow is installed here; this checks the message without it")
+def test_live_mlflow_without_mlflow_installed_is_refused_before_any_trial(tmp_path, monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real_find_spec(name, *a)
+    )
     with pytest.raises(UsageError, match=r"zeus-run\[mlflow\]"):
-        LiveExports.from_settings(ExportSettings(mlflow_tracking_uri="sqlite:///x.db"), tmp_path)
+        LiveExports.from_settings(ExportSettings(mlflow=MlflowExport("sqlite:///x.db")), tmp_path)
 
 
 def test_a_down_pushgateway_is_a_warning_and_every_recurrence_still_runs(tmp_path, caplog):

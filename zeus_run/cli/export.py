@@ -21,7 +21,7 @@ class Sink(str, enum.Enum):
 
 @handle_errors
 def export_command(
-    sink: Sink = typer.Argument(..., help="mlflow or prometheus.", case_sensitive=False),
+    sink: Sink = typer.Argument(..., metavar="SINK", help="mlflow or prometheus.", case_sensitive=False),
     paths: list[Path] = typer.Argument(
         ..., metavar="RUN_DIR...", help="Run directories (e.g. runs/demo), or folders of them (e.g. runs)."
     ),

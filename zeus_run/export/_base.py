@@ -72,23 +72,23 @@ class LiveExports:
             UsageError: The spec asks for MLflow, which is not installed (checked before any trial runs).
         """
         exporters: list[Exporter] = []
-        if settings.mlflow_tracking_uri is not None:
+        if settings.mlflow is not None:
             import importlib.util
 
             if importlib.util.find_spec("mlflow") is None:
                 from zeus_run.export._mlflow import INSTALL_HINT
 
                 raise UsageError(
-                    f"export.mlflow.tracking_uri = {settings.mlflow_tracking_uri!r}: live MLflow logging needs mlflow, "
+                    f"export.mlflow.tracking_uri = {settings.mlflow.tracking_uri!r}: live MLflow logging needs mlflow, "
                     f"which is not installed. Install the extra: {INSTALL_HINT}, or remove export.mlflow from the spec."
                 )
             from zeus_run.export._mlflow import MlflowExporter
 
-            exporters.append(MlflowExporter(settings.mlflow_tracking_uri, settings.mlflow_experiment))
-        if settings.prometheus_push is not None:
+            exporters.append(MlflowExporter(settings.mlflow.tracking_uri, settings.mlflow.experiment))
+        if settings.prometheus is not None:
             from zeus_run.export._prometheus import PrometheusExporter
 
-            exporters.append(PrometheusExporter(push_url=settings.prometheus_push))
+            exporters.append(PrometheusExporter(push_url=settings.prometheus.push))
         return cls(exporters, run_dir)
 
     def after_trial(self, record: TrialRecord) -> None:

@@ -13,8 +13,10 @@ from zeus_run.spec._model import (
     ExportSettings,
     JobSpec,
     MetricSettings,
+    MlflowExport,
     OptimizerSettings,
     PowerLimitSettings,
+    PrometheusExport,
     StopSettings,
 )
 
@@ -30,8 +32,10 @@ __all__ = [
     "ExportSettings",
     "JobSpec",
     "MetricSettings",
+    "MlflowExport",
     "OptimizerSettings",
     "PowerLimitSettings",
+    "PrometheusExport",
     "StopSettings",
     "load_spec",
     "parse_spec",

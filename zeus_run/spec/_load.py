@@ -33,8 +33,10 @@ from zeus_run.spec._model import (
     ExportSettings,
     JobSpec,
     MetricSettings,
+    MlflowExport,
     OptimizerSettings,
     PowerLimitSettings,
+    PrometheusExport,
     StopSettings,
 )
 from zeus_run.spec._yaml import MAX_BYTES, YamlDocument, YamlLimitError, load_yaml
@@ -670,15 +672,15 @@ class _Validator:
                 raw[k] = {}
             self.unknown_keys(raw[k], keys, f"{p}{k}.")
         mlflow, prom = raw["mlflow"], raw["prometheus"]
-        uri = self.get(mlflow, "tracking_uri", p + "mlflow.", _REQUIRED if mlflow else None, self.str_())
-        push = self.get(prom, "push", p + "prometheus.", _REQUIRED if prom else None, self.str_())
+        uri = self.get(mlflow, "tracking_uri", p + "mlflow.", _REQUIRED, self.str_()) if mlflow else None
+        experiment = self.get(mlflow, "experiment", p + "mlflow.", "zeus-run", self.str_())
+        push = self.get(prom, "push", p + "prometheus.", _REQUIRED, self.str_()) if prom else None
         if push is not None and not str(push).startswith(("http://", "https://")):
             self.problem(p + "prometheus.push", push, "is not an http(s) URL", "Use e.g. http://pushgateway:9091")
             push = None
         return ExportSettings(
-            mlflow_tracking_uri=uri,
-            mlflow_experiment=self.get(mlflow, "experiment", p + "mlflow.", "zeus-run", self.str_()),
-            prometheus_push=push,
+            mlflow=MlflowExport(uri, experiment or "zeus-run") if uri else None,
+            prometheus=PrometheusExport(push) if push else None,
         )
 
     def executor(self, m: Mapping, p: str) -> ExecutorSettings:

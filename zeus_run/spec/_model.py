@@ -207,18 +207,35 @@ class ExecutorSettings:
 
 
 @dataclass(frozen=True)
-class ExportSettings:
-    """Live export after each trial (spec section ``export``; see `zeus_run.export`).
+class MlflowExport:
+    """``export.mlflow``: log each trial to MLflow as it ends.
 
     Attributes:
-        mlflow_tracking_uri: ``export.mlflow.tracking_uri``; None: no MLflow logging.
-        mlflow_experiment: ``export.mlflow.experiment``.
-        prometheus_push: ``export.prometheus.push``, a Pushgateway URL; None: no push.
+        tracking_uri: MLflow tracking URI (``http://host:5000``, ``sqlite:///mlflow.db``).
+        experiment: Experiment name (created if missing).
     """
 
-    mlflow_tracking_uri: str | None = None
-    mlflow_experiment: str = "zeus-run"
-    prometheus_push: str | None = None
+    tracking_uri: str
+    experiment: str = "zeus-run"
+
+
+@dataclass(frozen=True)
+class PrometheusExport:
+    """``export.prometheus``: push the job's metrics after each trial.
+
+    Attributes:
+        push: Pushgateway URL (``http://host:9091``).
+    """
+
+    push: str
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """Live export after each trial (spec section ``export``; see `zeus_run.export`); None: off."""
+
+    mlflow: MlflowExport | None = None
+    prometheus: PrometheusExport | None = None
 
 
 @dataclass(frozen=True)
