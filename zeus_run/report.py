@@ -49,11 +49,15 @@ def _pct(v: float | None) -> str:
     return f"{v * 100:.1f}% saved" if v >= 0 else f"{-v * 100:.1f}% more"
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1) -> str:
+def _table(head: Sequence[str] | None, rows: Sequence[Sequence[object]], left: int = 1) -> str:
+    """An HTML table; ``left``: how many leading columns are left-aligned; no header row when ``head`` is None."""
+
     def cell(tag: str, i: int, v: object) -> str:
         return f"<{tag}{' class=l' if i < left else ''}>{_e(v)}</{tag}>"
 
-    out = ["<table>", "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(head)) + "</tr>"]
+    out = ["<table>"]
+    if head is not None:
+        out.append("<tr>" + "".join(cell("th", i, h) for i, h in enumerate(head)) + "</tr>")
     out += ["<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows]
     return "\n".join([*out, "</table>"])
 
@@ -184,7 +188,7 @@ def render_report(job: JobView) -> str:
         f"<h1>{_e(title)}</h1>",
         f"<p>Run directory {_e(job.run_dir)}; costs in joules (cost = eta x energy + (1 - eta) x max power x time).</p>",
         "<h2>Summary</h2>",
-        _table(["", ""], summary_rows(job), left=2),
+        _table(None, summary_rows(job), left=2),
         "<h2>Decision audit</h2>",
         f'<p class="{"ok" if ok else "bad"}">{_e(audit)}</p>',
         "<h2>Plots</h2>",
