@@ -348,6 +348,7 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool) ->
         higher_is_better=spec.higher_is_better,
         max_epochs=spec.max_epochs,
         max_tries=spec.max_tries,
+        horizon=spec.recurrences,
     )
     result = audit(records, knobs)
     if result.divergence is not None:

@@ -54,6 +54,8 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_mean: float = 0.0,
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
+        horizon: int | None = None,
+        revision: int = 2,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -65,6 +67,8 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
         prior_precision: Prior precision (0: uninformative).
         num_explorations: Rewards an arm needs before it is sampled (None: the policy's default).
+        horizon: Not used: the published algorithm ignores how many recurrences are left.
+        revision: Not used: the published algorithm keeps the paper's early stop in every revision.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         defaults = POLICY_DEFAULTS[self.name]
