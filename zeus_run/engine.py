@@ -41,7 +41,8 @@ from typing import Protocol, runtime_checkable
 
 from zeus_run.concurrent import InOrder
 from zeus_run.early_stop import EARLY_STOPS, SLOWDOWN, Pace
-from zeus_run.errors import ConvergenceError
+from zeus_run.config_errors import unobserve_config_error
+from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
 from zeus_run.records import TrialRecord
 
@@ -444,13 +445,15 @@ class Engine:
         Raises:
             ConvergenceError: The first recurrence did not converge, or a
                 recurrence used up ``max_tries`` (raised once the trials in flight have ended).
+            zeus_run.config_errors.ConfigurationError: A trial failed because of the spec
+                (recorded as ``config_error``; raised once the trials in flight have ended).
             Exception: Whatever the executor raises, at once; trials it still runs are its own
                 to stop (see `zeus_run.concurrent`).
         """
         executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
         ledger = Ledger.from_history(self, history)
         new: list[TrialRecord] = []
-        error: ConvergenceError | None = None
+        error: ZeusRunError | None = None
         stopping = False
         while True:
             while not stopping and len(ledger.in_flight) < self.concurrency:
@@ -476,6 +479,8 @@ class Engine:
                 record = ended.stamp(record)
             if ended.horizon is not None and record.horizon is None:
                 record = dataclasses.replace(record, horizon=ended.horizon)
+            record, spec_fault = unobserve_config_error(record, history, new)
+            error = error or spec_fault
             new.append(record)
             on_record(record)
             ledger.fold(record)

@@ -27,10 +27,12 @@ STOP_REASONS = {
     "interrupted": "launcher was interrupted; not fed to the optimizer",
     "skipped": "could not run one epoch under the cost threshold",
     "infrastructure": "the cluster ended it (Slurm TIMEOUT, NODE_FAIL, PREEMPTED, a scancel); not fed to the optimizer, retried",
+    "config_error": "the spec is wrong (no metric was ever read, or the script rejected its arguments); "
+    "not fed to the optimizer, retried once the spec is fixed",
 }
 
 #: Stop reasons of trials the optimizer never learns from (their ``observed`` is False).
-UNOBSERVED = ("interrupted", "infrastructure")
+UNOBSERVED = ("interrupted", "infrastructure", "config_error")
 
 KINDS = ("real", "simulated", "replayed")
 
