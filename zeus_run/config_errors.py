@@ -3,8 +3,9 @@
 A trial whose metric source never produced a single reading tells nothing
 about its batch size: the ``metric.regex`` matched no line of the output, or
 the events file was never written (the script does not use `zeus_run.train`).
-When the script nevertheless exited 0, hit the timeout, or ran longer than one
-epoch of this job usually takes, the spec is wrong. The same holds for a
+When the script nevertheless exited 0, hit the timeout, or ran (and was then
+cut or crashed) more than `EPOCH_MARGIN` times as long as one epoch of that
+batch size took in earlier trials, the spec is wrong. The same holds for a
 script that rejects its arguments on the very first trial (exit code 2, as
 ``argparse`` does for a ``{placeholder}`` it does not know).
 
@@ -27,6 +28,8 @@ from zeus_run.records import TrialRecord
 
 #: Stop reason of a trial that failed because of the spec (`zeus_run.records.STOP_REASONS`).
 CONFIG_ERROR = "config_error"
+#: A try that ran this many times one epoch of its batch size without a metric reading outlasted an epoch.
+EPOCH_MARGIN = 1.5
 #: Exit code of ``argparse`` (and of most command-line parsers) on arguments it rejects.
 USAGE_EXIT_CODE = 2
 
@@ -38,25 +41,26 @@ class ConfigurationError(UsageError):
 def config_error(record: TrialRecord, *history: Sequence[TrialRecord]) -> str | None:
     """Why ``record`` failed because of the spec, or None if it may be the batch size's fault.
 
+    Only real trials that ran (an exit code) and produced no metric reading at all qualify.
+
     Args:
         record: A trial that just ended.
         history: The records before it (one or more sequences, in order).
     """
-    if record.kind != "real" or record.reached or record.metrics or not record.observed:
+    if record.kind != "real" or record.reached or record.metrics or not record.observed or record.exit_code is None:
         return None
     before = list(itertools.chain(*history))
-    first = not any(r.observed for r in before)
-    if first and record.stop_reason == "crashed" and record.exit_code == USAGE_EXIT_CODE:
+    if record.stop_reason == "crashed" and record.exit_code == USAGE_EXIT_CODE and not any(r.observed for r in before):
         return (
             f"the script rejected its arguments on the first trial (exit code {USAGE_EXIT_CODE}, as argparse does): "
             "check `command` in the job spec (every {placeholder} must be an option the script accepts)"
             + (f". {record.message}" if record.message else "")
         )
-    if record.stop_reason not in ("exited", "timeout", "max_epochs", "cost_threshold"):
-        return None
-    epoch = _epoch_time(before)
-    long_enough = epoch is not None and record.time > epoch
-    if record.stop_reason in ("exited", "timeout") or long_enough:
+    epoch = _epoch_time(before, record.batch_size)
+    outlasted = epoch is not None and record.time > EPOCH_MARGIN * epoch
+    if record.stop_reason in ("exited", "timeout") or (
+        outlasted and record.stop_reason in ("crashed", "cost_threshold")
+    ):
         ran = "exited 0" if record.stop_reason == "exited" else f"ran {record.time:.3g} s"
         timeout = " (or raise `timeout`, if one epoch takes longer)" if record.stop_reason == "timeout" else ""
         return (
@@ -67,9 +71,9 @@ def config_error(record: TrialRecord, *history: Sequence[TrialRecord]) -> str | 
     return None
 
 
-def _epoch_time(history: Iterable[TrialRecord]) -> float | None:
-    """Median time of one epoch over the real trials that counted epochs (unit: s), or None if none did."""
-    times = [r.time / r.epochs for r in history if r.kind == "real" and r.epochs > 0 and r.observed]
+def _epoch_time(history: Iterable[TrialRecord], batch_size: int) -> float | None:
+    """Median time of one epoch of ``batch_size``'s real trials that read metrics (unit: s), or None if none did."""
+    times = [r.time / r.epochs for r in history if r.kind == "real" and r.batch_size == batch_size and r.metrics]
     return statistics.median(times) if times else None
 
 

@@ -11,28 +11,39 @@ after early stop, each of them charged to a batch size for good.
 The robust rule (``robust``, the default policy's) changes three things, each a
 pure function of the history (replay and audit re-derive it exactly):
 
-1. **The batch size the bandit believes best is never cut** (`EarlyStopRule.threshold`).
-   Cutting it saves nothing: it is what the recurrence would run next anyway.
-   Only explorations (probes, Thompson draws of other batch sizes) keep the
-   threshold, ``beta x`` the cheapest converged recurrence, as in the paper.
+1. **A batch size that has reached the target is never cut**
+   (`EarlyStopRule.threshold`). It is one of the bandit's arms: its cost is
+   known within the bandit's spread, so a try of it costing ``beta x`` the best
+   says more about the machine than about the arm, and cutting it saves nothing
+   (the recurrence must still be run). Only explorations of batch sizes never
+   seen to converge keep the paper's threshold, ``beta x`` the cheapest
+   converged recurrence: that is what early stopping is for.
 2. **One early stop per recurrence** (`EarlyStopRule.fallback_after`): after it
-   the recurrence runs the believed-best batch size without a threshold, so a
+   the recurrence runs the batch size the optimizer believes best
+   (`zeus_run.optimizer.BatchSizeOptimizer.leader`) without a threshold, so a
    slowdown costs at most one extra try.
-3. **A slow recurrence is not charged to the batch size that was cut**
+3. **A slow recurrence is recorded as such and charged to no batch size**
    (`Pace`): an early stop teaches the optimizer nothing until its recurrence
    ends. If the try that ends it ran its epochs more than `SLOWDOWN` times
-   slower than the same batch size's earlier converged tries (median cost per
-   epoch), the whole recurrence ran slow, and the early stop is dropped from
-   the optimizer's observations (the history keeps the record and its cost).
-   Otherwise it is folded in as usual.
+   slower than the same batch size's recent converged tries (median cost per
+   epoch over `PACE_WINDOW`), the whole recurrence ran slow: its early stops
+   are dropped from the optimizer's observations, and its own cost is taken at
+   the usual pace (divided by the slowdown). The history keeps every record and
+   the cost actually paid; `zeus-run history` lists the slow recurrences. A
+   lasting change (a slower GPU from now on) moves the median within a few
+   tries, after which it is the new normal.
+
+Not done: telling GPU models apart under Slurm (the record's ``provenance`` has
+them). The per-epoch median already absorbs a lasting change of hardware, and
+arms per GPU model would multiply the exploration a short horizon can afford.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
 from collections.abc import Container
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zeus_run.cost import cost_threshold
@@ -109,24 +120,3 @@ class Pace:
             past = self.per_epoch.setdefault(record.batch_size, [])
             past.append(record.cost / record.epochs)
             del past[:-PACE_WINDOW]
-
-
-def slow_recurrences(records: list[TrialRecord], rule: EarlyStopRule) -> dict[int, float]:
-    """Recurrences that took an early stop and then ran slow across the board: ``recurrence -> slowdown``.
-
-    The same judgement the engine makes when it folds ``records`` (for ``history`` and the plot).
-    """
-    if not rule.robust:
-        return {}
-    pace, stopped, out = Pace(), set(), {}
-    for r in records:
-        if not r.observed:
-            continue
-        if r.stop_reason in EARLY_STOPS:
-            stopped.add(r.recurrence)
-        if r.reached:
-            ratio = pace.slowdown(r)
-            if r.recurrence in stopped and ratio > SLOWDOWN:
-                out[r.recurrence] = ratio
-            pace.add(r)
-    return out

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from zeus_run.concurrent import InOrder
-from zeus_run.early_stop import EARLY_STOPS, SLOWDOWN, Pace
 from zeus_run.config_errors import unobserve_config_error
+from zeus_run.early_stop import EARLY_STOPS, SLOWDOWN, Pace
 from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
 from zeus_run.records import TrialRecord

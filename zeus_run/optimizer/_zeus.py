@@ -106,6 +106,18 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
             return Decision(expecting, "pruning", state.pruning.describe())
         return self.sample(state, state.survivors, draw)
 
+    def leader(self, state: ZeusState) -> int | None:
+        """The arm with the highest posterior mean reward (lowest cost): the survivors once pruning is over.
+
+        Only for display (`zeus_run.recommend.believed_best`): the paper's early stop does not use it.
+        """
+        arms = state.survivors if state.pruning.expecting is None else tuple(state.arms)
+        arms = tuple(a for a in arms if a in state.arms)
+        if not arms:
+            return None
+        means = self.arm_posteriors(state, arms)
+        return arms[max(range(len(arms)), key=lambda i: means[i][0])]
+
     def sample(self, state: ZeusState, arms: tuple[int, ...], draw: int = 0) -> Decision:
         """Gaussian TS over ``arms``: explore under-observed arms (random order), else draw and take the best.
 

@@ -388,9 +388,7 @@ def simulate(
     """
     settings = settings or OptimizerSettings()
     horizon = table.horizon if horizon is None else horizon
-    opt = make_optimizer(
-        settings, table.batch_sizes, table.default_batch_size, seed, horizon if plan_horizon else None
-    )
+    opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed, horizon if plan_horizon else None)
     slowdowns = noise.factors(seed, horizon) if noise is not None else ()
     executor = TraceExecutor(table, eta, seed, slowdowns)
     runs = Clocked(executor) if concurrency > 1 else executor
