@@ -151,3 +151,17 @@ def test_a_recurrence_wide_slowdown_never_costs_more_than_one_extra_try(shape, s
         if r.batch_size in {x.batch_size for x in records[: r.trial] if x.reached}:
             assert r.reached  # a batch size that converged before is never cut
     assert SLOWDOWN > 1.0
+
+
+def test_a_run_recorded_before_revisions_resumes_with_revision_1_and_is_refused_without(write_spec):
+    from tests.test_run_cli import spec_text, zeus
+
+    spec = write_spec(spec_text(body="recurrences: 2\n").replace("recurrences: 1\n", ""))
+    assert zeus("run", str(spec), "--no-output", "-n", "1").returncode == 0
+    stored = spec.parent / "runs" / "spec.yaml"
+    stored.write_text("".join(ln for ln in stored.read_text().splitlines(True) if "revision:" not in ln))
+    refused = zeus("run", str(spec), "--no-output")
+    assert refused.returncode == 2 and "optimizer.revision: 1 -> 2" in refused.stderr
+    spec.write_text(spec.read_text() + "optimizer: {revision: 1}\n")
+    resumed = zeus("run", str(spec), "--no-output")
+    assert resumed.returncode == 0, resumed.stderr
