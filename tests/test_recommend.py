@@ -40,7 +40,7 @@ def test_a_default_that_rests_on_one_run_is_said_next_to_every_saving():
     assert s.default_runs == 1
     lines = [ln for ln in summary_lines(s, ascii_only=True) if "% saved" in ln or "% more" in ln]
     assert len(lines) >= 3  # steady state, whole history, recommendation
-    assert all("(the default's single run)" in ln for ln in lines)
+    assert all("(the default's single run: a rough baseline)" in ln for ln in lines)
     two = summarize([rec(1, 256, 100.0, stage="pruning"), *recs[1:], rec(9, 256, 101.0)], 256)
     assert not any("single run" in ln for ln in summary_lines(two, ascii_only=True))
 

@@ -267,7 +267,7 @@ class Ledger:
         pending, r.pending = r.pending, []
         if ratio > SLOWDOWN:
             self.slow[record.recurrence] = ratio
-            logger.info(
+            logger.debug(
                 "recurrence %d ran %.2fx slower than batch size %d's median: %d early stop(s) not charged",
                 record.recurrence,
                 ratio,

@@ -298,7 +298,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             if st.recurrences == 1
             else f"last {st.recurrences} recurrences, {st.first}-{st.last}"
         )
-        vs = f", {_pct(st.savings, s)} against the default" if st.savings is not None else ""
+        vs = f", {_pct(st.savings)} against the default{_rough(s)}" if st.savings is not None else ""
         skipped = f"; {st.skipped} slow recurrence(s) left out" if st.skipped else ""
         lines.append(f"Steady state ({span}{skipped}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
     if s.after_time > 0:
@@ -309,7 +309,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     if s.savings_cost is not None:
         lines.append(
             f"Whole history ({s.recurrences} recurrences, exploration included) against always running the default: "
-            f"cost {_pct(s.savings_cost, s)}, energy {_pct(s.savings_energy, s)}, time {_pct(s.savings_time, s)}"
+            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}{_rough(s)}"
         )
     else:
         lines.append("Savings against the default: unknown (the default batch size never converged in this history)")
@@ -319,7 +319,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         if r.learning_rate is not None:
             parts.append(f"learning rate {r.learning_rate:.4g}")
         parts.append(f"power limit {r.power_limit:g} W" if r.power_limit is not None else "power limit unchanged")
-        vs = f", {_pct(r.savings, s)} against the default" if r.savings is not None else ""
+        vs = f", {_pct(r.savings)} against the default{_rough(s)}" if r.savings is not None else ""
         runs = "1 run" if r.runs == 1 else f"{r.runs} runs"
         provisional = " [yellow](provisional: still exploring)[/]" if s.exploration and s.exploration.exploring else ""
         lines.append(
@@ -362,12 +362,15 @@ def _default_line(s: Summary) -> str:
     return f"Default batch size {s.default_batch_size}: mean cost {fmt_energy(s.default_mean_cost)} over {runs}{rough}"
 
 
-def _pct(v: float | None, s: Summary | None = None) -> str:
-    """``12.3% saved`` or ``4.5% more``; against a default that rests on one run, says so."""
+def _pct(v: float | None) -> str:
     if v is None:
         return "-"
-    rough = " (the default's single run)" if s is not None and s.default_runs == 1 else ""
-    return f"[green]{v * 100:.1f}% saved{rough}[/]" if v >= 0 else f"[red]{-v * 100:.1f}% more{rough}[/]"
+    return f"[green]{v * 100:.1f}% saved[/]" if v >= 0 else f"[red]{-v * 100:.1f}% more[/]"
+
+
+def _rough(s: Summary) -> str:
+    """Said next to every saving when the default's cost rests on a single run."""
+    return " [yellow](the default's single run: a rough baseline)[/]" if s.default_runs == 1 else ""
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:
