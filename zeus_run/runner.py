@@ -124,7 +124,9 @@ def run_job(
             logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
-        optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
+        optimizer = make_optimizer(
+            spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed, spec.recurrences
+        )
         if power is not None and spec.concurrency > 1:
             raise UsageError(
                 f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "

@@ -59,6 +59,7 @@ def history_command(
         write_records,
     )
     from zeus_run.history import read_history
+    from zeus_run.recommend import believed_best
     from zeus_run.summary import failure_reason, summarize
 
     setup_logging()
@@ -67,7 +68,7 @@ def history_command(
         return
     hist = run_dir_history(paths[0])
     records = read_history(hist)
-    summary = summarize(records, default_batch_size_of(hist))
+    summary = summarize(records, default_batch_size_of(hist), belief=believed_best(records, hist.parent))
     if fmt is not Format.table:
         write_records(records, fmt.value, summary)
         return

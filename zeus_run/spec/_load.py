@@ -86,7 +86,15 @@ _TOP_KEYS = (
     *_SECTIONS,
 )
 _SECTION_KEYS = {
-    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
+    "optimizer": (
+        "policy",
+        "pruning_rounds",
+        "window_size",
+        "prior_mean",
+        "prior_precision",
+        "num_explorations",
+        "revision",
+    ),
     "metric": ("source", "regex"),
     "energy": ("source", "watts", "gpus", "basis"),
     "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
@@ -576,6 +584,13 @@ class _Validator:
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
+            revision=self.get(
+                m,
+                "revision",
+                p,
+                d.revision,
+                self.int_(1, 2, fix="2: the current rules; 1: how runs from before them ran"),
+            ),
         )
 
     def window_size(self) -> Callable[[str, Any], Any]:
