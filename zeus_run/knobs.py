@@ -43,6 +43,7 @@ class Knobs:
         max_tries: Counted tries per recurrence.
         max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
         concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
+        horizon: The job's ``recurrences``, which the optimizer plans over (None: open-ended).
     """
 
     batch_sizes: tuple[int, ...]
@@ -57,6 +58,7 @@ class Knobs:
     max_tries: int = 20
     max_early_stops: int | None = None
     concurrency: int = 1
+    horizon: int | None = None
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any]) -> Knobs:
@@ -71,7 +73,7 @@ class Knobs:
         """
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            value = d.get(f.name)
+            value = d.get(_KEYS.get(f.name, f.name))
             optional = str(f.type).endswith("| None")
             if value is None and not optional:
                 if f.default is dataclasses.MISSING:
@@ -110,11 +112,13 @@ class Knobs:
         """A YAML-ready dict that `from_mapping` reads back (a simulated run's ``spec.yaml``)."""
         out = dataclasses.asdict(self)
         out["batch_sizes"] = list(self.batch_sizes)
+        for name, key in _KEYS.items():
+            out[key] = out.pop(name)
         return out
 
     def engine(self, recurrences: int) -> Engine:
         """The engine these knobs decide with, for ``recurrences`` recurrences."""
-        opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed)
+        opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed, self.horizon)
         return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency)
 
 
@@ -123,7 +127,8 @@ def _tuple_of_ints(v: Any) -> tuple[int, ...]:
 
 
 def _settings(v: Any) -> OptimizerSettings:
-    return v if isinstance(v, OptimizerSettings) else OptimizerSettings.for_policy(**v)
+    # A run recorded before optimizer revisions existed replays with revision 1.
+    return v if isinstance(v, OptimizerSettings) else OptimizerSettings.for_policy(**{"revision": 1, **v})
 
 
 #: How each field is read from a spec's value.
@@ -140,4 +145,8 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "max_tries": int,
     "max_early_stops": int,
     "concurrency": int,
+    "horizon": int,
 }
+
+#: Fields whose spec key has another name.
+_KEYS = {"horizon": "recurrences"}

@@ -112,7 +112,7 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
         recurrence = ledger.next_recurrence()
         assert recurrence is not None  # the horizon is past every recorded recurrence
         try:
-            req = ledger.start(recurrence)
+            req = ledger.start(recurrence, rec.horizon if rec.horizon is not None else knobs.horizon)
         except ConvergenceError:
             return AuditResult(checked, None)
         diff = _difference(rec, req)

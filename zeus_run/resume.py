@@ -182,6 +182,8 @@ def _hits(metric: float, spec: JobSpec) -> bool:
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:
     """Decision-relevant settings that differ between a stored and a new spec."""
     new = spec.to_dict()
+    if isinstance(stored.get("optimizer"), dict) and "revision" not in stored["optimizer"]:
+        stored = {**stored, "optimizer": {**stored["optimizer"], "revision": 1}}  # recorded before revisions
     out = []
     for key in DECISION_FIELDS:
         old_v, new_v = stored.get(key), new.get(key)

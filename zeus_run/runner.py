@@ -32,6 +32,7 @@ from zeus_run.executors import (
     provenance,
 )
 from zeus_run.executors._base import command, marker
+from zeus_run.export import LiveExports
 from zeus_run.knobs import Knobs
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
@@ -140,6 +141,7 @@ def run_job(
             lst = _Serialized(lst)  # trials report from several threads
         executor = executor_class(spec, rd, energy, lst, cancel, power)
         stack.callback(executor.close)
+        live = LiveExports.from_settings(spec.export, rd.path)
 
         def check_cancel(req: TrialRequest) -> None:
             if cancel.is_set():  # a signal arrived between trials: this one has not started
@@ -153,6 +155,7 @@ def run_job(
             rd.history.append(record)
             rd.clear_running(record.trial)
             lst.on_trial_end(record)
+            live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
 
         if spec.concurrency == 1:
             new_records = engine.run(history, execute, persist, adopted)

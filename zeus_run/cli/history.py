@@ -7,28 +7,32 @@ from pathlib import Path
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
+from zeus_run.jobs import many_jobs
 
 
 def default_batch_size_of(history_file: Path) -> int | None:
     """b0 from the run directory's resolved spec, if there is one."""
-    import yaml
+    from zeus_run.jobs import default_batch_size_of as of_run_dir
 
-    spec_file = history_file.parent / "spec.yaml"
-    try:
-        data = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-        value = data.get("default_batch_size")
-        return int(value) if value is not None else None
-    except (OSError, yaml.YAMLError, ValueError, AttributeError):
-        return None
+    return of_run_dir(history_file.parent)
 
 
 @handle_errors
 def history_command(
-    path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (e.g. runs/demo) or its history.jsonl."),
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR...",
+        help="A run directory (e.g. runs/demo) or its history.jsonl; several, or a folder of them (runs/*, runs): one line per job.",
+    ),
     fmt: Format = FormatOption,
     trials: bool = typer.Option(False, "--trials", help="With --format table: also list every trial."),
 ) -> None:
     """Show a run's recurrences, per-batch-size statistics, the savings and a recommended setting.
+
+    With several run directories (or a folder of them): one line per job
+    (recurrences, last run and its outcome, current batch size and power
+    limit, whether exploration is over, energy, time, cost, the saving against
+    the default and the steady state), then a total line.
 
     The table has one row per recurrence (a failed try shows its cause, e.g.
     `crashed (RuntimeError: CUDA out of memory)`). Below it: per batch size,
@@ -43,6 +47,8 @@ def history_command(
         zeus-run history runs/demo
 
         zeus-run history runs/demo --format csv > demo.csv
+
+        zeus-run history runs/*   (one line per job, then a total)
     """
     from zeus_run.cli._render import (
         batch_size_table,
@@ -53,12 +59,16 @@ def history_command(
         write_records,
     )
     from zeus_run.history import read_history
+    from zeus_run.recommend import believed_best
     from zeus_run.summary import failure_reason, summarize
 
     setup_logging()
-    hist = run_dir_history(path)
+    if many_jobs(paths):
+        _history_of_jobs(paths, fmt)
+        return
+    hist = run_dir_history(paths[0])
     records = read_history(hist)
-    summary = summarize(records, default_batch_size_of(hist))
+    summary = summarize(records, default_batch_size_of(hist), belief=believed_best(records, hist.parent))
     if fmt is not Format.table:
         write_records(records, fmt.value, summary)
         return
@@ -78,3 +88,15 @@ def history_command(
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
+
+
+def _history_of_jobs(paths: list[Path], fmt: Format) -> None:
+    from zeus_run.cli._jobs import jobs_grid, write_jobs
+    from zeus_run.cli._render import print_grid
+    from zeus_run.jobs import expand_run_dirs, load_job
+
+    jobs = [load_job(d) for d in expand_run_dirs(paths)]
+    if fmt is Format.table:
+        print_grid(out_console(), jobs_grid(jobs))
+    else:
+        write_jobs(jobs, fmt.value)

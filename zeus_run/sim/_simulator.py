@@ -25,6 +25,7 @@ from zeus_run.engine import TrialRequest
 from zeus_run.knobs import Knobs
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
 from zeus_run.records import TrialRecord
+from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
 
@@ -44,11 +45,14 @@ class TraceExecutor:
         table: The job on one GPU.
         eta: Cost knob in [0, 1].
         seed: Seed of the training-path draws (independent of the optimizer's).
+        slowdowns: Slowdown factor of each recurrence (`zeus_run.sim.Noise`; empty: none):
+            every try of recurrence ``n`` takes ``slowdowns[n - 1]`` times the time and energy.
     """
 
-    def __init__(self, table: JobTable, eta: float, seed: int) -> None:
+    def __init__(self, table: JobTable, eta: float, seed: int, slowdowns: tuple[float, ...] = ()) -> None:
         self.table = table
         self.eta = eta
+        self.slowdowns = slowdowns
         self.rng = np.random.default_rng([seed, 0x5EED])
         self.plo = JITPowerLimitOptimizer(eta, table.max_power)
         self.pl_state = self.plo.initial_state()
@@ -77,6 +81,10 @@ class TraceExecutor:
             pl = self.pl_state.predict(bs)
         return self.table.power_limits.index(pl), profiled
 
+    def slowdown(self, recurrence: int) -> float:
+        """Slowdown factor of ``recurrence`` (1.0 without noise or past the drawn recurrences)."""
+        return self.slowdowns[recurrence - 1] if recurrence <= len(self.slowdowns) else 1.0
+
     def sample_path(self, row: int) -> float:
         """Target epoch of one traced run of batch-size row ``row`` (NaN: never reached)."""
         runs = self.table.target_epochs[row]
@@ -87,7 +95,8 @@ class TraceExecutor:
         bs = req.decision.batch_size
         row = t.index(bs)
         col, profiled = self.power_limit(row)
-        per_epoch = float(self._epoch_cost[row, col])
+        slow = self.slowdown(req.recurrence)
+        per_epoch = float(self._epoch_cost[row, col]) * slow
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
         if limit <= 0:
             return self._record(
@@ -105,6 +114,7 @@ class TraceExecutor:
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
         energy, time = self._charge(row, col, epochs, profiled)
+        energy, time = energy * slow, time * slow
         return self._record(
             req,
             col,
@@ -266,6 +276,8 @@ class SimResult:
         grid_cost: Grid search's cumulative cost on sampled paths (unit: J).
         final: The last trial's batch size and power limit.
         knobs: The settings it ran with (what its run directory's ``spec.yaml`` records).
+        slowdowns: Each recurrence's slowdown factor (empty: no noise); Default and Oracle
+            run under the same noise.
     """
 
     table: JobTable
@@ -281,16 +293,30 @@ class SimResult:
     grid_cost: float = math.nan
     final: tuple[int, float | None] = field(default=(0, None))
     knobs: Knobs | None = None
+    slowdowns: tuple[float, ...] = ()
+
+    @property
+    def load(self) -> float:
+        """Recurrences weighted by their slowdown: the horizon without noise."""
+        return float(sum(self.slowdowns)) if self.slowdowns else float(self.horizon)
 
     @property
     def default_cost(self) -> float:
-        """Default's cumulative expected cost (unit: J)."""
-        return self.horizon * self.default.cost
+        """Default's cumulative expected cost under the same noise (unit: J)."""
+        return self.load * self.default.cost
 
     @property
     def oracle_cost(self) -> float:
-        """Oracle's cumulative expected cost (unit: J)."""
-        return self.horizon * self.oracle.cost
+        """Oracle's cumulative expected cost under the same noise (unit: J)."""
+        return self.load * self.oracle.cost
+
+    @property
+    def tries(self) -> list[int]:
+        """Trials of each recurrence, in recurrence order."""
+        counts: dict[int, int] = {}
+        for r in self.records:
+            counts[r.recurrence] = counts.get(r.recurrence, 0) + 1
+        return [counts[k] for k in sorted(counts)]
 
     @property
     def regret(self) -> float:
@@ -314,8 +340,8 @@ class SimResult:
             "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None,
             "regret": self.regret,
             "cost_vs_default": self.cost / self.default_cost,
-            "energy_vs_default": self.energy / (self.horizon * self.default.energy),
-            "time_vs_default": self.time / (self.horizon * self.default.time),
+            "energy_vs_default": self.energy / (self.load * self.default.energy),
+            "time_vs_default": self.time / (self.load * self.default.time),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
             "final_batch_size": self.final[0],
             "final_power_limit": self.final[1],
@@ -340,6 +366,8 @@ def simulate(
     on_record: Callable[[TrialRecord], None] = lambda r: None,
     max_early_stops: int | None = None,
     concurrency: int = 1,
+    noise: Noise | None = None,
+    plan_horizon: bool = True,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -359,6 +387,8 @@ def simulate(
             recurrence starts the moment one ends, and trials end in the order of their
             simulated time (`zeus_run.concurrent.Clocked`), so each decision has seen only
             the trials that ended before it started.
+        noise: Recurrence-wide slowdowns (`Noise`), drawn from ``seed``; None: none.
+        plan_horizon: Tell the optimizer the horizon (a spec's ``recurrences``); False: open-ended.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -377,8 +407,10 @@ def simulate(
         max_tries=max_tries,
         max_early_stops=max_early_stops,
         concurrency=concurrency,
+        horizon=horizon if plan_horizon else None,
     )
-    executor = TraceExecutor(table, eta, seed)
+    slowdowns = noise.factors(seed, horizon) if noise is not None else ()
+    executor = TraceExecutor(table, eta, seed, slowdowns)
     runs = Clocked(executor) if concurrency > 1 else executor
     records = knobs.engine(horizon).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
@@ -399,4 +431,5 @@ def simulate(
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
         knobs=knobs,
+        slowdowns=slowdowns,
     )

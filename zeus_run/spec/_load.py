@@ -188,6 +188,7 @@ class _Validator(Sections):
         power = self.section("power_limit", self.power_limit)
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
+        export = self.section("export", self.export)
         concurrency = g(
             d,
             "concurrency",
@@ -241,6 +242,7 @@ class _Validator(Sections):
             stop=stop,
             concurrency=concurrency,
             executor=executor,
+            export=export,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )

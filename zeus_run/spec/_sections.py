@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from zeus_run.slurm._settings import parse_time_limit, reserved_option
-from zeus_run.spec._check import Checker
+from zeus_run.spec._check import _REQUIRED, Checker
 from zeus_run.spec._model import (
     ENERGY_BASES,
     ENERGY_SOURCES,
@@ -19,9 +19,12 @@ from zeus_run.spec._model import (
     POLICIES,
     EnergySettings,
     ExecutorSettings,
+    ExportSettings,
     MetricSettings,
+    MlflowExport,
     OptimizerSettings,
     PowerLimitSettings,
+    PrometheusExport,
     StopSettings,
 )
 
@@ -34,9 +37,18 @@ _SECTIONS: dict[str, type] = {
     "power_limit": PowerLimitSettings,
     "stop": StopSettings,
     "executor": ExecutorSettings,
+    "export": ExportSettings,
 }
 _SECTION_KEYS = {
-    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
+    "optimizer": (
+        "policy",
+        "pruning_rounds",
+        "window_size",
+        "prior_mean",
+        "prior_precision",
+        "num_explorations",
+        "revision",
+    ),
     "metric": ("source", "regex"),
     "energy": ("source", "watts", "gpus", "basis"),
     "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
@@ -52,6 +64,7 @@ _SECTION_KEYS = {
         "heartbeat_timeout",
         "infra_retries",
     ),
+    "export": ("mlflow", "prometheus"),
 }
 #: ``executor`` keys that only a Slurm executor reads.
 _SLURM_KEYS = _SECTION_KEYS["executor"][1:]
@@ -94,6 +107,13 @@ class Sections(Checker):
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
+            revision=self.get(
+                m,
+                "revision",
+                p,
+                d.revision,
+                self.int_(1, 2, fix="2: the current rules; 1: how runs from before them ran"),
+            ),
         )
 
     def window_size(self) -> Callable[[str, Any], Any]:
@@ -179,6 +199,26 @@ class Sections(Checker):
             term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
             kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
             on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
+        )
+
+    def export(self, m: Mapping, p: str) -> ExportSettings:
+        sub = {"mlflow": ("tracking_uri", "experiment"), "prometheus": ("push",)}
+        raw = {k: m.get(k) or {} for k in sub}
+        for k, keys in sub.items():
+            if not isinstance(raw[k], dict):
+                self.problem(p + k, raw[k], "must be a mapping", f"Keys: {', '.join(keys)}")
+                raw[k] = {}
+            self.unknown_keys(raw[k], keys, f"{p}{k}.")
+        mlflow, prom = raw["mlflow"], raw["prometheus"]
+        uri = self.get(mlflow, "tracking_uri", p + "mlflow.", _REQUIRED, self.str_()) if mlflow else None
+        experiment = self.get(mlflow, "experiment", p + "mlflow.", "zeus-run", self.str_())
+        push = self.get(prom, "push", p + "prometheus.", _REQUIRED, self.str_()) if prom else None
+        if push is not None and not str(push).startswith(("http://", "https://")):
+            self.problem(p + "prometheus.push", push, "is not an http(s) URL", "Use e.g. http://pushgateway:9091")
+            push = None
+        return ExportSettings(
+            mlflow=MlflowExport(uri, experiment or "zeus-run") if uri else None,
+            prometheus=PrometheusExport(push) if push else None,
         )
 
     def executor(self, m: Mapping, p: str) -> ExecutorSettings:
