@@ -25,9 +25,10 @@ from tests.concurrency_helpers import (
     serial_reference,
 )
 from zeus_run.concurrent import Clocked, InOrder, SlotPool, slot_devices
-from zeus_run.engine import Ledger, TrialRequest, best_known
+from zeus_run.engine import Ledger, TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision, Observation, ZeusOptimizer, make_optimizer
+from zeus_run.position import best_known
 from zeus_run.records import CONCURRENCY_FIELDS, TrialRecord
 from zeus_run.replay import Knobs, audit, what_if
 from zeus_run.spec import POLICIES, OptimizerSettings

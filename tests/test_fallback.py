@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from zeus_run.engine import Engine, TrialRequest, best_known, position
+from zeus_run.engine import Engine, TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import make_optimizer
+from zeus_run.position import best_known, position
 from zeus_run.records import TrialRecord
 from zeus_run.replay import Knobs, audit
 from zeus_run.spec import OptimizerSettings

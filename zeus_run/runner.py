@@ -20,7 +20,7 @@ from typing import Any
 from zeus_run.concurrent import SlotPool
 from zeus_run.contract import RunningMarker, StopReason
 from zeus_run.energy import EnergySource
-from zeus_run.engine import Engine, TrialExecutor, TrialRequest, position
+from zeus_run.engine import Engine, TrialExecutor, TrialRequest
 from zeus_run.errors import Interrupted, UsageError
 from zeus_run.executors import (
     EXECUTORS,
@@ -34,6 +34,7 @@ from zeus_run.executors import (
 from zeus_run.executors._base import command, marker
 from zeus_run.export import LiveExports
 from zeus_run.knobs import Knobs
+from zeus_run.position import position
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.resume import choose_run_dir, recover, request_of
