@@ -27,9 +27,10 @@ from typing import Any
 import yaml
 
 from zeus_run.concurrent import Clocked
-from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
+from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import Engine, Executor, Ledger, TrialRequest
 from zeus_run.errors import ConvergenceError, HistoryError
+from zeus_run.objective import Objective
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
@@ -54,6 +55,7 @@ class Knobs:
         max_tries: Counted tries per recurrence.
         max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
         concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
+        objective: The ``objective`` section (None: the ``cost`` objective with ``eta``).
     """
 
     batch_sizes: tuple[int, ...]
@@ -68,6 +70,12 @@ class Knobs:
     max_tries: int = 20
     max_early_stops: int | None = None
     concurrency: int = 1
+    objective: Objective | None = None
+
+    @property
+    def goal(self) -> Objective:
+        """What the run optimises (``objective``, or ``cost`` with ``eta``)."""
+        return self.objective or Objective("cost", eta=self.eta)
 
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> Knobs:
@@ -92,6 +100,7 @@ class Knobs:
                 max_tries=int(d.get("max_tries", 20)),
                 max_early_stops=None if d.get("max_early_stops") is None else int(d["max_early_stops"]),
                 concurrency=int(d.get("concurrency") or 1),
+                objective=Objective(**d["objective"]) if d.get("objective") else None,
             )
             knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
             if not 0.0 <= knobs.eta <= 1.0:
@@ -308,6 +317,10 @@ class EmpiricalExecutor:
         self.knobs = knobs
         self.recorded = recorded
         self.next: dict[int, int] = defaultdict(int)
+        self.reference_time = reference_time(paths, knobs.default_batch_size)
+
+    def charge(self, energy: float, time: float, max_power: float) -> float:
+        return self.knobs.goal.trial_cost(energy, time, max_power, self.reference_time)
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         bs = req.decision.batch_size
@@ -327,8 +340,8 @@ class EmpiricalExecutor:
 
     def _same_conditions(self, r: TrialRecord, threshold: float) -> bool:
         rk, k = self.recorded, self.knobs
-        if rk is None or (rk.eta, rk.target_metric, rk.higher_is_better, rk.max_epochs) != (
-            k.eta,
+        if rk is None or (rk.goal, rk.target_metric, rk.higher_is_better, rk.max_epochs) != (
+            k.goal,
             k.target_metric,
             k.higher_is_better,
             k.max_epochs,
@@ -346,7 +359,7 @@ class EmpiricalExecutor:
         if self._same_conditions(r, T):
             return self._record(req, r, r.epochs, r.time, r.energy, r.cost, r.reached, r.stop_reason)
         n = r.epochs
-        cost = zeus_cost(r.energy, r.time, k.eta, r.max_power)
+        cost = self.charge(r.energy, r.time, r.max_power)
         per = cost / n if n else cost
         h = path.reached_at
         stop_at, reason = (h, "target_reached") if h is not None and h <= k.max_epochs else (k.max_epochs, "max_epochs")
@@ -368,15 +381,13 @@ class EmpiricalExecutor:
         if stop_at == n and r.stop_reason == reason:
             return self._record(req, r, n, r.time, r.energy, cost, reason == "target_reached", reason)
         t, e = stop_at * r.time / n, stop_at * r.energy / n
-        return self._record(
-            req, r, stop_at, t, e, zeus_cost(e, t, k.eta, r.max_power), reason == "target_reached", reason
-        )
+        return self._record(req, r, stop_at, t, e, self.charge(e, t, r.max_power), reason == "target_reached", reason)
 
     def _cut(self, req: TrialRequest, r: TrialRecord, epochs: int) -> TrialRecord:
         if epochs <= 0:
             return self._record(req, r, 0, 0.0, 0.0, SKIP_PENALTY * req.cost_threshold, False, "skipped")
         t, e = epochs * r.time / r.epochs, epochs * r.energy / r.epochs
-        return self._record(req, r, epochs, t, e, zeus_cost(e, t, self.knobs.eta, r.max_power), False, "cost_threshold")
+        return self._record(req, r, epochs, t, e, self.charge(e, t, r.max_power), False, "cost_threshold")
 
     def _record(
         self,
@@ -412,6 +423,13 @@ class EmpiricalExecutor:
         )
 
 
+def reference_time(paths: dict[int, list[RecordedPath]], default_batch_size: int) -> float | None:
+    """Mean recorded time of the default batch size's trials that reached the target (unit: s; the
+    ``max-slowdown`` reference in replays; None if none did). They ran at their recorded limits."""
+    times = [p.record.time for p in paths.get(default_batch_size, []) if p.record.reached]
+    return sum(times) / len(times) if times else None
+
+
 def what_if(
     records: Sequence[TrialRecord],
     knobs: Knobs,
@@ -445,9 +463,9 @@ def what_if(
     done = sorted({r.recurrence for r in out if r.reached})
     # Compare like with like: the recorded trials of the recurrences the replay completed.
     done_set = set(range(1, len(done) + 1))
-    same_eta = recorded is not None and recorded.eta == knobs.eta
+    same_eta = recorded is not None and recorded.goal == knobs.goal
     recorded_cost = sum(
-        r.spent_cost if same_eta else zeus_cost(r.energy, r.time, knobs.eta, r.max_power)
+        r.spent_cost if same_eta else empirical.charge(r.energy, r.time, r.max_power)
         for r in records
         if r.observed and r.recurrence in done_set
     )

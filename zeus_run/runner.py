@@ -118,7 +118,7 @@ def run_job(
                 "all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path
             )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
-        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
+        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
         if spec.executor.kind != "local" and spec.power_limit.enabled:
             logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
         if power is not None:

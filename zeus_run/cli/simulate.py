@@ -21,14 +21,17 @@ from zeus_run.cli._common import (
     err_console,
     eta_option,
     handle_errors,
+    objective_option,
     out_console,
     resolve_beta,
+    resolve_objective,
     setup_logging,
 )
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
     from zeus_run.cli._render import Grid
+    from zeus_run.objective import Objective
     from zeus_run.sim import SimResult, TraceJob
     from zeus_run.spec import OptimizerSettings
 
@@ -99,6 +102,7 @@ def simulate_command(
     train: Path | None = typer.Option(None, "--train", help="Train trace CSV (overrides --traces)."),
     power: Path | None = typer.Option(None, "--power", help="Power trace CSV (overrides --traces/--gpu)."),
     eta: float | None = eta_option(f"{DEFAULT_ETA}"),
+    objective: str | None = objective_option(f"cost={DEFAULT_ETA}"),
     beta: float | None = beta_option(f"{DEFAULT_BETA}"),
     no_early_stop: bool = NoEarlyStopOption,
     seeds: str = typer.Option("1", "--seeds", help="Seeds, e.g. 1-5 or 1,2,3."),
@@ -129,13 +133,16 @@ def simulate_command(
         zeus-run simulate job.yaml --train t.csv --power p.csv --horizon 50 --run-dir runs/sim --format json
 
         zeus-run simulate squad --traces ../shared/traces --concurrency 4 --seeds 1-10
+
+        zeus-run simulate cifar100 --traces ../shared/traces --objective max-slowdown=1.1 --run-dir runs/sim
     """
     from zeus_run.cli._render import print_grid
     from zeus_run.sim import job_table, load_traces, simulate
     from zeus_run.spec import OptimizerSettings
 
     setup_logging()
-    eta_value = DEFAULT_ETA if eta is None else eta
+    goal = resolve_objective(objective, eta)
+    eta_value = goal.cost_eta if goal is not None else DEFAULT_ETA if eta is None else eta
     beta_value = resolve_beta(beta, no_early_stop, DEFAULT_BETA)
     train_csv = train or (traces / "summary_train.csv" if traces else None)
     power_csv = power or (traces / f"summary_power_{gpu}.csv" if traces else None)
@@ -149,7 +156,14 @@ def simulate_command(
         table = job_table(loaded, resolve_job(ref))
         results = [
             simulate(
-                table, eta=eta_value, beta=beta_value, seed=s, horizon=n, settings=settings, concurrency=concurrency
+                table,
+                eta=eta_value,
+                beta=beta_value,
+                seed=s,
+                horizon=n,
+                settings=settings,
+                concurrency=concurrency,
+                objective=goal,
             )
             for s in seed_list
         ]
@@ -162,6 +176,7 @@ def simulate_command(
                     beta_value,
                     settings,
                     concurrency,
+                    goal,
                 )
         # Overlap adds its setting; serial output stays as it was.
         summaries = [r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}) for r in results]
@@ -271,6 +286,7 @@ def write_run_dir(
     beta: float | None,
     settings: OptimizerSettings,
     concurrency: int = 1,
+    objective: Objective | None = None,
 ) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     import yaml
@@ -286,6 +302,7 @@ def write_run_dir(
         "target_metric": t.job.target_metric,
         "max_epochs": t.job.max_epochs,
         "eta": eta,
+        "objective": None if objective is None else objective.to_json(),
         "beta": beta,
         "recurrences": result.horizon,
         "seed": result.seed,

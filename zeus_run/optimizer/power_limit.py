@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from zeus_run.objective import Objective
+
 
 @dataclass(frozen=True)
 class PowerLimitMeasurement:
@@ -66,15 +68,17 @@ class PowerLimitState:
 class JITPowerLimitOptimizer:
     """Picks and remembers the best power limit of each batch size from its profile."""
 
-    def __init__(self, eta: float, max_power: float) -> None:
+    def __init__(self, eta: float, max_power: float, objective: Objective | None = None) -> None:
         """Args:
-        eta: Cost knob in [0, 1].
+        eta: Cost knob in [0, 1] (the ``cost`` objective's; ignored when ``objective`` is given).
         max_power: Max power of the job's GPUs (unit: W).
+        objective: What the choice minimises (default: the ``cost`` objective with ``eta``).
         """
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"eta must be in [0, 1], got {eta}")
         self.eta = eta
         self.max_power = max_power
+        self.objective = objective or Objective("cost", eta=eta)
 
     def initial_state(self) -> PowerLimitState:
         return PowerLimitState()
@@ -84,5 +88,5 @@ class JITPowerLimitOptimizer:
     ) -> PowerLimitState:
         """State after profiling ``batch_size`` (a later profile replaces an earlier one)."""
         chosen = dict(state.chosen)
-        chosen[batch_size] = best_power_limit(profile, self.eta, self.max_power)
+        chosen[batch_size] = self.objective.choose_power_limit(profile, self.max_power)
         return PowerLimitState(MappingProxyType(chosen))

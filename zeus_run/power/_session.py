@@ -8,6 +8,7 @@ from pathlib import Path
 
 from zeus_run.energy import EnergySource, NvmlEnergy
 from zeus_run.errors import PowerLimitPermissionError
+from zeus_run.objective import Objective
 from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
 from zeus_run.power._profiler import JitProfiler
@@ -66,7 +67,11 @@ class PowerSession:
 
 
 def open_power_session(
-    settings: PowerLimitSettings, eta: float, energy: EnergySource, run_dir: Path
+    settings: PowerLimitSettings,
+    eta: float,
+    energy: EnergySource,
+    run_dir: Path,
+    objective: Objective | None = None,
 ) -> PowerSession | None:
     """Set up power-limit optimization, or None (estimate energy, disabled, or no permission).
 
@@ -75,6 +80,7 @@ def open_power_session(
         eta: The cost knob (the JIT policy minimises the same cost as the batch-size optimizer).
         energy: The run's energy source (only `NvmlEnergy` GPUs get power limits).
         run_dir: Where ``power_profiles.json`` lives.
+        objective: What the limit choice minimises (default: the ``cost`` objective with ``eta``).
 
     Raises:
         PowerLimitPermissionError: Limits cannot be set and ``on_no_permission`` is ``stop``.
@@ -98,7 +104,7 @@ def open_power_session(
             store.stored_gpus,
             energy.describe(),
         )
-    jit = JITPowerLimitOptimizer(eta, energy.max_power)
+    jit = JITPowerLimitOptimizer(eta, energy.max_power, objective)
     state = jit.initial_state()
     for bs, profile in store.profiles.items():
         state = jit.observe_profile(state, bs, profile)

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zeus_run.concurrent import Clocked
-from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
+from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import Engine, TrialRequest
+from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
 from zeus_run.records import TrialRecord
 from zeus_run.sim._traces import JobTable
@@ -40,15 +41,18 @@ class TraceExecutor:
 
     Args:
         table: The job on one GPU.
-        eta: Cost knob in [0, 1].
+        eta: Cost knob in [0, 1] (the ``cost`` objective's; ignored when ``objective`` is given).
         seed: Seed of the training-path draws (independent of the optimizer's).
+        objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``).
     """
 
-    def __init__(self, table: JobTable, eta: float, seed: int) -> None:
+    def __init__(self, table: JobTable, eta: float, seed: int, objective: Objective | None = None) -> None:
         self.table = table
-        self.eta = eta
+        self.objective = objective or Objective("cost", eta=eta)
+        self.eta = eta = self.objective.cost_eta
+        self.reference_time = reference_time(table)
         self.rng = np.random.default_rng([seed, 0x5EED])
-        self.plo = JITPowerLimitOptimizer(eta, table.max_power)
+        self.plo = JITPowerLimitOptimizer(eta, table.max_power, self.objective)
         self.pl_state = self.plo.initial_state()
         tpe, pwr = table.time_per_epoch, table.avg_power
         self._epoch_cost = epoch_costs(table, eta)
@@ -109,7 +113,7 @@ class TraceExecutor:
             epochs=epochs,
             time=time,
             energy=energy,
-            cost=zeus_cost(energy, time, self.eta, t.max_power),
+            cost=self.objective.trial_cost(energy, time, t.max_power, self.reference_time),
             reached=reached,
             stop_reason="target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs"),
             message="profiled all power limits in epoch 1" if profiled else None,
@@ -179,23 +183,32 @@ class Expected:
     time: float
 
 
-def expected(table: JobTable, eta: float, row: int, col: int) -> Expected:
-    """Expected outcome of batch-size row ``row`` at limit column ``col`` (mean target epoch of the runs that reached)."""
+def expected(table: JobTable, eta: float, row: int, col: int, objective: Objective | None = None) -> Expected:
+    """Expected outcome of batch-size row ``row`` at limit column ``col`` (mean target epoch of the runs that reached).
+
+    The cost is ``eta``'s energy-time cost, or ``objective``'s trial cost when given.
+    """
     mean_epochs = float(table.mean_epochs[row])
     energy = mean_epochs * float(table.avg_power[row, col] * table.time_per_epoch[row, col])
     time = mean_epochs * float(table.time_per_epoch[row, col])
-    return Expected(
-        table.batch_sizes[row], table.power_limits[col], zeus_cost(energy, time, eta, table.max_power), energy, time
-    )
+    objective = objective or Objective("cost", eta=eta)
+    cost = objective.trial_cost(energy, time, table.max_power, reference_time(table))
+    return Expected(table.batch_sizes[row], table.power_limits[col], cost, energy, time)
 
 
-def default_baseline(table: JobTable, eta: float) -> Expected:
+def reference_time(table: JobTable) -> float:
+    """Expected time of the default batch size to the target at the max limit (unit: s): the ``max-slowdown`` reference."""
+    row, col = table.index(table.default_batch_size), table.power_limits.index(max(table.power_limits))
+    return float(table.mean_epochs[row]) * float(table.time_per_epoch[row, col])
+
+
+def default_baseline(table: JobTable, eta: float, objective: Objective | None = None) -> Expected:
     """Default: b0 (capped) at the GPU's max power limit, every recurrence."""
     col = table.power_limits.index(max(table.power_limits))
-    return expected(table, eta, table.index(table.default_batch_size), col)
+    return expected(table, eta, table.index(table.default_batch_size), col, objective)
 
 
-def oracle_baseline(table: JobTable, eta: float) -> Expected:
+def oracle_baseline(table: JobTable, eta: float, objective: Objective | None = None) -> Expected:
     """Oracle: the cheapest fixed (batch size, limit) in hindsight, among batch sizes whose every run reached the target."""
     best: Expected | None = None
     for row, runs in enumerate(table.target_epochs):
@@ -204,7 +217,7 @@ def oracle_baseline(table: JobTable, eta: float) -> Expected:
         for col in range(len(table.power_limits)):
             if math.isnan(table.time_per_epoch[row, col]):
                 continue
-            e = expected(table, eta, row, col)
+            e = expected(table, eta, row, col, objective)
             if best is None or e.cost < best.cost:
                 best = e
     if best is None:
@@ -333,6 +346,7 @@ def simulate(
     on_record: Callable[[TrialRecord], None] = lambda r: None,
     max_early_stops: int | None = None,
     concurrency: int = 1,
+    objective: Objective | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -352,6 +366,9 @@ def simulate(
             recurrence starts the moment one ends, and trials end in the order of their
             simulated time (`zeus_run.concurrent.Clocked`), so each decision has seen only
             the trials that ended before it started.
+        objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``;
+            when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
+            cost without the ``max-slowdown`` penalty.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -359,7 +376,9 @@ def simulate(
     settings = settings or OptimizerSettings()
     horizon = table.horizon if horizon is None else horizon
     opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed)
-    executor = TraceExecutor(table, eta, seed)
+    objective = objective or Objective("cost", eta=eta)
+    eta = objective.cost_eta
+    executor = TraceExecutor(table, eta, seed, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
     records = Engine(opt, horizon, max_tries, beta, max_early_stops, concurrency).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
@@ -375,8 +394,8 @@ def simulate(
         cost=cost,
         energy=energy,
         time=time,
-        default=default_baseline(table, eta),
-        oracle=oracle_baseline(table, eta),
+        default=default_baseline(table, eta, objective),
+        oracle=oracle_baseline(table, eta, objective),
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
     )

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
+from zeus_run.objective import KINDS as OBJECTIVE_KINDS
+from zeus_run.objective import Objective
 from zeus_run.slurm._settings import parse_time_limit, reserved_option
 from zeus_run.spec._model import (
     ENERGY_BASES,
@@ -71,6 +73,7 @@ _TOP_KEYS = (
     "higher_is_better",
     "max_epochs",
     "eta",
+    "objective",
     "beta",
     "recurrences",
     "max_tries",
@@ -332,6 +335,9 @@ class _Validator:
         higher = g(d, "higher_is_better", "", True, self.bool_())
         max_epochs = g(d, "max_epochs", "", 100, self.int_(1))
         eta = g(d, "eta", "", 0.5, self.float_(0.0, 1.0, fix="eta weighs energy against time; pick a value in [0, 1]"))
+        objective = self.objective(d, eta)
+        if objective is not None:
+            eta = objective.cost_eta
         beta = self.beta(d)
         recurrences = g(d, "recurrences", "", 20, self.int_(1))
         max_tries = g(d, "max_tries", "", 20, self.int_(1))
@@ -389,6 +395,7 @@ class _Validator:
             higher_is_better=higher,
             max_epochs=max_epochs,
             eta=eta,
+            objective=objective,
             beta=beta,
             recurrences=recurrences,
             max_tries=max_tries,
@@ -558,6 +565,39 @@ class _Validator:
             return _SECTIONS[key]()
         self.unknown_keys(raw, _SECTION_KEYS[key], key + ".")
         return builder(raw, key + ".")
+
+    def objective(self, d: Mapping, eta: float | None) -> Objective | None:
+        """The ``objective`` section (None when absent: the ``cost`` objective with ``eta``)."""
+        raw = d.get("objective")
+        if raw is None:
+            return None
+        keys = ("kind", "eta", "factor")
+        if not isinstance(raw, dict):
+            self.problem("objective", raw, "must be a mapping", "e.g. objective: {kind: max-slowdown, factor: 1.1}")
+            return None
+        self.unknown_keys(raw, keys, "objective.")
+        kind = self.get(raw, "kind", "objective.", "cost", self.choice(OBJECTIVE_KINDS))
+        fix = {"cost": "eta", "max-slowdown": "factor"}
+        for key in ("eta", "factor"):
+            if key in raw and fix.get(kind) != key:
+                self.problem(f"objective.{key}", raw[key], f"does not apply to kind {kind}", "Remove it")
+        if "eta" in d and kind != "cost":
+            self.problem("eta", d["eta"], f"does not apply to objective kind {kind}", "Remove eta")
+        if kind == "cost":
+            if "eta" in d and "eta" in raw and d["eta"] != raw["eta"]:
+                self.problem("eta", d["eta"], f"differs from objective.eta {raw['eta']!r}", "Set only objective.eta")
+            o_eta = self.get(raw, "eta", "objective.", 0.5 if eta is None else eta, self.float_(0.0, 1.0))
+            return Objective("cost", eta=o_eta) if o_eta is not None else None
+        if kind == "max-slowdown":
+            factor = self.get(
+                raw,
+                "factor",
+                "objective.",
+                _REQUIRED,
+                self.float_(1.0, fix="At most this many times the time at the max limit, e.g. 1.1"),
+            )
+            return Objective(kind, factor=factor) if factor is not None else None
+        return Objective(kind) if kind is not None else None
 
     def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
         policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))

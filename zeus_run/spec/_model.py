@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run.objective import Objective
+
 #: Names that may appear as ``{name}`` in ``command`` and ``env`` values.
 PLACEHOLDERS = (
     "batch_size",
@@ -223,7 +225,8 @@ class JobSpec:
         target_metric: Validation metric that counts as converged.
         higher_is_better: Whether larger metric values are better.
         max_epochs: Most epochs a trial may run.
-        eta: Weight of energy vs time in the cost, in [0, 1].
+        eta: Weight of energy vs time in the cost, in [0, 1] (set from ``objective`` when that is given).
+        objective: The ``objective`` section (None: the ``cost`` objective with ``eta``); see `goal`.
         beta: Early-stop a trial whose cost will exceed beta x best cost so far; None disables.
         recurrences: How many times the job recurs.
         max_tries: Trials per recurrence before giving up on the target.
@@ -250,6 +253,7 @@ class JobSpec:
     higher_is_better: bool = True
     max_epochs: int = 100
     eta: float = 0.5
+    objective: Objective | None = None
     beta: float | None = 2.0
     recurrences: int = 20
     max_tries: int = 20
@@ -276,6 +280,11 @@ class JobSpec:
             out[f.name] = _plain(value)
         return out
 
+    @property
+    def goal(self) -> Objective:
+        """What the run optimises: ``objective``, or the ``cost`` objective with ``eta``."""
+        return self.objective or Objective("cost", eta=self.eta)
+
     def with_overrides(self, **changes: Any) -> JobSpec:
         """A copy with some top-level fields replaced (used by CLI overrides)."""
         return dataclasses.replace(self, **changes)
@@ -287,6 +296,7 @@ DECISION_FIELDS = (
     "batch_sizes",
     "default_batch_size",
     "eta",
+    "objective",
     "beta",
     "target_metric",
     "higher_is_better",
