@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
+
+if TYPE_CHECKING:
+    from zeus_run.accounting import Accounting
+    from zeus_run.records import TrialRecord
 
 
 def default_batch_size_of(history_file: Path) -> int | None:
@@ -20,6 +25,24 @@ def default_batch_size_of(history_file: Path) -> int | None:
         return int(value) if value is not None else None
     except (OSError, yaml.YAMLError, ValueError, AttributeError):
         return None
+
+
+def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_size: int | None) -> Accounting | None:
+    """Carbon and money of a run, from the ``accounting`` section of its resolved spec (None: none set).
+
+    Raises:
+        zeus_run.accounting.AccountingError: A rate series named there cannot be read.
+    """
+    import yaml
+
+    from zeus_run.accounting import account, settings_from
+
+    try:
+        data = yaml.safe_load((history_file.parent / "spec.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    raw = data.get("accounting") if isinstance(data, dict) else None
+    return account(records, settings_from(raw), default_batch_size, history_file.parent)
 
 
 @handle_errors
@@ -36,7 +59,8 @@ def history_command(
     sparkline of cost per recurrence; whether exploration is still going; the
     default batch size's mean and how many runs it rests on; the steady state
     (the last recurrences after exploration against the default); and the
-    recommended batch size, learning rate and power limit.
+    recommended batch size, learning rate and power limit; with an `accounting`
+    section in the spec, the carbon (kgCO2e) and money next to the default's.
 
     Example:
 
@@ -58,9 +82,11 @@ def history_command(
     setup_logging()
     hist = run_dir_history(path)
     records = read_history(hist)
-    summary = summarize(records, default_batch_size_of(hist))
+    b0 = default_batch_size_of(hist)
+    summary = summarize(records, b0)
+    money = accounting_of(hist, records, b0)
     if fmt is not Format.table:
-        write_records(records, fmt.value, summary)
+        write_records(records, fmt.value, summary, money)
         return
     out = out_console()
     print_grid(out, history_table(records, f"{len(records)} trial(s) in {hist}"))
@@ -78,3 +104,5 @@ def history_command(
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
+    for line in money.lines() if money else ():
+        out.print(line, markup=False)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from zeus_run.accounting import AccountingSettings
 from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.objective import KINDS as OBJECTIVE_KINDS
 from zeus_run.objective import Objective
@@ -58,6 +59,7 @@ _SECTIONS: dict[str, type] = {
     "power_limit": PowerLimitSettings,
     "stop": StopSettings,
     "executor": ExecutorSettings,
+    "accounting": AccountingSettings,
 }
 _TOP_KEYS = (
     "name",
@@ -101,6 +103,7 @@ _SECTION_KEYS = {
         "heartbeat_timeout",
         "infra_retries",
     ),
+    "accounting": ("carbon_g_per_kwh", "price_per_kwh", "currency"),
 }
 #: ``executor`` keys that only a Slurm executor reads.
 _SLURM_KEYS = _SECTION_KEYS["executor"][1:]
@@ -355,6 +358,7 @@ class _Validator:
         power = self.section("power_limit", self.power_limit)
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
+        accounting = self.section("accounting", self.accounting)
         concurrency = g(
             d,
             "concurrency",
@@ -409,6 +413,7 @@ class _Validator:
             stop=stop,
             concurrency=concurrency,
             executor=executor,
+            accounting=accounting,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )
@@ -598,6 +603,25 @@ class _Validator:
             )
             return Objective(kind, factor=factor) if factor is not None else None
         return Objective(kind) if kind is not None else None
+
+    def accounting(self, m: Mapping, p: str) -> AccountingSettings:
+        def rate(field: str, v: Any) -> Any:
+            if isinstance(v, str):
+                path = Path(v) if self.source is None else self.source.parent / v
+                if not path.is_file():
+                    self.problem(
+                        field, v, f"names no file ({str(path)!r})", "Give a number, or a CSV of timestamp,value"
+                    )
+                    return None
+                return str(path.resolve())
+            return self.float_(0.0, fix="A number per kWh, or the path of a CSV of timestamp,value")(field, v)
+
+        currency = self.get(m, "currency", p, "USD", self.str_())
+        return AccountingSettings(
+            carbon_g_per_kwh=self.get(m, "carbon_g_per_kwh", p, None, rate),
+            price_per_kwh=self.get(m, "price_per_kwh", p, None, rate),
+            currency=currency or "USD",
+        )
 
     def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
         policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run.accounting import AccountingSettings
 from zeus_run.objective import Objective
 
 #: Names that may appear as ``{name}`` in ``command`` and ``env`` values.
@@ -236,6 +237,7 @@ class JobSpec:
             runs the best known batch size without a threshold (None: never, as in the paper).
         concurrency: Recurrences in flight at once (1: one after another).
         executor: Where trials run (local subprocesses or Slurm jobs).
+        accounting: Carbon intensity and price of energy (`zeus_run.accounting`).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -268,6 +270,7 @@ class JobSpec:
     stop: StopSettings = field(default_factory=StopSettings)
     concurrency: int = 1
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    accounting: AccountingSettings = field(default_factory=AccountingSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
