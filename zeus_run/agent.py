@@ -293,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     cancel = threading.Event()
     fields = {f.name for f in dataclasses.fields(EnergySettings)}
     settings = {k: v for k, v in (plan.energy or {}).items() if k in fields}
-    if settings.get("gpus") is not None:
-        settings["gpus"] = tuple(settings["gpus"])
+    for key in ("gpus", "include"):
+        if settings.get(key) is not None:
+            settings[key] = tuple(settings[key])
     try:
         with _signals_to(cancel), open_energy_source(EnergySettings(**settings)) as energy:
             write_agent_info(plan.dir, energy)

@@ -65,11 +65,15 @@ def check_command(
 
 def gpu_report(source, power_limit_enabled: bool) -> list[str]:
     """Lines describing the detected GPUs: names, count, energy method, power-limit range and permission."""
-    from zeus_run.energy import NvmlEnergy
+    from zeus_run.energy import gpu_source, rapl_status
     from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
 
-    if not isinstance(source, NvmlEnergy):
-        return ["GPUs: none measured (energy is an estimate; power-limit optimization is off)"]
+    rapl = rapl_status()
+    gpus = gpu_source(source)
+    if gpus is None:
+        what = "an estimate" if source.estimated else f"measured by {source.name}"
+        return [f"GPUs: none measured (energy is {what}; power-limit optimization is off)", rapl]
+    source = gpus
     lines = [f"GPUs: {len(source.gpus)}"]
     for g in source.gpus:
         method = (
@@ -79,6 +83,7 @@ def gpu_report(source, power_limit_enabled: bool) -> list[str]:
             f"  GPU {g.index}: {g.name}; energy: {method}; power limit range {g.min_limit_w:g}-{g.max_limit_w:g} W"
         )
     lines.append(f"Max power for the cost: {source.max_power:g} W (sum of the GPUs' maximum power limits)")
+    lines.append(rapl)
     if not power_limit_enabled:
         lines.append("Power-limit optimization: disabled in the spec")
         return lines

@@ -9,7 +9,7 @@ from typing import Any
 
 from zeus_run.agent import run_agent
 from zeus_run.concurrent import slot_devices
-from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, open_energy_source
+from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine import TrialRequest
 from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
@@ -60,15 +60,16 @@ class LocalExecutor(RealExecutor):
 
     def _open_slot(self, slot: int) -> tuple[EnergySource, dict[str, str]]:
         n = self.spec.concurrency
-        if isinstance(self.energy, NvmlEnergy):
-            ids = [g.index for g in self.energy.gpus]
+        gpus = gpu_source(self.energy)  # RAPL's whole-machine counters cannot be split by slot
+        if gpus is not None:
+            ids = [g.index for g in gpus.gpus]
             if len(ids) < n:
                 raise EnergyError(
                     f"concurrency: {n} needs at least {n} GPUs (one slot each), but {len(ids)} are visible "
                     f"({', '.join(ids)}); lower concurrency, or set energy.gpus / CUDA_VISIBLE_DEVICES"
                 )
             group = list(slot_devices(slot, ids, len(ids) // n))
-            source: EnergySource = NvmlEnergy(group, nvml=self.energy.nvml)
+            source: EnergySource = NvmlEnergy(group, nvml=gpus.nvml)
             visible = [d.get("uuid") or d["index"] for d in source.devices()]
             return source, {"CUDA_VISIBLE_DEVICES": ",".join(visible)}
         if isinstance(self.energy, EstimatedEnergy):

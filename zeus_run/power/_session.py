@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.energy import EnergySource, NvmlEnergy
+from zeus_run.energy import EnergySource, gpu_source
 from zeus_run.errors import PowerLimitPermissionError
 from zeus_run.objective import Objective
 from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
@@ -85,8 +85,10 @@ def open_power_session(
     Raises:
         PowerLimitPermissionError: Limits cannot be set and ``on_no_permission`` is ``stop``.
     """
-    if not settings.enabled or not isinstance(energy, NvmlEnergy):
+    gpus = gpu_source(energy)
+    if not settings.enabled or gpus is None:
         return None  # CPU machines never reach GPU code
+    energy = gpus
     controller = PowerLimitController(energy)
     if not controller.check_permission():
         if settings.on_no_permission == "stop":

@@ -22,6 +22,7 @@ from zeus_run.objective import Objective
 from zeus_run.slurm._settings import parse_time_limit, reserved_option
 from zeus_run.spec._model import (
     ENERGY_BASES,
+    ENERGY_DOMAINS,
     ENERGY_SOURCES,
     EXECUTOR_KINDS,
     LR_SCALING_RULES,
@@ -89,7 +90,7 @@ _TOP_KEYS = (
 _SECTION_KEYS = {
     "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
     "metric": ("source", "regex"),
-    "energy": ("source", "watts", "gpus", "basis"),
+    "energy": ("source", "watts", "gpus", "basis", "include"),
     "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
     "stop": ("grace", "term_grace", "kill_grace", "on_target"),
     "executor": (
@@ -696,7 +697,20 @@ class _Validator:
             ),
             gpus=gpus,
             basis=self.get(m, "basis", p, "cpu-time", self.choice(ENERGY_BASES)),
+            include=self.get(m, "include", p, ("gpu",), self.domains()),
         )
+
+    def domains(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            items = [v] if isinstance(v, str) else v
+            if not isinstance(items, list) or not items or any(d not in ENERGY_DOMAINS for d in items):
+                self.problem(
+                    field, v, f"must be a list of {', '.join(ENERGY_DOMAINS)}", "e.g. include: [gpu, cpu, dram]"
+                )
+                return ("gpu",)
+            return tuple(dict.fromkeys(items))
+
+        return check
 
     def power_limit(self, m: Mapping, p: str) -> PowerLimitSettings:
         d = PowerLimitSettings()

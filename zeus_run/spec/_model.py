@@ -30,7 +30,9 @@ PLACEHOLDERS = (
 
 LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
-ENERGY_SOURCES = ("auto", "nvml", "estimate")
+ENERGY_SOURCES = ("auto", "nvml", "rapl", "estimate")
+#: What ``energy.include`` may count: GPUs (NVML), CPU packages and DRAM (RAPL).
+ENERGY_DOMAINS = ("gpu", "cpu", "dram")
 POLICIES = ("zeus", "zeus-plus", "zeus-voi")
 #: The policy a spec without ``optimizer.policy`` gets (``zeus`` is the published algorithm).
 DEFAULT_POLICY = "zeus-voi"
@@ -109,18 +111,23 @@ class EnergySettings:
     """Where energy readings come from.
 
     Attributes:
-        source: ``auto`` (NVML if it initializes, else estimate), ``nvml`` or ``estimate``.
+        source: ``auto`` (NVML if it initializes, else RAPL if readable, else estimate), ``nvml``,
+            ``rapl`` (CPU package and DRAM counters, for CPU-only jobs) or ``estimate``.
         watts: Constant power assumed by the estimate (unit: W). Also its max power for the cost.
         gpus: GPU indices or UUIDs of the job (default: ``CUDA_VISIBLE_DEVICES`` or all GPUs).
         basis: What the estimate charges ``watts`` for: ``cpu-time`` (the CPU time of the
             trial's processes, at most wall time: a loaded machine does not make the job's
             own energy look larger) or ``wall-time`` (for a GPU job that NVML cannot measure).
+        include: Domains to count (`ENERGY_DOMAINS`): ``gpu`` alone by default; ``cpu`` and
+            ``dram`` add RAPL's package and DRAM counters to the GPUs' energy (with
+            ``source: rapl``, which of the two to count).
     """
 
     source: str = "auto"
     watts: float = 100.0
     gpus: tuple[str, ...] | None = None
     basis: str = "cpu-time"
+    include: tuple[str, ...] = ("gpu",)
 
 
 @dataclass(frozen=True)
