@@ -45,6 +45,26 @@ def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_
     return account(records, settings_from(raw), default_batch_size, history_file.parent)
 
 
+def profile_lines(run_dir: Path) -> list[str]:
+    """The run's power-limit profiles: per limit, power, throughput, window duration and counter updates."""
+    from zeus_run.power._store import PROFILES_NAME, ProfileStore
+
+    if not (run_dir / PROFILES_NAME).is_file():
+        return []
+    lines = []
+    for bs, profile in sorted(ProfileStore(run_dir).profiles.items()):
+        cells = []
+        for m in profile:
+            window = (
+                f", {m.window_s:.1f} s window, {m.samples} counter updates"
+                if m.window_s is not None and m.samples is not None
+                else ""
+            )
+            cells.append(f"{m.power_limit:g} W: {m.avg_power:.1f} W, {m.throughput:.3g} it/s{window}")
+        lines.append(f"Power profile of batch size {bs}: " + "; ".join(cells))
+    return lines
+
+
 @handle_errors
 def history_command(
     path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (e.g. runs/demo) or its history.jsonl."),
@@ -105,4 +125,6 @@ def history_command(
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
     for line in money.lines() if money else ():
+        out.print(line, markup=False)
+    for line in profile_lines(hist.parent):
         out.print(line, markup=False)

@@ -29,11 +29,15 @@ class PowerLimitMeasurement:
         avg_power: Average power drawn (unit: W).
         throughput: Work per second (any unit, the same for all limits of a profile,
             e.g. iterations/s or epochs/s).
+        window_s: Duration of the measurement window (unit: s; None: not measured, e.g. traces).
+        samples: Energy-counter updates seen in the window (None: not measured).
     """
 
     power_limit: float
     avg_power: float
     throughput: float
+    window_s: float | None = None
+    samples: int | None = None
 
 
 def unit_cost(m: PowerLimitMeasurement, eta: float, max_power: float) -> float:

@@ -47,6 +47,9 @@ class PowerSession:
             self.settings.warmup_iters,
             self.settings.measure_iters,
             self.settings.observer_mode,
+            min_window_s=self.settings.min_window_s,
+            settle_s=self.settings.settle_s,
+            min_updates=self.settings.min_counter_updates,
         )
 
     def _set(self, limit_w: float) -> bool:

@@ -7,7 +7,9 @@
      "profiles": {"64": [{"power_limit": 300.0, "avg_power": 251.2, "throughput": 9.8}, ...]}}
 
 ``power_limit`` and ``avg_power`` are in W (average power is the sum over the
-job's GPUs), ``throughput`` in training iterations per second. Only complete
+job's GPUs), ``throughput`` in training iterations per second, ``window_s`` the
+measurement window's duration in s and ``samples`` the energy-counter updates it
+saw (both absent in files written before they were recorded). Only complete
 profiles are stored; the chosen limit is not stored but recomputed with the
 policy, so a replay with another eta reuses the same measurements.
 """
@@ -44,7 +46,13 @@ class ProfileStore:
             self.stored_gpus = str(data.get("gpus", ""))
             for bs, rows in data.get("profiles", {}).items():
                 self.profiles[int(bs)] = [
-                    PowerLimitMeasurement(float(r["power_limit"]), float(r["avg_power"]), float(r["throughput"]))
+                    PowerLimitMeasurement(
+                        float(r["power_limit"]),
+                        float(r["avg_power"]),
+                        float(r["throughput"]),
+                        None if r.get("window_s") is None else float(r["window_s"]),
+                        None if r.get("samples") is None else int(r["samples"]),
+                    )
                     for r in rows
                 ]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -63,7 +71,14 @@ class ProfileStore:
             "gpus": self.gpus,
             "profiles": {
                 str(bs): [
-                    {"power_limit": m.power_limit, "avg_power": m.avg_power, "throughput": m.throughput} for m in prof
+                    {
+                        "power_limit": m.power_limit,
+                        "avg_power": m.avg_power,
+                        "throughput": m.throughput,
+                        "window_s": m.window_s,
+                        "samples": m.samples,
+                    }
+                    for m in prof
                 ]
                 for bs, prof in sorted(self.profiles.items())
             },

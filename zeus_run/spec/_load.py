@@ -91,7 +91,17 @@ _SECTION_KEYS = {
     "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
     "metric": ("source", "regex"),
     "energy": ("source", "watts", "gpus", "basis", "include"),
-    "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
+    "power_limit": (
+        "enabled",
+        "step_watts",
+        "warmup_iters",
+        "measure_iters",
+        "observer_mode",
+        "on_no_permission",
+        "min_window_s",
+        "settle_s",
+        "min_counter_updates",
+    ),
     "stop": ("grace", "term_grace", "kill_grace", "on_target"),
     "executor": (
         "kind",
@@ -721,6 +731,15 @@ class _Validator:
             measure_iters=self.get(m, "measure_iters", p, d.measure_iters, self.int_(1)),
             observer_mode=self.get(m, "observer_mode", p, d.observer_mode, self.bool_()),
             on_no_permission=self.get(m, "on_no_permission", p, d.on_no_permission, self.choice(NO_PERMISSION_ACTIONS)),
+            min_window_s=self.get(
+                m,
+                "min_window_s",
+                p,
+                d.min_window_s,
+                self.float_(0.0, fix="Seconds; below ~2 s NVML's counter steps show"),
+            ),
+            settle_s=self.get(m, "settle_s", p, d.settle_s, self.float_(0.0, fix="Seconds, e.g. 1")),
+            min_counter_updates=self.get(m, "min_counter_updates", p, d.min_counter_updates, self.int_(1)),
         )
 
     def stop(self, m: Mapping, p: str) -> StopSettings:

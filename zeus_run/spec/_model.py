@@ -141,6 +141,9 @@ class PowerLimitSettings:
         measure_iters: Training iterations measured at each limit.
         observer_mode: Profile and account as if the best limit were used, but keep the maximum.
         on_no_permission: ``continue`` without power-limit optimization, or ``stop``.
+        min_window_s: Shortest measurement window per limit (unit: s; see README "Profiling windows").
+        settle_s: Wait after setting a limit before measuring (unit: s).
+        min_counter_updates: Energy-counter changes a measurement window must see.
     """
 
     enabled: bool = True
@@ -149,6 +152,9 @@ class PowerLimitSettings:
     measure_iters: int = 40
     observer_mode: bool = False
     on_no_permission: str = "continue"
+    min_window_s: float = 5.0
+    settle_s: float = 1.0
+    min_counter_updates: int = 20
 
 
 @dataclass(frozen=True)
