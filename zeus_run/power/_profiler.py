@@ -49,8 +49,8 @@ from zeus_run.optimizer.power_limit import PowerLimitMeasurement
 
 logger = logging.getLogger(__name__)
 
-#: Shortest measurement window (unit: s). NVML's total-energy counter advances in steps of
-#: roughly 10-100 ms; a 5 s window spans >= 50 steps, so reading it at a step boundary on either
+#: Shortest measurement window (unit: s). NVML documents no update period for its total-energy
+#: counter; it is reported to advance in steps of roughly 10-100 ms. A 5 s window spans >= 50 such steps, so reading it at a step boundary on either
 #: end misstates the average by at most 2 x 100 ms / 5 s = 4% (typically far less), below the
 #: 8-10% a 25 W step changes a 250-300 W GPU's power. See README "Profiling windows".
 DEFAULT_MIN_WINDOW_S = 5.0
