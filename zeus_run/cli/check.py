@@ -59,14 +59,15 @@ def check_command(
             lrs = ", ".join(f"{b}: {learning_rate_for(spec, b):.4g}" for b in spec.batch_sizes)
             out.print(f"Learning rate per batch size ({spec.lr_scaling} scaling): {lrs}", markup=False)
         err.print(f"Energy source: {source.describe()}", markup=False)
-        for line in gpu_report(source, spec.power_limit.enabled):
+        for line in gpu_report(source, spec.power_limit.enabled, spec.power_limit):
             err.print(line, markup=False)
 
 
-def gpu_report(source, power_limit_enabled: bool) -> list[str]:
+def gpu_report(source, power_limit_enabled: bool, settings=None) -> list[str]:
     """Lines describing the detected GPUs: names, count, energy method, power-limit range and permission."""
     from zeus_run.energy import gpu_source, rapl_status
-    from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
+    from zeus_run.power._session import make_controller
+    from zeus_run.spec import PowerLimitSettings
 
     rapl = rapl_status()
     gpus = gpu_source(source)
@@ -87,9 +88,10 @@ def gpu_report(source, power_limit_enabled: bool) -> list[str]:
     if not power_limit_enabled:
         lines.append("Power-limit optimization: disabled in the spec")
         return lines
-    ctl = PowerLimitController(source)
+    ctl, how = make_controller(settings or PowerLimitSettings(), source)
+    via = " through zeusd" if hasattr(ctl.nvml, "client") else ""
     if ctl.check_permission():
-        lines.append(f"Power-limit optimization: limits can be set ({ctl.min_limit:g}-{ctl.max_limit:g} W)")
+        lines.append(f"Power-limit optimization: limits can be set{via} ({ctl.min_limit:g}-{ctl.max_limit:g} W)")
     else:
-        lines.append(f"Power-limit optimization: limits cannot be set: {ctl.reason}. {HOW_TO_ENABLE}")
+        lines.append(f"Power-limit optimization: limits cannot be set{via}: {ctl.reason}. {how}")
     return lines

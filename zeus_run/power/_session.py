@@ -6,13 +6,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.energy import EnergySource, gpu_source
+from zeus_run.energy import EnergySource, NvmlEnergy, gpu_source
 from zeus_run.errors import PowerLimitPermissionError
 from zeus_run.objective import Objective
 from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
 from zeus_run.power._profiler import JitProfiler
 from zeus_run.power._store import ProfileStore
+from zeus_run.power._zeusd import HOW_TO_ZEUSD, ZEUSD_VERSION, ZeusdClient, ZeusdNvml, zeusd_socket
 from zeus_run.spec import PowerLimitSettings
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,17 @@ class PowerSession:
             )
 
 
+def make_controller(settings: PowerLimitSettings, energy: NvmlEnergy) -> tuple[PowerLimitController, str]:
+    """The controller of ``energy``'s GPUs, through NVML or zeusd (``power_limit.via``/``socket``),
+    and how to enable it when permission is missing."""
+    sock = zeusd_socket(settings.via, settings.socket)
+    if sock is None:
+        return PowerLimitController(energy), HOW_TO_ENABLE
+    nvml = ZeusdNvml(energy.nvml, ZeusdClient(sock), [(g.handle, g.index) for g in energy.gpus])
+    logger.info("power limits are set through zeusd at %s (API of zeusd %s)", sock, ZEUSD_VERSION)
+    return PowerLimitController(energy, nvml=nvml), HOW_TO_ZEUSD
+
+
 def open_power_session(
     settings: PowerLimitSettings,
     eta: float,
@@ -92,14 +104,14 @@ def open_power_session(
     if not settings.enabled or gpus is None:
         return None  # CPU machines never reach GPU code
     energy = gpus
-    controller = PowerLimitController(energy)
+    controller, how = make_controller(settings, energy)
     if not controller.check_permission():
         if settings.on_no_permission == "stop":
             raise PowerLimitPermissionError(
-                f"Cannot set GPU power limits: {controller.reason}. {HOW_TO_ENABLE} "
+                f"Cannot set GPU power limits: {controller.reason}. {how} "
                 "Or set power_limit.on_no_permission: continue to run without power-limit optimization."
             )
-        logger.warning("power-limit optimization is off: %s. %s", controller.reason, HOW_TO_ENABLE)
+        logger.warning("power-limit optimization is off: %s. %s", controller.reason, how)
         return None
     store = ProfileStore(run_dir, energy.describe())
     if store.profiles and store.stored_gpus and store.stored_gpus != energy.describe():

@@ -32,6 +32,7 @@ from zeus_run.spec._model import (
     ON_TARGET_ACTIONS,
     PLACEHOLDERS,
     POLICIES,
+    POWER_LIMIT_VIAS,
     EnergySettings,
     ExecutorSettings,
     JobSpec,
@@ -101,6 +102,8 @@ _SECTION_KEYS = {
         "min_window_s",
         "settle_s",
         "min_counter_updates",
+        "via",
+        "socket",
     ),
     "stop": ("grace", "term_grace", "kill_grace", "on_target"),
     "executor": (
@@ -740,6 +743,8 @@ class _Validator:
             ),
             settle_s=self.get(m, "settle_s", p, d.settle_s, self.float_(0.0, fix="Seconds, e.g. 1")),
             min_counter_updates=self.get(m, "min_counter_updates", p, d.min_counter_updates, self.int_(1)),
+            via=self.get(m, "via", p, d.via, self.choice(POWER_LIMIT_VIAS)),
+            socket=self.get(m, "socket", p, None, self.str_()),
         )
 
     def stop(self, m: Mapping, p: str) -> StopSettings:

@@ -47,6 +47,8 @@ POLICY_DEFAULTS: dict[str, dict[str, int]] = {
     "zeus-voi": {"pruning_rounds": 0, "num_explorations": 1},  # neither applies to its walk
 }
 NO_PERMISSION_ACTIONS = ("continue", "stop")
+#: How power limits are set (``power_limit.via``).
+POWER_LIMIT_VIAS = ("auto", "nvml", "zeusd")
 ON_TARGET_ACTIONS = ("stop", "wait")
 ENERGY_BASES = ("cpu-time", "wall-time")
 #: Where trials run (``executor.kind``): `zeus_run.executors.EXECUTORS`.
@@ -144,6 +146,10 @@ class PowerLimitSettings:
         min_window_s: Shortest measurement window per limit (unit: s; see README "Profiling windows").
         settle_s: Wait after setting a limit before measuring (unit: s).
         min_counter_updates: Energy-counter changes a measurement window must see.
+        via: How limits are set: ``nvml`` (root or CAP_SYS_ADMIN), ``zeusd`` (the Zeus daemon
+            over its Unix socket, no root) or ``auto`` (zeusd when ``socket`` or ``ZEUSD_SOCK_PATH``
+            is set, else NVML).
+        socket: zeusd's Unix socket (None: ``ZEUSD_SOCK_PATH``, else ``/run/zeusd/zeusd.sock``).
     """
 
     enabled: bool = True
@@ -155,6 +161,8 @@ class PowerLimitSettings:
     min_window_s: float = 5.0
     settle_s: float = 1.0
     min_counter_updates: int = 20
+    via: str = "auto"
+    socket: str | None = None
 
 
 @dataclass(frozen=True)
