@@ -97,9 +97,23 @@ def test_settle_time_passes_before_measuring():
 def test_profile_store_keeps_window_and_samples(tmp_path):
     from zeus_run.power._store import ProfileStore
 
-    store = ProfileStore(tmp_path)
-    store.put(64, [PowerLimitMeasurement(300.0, 250.0, 10.0, window_s=5.2, samples=52)])
-    assert ProfileStore(tmp_path).get(64) == [PowerLimitMeasurement(300.0, 250.0, 10.0, 5.2, 52)]
+    ProfileStore(tmp_path, "1 x NVIDIA A40").put(
+        64, [PowerLimitMeasurement(300.0, 250.0, 10.0, window_s=5.2, samples=52)]
+    )
+    ProfileStore(tmp_path, "2 x NVIDIA A100").put(64, [PowerLimitMeasurement(400.0, 600.0, 20.0)])
+    assert ProfileStore(tmp_path, "1 x NVIDIA A40").get(64) == [PowerLimitMeasurement(300.0, 250.0, 10.0, 5.2, 52)]
+    assert ProfileStore(tmp_path, "2 x NVIDIA A100").get(64) == [PowerLimitMeasurement(400.0, 600.0, 20.0)]
+    assert ProfileStore(tmp_path, "1 x NVIDIA H100").get(64) is None  # another model measures its own
+
+
+def test_version_1_profiles_are_read_as_their_gpu_model(tmp_path):
+    from zeus_run.power._store import PROFILES_NAME, ProfileStore
+
+    (tmp_path / PROFILES_NAME).write_text(
+        '{"version": 1, "gpus": "NVML: 1 x NVIDIA A40 (GPUs 0; total energy counter; power limits 100-300 W)", '
+        '"profiles": {"32": [{"power_limit": 300.0, "avg_power": 200.0, "throughput": 5.0}]}}'
+    )
+    assert ProfileStore(tmp_path, "1 x NVIDIA A40").get(32) == [PowerLimitMeasurement(300.0, 200.0, 5.0)]
 
 
 def test_history_shows_each_window(tmp_path):
@@ -116,6 +130,9 @@ def test_history_shows_each_window(tmp_path):
     )
     assert res.exit_code == 0, res.output
     run = next(p for p in tmp_path.iterdir() if p.name.startswith("squad"))
-    ProfileStore(run).put(8, [PowerLimitMeasurement(300.0, 250.0, 10.0, window_s=5.2, samples=52)])
+    ProfileStore(run, "1 x NVIDIA A40").put(8, [PowerLimitMeasurement(300.0, 250.0, 10.0, window_s=5.2, samples=52)])
     res = runner.invoke(app, ["history", str(run)])
-    assert "Power profile of batch size 8: 300 W: 250.0 W, 10 it/s, 5.2 s window, 52 counter updates" in res.stdout
+    assert (
+        "Power profile of batch size 8 on 1 x NVIDIA A40: 300 W: 250.0 W, 10 it/s, 5.2 s window, 52 counter updates"
+        in res.stdout
+    )

@@ -20,7 +20,7 @@ from typing import Any
 from zeus_run.concurrent import SlotPool
 from zeus_run.energy import EnergySource
 from zeus_run.engine import Engine, TrialExecutor, TrialRequest, position
-from zeus_run.errors import Interrupted, UsageError
+from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -124,11 +124,6 @@ def run_job(
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
-        if power is not None and spec.concurrency > 1:
-            raise UsageError(
-                f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "
-                "profiler measures one trial at a time. Set power_limit.enabled: false, or concurrency: 1."
-            )
         engine = Engine(
             optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops, concurrency=spec.concurrency
         )

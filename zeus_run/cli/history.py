@@ -52,7 +52,8 @@ def profile_lines(run_dir: Path) -> list[str]:
     if not (run_dir / PROFILES_NAME).is_file():
         return []
     lines = []
-    for bs, profile in sorted(ProfileStore(run_dir).profiles.items()):
+    by_model = ProfileStore(run_dir).by_model
+    for model, bs, profile in sorted((m, bs, p) for m, profiles in by_model.items() for bs, p in profiles.items()):
         cells = []
         for m in profile:
             window = (
@@ -61,7 +62,7 @@ def profile_lines(run_dir: Path) -> list[str]:
                 else ""
             )
             cells.append(f"{m.power_limit:g} W: {m.avg_power:.1f} W, {m.throughput:.3g} it/s{window}")
-        lines.append(f"Power profile of batch size {bs}: " + "; ".join(cells))
+        lines.append(f"Power profile of batch size {bs} on {model}: " + "; ".join(cells))
     return lines
 
 

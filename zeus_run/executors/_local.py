@@ -13,6 +13,7 @@ from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_sourc
 from zeus_run.engine import TrialRequest
 from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
+from zeus_run.power import PowerSession
 from zeus_run.proctree import ProcessTree
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import check_writable
@@ -35,6 +36,7 @@ class LocalExecutor(RealExecutor):
         super().__init__(*args, **kwargs)
         self._slots: dict[int, tuple[EnergySource, dict[str, str]]] = {}
         self._slots_lock = threading.Lock()
+        self._slot_power: dict[int, PowerSession] = {}  # each slot controls only its own GPUs
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         return self.run_on_slot(req, 0)
@@ -76,8 +78,22 @@ class LocalExecutor(RealExecutor):
             return EstimatedEnergy(self.energy.watts, basis=self.energy.basis), {}
         return open_energy_source(dataclasses.replace(self.spec.energy, source="estimate")), {}
 
+    def power_for(self, slot: int, energy: EnergySource) -> PowerSession | None:
+        """The power session of slot ``slot``: the run's with one slot, else one over the slot's GPUs only."""
+        if self.power is None or self.spec.concurrency == 1:
+            return self.power
+        gpus = gpu_source(energy)
+        if gpus is None:
+            return None
+        with self._slots_lock:
+            if slot not in self._slot_power:
+                self._slot_power[slot] = self.power.for_gpus(gpus)
+            return self._slot_power[slot]
+
     def close(self) -> None:
         with self._slots_lock:
+            for power in self._slot_power.values():
+                power.controller.restore()
             for source, _ in self._slots.values():
                 if source is not self.energy:
                     source.close()
@@ -88,7 +104,8 @@ class LocalExecutor(RealExecutor):
         """Run one trial to its end on slot ``slot`` (see `slot`); its record (not yet persisted)."""
         energy, extra_env = self.slot(slot)
         bs = req.decision.batch_size
-        profiler = self.power.profiler_for(bs) if self.power is not None else None
+        power = self.power_for(slot, energy)
+        profiler = power.profiler_for(bs) if power is not None else None
         prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
         if self.spec.concurrency > 1:
             prepared.running["slot"] = slot
@@ -101,8 +118,8 @@ class LocalExecutor(RealExecutor):
         try:
             out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
         finally:
-            if self.power is not None:
-                self.power.controller.restore()  # each GPU's original limit and persistence mode
+            if power is not None:
+                power.controller.restore()  # each of its GPUs' original limit and persistence mode
         message = out.message
         invalid = energy.invalid_windows - invalid_before
         if invalid:
@@ -110,9 +127,9 @@ class LocalExecutor(RealExecutor):
                 f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted",
                 message,
             )
-        if self.power is not None and profiler is not None:
-            self.power.trial_done(bs, profiler)
-            if self.power.settings.observer_mode and out.power_limit is not None:
+        if power is not None and profiler is not None:
+            power.trial_done(bs, profiler)
+            if power.settings.observer_mode and out.power_limit is not None:
                 message = _prepend(
                     f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
                     message,

@@ -12,7 +12,7 @@ from zeus_run.objective import Objective
 from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
 from zeus_run.power._profiler import JitProfiler
-from zeus_run.power._store import ProfileStore
+from zeus_run.power._store import ProfileStore, model_key
 from zeus_run.power._zeusd import HOW_TO_ZEUSD, ZEUSD_VERSION, ZeusdClient, ZeusdNvml, zeusd_socket
 from zeus_run.spec import PowerLimitSettings
 
@@ -30,10 +30,22 @@ class PowerSession:
     state: PowerLimitState
     disabled: bool = False
 
+    def for_gpus(self, energy: NvmlEnergy) -> PowerSession:
+        """A session over a subset of the run's GPUs (one ``concurrency`` slot's, or one node's):
+        its own controller, the profiles of its own GPU model, the same settings and policy."""
+        controller, _ = make_controller(self.settings, energy)
+        store = ProfileStore(self.store.path.parent, model_key([g.name for g in energy.gpus]))
+        jit = JITPowerLimitOptimizer(self.jit.eta, energy.max_power, self.jit.objective)
+        return PowerSession(self.settings, controller, store, jit, jit.initial_state(), self.disabled)
+
     def profiler_for(self, batch_size: int) -> JitProfiler | None:
-        """A profiler for a trial of ``batch_size``: fresh if never profiled, else applying the stored choice."""
+        """A profiler for a trial of ``batch_size``: fresh if never profiled, else applying the stored choice.
+
+        The store is read again first: another slot or node may have profiled this model since.
+        """
         if self.disabled or not self.controller.usable:
             return None
+        self.store.reload()
 
         def pick(profile):
             return self.jit.observe_profile(self.state, batch_size, profile).predict(batch_size)
@@ -113,14 +125,7 @@ def open_power_session(
             )
         logger.warning("power-limit optimization is off: %s. %s", controller.reason, how)
         return None
-    store = ProfileStore(run_dir, energy.describe())
-    if store.profiles and store.stored_gpus and store.stored_gpus != energy.describe():
-        logger.warning(
-            "power profiles in %s were measured on %s; this run uses %s; they are reused anyway",
-            store.path,
-            store.stored_gpus,
-            energy.describe(),
-        )
+    store = ProfileStore(run_dir, model_key([g.name for g in energy.gpus]))
     jit = JITPowerLimitOptimizer(eta, energy.max_power, objective)
     state = jit.initial_state()
     for bs, profile in store.profiles.items():
