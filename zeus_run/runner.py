@@ -119,8 +119,6 @@ def run_job(
             )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
         power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
-        if spec.executor.kind != "local" and spec.power_limit.enabled:
-            logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
         optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)

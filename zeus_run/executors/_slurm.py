@@ -67,6 +67,7 @@ from zeus_run.agent import (
 from zeus_run.energy import EnergySource
 from zeus_run.engine import TrialRequest
 from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
+from zeus_run.power import node_power_plan
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable
 from zeus_run.slurm import (
@@ -221,6 +222,8 @@ class SlurmExecutor(RealExecutor):
         self._check_infra_streak()
         self._started[req.trial] = req
         prepared = prepare(self.spec, self._rd, req, self.energy, profiling=False)
+        power = node_power_plan(self.spec, self._rd.path, req.decision.batch_size)  # the agent sets its node's limits
+        prepared = dataclasses.replace(prepared, plan=dataclasses.replace(prepared.plan, power=power))
         tdir = prepared.plan.dir
         name = job_name(self.spec.name, self._rd.path, tdir.name)
         running = {
