@@ -259,21 +259,10 @@ def simulate_objective_cell(task: tuple) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
-    gpus = [g for g in args.gpus.split(",") if g]
-    jobs = [j for j in args.jobs.split(",") if j]
     policies = [p for p in args.policies.split(",") if p]
-    unknown = [j for j in jobs if j not in JOBS]
-    if unknown:
-        print(f"error: unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}", file=sys.stderr)
+    tables = load_tables(args)
+    if tables is None:
         return 2
-    tables: list[JobTable] = []
-    for gpu in gpus:
-        traces = load_traces(args.traces / "summary_train.csv", args.traces / f"summary_power_{gpu}.csv")
-        for job in jobs:
-            try:
-                tables.append(job_table(traces, JOBS[job]))
-            except TraceError as exc:
-                print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
     reference = load_reference(args.traces / REFERENCE_FILE) if (args.eta, beta) == REFERENCE_KNOBS else {}
     results: dict[tuple[int, str], list[Row]] = {}
     walls: dict[tuple[int, str], float] = {}
