@@ -19,6 +19,7 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_faults import launch
 from tests.test_slurm_executor import check_audit, wait_for
 from zeus_run.energy import NvmlEnergy
+from zeus_run.executors import LocalExecutor
 from zeus_run.history import read_history
 from zeus_run.runner import run_job
 from zeus_run.spec import load_spec
@@ -126,15 +127,25 @@ def test_each_slot_sets_profiles_and_restores_only_its_own_gpus(write_spec, tmp_
         for i in range(2)
     ]
     nv = FakeNvml(gpus)
-    by_thread: dict[int, set[int]] = {}
-    record = nv._record
+    # Which slot's trial each limit call came from (a trial runs wholly in one thread; threads may be reused).
+    current = threading.local()
+    by_slot: dict[int, set[int]] = {}
+    record, run_on_slot = nv._record, LocalExecutor.run_on_slot
 
-    def record_thread(*call):
-        if call[0] == "limit":
-            by_thread.setdefault(threading.get_ident(), set()).add(call[1])
+    def record_slot(*call):
+        if call[0] == "limit" and getattr(current, "slot", None) is not None:
+            by_slot.setdefault(current.slot, set()).add(call[1])
         record(*call)
 
-    nv._record = record_thread  # type: ignore[method-assign]
+    def on_slot(self, req, slot):
+        current.slot = slot
+        try:
+            return run_on_slot(self, req, slot)
+        finally:
+            current.slot = None
+
+    nv._record = record_slot  # type: ignore[method-assign]
+    monkeypatch.setattr(LocalExecutor, "run_on_slot", on_slot)
     step = SCRIPTS / "step_train.py"
     spec = write_spec(
         f"""
@@ -157,9 +168,8 @@ run_dir: runs
     assert records and all(r.power_limit is not None for r in records if r.reached)
     sets = [(c[1], c[2]) for c in nv.calls if c[0] == "limit"]
     assert {i for i, _ in sets} == {0, 1}  # both slots' GPUs were driven
-    # Each slot's thread set limits on its own GPU alone (the launcher's thread probed and restored both).
-    slot_threads = {t: ids for t, ids in by_thread.items() if t != threading.get_ident()}
-    assert slot_threads and all(len(ids) == 1 for ids in slot_threads.values()), by_thread
+    # Each slot's trials set limits on its own GPU alone (the launcher probed and restored both).
+    assert by_slot == {0: {0}, 1: {1}}, by_slot
     assert any(mw == 150_000 for _, mw in sets)  # a profiling sweep reached the minimum
     assert all(g.limit_mw == 300_000 and g.persistence == 0 for g in nv.gpus)  # all restored
     store = json.loads((result.run_dir / "power_profiles.json").read_text())
