@@ -40,7 +40,7 @@ def knobs(policy: str = "zeus", beta: float | None = 2.0, seed: int = 5, concurr
         0.5,
         beta,
         seed,
-        OptimizerSettings.for_policy(policy),
+        OptimizerSettings.for_policy(policy, revision=kw.get("revision", 2)),
         0.9,
         True,
         MAX_EPOCHS,
@@ -209,7 +209,8 @@ def test_concurrency_one_is_the_serial_loop_from_before(policy):
         rng = random.Random(case)
         beta = rng.choice([None, 1.2, 2.0, 4.0])
         mes = rng.choice([None, 1, 2])
-        k = knobs(policy, beta=beta, seed=case, concurrency=1, max_early_stops=mes)
+        # revision 1: the paper's early stop, which the reference loop implements
+        k = knobs(policy, beta=beta, seed=case, concurrency=1, max_early_stops=mes, revision=1)
         execute = make_execute(
             noise=rng.choice([0.0, 0.4]),
             interrupt=lambda req, c=case: (req.trial * 31 + c) % 17 == 0,

@@ -40,15 +40,13 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from zeus_run.concurrent import InOrder
-from zeus_run.cost import cost_threshold
-from zeus_run.errors import ConvergenceError
-from zeus_run.optimizer import BatchSizeOptimizer, Decision
+from zeus_run.config_errors import unobserve_config_error
+from zeus_run.early_stop import EARLY_STOPS, SLOWDOWN, Pace
+from zeus_run.errors import ConvergenceError, ZeusRunError
+from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
 from zeus_run.records import TrialRecord
 
 logger = logging.getLogger(__name__)
-
-#: Stop reasons that count as an early stop (the cost threshold cut the trial, or it could not start under it).
-EARLY_STOPS = ("cost_threshold", "skipped")
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,7 @@ class TrialRequest:
         draw: Index of the optimizer's random draw (0 unless others at the same
             observation count are in flight).
         probe: Whether it is the trial pruning exploration waits for.
+        horizon: Recurrences the optimizer planned over (`zeus_run.records.TrialRecord.horizon`).
     """
 
     recurrence: int
@@ -80,6 +79,7 @@ class TrialRequest:
     in_flight: tuple[int, ...] = ()
     draw: int = 0
     probe: bool = False
+    horizon: int | None = None
 
     def stamp(self, record: TrialRecord) -> TrialRecord:
         """``record`` with this decision's context, as concurrent runs record every trial.
@@ -177,6 +177,8 @@ class _Recurrence:
     cost: float = 0.0
     early_stops: int = 0
     reached: bool = False
+    #: Early stops not yet folded into the optimizer (robust rule: until the recurrence ends).
+    pending: list = field(default_factory=list)
 
 
 class Ledger:
@@ -207,6 +209,10 @@ class Ledger:
         self._recurrences: dict[int, _Recurrence] = {}
         self._open: set[int] = set()  # started, not yet converged
         self._newest = 0  # the highest recurrence started
+        #: Cost per epoch of converged tries (the robust early-stop rule's yardstick).
+        self.pace = Pace()
+        #: Recurrences that ran slow across the board after an early stop -> slowdown (robust rule).
+        self.slow: dict[int, float] = {}
 
     @classmethod
     def from_history(cls, engine: Engine, history: Sequence[TrialRecord]) -> Ledger:
@@ -227,19 +233,51 @@ class Ledger:
         self._open.add(record.recurrence)
         obs = record.observation
         if obs is not None:
-            self.state = self.engine.optimizer.observe(self.state, obs)
-            self.observed += 1
+            early = record.stop_reason in EARLY_STOPS
+            robust = self.engine.optimizer.early_stop.robust
+            if early and robust:
+                r.pending.append(obs)  # judged when the recurrence ends (`zeus_run.early_stop`)
+            else:
+                self._observe(self._settle(record, obs, r) if robust and record.reached else obs)
             r.tries += 1
             r.cost += record.spent_cost
-            r.early_stops += record.stop_reason in EARLY_STOPS
+            r.early_stops += early
             if record.reached:
                 total, n = self.converged.get(record.batch_size, (0.0, 0))
                 self.converged[record.batch_size] = (total + record.cost, n + 1)
+                self.pace.add(record)
         if record.reached:
             r.reached = True
             self._open.discard(record.recurrence)
             if r.cost < self.min_cost:
                 self.min_cost = r.cost
+
+    def _observe(self, obs: Observation) -> None:
+        self.state = self.engine.optimizer.observe(self.state, obs)
+        self.observed += 1
+
+    def _settle(self, record: TrialRecord, obs: Observation, r: _Recurrence) -> Observation:
+        """What ``record``, which ends recurrence ``r``, teaches (robust rule; `zeus_run.early_stop`).
+
+        If it ran its epochs `SLOWDOWN` times slower than its batch size's median, the
+        whole recurrence ran slow: its early stops are dropped and its own cost is taken
+        at the usual pace. Otherwise its early stops are folded first, as they are.
+        """
+        ratio = self.pace.slowdown(record)
+        pending, r.pending = r.pending, []
+        if ratio > SLOWDOWN:
+            self.slow[record.recurrence] = ratio
+            logger.debug(
+                "recurrence %d ran %.2fx slower than batch size %d's median: %d early stop(s) not charged",
+                record.recurrence,
+                ratio,
+                record.batch_size,
+                len(pending),
+            )
+            return dataclasses.replace(obs, cost=obs.cost / ratio)
+        for p in pending:
+            self._observe(p)
+        return obs
 
     def next_recurrence(self) -> int | None:
         """The recurrence a free slot runs next: the oldest unfinished one not in flight, else a new one."""
@@ -250,8 +288,13 @@ class Ledger:
                 return min(waiting)
         return self._newest + 1 if self._newest < self.engine.recurrences else None
 
-    def start(self, recurrence: int) -> TrialRequest:
+    def start(self, recurrence: int, horizon: int | None = None) -> TrialRequest:
         """Decide the next try of ``recurrence`` and count it as in flight.
+
+        Args:
+            recurrence: The recurrence.
+            horizon: Recurrences the optimizer plans over, if not its own (an audit re-derives
+                each decision with the horizon its record says it was taken under).
 
         Raises:
             ConvergenceError: The recurrence has used up ``max_tries``.
@@ -265,7 +308,10 @@ class Ledger:
             )
         self._open.add(recurrence)
         draw = self._free_draw()
-        decision, threshold, probe = self._decide(r, draw)
+        opt = self.engine.optimizer
+        if horizon is not None and horizon != opt.horizon:
+            opt = opt.with_horizon(horizon)
+        decision, threshold, probe = self._decide(opt, r, draw)
         request = TrialRequest(
             recurrence,
             r.attempt,
@@ -277,6 +323,7 @@ class Ledger:
             in_flight=tuple(sorted(self.in_flight)) if self.in_flight else (),
             draw=draw,
             probe=probe,
+            horizon=opt.horizon,
         )
         self.in_flight[request.trial] = request
         self.started += 1
@@ -309,21 +356,21 @@ class Ledger:
         taken = {q.draw for q in self.in_flight.values() if q.observed == self.observed}
         return next(d for d in range(len(taken) + 1) if d not in taken)
 
-    def _decide(self, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
+    def _decide(self, opt: BatchSizeOptimizer, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
         """The decision, its cost threshold, and whether it is pruning's probe."""
         eng = self.engine
-        opt = eng.optimizer
         choice = opt.decide(self.state, draw)
         expecting = choice.batch_size if choice.stage == "pruning" else None
         waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
-        threshold = cost_threshold(eng.beta, self.min_cost)
-        if eng.max_early_stops is not None and r.early_stops >= eng.max_early_stops:
+        rule = opt.early_stop
+        leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
+        fallback_after = rule.fallback_after(eng.max_early_stops)
+        if fallback_after is not None and r.early_stops >= fallback_after:
             decision = Decision(
-                best_known(self.converged, opt.default_batch_size),
+                leader if leader is not None else best_known(self.converged, opt.default_batch_size),
                 "fallback",
                 f"{r.early_stops} early stops in this recurrence: the best known batch size, without a cost threshold",
             )
-            threshold = math.inf
         elif expecting is not None and waiting is not None:
             bs = best_known(self.converged, opt.default_batch_size)
             decision = Decision(
@@ -336,7 +383,9 @@ class Ledger:
         else:
             decision = choice
         probe = waiting is None and decision.batch_size == expecting
-        return decision, threshold, probe
+        if decision.stage == "fallback":
+            return decision, math.inf, probe
+        return decision, rule.threshold(eng.beta, self.min_cost, decision.batch_size, self.converged), probe
 
 
 class Engine:
@@ -396,13 +445,15 @@ class Engine:
         Raises:
             ConvergenceError: The first recurrence did not converge, or a
                 recurrence used up ``max_tries`` (raised once the trials in flight have ended).
+            zeus_run.config_errors.ConfigurationError: A trial failed because of the spec
+                (recorded as ``config_error``; raised once the trials in flight have ended).
             Exception: Whatever the executor raises, at once; trials it still runs are its own
                 to stop (see `zeus_run.concurrent`).
         """
         executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
         ledger = Ledger.from_history(self, history)
         new: list[TrialRecord] = []
-        error: ConvergenceError | None = None
+        error: ZeusRunError | None = None
         stopping = False
         while True:
             while not stopping and len(ledger.in_flight) < self.concurrency:
@@ -426,6 +477,10 @@ class Engine:
                 )
             if self.concurrency > 1:
                 record = ended.stamp(record)
+            if ended.horizon is not None and record.horizon is None:
+                record = dataclasses.replace(record, horizon=ended.horizon)
+            record, spec_fault = unobserve_config_error(record, history, new)
+            error = error or spec_fault
             new.append(record)
             on_record(record)
             ledger.fold(record)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
-from zeus_run.summary import Summary, recurrence_rows, summarize
+from zeus_run.summary import EXPLORING_STAGES, Summary, recurrence_rows, summarize
 
 if TYPE_CHECKING:
     from zeus_run.accounting import Accounting
@@ -145,7 +145,7 @@ def _cost_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, unit: str, 
         by_rec[r.recurrence].append(r)
     final = [by_rec[row.recurrence][-1].spent_cost / scale if row.reached else 0.0 for row in rows]
     failed = [row.cost / scale - f for row, f in zip(rows, final, strict=True)]
-    explored = [any(st in ("pruning", "explore") for st in row.stages) for row in rows]
+    explored = [row.stage in EXPLORING_STAGES for row in rows]  # a recurrence's stage is its first try's
     colors = [_EXPLORE if e else _EXPLOIT for e in explored]
     ax.bar(x, final, color=colors, width=0.8)
     ax.bar(x, failed, bottom=final, color="white", edgecolor=_WASTED, hatch="///", width=0.8, linewidth=0.8)

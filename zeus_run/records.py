@@ -27,15 +27,20 @@ STOP_REASONS = {
     "interrupted": "launcher was interrupted; not fed to the optimizer",
     "skipped": "could not run one epoch under the cost threshold",
     "infrastructure": "the cluster ended it (Slurm TIMEOUT, NODE_FAIL, PREEMPTED, a scancel); not fed to the optimizer, retried",
+    "config_error": "the spec is wrong (no metric was ever read, or the script rejected its arguments); "
+    "not fed to the optimizer, retried once the spec is fixed",
 }
 
 #: Stop reasons of trials the optimizer never learns from (their ``observed`` is False).
-UNOBSERVED = ("interrupted", "infrastructure")
+UNOBSERVED = ("interrupted", "infrastructure", "config_error")
 
 KINDS = ("real", "simulated", "replayed")
 
 #: Fields only concurrent runs write (`TrialRecord.seen` ...); absent means serial.
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
+
+#: Fields written only when set (absent: None), so records read as they did before these existed.
+OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon")
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -95,6 +100,9 @@ class TrialRecord:
         probe: Concurrent runs: whether it is the trial pruning exploration waits for (a
             trial that ran the best known batch size while pruning's was in flight is not).
             None (serial): pruning takes any result of the batch size it expects.
+        horizon: The job's ``recurrences`` when it was decided: the optimizer plans
+            exploration over the recurrences left (``zeus-voi`` revision 2). None: open-ended,
+            or recorded before horizons were.
     """
 
     job: str
@@ -135,6 +143,7 @@ class TrialRecord:
     in_flight: tuple[int, ...] | None = None
     draw: int | None = None
     probe: bool | None = None
+    horizon: int | None = None
 
     @property
     def observation(self) -> Observation | None:
@@ -156,7 +165,7 @@ class TrialRecord:
             v = out[key]
             if isinstance(v, float) and not math.isfinite(v):
                 out[key] = None
-        for key in CONCURRENCY_FIELDS:  # serial records are written as before these fields existed
+        for key in OPTIONAL_FIELDS:  # e.g. serial records are written as before concurrency fields existed
             if out[key] is None:
                 del out[key]
         return out
@@ -194,7 +203,7 @@ class TrialRecord:
 _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
-_INT_MIN.update(seen=0, draw=0)
+_INT_MIN.update(seen=0, draw=0, horizon=1)
 #: Number fields written as None when not finite (read back as infinity).
 _FLOATS = ("cost_threshold", "cost", "energy", "time")
 

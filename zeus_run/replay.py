@@ -56,6 +56,7 @@ class Knobs:
         max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
         concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
         objective: The ``objective`` section (None: the ``cost`` objective with ``eta``).
+        horizon: The job's ``recurrences``, which the optimizer plans over (None: open-ended).
     """
 
     batch_sizes: tuple[int, ...]
@@ -70,6 +71,7 @@ class Knobs:
     max_tries: int = 20
     max_early_stops: int | None = None
     concurrency: int = 1
+    horizon: int | None = None
     objective: Objective | None = None
 
     @property
@@ -93,7 +95,8 @@ class Knobs:
                 eta=float(d["eta"]),
                 beta=None if d.get("beta") is None else float(d["beta"]),
                 seed=int(d["seed"]),
-                optimizer=OptimizerSettings.for_policy(**d["optimizer"]),
+                # A run recorded before optimizer revisions existed replays with revision 1.
+                optimizer=OptimizerSettings.for_policy(**{"revision": 1, **d["optimizer"]}),
                 target_metric=float(d["target_metric"]),
                 higher_is_better=bool(d.get("higher_is_better", True)),
                 max_epochs=int(d.get("max_epochs", 100)),
@@ -101,6 +104,7 @@ class Knobs:
                 max_early_stops=None if d.get("max_early_stops") is None else int(d["max_early_stops"]),
                 concurrency=int(d.get("concurrency") or 1),
                 objective=Objective(**d["objective"]) if d.get("objective") else None,
+                horizon=None if d.get("recurrences") is None else int(d["recurrences"]),
             )
             knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
             if not 0.0 <= knobs.eta <= 1.0:
@@ -113,7 +117,7 @@ class Knobs:
             ) from None
 
     def engine(self, recurrences: int) -> Engine:
-        opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed)
+        opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed, self.horizon)
         return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency)
 
 
@@ -184,7 +188,7 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs) -> AuditResult:
         recurrence = ledger.next_recurrence()
         assert recurrence is not None  # the horizon is past every recorded recurrence
         try:
-            req = ledger.start(recurrence)
+            req = ledger.start(recurrence, rec.horizon if rec.horizon is not None else knobs.horizon)
         except ConvergenceError:
             return AuditResult(checked, None)
         diff = _difference(rec, req)

@@ -348,6 +348,7 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool) ->
         higher_is_better=spec.higher_is_better,
         max_epochs=spec.max_epochs,
         max_tries=spec.max_tries,
+        horizon=spec.recurrences,
     )
     result = audit(records, knobs)
     if result.divergence is not None:
@@ -389,6 +390,8 @@ def read_stored_spec(path: Path) -> dict[str, Any] | None:
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:
     """Decision-relevant settings that differ between a stored and a new spec."""
     new = spec.to_dict()
+    if isinstance(stored.get("optimizer"), dict) and "revision" not in stored["optimizer"]:
+        stored = {**stored, "optimizer": {**stored["optimizer"], "revision": 1}}  # recorded before revisions
     out = []
     for key in DECISION_FIELDS:
         old_v, new_v = stored.get(key), new.get(key)

@@ -31,6 +31,7 @@ from zeus_run.executors import (
     provenance,
 )
 from zeus_run.executors._base import command, marker
+from zeus_run.export import LiveExports
 from zeus_run.optimizer import make_optimizer
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
@@ -121,7 +122,9 @@ def run_job(
         power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
-        optimizer = make_optimizer(spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed)
+        optimizer = make_optimizer(
+            spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed, spec.recurrences
+        )
         engine = Engine(
             optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops, concurrency=spec.concurrency
         )
@@ -130,6 +133,7 @@ def run_job(
             lst = _Serialized(lst)  # trials report from several threads
         executor = executor_class(spec, rd, energy, lst, cancel, power)
         stack.callback(executor.close)
+        live = LiveExports.from_settings(spec.export, rd.path)
 
         def check_cancel(req: TrialRequest) -> None:
             if cancel.is_set():  # a signal arrived between trials: this one has not started
@@ -143,6 +147,7 @@ def run_job(
             rd.history.append(record)
             rd.clear_running(record.trial)
             lst.on_trial_end(record)
+            live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
 
         if spec.concurrency == 1:
             new_records = engine.run(history, execute, persist)

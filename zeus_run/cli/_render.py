@@ -199,7 +199,7 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
         cells = [
             str(row.recurrence),
             ",".join(str(b) for b in row.batch_sizes),
-            row.stages[-1] if row.stages else "",
+            row.stage,
             str(row.epochs),
             fmt_time(row.time),
             f"{est}{fmt_energy(row.energy)}",
@@ -300,8 +300,9 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             if st.recurrences == 1
             else f"last {st.recurrences} recurrences, {st.first}-{st.last}"
         )
-        vs = f", {_pct(st.savings)} against the default" if st.savings is not None else ""
-        lines.append(f"Steady state ({span}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
+        vs = f", {_pct(st.savings)} against the default{_rough(s)}" if st.savings is not None else ""
+        skipped = f"; {st.skipped} slow recurrence(s) left out" if st.skipped else ""
+        lines.append(f"Steady state ({span}{skipped}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
     if s.after_time > 0:
         lines.append(
             f"After the target or a stop (saving, winding down; not in the cost): time {fmt_time(s.after_time)}, "
@@ -310,7 +311,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     if s.savings_cost is not None:
         lines.append(
             f"Whole history ({s.recurrences} recurrences, exploration included) against always running the default: "
-            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}"
+            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}{_rough(s)}"
         )
     else:
         lines.append("Savings against the default: unknown (the default batch size never converged in this history)")
@@ -320,12 +321,17 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         if r.learning_rate is not None:
             parts.append(f"learning rate {r.learning_rate:.4g}")
         parts.append(f"power limit {r.power_limit:g} W" if r.power_limit is not None else "power limit unchanged")
-        vs = f", {_pct(r.savings)} against the default" if r.savings is not None else ""
+        vs = f", {_pct(r.savings)} against the default{_rough(s)}" if r.savings is not None else ""
         runs = "1 run" if r.runs == 1 else f"{r.runs} runs"
         provisional = " [yellow](provisional: still exploring)[/]" if s.exploration and s.exploration.exploring else ""
         lines.append(
             f"Recommended: {', '.join(parts)} (mean cost {fmt_energy(r.mean_cost)} over {runs}{vs}){provisional}"
         )
+        if r.note:
+            lines.append(f"  ({escape(r.note)})")
+    if s.slow:
+        shown = ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items()))
+        lines.append(f"Slow recurrences (every batch size ran slower; not charged to the batch size that ran): {shown}")
     lines.append(
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
     )
@@ -362,6 +368,11 @@ def _pct(v: float | None) -> str:
     if v is None:
         return "-"
     return f"[green]{v * 100:.1f}% saved[/]" if v >= 0 else f"[red]{-v * 100:.1f}% more[/]"
+
+
+def _rough(s: Summary) -> str:
+    """Said next to every saving when the default's cost rests on a single run."""
+    return " [yellow](the default's single run: a rough baseline)[/]" if s.default_runs == 1 else ""
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
+from zeus_run.jobs import many_jobs
 
 if TYPE_CHECKING:
     from zeus_run.accounting import Accounting
@@ -16,15 +17,9 @@ if TYPE_CHECKING:
 
 def default_batch_size_of(history_file: Path) -> int | None:
     """b0 from the run directory's resolved spec, if there is one."""
-    import yaml
+    from zeus_run.jobs import default_batch_size_of as of_run_dir
 
-    spec_file = history_file.parent / "spec.yaml"
-    try:
-        data = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-        value = data.get("default_batch_size")
-        return int(value) if value is not None else None
-    except (OSError, yaml.YAMLError, ValueError, AttributeError):
-        return None
+    return of_run_dir(history_file.parent)
 
 
 def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_size: int | None) -> Accounting | None:
@@ -68,11 +63,20 @@ def profile_lines(run_dir: Path) -> list[str]:
 
 @handle_errors
 def history_command(
-    path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (e.g. runs/demo) or its history.jsonl."),
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR...",
+        help="A run directory (e.g. runs/demo) or its history.jsonl; several, or a folder of them (runs/*, runs): one line per job.",
+    ),
     fmt: Format = FormatOption,
     trials: bool = typer.Option(False, "--trials", help="With --format table: also list every trial."),
 ) -> None:
     """Show a run's recurrences, per-batch-size statistics, the savings and a recommended setting.
+
+    With several run directories (or a folder of them): one line per job
+    (recurrences, last run and its outcome, current batch size and power
+    limit, whether exploration is over, energy, time, cost, the saving against
+    the default and the steady state), then a total line.
 
     The table has one row per recurrence (a failed try shows its cause, e.g.
     `crashed (RuntimeError: CUDA out of memory)`). Below it: per batch size,
@@ -88,6 +92,8 @@ def history_command(
         zeus-run history runs/demo
 
         zeus-run history runs/demo --format csv > demo.csv
+
+        zeus-run history runs/*   (one line per job, then a total)
     """
     from zeus_run.cli._render import (
         batch_size_table,
@@ -98,13 +104,17 @@ def history_command(
         write_records,
     )
     from zeus_run.history import read_history
+    from zeus_run.recommend import believed_best
     from zeus_run.summary import failure_reason, summarize
 
     setup_logging()
-    hist = run_dir_history(path)
+    if many_jobs(paths):
+        _history_of_jobs(paths, fmt)
+        return
+    hist = run_dir_history(paths[0])
     records = read_history(hist)
     b0 = default_batch_size_of(hist)
-    summary = summarize(records, b0)
+    summary = summarize(records, b0, belief=believed_best(records, hist.parent))
     money = accounting_of(hist, records, b0)
     if fmt is not Format.table:
         write_records(records, fmt.value, summary, money)
@@ -129,3 +139,15 @@ def history_command(
         out.print(line, markup=False)
     for line in profile_lines(hist.parent):
         out.print(line, markup=False)
+
+
+def _history_of_jobs(paths: list[Path], fmt: Format) -> None:
+    from zeus_run.cli._jobs import jobs_grid, write_jobs
+    from zeus_run.cli._render import print_grid
+    from zeus_run.jobs import expand_run_dirs, load_job
+
+    jobs = [load_job(d) for d in expand_run_dirs(paths)]
+    if fmt is Format.table:
+        print_grid(out_console(), jobs_grid(jobs))
+    else:
+        write_jobs(jobs, fmt.value)

@@ -55,6 +55,7 @@ def run_command(
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
     from zeus_run.errors import UsageError
+    from zeus_run.recommend import believed_best
     from zeus_run.rundir import SPEC_NAME
     from zeus_run.runner import run_job
     from zeus_run.spec import load_spec
@@ -72,7 +73,7 @@ def run_command(
     if quiet:
         return
     records = result.records
-    summary = summarize(records, spec.default_batch_size)
+    summary = summarize(records, spec.default_batch_size, belief=believed_best(records, result.run_dir))
     out = out_console()
     print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
     print_grid(out, batch_size_table(summary))

@@ -24,6 +24,7 @@ from zeus_run.engine import Engine, TrialRequest
 from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
 from zeus_run.records import TrialRecord
+from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
 
@@ -44,13 +45,23 @@ class TraceExecutor:
         eta: Cost knob in [0, 1] (the ``cost`` objective's; ignored when ``objective`` is given).
         seed: Seed of the training-path draws (independent of the optimizer's).
         objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``).
+        slowdowns: Slowdown factor of each recurrence (`zeus_run.sim.Noise`; empty: none):
+            every try of recurrence ``n`` takes ``slowdowns[n - 1]`` times the time and energy.
     """
 
-    def __init__(self, table: JobTable, eta: float, seed: int, objective: Objective | None = None) -> None:
+    def __init__(
+        self,
+        table: JobTable,
+        eta: float,
+        seed: int,
+        slowdowns: tuple[float, ...] = (),
+        objective: Objective | None = None,
+    ) -> None:
         self.table = table
         self.objective = objective or Objective("cost", eta=eta)
         self.eta = eta = self.objective.cost_eta
         self.reference_time = reference_time(table)
+        self.slowdowns = slowdowns
         self.rng = np.random.default_rng([seed, 0x5EED])
         self.plo = JITPowerLimitOptimizer(eta, table.max_power, self.objective)
         self.pl_state = self.plo.initial_state()
@@ -79,6 +90,10 @@ class TraceExecutor:
             pl = self.pl_state.predict(bs)
         return self.table.power_limits.index(pl), profiled
 
+    def slowdown(self, recurrence: int) -> float:
+        """Slowdown factor of ``recurrence`` (1.0 without noise or past the drawn recurrences)."""
+        return self.slowdowns[recurrence - 1] if recurrence <= len(self.slowdowns) else 1.0
+
     def sample_path(self, row: int) -> float:
         """Target epoch of one traced run of batch-size row ``row`` (NaN: never reached)."""
         runs = self.table.target_epochs[row]
@@ -89,7 +104,8 @@ class TraceExecutor:
         bs = req.decision.batch_size
         row = t.index(bs)
         col, profiled = self.power_limit(row)
-        per_epoch = float(self._epoch_cost[row, col])
+        slow = self.slowdown(req.recurrence)
+        per_epoch = float(self._epoch_cost[row, col]) * slow
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
         if limit <= 0:
             return self._record(
@@ -107,6 +123,7 @@ class TraceExecutor:
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
         energy, time = self._charge(row, col, epochs, profiled)
+        energy, time = energy * slow, time * slow
         return self._record(
             req,
             col,
@@ -273,6 +290,8 @@ class SimResult:
         default: Default's expected per-recurrence outcome.
         oracle: Oracle's expected per-recurrence outcome.
         grid_cost: Grid search's cumulative cost on sampled paths (unit: J).
+        slowdowns: Each recurrence's slowdown factor (empty: no noise); Default and Oracle
+            run under the same noise.
     """
 
     table: JobTable
@@ -287,16 +306,30 @@ class SimResult:
     oracle: Expected
     grid_cost: float = math.nan
     final: tuple[int, float | None] = field(default=(0, None))
+    slowdowns: tuple[float, ...] = ()
+
+    @property
+    def load(self) -> float:
+        """Recurrences weighted by their slowdown: the horizon without noise."""
+        return float(sum(self.slowdowns)) if self.slowdowns else float(self.horizon)
 
     @property
     def default_cost(self) -> float:
-        """Default's cumulative expected cost (unit: J)."""
-        return self.horizon * self.default.cost
+        """Default's cumulative expected cost under the same noise (unit: J)."""
+        return self.load * self.default.cost
 
     @property
     def oracle_cost(self) -> float:
-        """Oracle's cumulative expected cost (unit: J)."""
-        return self.horizon * self.oracle.cost
+        """Oracle's cumulative expected cost under the same noise (unit: J)."""
+        return self.load * self.oracle.cost
+
+    @property
+    def tries(self) -> list[int]:
+        """Trials of each recurrence, in recurrence order."""
+        counts: dict[int, int] = {}
+        for r in self.records:
+            counts[r.recurrence] = counts.get(r.recurrence, 0) + 1
+        return [counts[k] for k in sorted(counts)]
 
     @property
     def regret(self) -> float:
@@ -320,8 +353,8 @@ class SimResult:
             "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None,
             "regret": self.regret,
             "cost_vs_default": self.cost / self.default_cost,
-            "energy_vs_default": self.energy / (self.horizon * self.default.energy),
-            "time_vs_default": self.time / (self.horizon * self.default.time),
+            "energy_vs_default": self.energy / (self.load * self.default.energy),
+            "time_vs_default": self.time / (self.load * self.default.time),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
             "final_batch_size": self.final[0],
             "final_power_limit": self.final[1],
@@ -346,6 +379,8 @@ def simulate(
     on_record: Callable[[TrialRecord], None] = lambda r: None,
     max_early_stops: int | None = None,
     concurrency: int = 1,
+    noise: Noise | None = None,
+    plan_horizon: bool = True,
     objective: Objective | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
@@ -366,6 +401,8 @@ def simulate(
             recurrence starts the moment one ends, and trials end in the order of their
             simulated time (`zeus_run.concurrent.Clocked`), so each decision has seen only
             the trials that ended before it started.
+        noise: Recurrence-wide slowdowns (`Noise`), drawn from ``seed``; None: none.
+        plan_horizon: Tell the optimizer the horizon (a spec's ``recurrences``); False: open-ended.
         objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``;
             when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
             cost without the ``max-slowdown`` penalty.
@@ -375,10 +412,11 @@ def simulate(
     """
     settings = settings or OptimizerSettings()
     horizon = table.horizon if horizon is None else horizon
-    opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed)
+    opt = make_optimizer(settings, table.batch_sizes, table.default_batch_size, seed, horizon if plan_horizon else None)
+    slowdowns = noise.factors(seed, horizon) if noise is not None else ()
     objective = objective or Objective("cost", eta=eta)
     eta = objective.cost_eta
-    executor = TraceExecutor(table, eta, seed, objective)
+    executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
     records = Engine(opt, horizon, max_tries, beta, max_early_stops, concurrency).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
@@ -398,4 +436,5 @@ def simulate(
         oracle=oracle_baseline(table, eta, objective),
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
+        slowdowns=slowdowns,
     )

@@ -35,10 +35,13 @@ from zeus_run.spec._model import (
     POWER_LIMIT_VIAS,
     EnergySettings,
     ExecutorSettings,
+    ExportSettings,
     JobSpec,
     MetricSettings,
+    MlflowExport,
     OptimizerSettings,
     PowerLimitSettings,
+    PrometheusExport,
     StopSettings,
 )
 from zeus_run.spec._yaml import MAX_BYTES, YamlDocument, YamlLimitError, load_yaml
@@ -62,6 +65,7 @@ _SECTIONS: dict[str, type] = {
     "stop": StopSettings,
     "executor": ExecutorSettings,
     "accounting": AccountingSettings,
+    "export": ExportSettings,
 }
 _TOP_KEYS = (
     "name",
@@ -89,7 +93,15 @@ _TOP_KEYS = (
     *_SECTIONS,
 )
 _SECTION_KEYS = {
-    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
+    "optimizer": (
+        "policy",
+        "pruning_rounds",
+        "window_size",
+        "prior_mean",
+        "prior_precision",
+        "num_explorations",
+        "revision",
+    ),
     "metric": ("source", "regex"),
     "energy": ("source", "watts", "gpus", "basis", "include"),
     "power_limit": (
@@ -118,6 +130,7 @@ _SECTION_KEYS = {
         "infra_retries",
     ),
     "accounting": ("carbon_g_per_kwh", "price_per_kwh", "currency"),
+    "export": ("mlflow", "prometheus"),
 }
 #: ``executor`` keys that only a Slurm executor reads.
 _SLURM_KEYS = _SECTION_KEYS["executor"][1:]
@@ -373,6 +386,7 @@ class _Validator:
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
         accounting = self.section("accounting", self.accounting)
+        export = self.section("export", self.export)
         concurrency = g(
             d,
             "concurrency",
@@ -428,6 +442,7 @@ class _Validator:
             concurrency=concurrency,
             executor=executor,
             accounting=accounting,
+            export=export,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )
@@ -647,6 +662,13 @@ class _Validator:
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
+            revision=self.get(
+                m,
+                "revision",
+                p,
+                d.revision,
+                self.int_(1, 2, fix="2: the current rules; 1: how runs from before them ran"),
+            ),
         )
 
     def window_size(self) -> Callable[[str, Any], Any]:
@@ -756,6 +778,26 @@ class _Validator:
             term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
             kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
             on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
+        )
+
+    def export(self, m: Mapping, p: str) -> ExportSettings:
+        sub = {"mlflow": ("tracking_uri", "experiment"), "prometheus": ("push",)}
+        raw = {k: m.get(k) or {} for k in sub}
+        for k, keys in sub.items():
+            if not isinstance(raw[k], dict):
+                self.problem(p + k, raw[k], "must be a mapping", f"Keys: {', '.join(keys)}")
+                raw[k] = {}
+            self.unknown_keys(raw[k], keys, f"{p}{k}.")
+        mlflow, prom = raw["mlflow"], raw["prometheus"]
+        uri = self.get(mlflow, "tracking_uri", p + "mlflow.", _REQUIRED, self.str_()) if mlflow else None
+        experiment = self.get(mlflow, "experiment", p + "mlflow.", "zeus-run", self.str_())
+        push = self.get(prom, "push", p + "prometheus.", _REQUIRED, self.str_()) if prom else None
+        if push is not None and not str(push).startswith(("http://", "https://")):
+            self.problem(p + "prometheus.push", push, "is not an http(s) URL", "Use e.g. http://pushgateway:9091")
+            push = None
+        return ExportSettings(
+            mlflow=MlflowExport(uri, experiment or "zeus-run") if uri else None,
+            prometheus=PrometheusExport(push) if push else None,
         )
 
     def executor(self, m: Mapping, p: str) -> ExecutorSettings:

@@ -72,6 +72,9 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
+        revision: Revision of ``zeus-voi``'s rules: 2 plans exploration over the recurrences
+            left and uses the robust early stop (`zeus_run.early_stop`); 1 is how runs recorded
+            before revision 2 replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
     """
 
     policy: str = DEFAULT_POLICY
@@ -80,6 +83,7 @@ class OptimizerSettings:
     prior_mean: float = 0.0
     prior_precision: float = 0.0
     num_explorations: int = POLICY_DEFAULTS[DEFAULT_POLICY]["num_explorations"]
+    revision: int = 2
 
     @classmethod
     def for_policy(cls, policy: str = DEFAULT_POLICY, **knobs: Any) -> OptimizerSettings:
@@ -231,6 +235,38 @@ class ExecutorSettings:
 
 
 @dataclass(frozen=True)
+class MlflowExport:
+    """``export.mlflow``: log each trial to MLflow as it ends.
+
+    Attributes:
+        tracking_uri: MLflow tracking URI (``http://host:5000``, ``sqlite:///mlflow.db``).
+        experiment: Experiment name (created if missing).
+    """
+
+    tracking_uri: str
+    experiment: str = "zeus-run"
+
+
+@dataclass(frozen=True)
+class PrometheusExport:
+    """``export.prometheus``: push the job's metrics after each trial.
+
+    Attributes:
+        push: Pushgateway URL (``http://host:9091``).
+    """
+
+    push: str
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """Live export after each trial (spec section ``export``; see `zeus_run.export`); None: off."""
+
+    mlflow: MlflowExport | None = None
+    prometheus: PrometheusExport | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One recurring training job, validated.
 
@@ -259,6 +295,7 @@ class JobSpec:
         concurrency: Recurrences in flight at once (1: one after another).
         executor: Where trials run (local subprocesses or Slurm jobs).
         accounting: Carbon intensity and price of energy (`zeus_run.accounting`).
+        export: Live export after each trial (MLflow, Prometheus Pushgateway).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -292,6 +329,7 @@ class JobSpec:
     concurrency: int = 1
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
+    export: ExportSettings = field(default_factory=ExportSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
