@@ -13,6 +13,7 @@ from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_sourc
 from zeus_run.engine import TrialRequest
 from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
+from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
 from zeus_run.proctree import ProcessTree
 from zeus_run.records import TrialRecord
@@ -105,7 +106,7 @@ class LocalExecutor(RealExecutor):
         energy, extra_env = self.slot(slot)
         bs = req.decision.batch_size
         power = self.power_for(slot, energy)
-        profiler = power.profiler_for(bs) if power is not None else None
+        profiler = power.profiler_for(bs, recurrences_left(req.recurrence, req.horizon)) if power is not None else None
         prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
         if self.spec.concurrency > 1:
             prepared.running["slot"] = slot

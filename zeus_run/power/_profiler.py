@@ -22,7 +22,10 @@ valid window:
   timestamps the training script writes with its step counts);
 * the window's duration (s) and counter updates are kept with the measurement.
 
-When every limit is measured, the policy (`zeus_run.optimizer.power_limit`)
+The sweep measures the limits highest first. ``more`` (built from
+`zeus_run.optimizer.power_limit.sweep_more` and the recurrences left) may end it
+before the lowest limits when the job has too few recurrences left to repay them.
+When the sweep is over, the policy (`zeus_run.optimizer.power_limit`)
 picks the limit and the profiler applies it for the rest of the trial. If the
 script reports its iterations per epoch and the windows of all limits would not
 fit in one epoch, the iteration counts are scaled down (at least 1 warm-up and 2
@@ -36,7 +39,9 @@ time and energy are accounted as if it had run at the chosen limit
 that time x the chosen limit's average power.
 
 A profiler built `from_profile` (a batch size profiled in an earlier trial or
-run) is done from the start: `start` applies the stored choice.
+run) is done from the start: `start` applies the stored choice. One built with
+``measured`` (a partial profile: an earlier trial of the batch size ended before
+its sweep did) continues the sweep at the first limit not yet measured.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ STUCK_FACTOR = 10.0
 
 #: Picks a limit (unit: W) from a complete profile.
 Picker = Callable[[Sequence[PowerLimitMeasurement]], float]
+#: Whether a descending sweep with this profile so far should measure its next limit
+#: (`zeus_run.optimizer.power_limit.sweep_more`).
+MoreRule = Callable[[Sequence[PowerLimitMeasurement]], bool]
 #: Sets a limit (unit: W) on the job's GPUs; returns False if it could not.
 Setter = Callable[[float], bool]
 
@@ -87,7 +95,9 @@ class JitProfiler:
         profile: Measurements so far.
         chosen: The picked limit (unit: W) once done, else None.
         done: No more profiling (complete, abandoned, or built from a stored profile).
-        complete: ``profile`` covers every limit (only then is it worth persisting).
+        complete: The sweep is over: ``profile`` covers every limit, or as many as ``more``
+            wanted (a short horizon); the choice is final.
+        todo: Limits still to measure, highest first.
         warmup_iters, measure_iters: Window sizes in iterations (possibly scaled down).
         min_window_s, settle_s, min_updates: The time and counter minima (never scaled).
     """
@@ -103,6 +113,8 @@ class JitProfiler:
         min_window_s: float = DEFAULT_MIN_WINDOW_S,
         settle_s: float = DEFAULT_SETTLE_S,
         min_updates: int = MIN_COUNTER_UPDATES,
+        measured: Sequence[PowerLimitMeasurement] = (),
+        more: MoreRule | None = None,
     ) -> None:
         if not limits:
             raise ValueError("no power limits to profile")
@@ -119,7 +131,11 @@ class JitProfiler:
         self.warmup_iters = int(warmup_iters)
         self.measure_iters = int(measure_iters)
         self.observer_mode = observer_mode
-        self.profile: list[PowerLimitMeasurement] = []
+        self.profile: list[PowerLimitMeasurement] = list(measured)
+        have = {m.power_limit for m in self.profile}
+        #: Limits still to measure, highest first (a partial profile continues where it stopped).
+        self.todo = [x for x in self.limits if x not in have]
+        self.more = more
         self.chosen: float | None = None
         self.done = False
         self.complete = False
@@ -145,10 +161,13 @@ class JitProfiler:
     # -- launcher hooks ----------------------------------------------------------------
     def start(self) -> None:
         """Called right before the script starts: set the first limit (or the stored choice)."""
+        if not self.done and (not self.todo or not self._wants_more()):
+            self._finish(_Mark(0, None, 0.0, 0.0))
+            return
         if self.done:
             self._apply_final(_Mark(0, None, 0.0, 0.0))
             return
-        self._set(self.limits[0])
+        self._set(self.todo[0])
         self._phase = "warmup"
 
     def on_iters_per_epoch(self, iters: int) -> None:
@@ -156,7 +175,7 @@ class JitProfiler:
         if self._scaled or self.done or iters <= 0:
             return
         self._scaled = True
-        need = len(self.limits) * (self.warmup_iters + self.measure_iters)
+        need = len(self.todo) * (self.warmup_iters + self.measure_iters)
         if need <= iters:
             return
         f = iters / need
@@ -166,7 +185,7 @@ class JitProfiler:
         logger.info(
             "power-limit profiling: %d limits x (%d + %d) iterations do not fit in an epoch of %d; using %d warm-up + "
             "%d measured, each window still at least %g s and %d counter updates (profiling may carry into later epochs)",
-            len(self.limits),
+            len(self.todo),
             w,
             m,
             iters,
@@ -198,7 +217,7 @@ class JitProfiler:
         dt = time - b.time
         if b.updates < self.min_updates and dt >= STUCK_FACTOR * max(self.min_window_s, 0.1):
             self.abandon(
-                f"the energy counter changed {b.updates} time(s) in {dt:.1f} s at {self.limits[self._i]:g} W "
+                f"the energy counter changed {b.updates} time(s) in {dt:.1f} s at {self.todo[self._i]:g} W "
                 f"(a window needs {self.min_updates}); no limit is chosen from a counter that does not advance"
             )
             return
@@ -211,7 +230,7 @@ class JitProfiler:
         if dt <= 0 or st <= 0:
             return  # wait for a later reading
         m = PowerLimitMeasurement(
-            self.limits[self._i], (energy - b.energy) / dt, (steps - b.steps) / st, window_s=dt, samples=b.updates
+            self.todo[self._i], (energy - b.energy) / dt, (steps - b.steps) / st, window_s=dt, samples=b.updates
         )
         self.profile.append(m)
         logger.info(
@@ -223,14 +242,23 @@ class JitProfiler:
             b.updates,
         )
         self._i += 1
-        if self._i < len(self.limits):
-            self._set(self.limits[self._i])
+        if self._i < len(self.todo) and self._wants_more():
+            self._set(self.todo[self._i])
             self._begin = None
             self._phase = "warmup"
             return
+        self._finish(mark)
+
+    def _wants_more(self) -> bool:
+        return self.more is None or self.more(self.profile)
+
+    def _finish(self, mark: _Mark) -> None:
+        """The sweep is over (every limit, or as many as ``more`` wanted): pick and apply."""
         self.complete = True
         self.chosen = self.pick(self.profile)
-        logger.info("power-limit profile done: picked %g W", self.chosen)
+        logger.info(
+            "power-limit profile done (%d of %d limits): picked %g W", len(self.profile), len(self.limits), self.chosen
+        )
         self._apply_final(mark)
 
     def abandon(self, why: str) -> None:
@@ -259,6 +287,11 @@ class JitProfiler:
         d = self._done_at
         rest = max(time - d.time, 0.0) * at_max.throughput / best.throughput
         return d.time + rest, d.energy + rest * best.avg_power
+
+    @property
+    def partial(self) -> bool:
+        """Some limits are measured but the sweep is not over (persist it; the next trial continues it)."""
+        return bool(self.profile) and not self.complete
 
     @property
     def running_limit(self) -> float | None:

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run.energy import EnergySource, NvmlEnergy, gpu_source
 from zeus_run.errors import PowerLimitPermissionError
 from zeus_run.objective import Objective
-from zeus_run.optimizer.power_limit import JITPowerLimitOptimizer, PowerLimitState
+from zeus_run.optimizer.power_limit import (
+    JITPowerLimitOptimizer,
+    PowerLimitMeasurement,
+    PowerLimitState,
+    sweep_more,
+    unit_cost,
+)
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
 from zeus_run.power._profiler import JitProfiler
 from zeus_run.power._store import ProfileStore, model_key
@@ -38,10 +45,16 @@ class PowerSession:
         jit = JITPowerLimitOptimizer(self.jit.eta, energy.max_power, self.jit.objective)
         return PowerSession(self.settings, controller, store, jit, jit.initial_state(), self.disabled)
 
-    def profiler_for(self, batch_size: int) -> JitProfiler | None:
-        """A profiler for a trial of ``batch_size``: fresh if never profiled, else applying the stored choice.
+    def profiler_for(self, batch_size: int, left: float | None = None) -> JitProfiler | None:
+        """A profiler for a trial of ``batch_size``: applying the stored choice if profiled, continuing a
+        partial profile's sweep if one is stored, else fresh.
 
         The store is read again first: another slot or node may have profiled this model since.
+
+        Args:
+            batch_size: The trial's batch size.
+            left: Recurrences left (`zeus_run.optimizer.power_limit.recurrences_left`); on a short
+                horizon the sweep may stop before the lowest limits (`sweep_more`). None: a full sweep.
         """
         if self.disabled or not self.controller.usable:
             return None
@@ -53,8 +66,22 @@ class PowerSession:
         stored = self.store.get(batch_size)
         if stored:
             return JitProfiler.from_profile(stored, pick, self._set, self.settings.observer_mode)
+        limits = self.controller.candidate_limits(self.settings.step_watts)
+        partial = [m for m in self.store.partial(batch_size) if m.power_limit in limits]
+        if partial:
+            logger.info(
+                "batch size %d: continuing its power-limit profile (%d of %d limits measured in earlier trials)",
+                batch_size,
+                len(partial),
+                len(limits),
+            )
+
+        def more(profile: Sequence[PowerLimitMeasurement]) -> bool:
+            eta, top = self.jit.objective.cost_eta, self.jit.max_power
+            return left is None or sweep_more([unit_cost(m, eta, top) for m in profile], len(limits), left)
+
         return JitProfiler(
-            self.controller.candidate_limits(self.settings.step_watts),
+            limits,
             pick,
             self._set,
             self.settings.warmup_iters,
@@ -63,6 +90,8 @@ class PowerSession:
             min_window_s=self.settings.min_window_s,
             settle_s=self.settings.settle_s,
             min_updates=self.settings.min_counter_updates,
+            measured=partial,
+            more=more,
         )
 
     def _set(self, limit_w: float) -> bool:
@@ -73,7 +102,17 @@ class PowerSession:
             return False
 
     def trial_done(self, batch_size: int, profiler: JitProfiler) -> None:
-        """Persist a newly completed profile; later trials of the batch size reuse it."""
+        """Persist a newly completed profile (later trials of the batch size reuse it) or a partial one
+        (the next trial of the batch size continues its sweep)."""
+        if profiler.partial and self.store.get(batch_size) is None:
+            self.store.put(batch_size, profiler.profile, partial=True)
+            logger.info(
+                "batch size %d: power-limit profile partial (%d of %d limits); the next trial continues it",
+                batch_size,
+                len(profiler.profile),
+                len(profiler.limits),
+            )
+            return
         if profiler.complete and self.store.get(batch_size) is None:
             self.store.put(batch_size, profiler.profile)
             self.state = self.jit.observe_profile(self.state, batch_size, profiler.profile)

@@ -12,7 +12,9 @@ of a ``concurrency: N`` run with one A40 never reuses a two-A40 profile. ``power
 ``avg_power`` are in W (average power is the sum over the trial's GPUs), ``throughput`` in
 training iterations per second, ``window_s`` the measurement window's duration in s and
 ``samples`` the energy-counter updates it saw (absent in files written before they were
-recorded). Only complete profiles are stored; the chosen limit is not stored but recomputed
+recorded). A profile whose sweep a trial did not finish is stored too, its batch size listed
+under ``"partial": {MODEL: [BATCH_SIZE, ...]}``; the next trial of that batch size on that
+model continues the sweep instead of starting again (`partial`). The chosen limit is not stored but recomputed
 with the policy, so a replay with another objective reuses the same measurements.
 
 Version 1 files (``{"version": 1, "gpus": DESCRIPTION, "profiles": {...}}``) are read as the
@@ -56,16 +58,23 @@ class ProfileStore:
         self.path = Path(run_dir) / PROFILES_NAME
         self.key = key
         self.by_model: dict[str, dict[int, list[PowerLimitMeasurement]]] = {}
+        self.partial_by_model: dict[str, set[int]] = {}
         self._load()
 
     @property
     def profiles(self) -> dict[int, list[PowerLimitMeasurement]]:
-        if self.key:
-            return self.by_model.get(self.key, {})
-        return {bs: p for model in self.by_model.values() for bs, p in model.items()}
+        """Batch size -> complete profile (this store's model, or every model's when the key is "")."""
+        return {
+            bs: p
+            for model, profiles in self.by_model.items()
+            if not self.key or model == self.key
+            for bs, p in profiles.items()
+            if bs not in self.partial_by_model.get(model, set())
+        }
 
     def _load(self) -> None:
         self.by_model = {}
+        self.partial_by_model = {}
         if not self.path.exists():
             return
         try:
@@ -76,9 +85,12 @@ class ProfileStore:
                 models = data.get("models", {})
             for model, profiles in models.items():
                 self.by_model[str(model)] = {int(bs): [_measurement(r) for r in rows] for bs, rows in profiles.items()}
+            for model, sizes in data.get("partial", {}).items():
+                self.partial_by_model[str(model)] = {int(bs) for bs in sizes}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             logger.warning("ignoring unreadable %s (%s); batch sizes will be profiled again", self.path, exc)
             self.by_model = {}
+            self.partial_by_model = {}
 
     def reload(self) -> None:
         """Read the file again (other slots or nodes may have written it)."""
@@ -88,20 +100,37 @@ class ProfileStore:
         """The stored profile of ``batch_size`` on this store's GPU model, if any."""
         return self.profiles.get(batch_size)
 
-    def put(self, batch_size: int, profile: list[PowerLimitMeasurement]) -> None:
-        """Store (replace) a batch size's profile of this model and write the file (merging other writers')."""
+    def partial(self, batch_size: int) -> list[PowerLimitMeasurement]:
+        """The measurements of ``batch_size``'s unfinished sweep on this store's GPU model ([] if none)."""
+        if batch_size not in self.partial_by_model.get(self.key, set()):
+            return []
+        return list(self.by_model.get(self.key, {}).get(batch_size, []))
+
+    def put(self, batch_size: int, profile: list[PowerLimitMeasurement], partial: bool = False) -> None:
+        """Store (replace) a batch size's profile of this model and write the file (merging other writers').
+
+        ``partial``: the sweep is not over (the next trial of the batch size continues it).
+        """
         lock = self.path.with_name(PROFILES_NAME + ".lock")
         with open(lock, "a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)
             self._load()
             self.by_model.setdefault(self.key, {})[batch_size] = list(profile)
-            data = {
+            unfinished = self.partial_by_model.setdefault(self.key, set())
+            if partial:
+                unfinished.add(batch_size)
+            else:
+                unfinished.discard(batch_size)
+            data: dict[str, Any] = {
                 "version": 2,
                 "models": {
                     model: {str(bs): [_row(m) for m in prof] for bs, prof in sorted(profiles.items())}
                     for model, profiles in sorted(self.by_model.items())
                 },
             }
+            partial_sizes = {model: sorted(sizes) for model, sizes in sorted(self.partial_by_model.items()) if sizes}
+            if partial_sizes:
+                data["partial"] = partial_sizes
             atomic_write(self.path, json.dumps(data, indent=1) + "\n")
 
 

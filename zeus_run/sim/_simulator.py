@@ -3,8 +3,9 @@
 The simulator is only an *executor* for `zeus_run.engine.Engine`: the engine
 and the batch-size optimizer are exactly those of real runs. A trial samples
 one traced run (training path) of the chosen batch size, runs it at the power
-limit the JIT power-limit policy picked (profiling every limit during the
-first epoch of a batch size's first trial), and is cut at the last epoch whose
+limit the JIT power-limit policy picked (profiling the limits during the
+first epoch of a batch size's first trial: all of them, or on a short horizon
+a descending sweep that stops early, `zeus_run.optimizer.power_limit.sweep_more`), and is cut at the last epoch whose
 cost stays under the early-stop threshold. The optimizer sees only the
 resulting `TrialRecord`'s observation: batch size, cost paid, reached or not.
 """
@@ -23,6 +24,7 @@ from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import Engine, TrialRequest
 from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
+from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
@@ -68,9 +70,8 @@ class TraceExecutor:
         tpe, pwr = table.time_per_epoch, table.avg_power
         self._epoch_cost = epoch_costs(table, eta)
         self._epoch_energy = pwr * tpe
-        #: First-epoch (profiling) energy and time: means over the traced limits.
-        self._profile_energy = np.nanmean(self._epoch_energy, axis=1)
-        self._profile_time = np.nanmean(tpe, axis=1)
+        #: Per row profiled: (share of the first epoch spent sweeping, its energy, its time).
+        self._sweep: dict[int, tuple[float, float, float]] = {}
         self._profiles = [
             [
                 PowerLimitMeasurement(pl, float(pwr[i, j]), 1.0 / float(tpe[i, j]))
@@ -80,14 +81,26 @@ class TraceExecutor:
             for i in range(len(table.batch_sizes))
         ]
 
-    def power_limit(self, row: int) -> tuple[int, bool]:
-        """Column of the limit for batch-size row ``row``, and whether it had to be profiled now."""
+    def power_limit(self, row: int, recurrence: int = 1, horizon: int | None = None) -> tuple[int, bool]:
+        """Column of the limit for batch-size row ``row``, and whether it had to be profiled now.
+
+        A first trial sweeps the limits from the maximum down, as far as `sweep_more` says for
+        the recurrences left; each limit's window takes ``1 / |limits|`` of the first epoch.
+        """
         bs = self.table.batch_sizes[row]
         pl = self.pl_state.predict(bs)
         profiled = pl is None
         if profiled:
-            self.pl_state = self.plo.observe_profile(self.pl_state, bs, self._profiles[row])
+            full = sorted(self._profiles[row], key=lambda m: -m.power_limit)
+            left = recurrences_left(recurrence, horizon)
+            swept: list[PowerLimitMeasurement] = []
+            while sweep_more([unit_cost(m, self.eta, self.table.max_power) for m in swept], len(full), left):
+                swept.append(full[len(swept)])
+            self.pl_state = self.plo.observe_profile(self.pl_state, bs, swept)
             pl = self.pl_state.predict(bs)
+            energy = sum(m.avg_power / m.throughput for m in swept) / len(full)
+            time = sum(1.0 / m.throughput for m in swept) / len(full)
+            self._sweep[row] = (len(swept) / len(full), energy, time)
         return self.table.power_limits.index(pl), profiled
 
     def slowdown(self, recurrence: int) -> float:
@@ -103,7 +116,7 @@ class TraceExecutor:
         t = self.table
         bs = req.decision.batch_size
         row = t.index(bs)
-        col, profiled = self.power_limit(row)
+        col, profiled = self.power_limit(row, req.recurrence, req.horizon)
         slow = self.slowdown(req.recurrence)
         per_epoch = float(self._epoch_cost[row, col]) * slow
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
@@ -133,7 +146,7 @@ class TraceExecutor:
             cost=self.objective.trial_cost(energy, time, t.max_power, self.reference_time),
             reached=reached,
             stop_reason="target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs"),
-            message="profiled all power limits in epoch 1" if profiled else None,
+            message=self._profile_message(row) if profiled else None,
         )
 
     def _record(
@@ -172,13 +185,20 @@ class TraceExecutor:
             detail=req.decision.detail,
         )
 
+    def _profile_message(self, row: int) -> str:
+        share = self._sweep[row][0]
+        n = round(share * len(self._profiles[row]))
+        return "profiled all power limits in epoch 1" if share >= 1.0 else f"profiled {n} power limits in epoch 1"
+
     def _charge(self, row: int, col: int, epochs: int, profiled: bool) -> tuple[float, float]:
         """Energy (J) and time (s) of ``epochs`` epochs; the first one profiled if ``profiled``."""
         e1 = float(self._epoch_energy[row, col])
         t1 = float(self.table.time_per_epoch[row, col])
-        if not profiled:
+        if not profiled or epochs <= 0:
             return epochs * e1, epochs * t1
-        return float(self._profile_energy[row]) + (epochs - 1) * e1, float(self._profile_time[row]) + (epochs - 1) * t1
+        share, energy, time = self._sweep[row]
+        rest = epochs - share
+        return energy + rest * e1, time + rest * t1
 
 
 @dataclass(frozen=True)
