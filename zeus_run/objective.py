@@ -17,14 +17,19 @@ The ``max-slowdown`` bound, precisely:
 - *Batch size* (across batch sizes, soft): a trial's cost is its energy plus a penalty
   ``PENALTY_WEIGHT x max_power x (time - factor x reference_time)`` for the time it spends
   beyond the bound, where ``reference_time`` is the time the default batch size takes to reach
-  the target at the maximum limit (traces know it; see `Objective.trial_cost`). The bandit
+  the target at the maximum limit. It is a pure function of the history (`history_reference_time`):
+  the mean time of the default batch size's converged trials so far, each scaled to the
+  maximum limit through that batch size's power profile. Real, simulated and replayed runs
+  charge it the same way (`SlowdownCharge`, applied by the engine to each record as it ends);
+  until the default has converged (it runs first) trials are charged energy alone. The bandit
   therefore minimises energy among batch sizes that stay within the bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +37,7 @@ from zeus_run.cost import zeus_cost
 
 if TYPE_CHECKING:
     from zeus_run.optimizer.power_limit import PowerLimitMeasurement
+    from zeus_run.records import TrialRecord
 
 #: Objective kinds.
 KINDS = ("cost", "max-slowdown", "energy", "time")
@@ -125,6 +131,58 @@ class Objective:
         return min(eligible, key=lambda m: (m.avg_power / m.throughput, -m.power_limit)).power_limit
 
 
+def history_reference_time(
+    records: Sequence[TrialRecord],
+    default_batch_size: int,
+    profile: Sequence[PowerLimitMeasurement] = (),
+) -> float | None:
+    """The ``max-slowdown`` reference from a history (unit: s; None until the default converged).
+
+    The mean time of ``default_batch_size``'s trials that reached the target, each scaled to
+    the maximum limit: ``time x throughput(its limit) / throughput(max limit)``, the
+    throughputs from ``profile`` (the default batch size's power profile on this GPU model).
+    A trial without a recorded limit, or at a limit the profile lacks, counts as run at the
+    maximum limit.
+    """
+    by_limit = {m.power_limit: m.throughput for m in profile if m.throughput > 0}
+    top = by_limit[max(by_limit)] if by_limit else None
+    times = []
+    for r in records:
+        if r.batch_size != default_batch_size or not r.reached:
+            continue
+        thr = by_limit.get(r.power_limit) if r.power_limit is not None else None
+        times.append(r.time * thr / top if thr is not None and top is not None else r.time)
+    return sum(times) / len(times) if times else None
+
+
+@dataclass(frozen=True)
+class SlowdownCharge:
+    """Charges each ended trial the ``max-slowdown`` cost against the history so far (the engine's ``charge``).
+
+    Idempotent: a record's cost is recomputed from its energy and time (a replay of an already
+    charged record charges it the same). Skipped and unobserved trials keep their cost.
+
+    Attributes:
+        objective: A ``max-slowdown`` objective.
+        default_batch_size: b0.
+        profile: Reads b0's power profile on the job's GPU model, as stored when the trial ends
+            (the run directory's ``power_profiles.json``; traces in simulation); None or an empty
+            profile: times count as at the max limit.
+    """
+
+    objective: Objective
+    default_batch_size: int
+    profile: Callable[[], Sequence[PowerLimitMeasurement] | None] | None = None
+
+    def __call__(self, history: Sequence[TrialRecord], record: TrialRecord) -> TrialRecord:
+        if self.objective.kind != "max-slowdown" or record.stop_reason == "skipped" or record.observation is None:
+            return record
+        profile = (self.profile() if self.profile is not None else None) or ()
+        ref = history_reference_time([*history, record], self.default_batch_size, profile)
+        cost = self.objective.trial_cost(record.energy, record.time, record.max_power, ref)
+        return record if cost == record.cost else dataclasses.replace(record, cost=cost)
+
+
 def parse_objective(text: str) -> Objective:
     """An objective from its ``--objective`` text.
 
@@ -151,3 +209,12 @@ def parse_objective(text: str) -> Objective:
     except ValueError:
         raise ObjectiveError(f"--objective {text!r}: {value!r} is not a number; {fix}") from None
     return Objective("cost", eta=number) if kind == "cost" else Objective("max-slowdown", factor=number)
+
+
+def charge_for(
+    objective: Objective,
+    default_batch_size: int,
+    profile: Callable[[], Sequence[PowerLimitMeasurement] | None] | None = None,
+) -> SlowdownCharge | None:
+    """The engine's ``charge`` for ``objective`` (None: the executor's cost stands, every kind but ``max-slowdown``)."""
+    return SlowdownCharge(objective, default_batch_size, profile) if objective.kind == "max-slowdown" else None

@@ -30,8 +30,8 @@ from zeus_run.concurrent import Clocked
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import Engine, Executor, Ledger, TrialRequest
 from zeus_run.errors import ConvergenceError, HistoryError
-from zeus_run.objective import Objective
-from zeus_run.optimizer import make_optimizer
+from zeus_run.objective import Objective, charge_for
+from zeus_run.optimizer import PowerLimitMeasurement, make_optimizer
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 
@@ -73,6 +73,9 @@ class Knobs:
     concurrency: int = 1
     horizon: int | None = None
     objective: Objective | None = None
+    #: The default batch size's power profile in the run directory (``max-slowdown``'s reference
+    #: scales its times to the max limit with it, as the run did).
+    default_profile: tuple[PowerLimitMeasurement, ...] = ()
 
     @property
     def goal(self) -> Objective:
@@ -105,6 +108,7 @@ class Knobs:
                 concurrency=int(d.get("concurrency") or 1),
                 objective=Objective(**d["objective"]) if d.get("objective") else None,
                 horizon=None if d.get("recurrences") is None else int(d["recurrences"]),
+                default_profile=_default_profile(Path(run_dir), int(d["default_batch_size"])),
             )
             knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
             if not 0.0 <= knobs.eta <= 1.0:
@@ -118,7 +122,18 @@ class Knobs:
 
     def engine(self, recurrences: int) -> Engine:
         opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed, self.horizon)
-        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency)
+        charge = charge_for(self.goal, self.default_batch_size, lambda: self.default_profile)
+        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency, charge)
+
+
+def _default_profile(run_dir: Path, batch_size: int) -> tuple[PowerLimitMeasurement, ...]:
+    """``batch_size``'s profile in ``run_dir``'s ``power_profiles.json`` (first GPU model that has one; () if none)."""
+    from zeus_run.power import ProfileStore
+
+    for profiles in ProfileStore(run_dir).by_model.values():
+        if profiles.get(batch_size):
+            return tuple(profiles[batch_size])
+    return ()
 
 
 # -- audit ------------------------------------------------------------------------------
@@ -321,10 +336,9 @@ class EmpiricalExecutor:
         self.knobs = knobs
         self.recorded = recorded
         self.next: dict[int, int] = defaultdict(int)
-        self.reference_time = reference_time(paths, knobs.default_batch_size)
 
     def charge(self, energy: float, time: float, max_power: float) -> float:
-        return self.knobs.goal.trial_cost(energy, time, max_power, self.reference_time)
+        return self.knobs.goal.trial_cost(energy, time, max_power)  # the engine adds max-slowdown's penalty
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         bs = req.decision.batch_size
@@ -425,13 +439,6 @@ class EmpiricalExecutor:
             metrics=r.metrics[:epochs],
             detail=f"{req.decision.detail}; recorded trial #{r.trial}".lstrip("; "),
         )
-
-
-def reference_time(paths: dict[int, list[RecordedPath]], default_batch_size: int) -> float | None:
-    """Mean recorded time of the default batch size's trials that reached the target (unit: s; the
-    ``max-slowdown`` reference in replays; None if none did). They ran at their recorded limits."""
-    times = [p.record.time for p in paths.get(default_batch_size, []) if p.record.reached]
-    return sum(times) / len(times) if times else None
 
 
 def what_if(

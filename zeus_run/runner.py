@@ -32,6 +32,7 @@ from zeus_run.executors import (
 )
 from zeus_run.executors._base import command, marker
 from zeus_run.export import LiveExports
+from zeus_run.objective import charge_for
 from zeus_run.optimizer import make_optimizer
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
@@ -125,8 +126,16 @@ def run_job(
         optimizer = make_optimizer(
             spec.optimizer, spec.batch_sizes, spec.default_batch_size, spec.seed, spec.recurrences
         )
+        b0 = spec.default_batch_size
+        charge = charge_for(spec.goal, b0, (lambda: power.store.get(b0)) if power is not None else None)
         engine = Engine(
-            optimizer, spec.recurrences, spec.max_tries, spec.beta, spec.max_early_stops, concurrency=spec.concurrency
+            optimizer,
+            spec.recurrences,
+            spec.max_tries,
+            spec.beta,
+            spec.max_early_stops,
+            concurrency=spec.concurrency,
+            charge=charge,
         )
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:

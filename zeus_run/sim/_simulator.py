@@ -22,7 +22,7 @@ import numpy as np
 from zeus_run.concurrent import Clocked
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import Engine, TrialRequest
-from zeus_run.objective import Objective
+from zeus_run.objective import Objective, charge_for
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, make_optimizer
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
@@ -62,7 +62,6 @@ class TraceExecutor:
         self.table = table
         self.objective = objective or Objective("cost", eta=eta)
         self.eta = eta = self.objective.cost_eta
-        self.reference_time = reference_time(table)
         self.slowdowns = slowdowns
         self.rng = np.random.default_rng([seed, 0x5EED])
         self.plo = JITPowerLimitOptimizer(eta, table.max_power, self.objective)
@@ -143,7 +142,7 @@ class TraceExecutor:
             epochs=epochs,
             time=time,
             energy=energy,
-            cost=self.objective.trial_cost(energy, time, t.max_power, self.reference_time),
+            cost=self.objective.trial_cost(energy, time, t.max_power),  # the engine adds max-slowdown's penalty
             reached=reached,
             stop_reason="target_reached" if reached else ("cost_threshold" if cut_by_threshold else "max_epochs"),
             message=self._profile_message(row) if profiled else None,
@@ -438,7 +437,9 @@ def simulate(
     eta = objective.cost_eta
     executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
-    records = Engine(opt, horizon, max_tries, beta, max_early_stops, concurrency).run([], runs, on_record)
+    b0 = executor._profiles[table.index(table.default_batch_size)]
+    charge = charge_for(objective, table.default_batch_size, lambda: b0)
+    records = Engine(opt, horizon, max_tries, beta, max_early_stops, concurrency, charge).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)
