@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.fake_nvml import FakeClock, FakeGpu, FakeNvml
+from zeus_run.cli.history import profile_lines
 from zeus_run.energy import NvmlEnergy
 from zeus_run.optimizer.power_limit import (
     OPEN_ENDED_RECURRENCES,
@@ -90,6 +91,7 @@ def test_a_partial_profile_persists_and_the_next_trial_continues_it(tmp_path):
     assert data["partial"] == {"1 x NVIDIA A40": [BS]}
     store = ProfileStore(tmp_path, "1 x NVIDIA A40")
     assert store.get(BS) is None and [m.power_limit for m in store.partial(BS)] == [300.0, 275.0, 250.0]
+    assert "(partial: the next trial continues it)" in profile_lines(tmp_path)[0]  # what `history` prints
 
     second = Rig(tmp_path)  # a later run (or trial) of the same batch size on the same GPU model
     again = second.session.profiler_for(BS)

@@ -47,7 +47,8 @@ def profile_lines(run_dir: Path) -> list[str]:
     if not (run_dir / PROFILES_NAME).is_file():
         return []
     lines = []
-    by_model = ProfileStore(run_dir).by_model
+    store = ProfileStore(run_dir)
+    by_model = store.by_model
     for model, bs, profile in sorted((m, bs, p) for m, profiles in by_model.items() for bs, p in profiles.items()):
         cells = []
         for m in profile:
@@ -57,7 +58,8 @@ def profile_lines(run_dir: Path) -> list[str]:
                 else ""
             )
             cells.append(f"{m.power_limit:g} W: {m.avg_power:.1f} W, {m.throughput:.3g} it/s{window}")
-        lines.append(f"Power profile of batch size {bs} on {model}: " + "; ".join(cells))
+        partial = " (partial: the next trial continues it)" if bs in store.partial_by_model.get(model, set()) else ""
+        lines.append(f"Power profile of batch size {bs} on {model}{partial}: " + "; ".join(cells))
     return lines
 
 
