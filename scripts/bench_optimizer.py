@@ -30,6 +30,12 @@ Example:
     python scripts/bench_optimizer.py --traces ../shared/traces --policies zeus,zeus-plus --concurrency 1,2,4
     python scripts/bench_optimizer.py --traces ../shared/traces --noise 0.1:1.5-3
     python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24
+    python scripts/bench_optimizer.py --traces ../shared/traces --objective max-slowdown=1.05,max-slowdown=1.1
+
+``--objective A,B,...`` (`zeus_run.objective.parse_objective` forms) runs the grid once per
+objective instead and prints, per row and objective, the median over seeds of the energy
+saving against Default (1 - energy / Default's energy) and of the slowdown (time / Default's
+time), Default being b0 at the max power limit every recurrence.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zeus_run.errors import TraceError, ZeusRunError
+from zeus_run.objective import Objective, ObjectiveError, parse_objective
 from zeus_run.sim import JOBS, JobTable, Noise, job_table, load_traces, simulate
 from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
 
@@ -155,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="recurrences per run, told to the optimizer as a spec's recurrences (default: the paper's horizon)",
     )
+    ap.add_argument(
+        "--objective",
+        default=None,
+        help="comma-separated objectives, e.g. max-slowdown=1.1,energy: print energy saving and slowdown "
+        "vs Default per row for each (default: the cost with --eta, and the regret tables)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
@@ -187,6 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
     if unknown:
         ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    if args.objective is not None:
+        try:
+            objectives = [parse_objective(o) for o in args.objective.split(",") if o]
+        except ObjectiveError as exc:
+            ap.error(str(exc))
+        if not objectives:
+            ap.error("--objective names no objective; use e.g. max-slowdown=1.1")
+        return run_objectives(args, seeds, beta, objectives)
     try:
         return run(args, seeds, beta)
     except ZeusRunError as exc:
@@ -194,14 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
+def load_tables(args: argparse.Namespace) -> list[JobTable] | None:
+    """The (job, gpu) rows of ``--jobs`` x ``--gpus`` (None: an unknown job, reported)."""
     gpus = [g for g in args.gpus.split(",") if g]
     jobs = [j for j in args.jobs.split(",") if j]
-    policies = [p for p in args.policies.split(",") if p]
     unknown = [j for j in jobs if j not in JOBS]
     if unknown:
         print(f"error: unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}", file=sys.stderr)
-        return 2
+        return None
     tables: list[JobTable] = []
     for gpu in gpus:
         traces = load_traces(args.traces / "summary_train.csv", args.traces / f"summary_power_{gpu}.csv")
@@ -210,6 +231,78 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                 tables.append(job_table(traces, JOBS[job]))
             except TraceError as exc:
                 print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
+    return tables
+
+
+def run_objectives(args: argparse.Namespace, seeds: list[int], beta: float | None, objectives: list[Objective]) -> int:
+    """Per row and objective: median energy saving and slowdown against Default, over seeds."""
+    tables = load_tables(args)
+    if tables is None:
+        return 2
+    policy = [p for p in args.policies.split(",") if p][-1]
+    tasks = [(t, policy, o, beta, seeds) for o in objectives for t in tables]
+    try:
+        if args.workers > 1 and len(tasks) > 1:
+            with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
+                cells = list(pool.map(simulate_objective_cell, tasks))
+        else:
+            cells = [simulate_objective_cell(t) for t in tasks]
+    except ZeusRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        for task, (saving, slowdown) in zip(tasks, cells, strict=True):
+            t, _, o, _, _ = task
+            print(
+                json.dumps(
+                    {"workload": t.job.name, "gpu": t.gpu, "objective": o.label, "policy": policy}
+                    | {"energy_saving": saving, "slowdown": slowdown}
+                )
+            )
+        return 0
+    print(f"policy {policy}, beta {'null' if beta is None else beta}, seeds {args.seeds} ({len(seeds)})")
+    print("energy saving vs Default (1 - energy/Default) / slowdown (time/Default), medians over seeds\n")
+    print(f"{'job':<14}{'gpu':<6}" + "".join(f"{o.label:>22}" for o in objectives))
+    by_row = {(t.job.name, t.gpu): {} for t in tables}
+    for (t, _, o, _, _), cell in zip(tasks, cells, strict=True):
+        by_row[t.job.name, t.gpu][o.label] = cell
+    for (job, gpu), row in by_row.items():
+        print(f"{job:<14}{gpu:<6}" + "".join(_cell(s, d) for s, d in row.values()))
+    medians = [
+        (
+            statistics.median(r[o.label][0] for r in by_row.values()),
+            statistics.median(r[o.label][1] for r in by_row.values()),
+        )
+        for o in objectives
+    ]
+    print(f"{'median':<20}" + "".join(_cell(s, d) for s, d in medians))
+    return 0
+
+
+def _cell(saving: float, slowdown: float) -> str:
+    return f"{f'{saving * 100:.1f}% / {slowdown:.3f}x':>22}"
+
+
+def simulate_objective_cell(task: tuple) -> tuple[float, float]:
+    """Median energy saving and slowdown vs Default of one (row, objective) over seeds (runs in workers)."""
+    table, policy, objective, beta, seeds = task
+    settings = OptimizerSettings.for_policy(policy)
+    savings, slowdowns = [], []
+    for seed in seeds:
+        try:
+            r = simulate(table, beta=beta, seed=seed, settings=settings, baselines=False, objective=objective)
+        except ZeusRunError as exc:
+            raise ZeusRunError(f"{table.job.name} on {table.gpu}, {objective.label}, seed {seed}: {exc}") from None
+        savings.append(1.0 - r.energy / (r.horizon * r.default.energy))
+        slowdowns.append(r.time / (r.horizon * r.default.time))
+    return statistics.median(savings), statistics.median(slowdowns)
+
+
+def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
+    policies = [p for p in args.policies.split(",") if p]
+    tables = load_tables(args)
+    if tables is None:
+        return 2
     # The reference was measured at eta 0.5, beta 2, the paper's horizon, without noise.
     quiet_paper = args.noise is None and args.horizon is None
     reference = (

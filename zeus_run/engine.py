@@ -368,6 +368,7 @@ class Engine:
         beta: float | None,
         max_early_stops: int | None = None,
         concurrency: int = 1,
+        charge: Callable[[Sequence[TrialRecord], TrialRecord], TrialRecord] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -377,6 +378,9 @@ class Engine:
         self.beta = beta
         self.max_early_stops = max_early_stops
         self.concurrency = concurrency
+        #: Recomputes an ended trial's cost from the history before it (the ``max-slowdown``
+        #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
+        self.charge = charge
 
     def run(
         self,
@@ -441,6 +445,8 @@ class Engine:
                 record = ended.stamp(record)
             if ended.horizon is not None and record.horizon is None:
                 record = dataclasses.replace(record, horizon=ended.horizon)
+            if self.charge is not None:
+                record = self.charge([*history, *new], record)
             record, spec_fault = unobserve_config_error(record, history, new)
             error = error or spec_fault
             new.append(record)

@@ -293,6 +293,7 @@ def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
         in_flight=marker.in_flight,
         draw=marker.draw,
         probe=marker.probe,
+        horizon=marker.horizon,
     )
 
 
@@ -336,5 +337,6 @@ def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         log=f"trials/{TrialFiles.dir_name(rec, attempt)}/{TrialFiles.OUTPUT}",
         message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
         provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
+        horizon=marker.horizon,
         **marker.stamp(),
     )

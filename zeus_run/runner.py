@@ -21,7 +21,7 @@ from zeus_run.concurrent import SlotPool
 from zeus_run.contract import RunningMarker, StopReason
 from zeus_run.energy import EnergySource
 from zeus_run.engine import Engine, TrialExecutor, TrialRequest
-from zeus_run.errors import Interrupted, UsageError
+from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -126,17 +126,12 @@ def run_job(
                 "all %d recurrences are already done in %s; raise `recurrences` to run more", spec.recurrences, rd.path
             )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
-        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
-        if spec.executor.kind != "local" and spec.power_limit.enabled:
-            logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
+        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
-        if power is not None and spec.concurrency > 1:
-            raise UsageError(
-                f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "
-                "profiler measures one trial at a time. Set power_limit.enabled: false, or concurrency: 1."
-            )
-        engine = Knobs.from_spec(spec).engine(spec.recurrences)
+        b0 = spec.default_batch_size
+        profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
+        engine = Knobs.from_spec(spec).engine(spec.recurrences, profile)
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
             lst = _Serialized(lst)  # trials report from several threads

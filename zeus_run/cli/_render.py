@@ -46,6 +46,8 @@ Justify = Literal["left", "right"]
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from zeus_run.accounting import Accounting
+
 
 @dataclass
 class Grid:
@@ -380,13 +382,17 @@ def summary_json(summary: Summary) -> dict[str, Any]:
     return dataclasses.asdict(summary)
 
 
-def write_records(records: Sequence[TrialRecord], fmt: str, summary: Summary | None = None) -> None:
-    """Machine-readable output on stdout: ``json`` (trials and summary) or ``csv`` (one row per trial)."""
+def write_records(
+    records: Sequence[TrialRecord], fmt: str, summary: Summary | None = None, accounting: Accounting | None = None
+) -> None:
+    """Machine-readable output on stdout: ``json`` (trials, summary and accounting) or ``csv`` (one row per trial)."""
     rows = [r.to_json() | {"reason": failure_reason(r)} for r in records]
     if fmt == "json":
         out: dict[str, Any] = {"trials": rows}
         if summary is not None:
             out["summary"] = summary_json(summary)
+        if accounting is not None:
+            out["accounting"] = accounting.to_json()
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return

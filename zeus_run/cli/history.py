@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
 from zeus_run.jobs import many_jobs
+
+if TYPE_CHECKING:
+    from zeus_run.accounting import Accounting
+    from zeus_run.records import TrialRecord
 
 
 def default_batch_size_of(history_file: Path) -> int | None:
@@ -15,6 +20,47 @@ def default_batch_size_of(history_file: Path) -> int | None:
     from zeus_run.jobs import default_batch_size_of as of_run_dir
 
     return of_run_dir(history_file.parent)
+
+
+def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_size: int | None) -> Accounting | None:
+    """Carbon and money of a run, from the ``accounting`` section of its resolved spec (None: none set).
+
+    Raises:
+        zeus_run.accounting.AccountingError: A rate series named there cannot be read.
+    """
+    import yaml
+
+    from zeus_run.accounting import account, settings_from
+
+    try:
+        data = yaml.safe_load((history_file.parent / "spec.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    raw = data.get("accounting") if isinstance(data, dict) else None
+    return account(records, settings_from(raw), default_batch_size, history_file.parent)
+
+
+def profile_lines(run_dir: Path) -> list[str]:
+    """The run's power-limit profiles: per limit, power, throughput, window duration and counter updates."""
+    from zeus_run.power._store import PROFILES_NAME, ProfileStore
+
+    if not (run_dir / PROFILES_NAME).is_file():
+        return []
+    lines = []
+    store = ProfileStore(run_dir)
+    by_model = store.by_model
+    for model, bs, profile in sorted((m, bs, p) for m, profiles in by_model.items() for bs, p in profiles.items()):
+        cells = []
+        for m in profile:
+            window = (
+                f", {m.window_s:.1f} s window, {m.samples} counter updates"
+                if m.window_s is not None and m.samples is not None
+                else ""
+            )
+            cells.append(f"{m.power_limit:g} W: {m.avg_power:.1f} W, {m.throughput:.3g} it/s{window}")
+        partial = " (partial: the next trial continues it)" if bs in store.partial_by_model.get(model, set()) else ""
+        lines.append(f"Power profile of batch size {bs} on {model}{partial}: " + "; ".join(cells))
+    return lines
 
 
 @handle_errors
@@ -40,7 +86,8 @@ def history_command(
     sparkline of cost per recurrence; whether exploration is still going; the
     default batch size's mean and how many runs it rests on; the steady state
     (the last recurrences after exploration against the default); and the
-    recommended batch size, learning rate and power limit.
+    recommended batch size, learning rate and power limit; with an `accounting`
+    section in the spec, the carbon (kgCO2e) and money next to the default's.
 
     Example:
 
@@ -68,9 +115,11 @@ def history_command(
         return
     hist = run_dir_history(paths[0])
     records = read_history(hist)
-    summary = summarize(records, default_batch_size_of(hist), belief=believed_best(records, hist.parent))
+    b0 = default_batch_size_of(hist)
+    summary = summarize(records, b0, belief=believed_best(records, hist.parent))
+    money = accounting_of(hist, records, b0)
     if fmt is not Format.table:
-        write_records(records, fmt.value, summary)
+        write_records(records, fmt.value, summary, money)
         return
     out = out_console()
     print_grid(out, history_table(records, f"{len(records)} trial(s) in {hist}"))
@@ -88,6 +137,10 @@ def history_command(
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
+    for line in money.lines() if money else ():
+        out.print(line, markup=False)
+    for line in profile_lines(hist.parent):
+        out.print(line, markup=False)
 
 
 def _history_of_jobs(paths: list[Path], fmt: Format) -> None:

@@ -41,7 +41,7 @@ def plot_command(
 
         zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
     """
-    from zeus_run.cli.history import default_batch_size_of
+    from zeus_run.cli.history import accounting_of, default_batch_size_of
     from zeus_run.history import read_history
     from zeus_run.plot import load_matplotlib, plot_history
 
@@ -57,5 +57,7 @@ def plot_command(
     hist = run_dir_history(paths[0])
     load_matplotlib()  # a missing extra is reported before the history is read
     records = read_history(hist)
-    out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=default_batch_size_of(hist))
+    b0 = default_batch_size_of(hist)
+    money = accounting_of(hist, records, b0)
+    out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money)
     err_console().print(f"Plot written to {out}", markup=False)

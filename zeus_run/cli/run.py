@@ -51,6 +51,7 @@ def run_command(
 
         zeus-run run job.yaml --run-dir runs/nightly -n 50
     """
+    from zeus_run.accounting import account
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
     from zeus_run.errors import UsageError
@@ -78,4 +79,7 @@ def run_command(
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
+    money = account(records, spec.accounting, spec.default_batch_size, spec.source.parent if spec.source else None)
+    for line in money.lines() if money else ():
+        out.print(line, markup=False)
     err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")

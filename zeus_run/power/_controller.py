@@ -53,7 +53,7 @@ class PowerLimitController:
         current: Limit set on every GPU now (unit: W), None if untouched.
     """
 
-    def __init__(self, energy: NvmlEnergy, nvml: ModuleType | None = None) -> None:
+    def __init__(self, energy: NvmlEnergy, nvml: ModuleType | Any | None = None) -> None:
         """Args:
         energy: The run's NVML energy source; its GPUs are the ones controlled.
         nvml: pynvml or a double (default: the energy source's module).
@@ -133,7 +133,8 @@ class PowerLimitController:
             if is_no_permission(self.nvml, exc):
                 self.reason = f"no permission to set GPU power limits ({exc})"
             else:
-                self.reason = f"NVML refused to set a power limit ({exc})"
+                who = "zeusd" if hasattr(self.nvml, "client") else "NVML"  # `zeus_run.power._zeusd.ZeusdNvml`
+                self.reason = f"{who} refused to set a power limit ({exc})"
             self.restore()
             return False
         self.restore()

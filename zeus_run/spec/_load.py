@@ -48,6 +48,7 @@ _TOP_KEYS = (
     "higher_is_better",
     "max_epochs",
     "eta",
+    "objective",
     "beta",
     "recurrences",
     "max_tries",
@@ -171,6 +172,9 @@ class _Validator(Sections):
         higher = g(d, "higher_is_better", "", True, self.bool_())
         max_epochs = g(d, "max_epochs", "", 100, self.int_(1))
         eta = g(d, "eta", "", 0.5, self.float_(0.0, 1.0, fix="eta weighs energy against time; pick a value in [0, 1]"))
+        objective = self.objective(d, eta)
+        if objective is not None:
+            eta = objective.cost_eta
         beta = self.beta(d)
         recurrences = g(d, "recurrences", "", 20, self.int_(1))
         max_tries = g(d, "max_tries", "", 20, self.int_(1))
@@ -188,6 +192,7 @@ class _Validator(Sections):
         power = self.section("power_limit", self.power_limit)
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
+        accounting = self.section("accounting", self.accounting)
         export = self.section("export", self.export)
         concurrency = g(
             d,
@@ -229,6 +234,7 @@ class _Validator(Sections):
             higher_is_better=higher,
             max_epochs=max_epochs,
             eta=eta,
+            objective=objective,
             beta=beta,
             recurrences=recurrences,
             max_tries=max_tries,
@@ -242,6 +248,7 @@ class _Validator(Sections):
             stop=stop,
             concurrency=concurrency,
             executor=executor,
+            accounting=accounting,
             export=export,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
