@@ -10,6 +10,13 @@ reference (eta 0.5, beta 2.0 only: the reference was measured there) and rows
 worse than ``zeus`` on the same seeds (when ``zeus`` is benchmarked too), and
 the grid's wall time.
 
+``--noise P:LO-HI`` slows each recurrence, with probability P, by a factor
+drawn in [LO, HI] (time and energy alike; `zeus_run.sim.Noise`); regret is
+against the Oracle under the same noise, and each row also shows the tries per
+recurrence (mean, max) and the share of recurrences that needed more than one.
+``--horizon N`` runs N recurrences instead of the paper's horizon (the
+optimizer is told N, as a spec's ``recurrences``).
+
 ``--concurrency 1,2,4`` runs the grid with that many recurrences in flight
 (`zeus_run.sim.simulate`: the job is always backlogged, a recurrence starts the
 moment one ends, and trials end in order of simulated time) and ends with a
@@ -21,12 +28,21 @@ Example:
     python scripts/bench_optimizer.py --traces ../shared/traces --eta 0.2 --beta null
     python scripts/bench_optimizer.py --traces ../shared/traces --gpus v100 --seeds 1 --json
     python scripts/bench_optimizer.py --traces ../shared/traces --policies zeus,zeus-plus --concurrency 1,2,4
+    python scripts/bench_optimizer.py --traces ../shared/traces --noise 0.1:1.5-3
+    python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24
+    python scripts/bench_optimizer.py --traces ../shared/traces --objective max-slowdown=1.05,max-slowdown=1.1
+
+``--objective A,B,...`` (`zeus_run.objective.parse_objective` forms) runs the grid once per
+objective instead and prints, per row and objective, the median over seeds of the energy
+saving against Default (1 - energy / Default's energy) and of the slowdown (time / Default's
+time), Default being b0 at the max power limit every recurrence.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -40,7 +56,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zeus_run.errors import TraceError, ZeusRunError
-from zeus_run.sim import JOBS, JobTable, job_table, load_traces, simulate
+from zeus_run.objective import Objective, ObjectiveError, parse_objective
+from zeus_run.sim import JOBS, JobTable, Noise, job_table, load_traces, simulate
 from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
 
 REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
@@ -58,6 +75,17 @@ class Row:
     regrets: tuple[float, ...]
     cost_ratios: tuple[float, ...]
     summaries: tuple[dict, ...] = ()
+    #: Trials of every recurrence of every seed.
+    tries: tuple[int, ...] = ()
+
+    @property
+    def mean_tries(self) -> float:
+        return statistics.fmean(self.tries) if self.tries else math.nan
+
+    @property
+    def retried(self) -> float:
+        """Share of recurrences that needed more than one try."""
+        return sum(t > 1 for t in self.tries) / len(self.tries) if self.tries else math.nan
 
     @property
     def median(self) -> float:
@@ -123,6 +151,23 @@ def main(argv: list[str] | None = None) -> int:
         default="1",
         help="recurrences in flight, or a comma-separated list of them to compare, e.g. 1,2,4 (default: 1)",
     )
+    ap.add_argument(
+        "--noise",
+        default=None,
+        help="P:LO-HI: each recurrence runs LO-HI times slower with probability P, e.g. 0.1:1.5-3 (default: none)",
+    )
+    ap.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="recurrences per run, told to the optimizer as a spec's recurrences (default: the paper's horizon)",
+    )
+    ap.add_argument(
+        "--objective",
+        default=None,
+        help="comma-separated objectives, e.g. max-slowdown=1.1,energy: print energy saving and slowdown "
+        "vs Default per row for each (default: the cost with --eta, and the regret tables)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
@@ -144,9 +189,25 @@ def main(argv: list[str] | None = None) -> int:
     if not concurrency or min(concurrency) < 1:
         ap.error(f"--concurrency {args.concurrency!r}: use whole numbers >= 1, e.g. 2 or 1,2,4")
     args.concurrency = list(dict.fromkeys(concurrency))
+    try:
+        args.noise = None if args.noise is None else Noise.parse(args.noise)
+    except ValueError as exc:
+        ap.error(f"--noise: {exc}")
+    if args.horizon is not None and args.horizon < 1:
+        ap.error(f"--horizon {args.horizon}: use a whole number >= 1")
+    if args.noise is not None and args.max_early_stops is None:
+        args.max_early_stops = 3  # a real run's default: the paper's semantics run out of tries under noise
     unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
     if unknown:
         ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    if args.objective is not None:
+        try:
+            objectives = [parse_objective(o) for o in args.objective.split(",") if o]
+        except ObjectiveError as exc:
+            ap.error(str(exc))
+        if not objectives:
+            ap.error("--objective names no objective; use e.g. max-slowdown=1.1")
+        return run_objectives(args, seeds, beta, objectives)
     try:
         return run(args, seeds, beta)
     except ZeusRunError as exc:
@@ -154,14 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
+def load_tables(args: argparse.Namespace) -> list[JobTable] | None:
+    """The (job, gpu) rows of ``--jobs`` x ``--gpus`` (None: an unknown job, reported)."""
     gpus = [g for g in args.gpus.split(",") if g]
     jobs = [j for j in args.jobs.split(",") if j]
-    policies = [p for p in args.policies.split(",") if p]
     unknown = [j for j in jobs if j not in JOBS]
     if unknown:
         print(f"error: unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}", file=sys.stderr)
-        return 2
+        return None
     tables: list[JobTable] = []
     for gpu in gpus:
         traces = load_traces(args.traces / "summary_train.csv", args.traces / f"summary_power_{gpu}.csv")
@@ -170,12 +231,91 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                 tables.append(job_table(traces, JOBS[job]))
             except TraceError as exc:
                 print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
-    reference = load_reference(args.traces / REFERENCE_FILE) if (args.eta, beta) == REFERENCE_KNOBS else {}
+    return tables
+
+
+def run_objectives(args: argparse.Namespace, seeds: list[int], beta: float | None, objectives: list[Objective]) -> int:
+    """Per row and objective: median energy saving and slowdown against Default, over seeds."""
+    tables = load_tables(args)
+    if tables is None:
+        return 2
+    policy = [p for p in args.policies.split(",") if p][-1]
+    tasks = [(t, policy, o, beta, seeds) for o in objectives for t in tables]
+    try:
+        if args.workers > 1 and len(tasks) > 1:
+            with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
+                cells = list(pool.map(simulate_objective_cell, tasks))
+        else:
+            cells = [simulate_objective_cell(t) for t in tasks]
+    except ZeusRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        for task, (saving, slowdown) in zip(tasks, cells, strict=True):
+            t, _, o, _, _ = task
+            print(
+                json.dumps(
+                    {"workload": t.job.name, "gpu": t.gpu, "objective": o.label, "policy": policy}
+                    | {"energy_saving": saving, "slowdown": slowdown}
+                )
+            )
+        return 0
+    print(f"policy {policy}, beta {'null' if beta is None else beta}, seeds {args.seeds} ({len(seeds)})")
+    print("energy saving vs Default (1 - energy/Default) / slowdown (time/Default), medians over seeds\n")
+    print(f"{'job':<14}{'gpu':<6}" + "".join(f"{o.label:>22}" for o in objectives))
+    by_row = {(t.job.name, t.gpu): {} for t in tables}
+    for (t, _, o, _, _), cell in zip(tasks, cells, strict=True):
+        by_row[t.job.name, t.gpu][o.label] = cell
+    for (job, gpu), row in by_row.items():
+        print(f"{job:<14}{gpu:<6}" + "".join(_cell(s, d) for s, d in row.values()))
+    medians = [
+        (
+            statistics.median(r[o.label][0] for r in by_row.values()),
+            statistics.median(r[o.label][1] for r in by_row.values()),
+        )
+        for o in objectives
+    ]
+    print(f"{'median':<20}" + "".join(_cell(s, d) for s, d in medians))
+    return 0
+
+
+def _cell(saving: float, slowdown: float) -> str:
+    return f"{f'{saving * 100:.1f}% / {slowdown:.3f}x':>22}"
+
+
+def simulate_objective_cell(task: tuple) -> tuple[float, float]:
+    """Median energy saving and slowdown vs Default of one (row, objective) over seeds (runs in workers)."""
+    table, policy, objective, beta, seeds = task
+    settings = OptimizerSettings.for_policy(policy)
+    savings, slowdowns = [], []
+    for seed in seeds:
+        try:
+            r = simulate(table, beta=beta, seed=seed, settings=settings, baselines=False, objective=objective)
+        except ZeusRunError as exc:
+            raise ZeusRunError(f"{table.job.name} on {table.gpu}, {objective.label}, seed {seed}: {exc}") from None
+        savings.append(1.0 - r.energy / (r.horizon * r.default.energy))
+        slowdowns.append(r.time / (r.horizon * r.default.time))
+    return statistics.median(savings), statistics.median(slowdowns)
+
+
+def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
+    policies = [p for p in args.policies.split(",") if p]
+    tables = load_tables(args)
+    if tables is None:
+        return 2
+    # The reference was measured at eta 0.5, beta 2, the paper's horizon, without noise.
+    quiet_paper = args.noise is None and args.horizon is None
+    reference = (
+        load_reference(args.traces / REFERENCE_FILE) if quiet_paper and (args.eta, beta) == REFERENCE_KNOBS else {}
+    )
     results: dict[tuple[int, str], list[Row]] = {}
     walls: dict[tuple[int, str], float] = {}
     for n in args.concurrency:
         for policy in policies:
-            tasks = [(t, policy, args.eta, beta, seeds, args.json, args.max_early_stops, n) for t in tables]
+            tasks = [
+                (t, policy, args.eta, beta, seeds, args.json, args.max_early_stops, n, args.noise, args.horizon)
+                for t in tables
+            ]
             start = time.perf_counter()
             if args.workers > 1 and len(tasks) > 1:
                 with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
@@ -191,8 +331,11 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
         return 0
     fallback = "" if args.max_early_stops is None else f", max_early_stops {args.max_early_stops}"
     overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
+    noise = "" if args.noise is None else f", noise {args.noise.describe()}"
+    horizon = "" if args.horizon is None else f", horizon {args.horizon}"
     print(
-        f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}, seeds {args.seeds} ({len(seeds)})\n"
+        f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}{noise}{horizon}, "
+        f"seeds {args.seeds} ({len(seeds)})\n"
     )
     for n in args.concurrency:
         if args.concurrency != [1]:
@@ -207,9 +350,9 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency = task
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon = task
     settings = OptimizerSettings.for_policy(policy)
-    regrets, ratios, summaries = [], [], []
+    regrets, ratios, summaries, tries = [], [], [], []
     for seed in seeds:
         try:
             r = simulate(
@@ -221,14 +364,18 @@ def simulate_row(task: tuple) -> Row:
                 baselines=False,
                 max_early_stops=max_early_stops,
                 concurrency=concurrency,
+                noise=noise,
+                horizon=horizon,
             )
         except ZeusRunError as exc:
             raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
         regrets.append(r.regret)
         ratios.append(r.cost / r.default_cost)
+        tries.extend(r.tries)
         if keep:
             summaries.append(r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}))
-    return Row(table.job.name, table.gpu, table.horizon, tuple(regrets), tuple(ratios), tuple(summaries))
+    n = table.horizon if horizon is None else horizon
+    return Row(table.job.name, table.gpu, n, tuple(regrets), tuple(ratios), tuple(summaries), tuple(tries))
 
 
 def print_overlap(policies: list[str], concurrency: list[int], results: dict[tuple[int, str], list[Row]]) -> None:
@@ -272,6 +419,7 @@ def print_table(
     head = f"{'job':<14}{'gpu':<6}{'horizon':>8}{'cost/Default':>14}{'median':>9}{'p90':>8}"
     head += f"{'reference':>11}" if reference else ""
     head += f"{'zeus':>8}" if zeus_rows else ""
+    head += f"{'tries':>7}{'max':>5}{'>1 try':>8}"
     print(head)
     worse_ref, worse_zeus = [], []
     for r in rows:
@@ -289,12 +437,18 @@ def print_table(
             line += f"{z.median * 100:>7.2f}%" if z is not None else f"{'-':>8}"
             if z is not None and r.median > z.median:
                 worse_zeus.append(f"{r.job} {r.gpu}")
+        line += f"{r.mean_tries:>7.3f}{max(r.tries, default=0):>5}{r.retried * 100:>7.2f}%"
         print(line)
     if rows:
         worst = max(rows, key=lambda r: r.median)
         print(
             f"median regret over {len(rows)} rows: {statistics.median(r.median for r in rows) * 100:.2f}%; "
             f"worst row: {worst.median * 100:.2f}% ({worst.job} {worst.gpu})"
+        )
+        tries = [t for r in rows for t in r.tries]
+        print(
+            f"tries per recurrence: mean {statistics.fmean(tries):.3f}, max {max(tries)}; "
+            f"recurrences with more than one try: {sum(t > 1 for t in tries) / len(tries) * 100:.2f}%"
         )
     if reference:
         print(f"rows worse than the reference: {', '.join(worse_ref) or 'none'}")

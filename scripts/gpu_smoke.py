@@ -116,9 +116,11 @@ def main() -> int:
                 steps += 1
                 now = time.monotonic() - t0
                 prof.observe(steps, now, now, src.read())
-            print(f"{'limit W':>8} {'avg W':>8} {'iter/s':>8}")
+            print(f"{'limit W':>8} {'avg W':>8} {'iter/s':>8} {'window s':>9} {'updates':>8}")
             for m in prof.profile:
-                print(f"{m.power_limit:8g} {m.avg_power:8.1f} {m.throughput:8.3f}")
+                print(
+                    f"{m.power_limit:8g} {m.avg_power:8.1f} {m.throughput:8.3f} {m.window_s or 0:9.2f} {m.samples or 0:8d}"
+                )
             print(f"picked {prof.chosen} W for eta={args.eta} (max power {src.max_power:g} W)")
         finally:
             ctl.restore()

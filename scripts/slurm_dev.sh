@@ -166,6 +166,9 @@ GresTypes=gpu
 ReturnToService=2
 # Short timeouts so tests are quick.
 MinJobAge=$MIN_JOB_AGE
+# Job ids of their own: tests' fake Slurm numbers its jobs from 100 and finds a job's processes by
+# SLURM_JOB_ID, so this cluster's ids start far from there (and from other clusters' ids).
+FirstJobId=$((1000000 + (DIR_ID % 5000) * 10000))
 KillWait=3
 OverTimeLimit=0
 InactiveLimit=0

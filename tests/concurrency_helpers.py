@@ -15,9 +15,10 @@ from pathlib import Path
 
 from zeus_run.contract import RunningMarker, markers_from_json
 from zeus_run.cost import SKIP_PENALTY, cost_threshold
-from zeus_run.engine import TrialRequest, best_known, observations, position
+from zeus_run.engine import TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision
+from zeus_run.position import best_known, observations, position
 from zeus_run.records import TrialRecord
 
 BATCH_SIZES = (8, 16, 32, 64, 128)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -15,6 +17,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+# NOTE: the suite never reads this machine's RAPL counters (`energy.source: auto` would measure
+# them where readable, making results depend on the host); RAPL tests point the variable at a
+# fake tree. Set here, before any test starts a subprocess, so agents inherit it.
+os.environ["ZEUS_RUN_POWERCAP_ROOT"] = str(Path(tempfile.mkdtemp(prefix="zeus-run-tests-")) / "no-powercap")
 
 
 @pytest.fixture

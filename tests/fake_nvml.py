@@ -4,7 +4,9 @@
 zeus-run uses. GPUs are `FakeGpu` objects whose energy counter and power
 draw are scriptable: set ``energy_mj`` / ``power_mw`` directly, or give
 ``power_fn(t, limit_w) -> W``, in which case the counter integrates it over a
-(possibly fake) clock. Every set call can be appended to ``log_path`` (one
+(possibly fake) clock. ``update_ms`` makes the total-energy counter behave like
+real NVML's: it advances only every ``update_ms`` milliseconds of the clock, each
+reading reporting the energy at the last update. Every set call can be appended to ``log_path`` (one
 JSON line each), so a test can see what a subprocess did to the GPUs.
 """
 
@@ -53,7 +55,10 @@ class FakeGpu:
     power_fn: Callable[[float, float], float] | None = None  # (t s, limit W) -> W
     mig: bool = False
     persistence: int = 0
+    update_ms: float | None = None  # the counter's update period (None: continuous)
     _t: float | None = field(default=None, repr=False)
+    _update: int = field(default=-1, repr=False)  # index of the counter update last reported
+    _reported: int = field(default=0, repr=False)  # the counter at that update (unit: mJ)
 
     def __post_init__(self) -> None:
         if self.limit_mw is None:
@@ -170,7 +175,13 @@ class FakeNvml:
             raise NVMLError_NotSupported()
         with self.lock:
             self._advance(g)
-            return int(g.energy_mj)
+            if g.update_ms is None or g._t is None:
+                return int(g.energy_mj)
+            update = int(g._t // (g.update_ms / 1000.0))  # the last update, at or before now
+            if update != g._update:
+                boundary = update * g.update_ms / 1000.0
+                g._update, g._reported = update, int(g.energy_mj - g.power_mw * (g._t - boundary))
+            return g._reported
 
     def nvmlDeviceGetPowerUsage(self, h) -> int:
         g = self._gpu(h)

@@ -162,12 +162,14 @@ def monitor(job_id: str) -> int:
 def job_pids(job_id: str, pid: int | None) -> set[int]:
     """The job's processes: its process group and whatever carries its SLURM_JOB_ID (as proctrack would)."""
     pids: set[int] = set()
-    marker = f"SLURM_JOB_ID={job_id}".encode()
+    # NOTE: job ids start at 100 in every fake; other test sessions on the host have a job 100
+    # too, so a process is this job's only if it also carries this fake's state directory.
+    marker = {f"SLURM_JOB_ID={job_id}".encode(), f"FAKE_SLURM_DIR={state_dir()}".encode()}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
+            if marker <= set((entry / "environ").read_bytes().split(b"\0")):
                 pids.add(int(entry.name))
     if pid:
         with contextlib.suppress(OSError):

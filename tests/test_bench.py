@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.sim_helpers import write_tiny_traces
-from zeus_run.sim import JOBS, job_table, load_traces, simulate
+from zeus_run.sim import JOBS, Noise, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
@@ -54,7 +54,8 @@ def test_bench_table_on_real_traces(traces_dir):
     assert "eta 0.5, beta 2.0, seeds 1-3 (3)" in out.stdout
     headers = [line.split() for line in out.stdout.splitlines() if line.startswith("job")]
     columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "reference"]
-    assert headers == [columns, [*columns, "zeus"]]  # zeus-plus's table also shows zeus's medians
+    tries = ["tries", "max", ">1", "try"]
+    assert headers == [[*columns, *tries], [*columns, "zeus", *tries]]  # zeus-plus's table also shows zeus's
     assert "median regret over 1 rows" in out.stdout and "worst row:" in out.stdout
     assert "rows worse than the reference:" in out.stdout
     assert "rows worse than zeus:" in out.stdout  # zeus-plus is compared with zeus on the same seeds
@@ -106,8 +107,29 @@ def test_bench_defaults_to_zeus_and_the_default_policy(traces_dir):
         ("--eta", "1.5", "--eta"),
         ("--policies", "nope", "unknown nope"),
         ("--seeds", "x", "--seeds"),
+        ("--noise", "0.1", "P:LO-HI"),
+        ("--noise", "0.1:3-1.5", "1 <= LO <= HI"),
+        ("--horizon", "0", "--horizon"),
     ],
 )
 def test_bench_rejects_bad_options(tmp_path, flag, value, message):
     out = bench("--traces", str(tmp_path), flag, value)
     assert out.returncode == 2 and message in out.stderr
+
+
+def test_bench_noise_and_horizon(traces_dir):
+    args = ("--traces", str(traces_dir), "--gpus", "v100", "--seeds", "1-3", "--jobs", "squad", "--workers", "1")
+    out = bench(*args, "--noise", "0.2:1.5-3", "--horizon", "16")
+    assert out.returncode == 0, out.stderr
+    assert "max_early_stops 3, noise 0.2:1.5-3, horizon 16, seeds 1-3 (3)" in out.stdout
+    (row,) = [line.split() for line in out.stdout.splitlines() if line.startswith("squad")][1:]  # zeus-voi's row
+    assert row[2] == "16"
+    assert float(row[-3]) >= 1.0 and 1 <= int(row[-2]) <= 2  # the default policy: at most one extra try
+    assert "recurrences with more than one try:" in out.stdout
+    # Regret is against the Oracle under the same noise (`SimResult.load`).
+    table = job_table(
+        load_traces(traces_dir / "summary_train.csv", traces_dir / "summary_power_v100.csv"), JOBS["squad"]
+    )
+    r = simulate(table, seed=1, horizon=16, noise=Noise(0.2, 1.5, 3.0), baselines=False)
+    assert r.load == pytest.approx(sum(r.slowdowns)) and r.load > 16
+    assert r.oracle_cost == pytest.approx(r.load * r.oracle.cost)

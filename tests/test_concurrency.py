@@ -25,9 +25,10 @@ from tests.concurrency_helpers import (
     serial_reference,
 )
 from zeus_run.concurrent import Clocked, InOrder, SlotPool, slot_devices
-from zeus_run.engine import Ledger, TrialRequest, best_known
+from zeus_run.engine import Ledger, TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision, Observation, ZeusOptimizer, make_optimizer
+from zeus_run.position import best_known
 from zeus_run.records import CONCURRENCY_FIELDS, TrialRecord
 from zeus_run.replay import Knobs, audit, what_if
 from zeus_run.spec import POLICIES, OptimizerSettings
@@ -40,7 +41,7 @@ def knobs(policy: str = "zeus", beta: float | None = 2.0, seed: int = 5, concurr
         0.5,
         beta,
         seed,
-        OptimizerSettings.for_policy(policy),
+        OptimizerSettings.for_policy(policy, revision=kw.get("revision", 2)),
         0.9,
         True,
         MAX_EPOCHS,
@@ -209,7 +210,8 @@ def test_concurrency_one_is_the_serial_loop_from_before(policy):
         rng = random.Random(case)
         beta = rng.choice([None, 1.2, 2.0, 4.0])
         mes = rng.choice([None, 1, 2])
-        k = knobs(policy, beta=beta, seed=case, concurrency=1, max_early_stops=mes)
+        # revision 1: the paper's early stop, which the reference loop implements
+        k = knobs(policy, beta=beta, seed=case, concurrency=1, max_early_stops=mes, revision=1)
         execute = make_execute(
             noise=rng.choice([0.0, 0.4]),
             interrupt=lambda req, c=case: (req.trial * 31 + c) % 17 == 0,

@@ -89,6 +89,8 @@ def test_sigkill_at_ten_moments_then_resume_always_audits(write_spec):
     assert len({x.recurrence for x in records if x.reached}) == 24
     interrupted = [x for x in records if x.stop_reason == "interrupted"]
     assert len(interrupted) >= 5
-    assert any(x.cost_threshold is not None for x in interrupted)  # killed in a later recurrence, under a threshold
+    # killed in a later recurrence (the default policy cuts only batch sizes that never converged,
+    # so most later trials run without a threshold)
+    assert any(x.recurrence > 1 for x in interrupted)
     rep = zeus("replay", str(run_dir))
     assert rep.returncode == 0, rep.stderr

@@ -198,9 +198,9 @@ def test_catastrophic_regex_cannot_make_the_timeout_slip(tmp_path):
         CATASTROPHIC + "timeout: 3\n",
     )
     r = zeus("run", str(spec), "--no-output", timeout=90)
-    assert r.returncode == 1, r.stderr  # the default batch size did not converge: a clean error
+    assert r.returncode == 2, r.stderr  # no metric was ever read: a configuration error, a clean one
     rec = record(spec)
-    assert rec["stop_reason"] == "timeout"
+    assert rec["stop_reason"] == "config_error" and "no result within the 3 s timeout" in rec["message"]
     assert "is not matched any more" in r.stderr
     assert "internal error" not in r.stderr
 
@@ -283,4 +283,4 @@ def test_script_that_deletes_its_own_log_dir(tmp_path, mode):
     if mode == "regex":
         assert r.returncode == 0 and rec["reached"] is True
     else:  # its event log went with the directory: the launcher never saw the epoch
-        assert r.returncode == 1 and rec["stop_reason"] == "exited"
+        assert r.returncode == 2 and rec["stop_reason"] == "config_error"  # no metric: the spec's fault

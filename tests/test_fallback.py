@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from zeus_run.engine import Engine, TrialRequest, best_known, position
+from zeus_run.engine import Engine, TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import make_optimizer
+from zeus_run.position import best_known, position
 from zeus_run.records import TrialRecord
 from zeus_run.replay import Knobs, audit
 from zeus_run.spec import OptimizerSettings
@@ -52,8 +53,12 @@ class LoadedMachine:
         )
 
 
-def engine(max_early_stops: int | None, max_tries: int = 20) -> Engine:
-    opt = make_optimizer(OptimizerSettings(), tuple(COST), 16, seed=1)
+#: The paper's early stop (revision 1 of the default policy): the rule these tests are about.
+PAPER = OptimizerSettings(revision=1)
+
+
+def engine(max_early_stops: int | None, max_tries: int = 20, settings: OptimizerSettings = PAPER) -> Engine:
+    opt = make_optimizer(settings, tuple(COST), 16, seed=1)
     return Engine(opt, 30, max_tries, 2.0, max_early_stops)
 
 
@@ -84,10 +89,19 @@ def test_after_n_early_stops_the_best_known_batch_size_runs_without_a_threshold(
 def test_replay_audits_a_run_with_fallbacks():
     records = engine(2).run([], LoadedMachine(quiet=8, load=2.5))
     assert any(r.stage == "fallback" for r in records)
-    knobs = Knobs(tuple(COST), 16, 0.5, 2.0, 1, OptimizerSettings(), 0.9, True, 10, 20, max_early_stops=2)
+    knobs = Knobs(tuple(COST), 16, 0.5, 2.0, 1, PAPER, 0.9, True, 10, 20, max_early_stops=2)
     assert audit(records, knobs).divergence is None
-    other = audit(records, Knobs(tuple(COST), 16, 0.5, 2.0, 1, OptimizerSettings(), 0.9, True, 10, 20))
+    other = audit(records, Knobs(tuple(COST), 16, 0.5, 2.0, 1, PAPER, 0.9, True, 10, 20))
     assert other.divergence is not None  # without the rule the engine asks for something else
+
+
+def test_the_default_policy_takes_the_same_load_with_at_most_one_early_stop_per_recurrence():
+    # The robust early stop (`zeus_run.early_stop`): the bandit's arms are never cut, and one
+    # early stop sends the recurrence to the fallback, even with the paper's max_early_stops (None).
+    records = engine(None, settings=OptimizerSettings()).run([], LoadedMachine(quiet=8, load=2.5))
+    assert {r.recurrence for r in records if r.reached} == set(range(1, 31))
+    for rec in range(1, 31):
+        assert sum(r.recurrence == rec for r in records) <= 2
 
 
 def test_best_known_is_the_lowest_mean_cost_or_the_default():

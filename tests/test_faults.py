@@ -87,9 +87,10 @@ def test_signal_interrupts_records_and_resumes(write_spec, sig, code, tmp_path):
 
 
 def test_sigkill_mid_trial_then_resume_equals_an_uninterrupted_run(write_spec, tmp_path):
-    # The paper's pruning decides these 4 recurrences from convergence alone, so two real runs
-    # agree decision for decision whatever the machine's load does to their measured costs.
-    body = "recurrences: 4\noptimizer: {policy: zeus}\n"
+    # The paper's pruning decides its first round (these 2 recurrences) from convergence alone, so
+    # two real runs agree decision for decision whatever the machine's load does to their measured
+    # costs (round 2 starts at the cheapest batch size: that depends on the load).
+    body = "recurrences: 2\noptimizer: {policy: zeus}\n"
     pidfile = tmp_path / "pids"
     args = f"--epoch-time 0.1 --pid-file {pidfile}"
     ref = write_spec(spec_text(args, body).replace("recurrences: 1\n", ""), name="ref.yaml")
@@ -139,9 +140,10 @@ def test_second_launcher_is_refused_naming_the_holder(write_spec):
 def test_per_trial_timeout(write_spec, tmp_path):
     pidfile = tmp_path / "pids"
     spec = write_spec(
-        spec_text(f"--epoch-time 0.4 --pid-file {pidfile}", "recurrences: 2\ntimeout: 1.0\n").replace(
-            "recurrences: 1\n", ""
-        )
+        # zeus: its pruning runs batch size 1 in recurrence 2 (zeus-voi does not explore with one recurrence left)
+        spec_text(
+            f"--epoch-time 0.4 --pid-file {pidfile}", "recurrences: 2\ntimeout: 1.0\noptimizer: {policy: zeus}\n"
+        ).replace("recurrences: 1\n", "")
     )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr

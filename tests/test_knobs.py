@@ -25,11 +25,15 @@ max_epochs: 10
 beta: 2.0
 seed: 1
 recurrences: 30
+optimizer: {policy: zeus-voi, revision: 1}
 """
 
 
 def fallback_history() -> list:
-    """A run under the spec's default fallback rule (max_early_stops 3) on a machine that gets loaded."""
+    """A run under the spec's default fallback rule (max_early_stops 3) on a machine that gets loaded.
+
+    (zeus-voi revision 1: the paper's early-stop rule, which the load makes fail without the fallback.)
+    """
     knobs = Knobs.from_spec(parse_spec(SPEC))
     assert knobs.max_early_stops == 3
     records = knobs.engine(30).run([], LoadedMachine(quiet=8, load=2.5))
@@ -70,6 +74,7 @@ CHANGES = {
     "max_tries": "max_tries: 9",
     "max_early_stops": "max_early_stops: 1",
     "concurrency": "concurrency: 2",
+    "horizon": "recurrences: 12",
 }
 
 
@@ -123,5 +128,5 @@ def test_old_run_directories_without_newer_knobs_read_with_their_defaults():
         }
     )
     assert (knobs.max_early_stops, knobs.concurrency, knobs.max_tries, knobs.beta) == (None, 1, 20, None)
-    assert knobs.optimizer == OptimizerSettings.for_policy("zeus")
+    assert knobs.optimizer == OptimizerSettings.for_policy("zeus", revision=1)  # recorded before revisions
     assert math.isclose(knobs.eta, 0.5)

@@ -37,22 +37,22 @@ def test_a_regex_that_never_matches_is_named_with_the_scripts_lines(tmp_path):
         REGEX + "timeout: 4\n",
     )
     r = zeus("run", str(spec), "--no-output")
-    assert r.returncode == 1  # the default batch size did not converge
+    assert r.returncode == 2  # a configuration error (`zeus_run.config_errors`), not a failed batch size
     # Said while the script still ran (it only stops at the timeout)...
     assert "metric.regex 'val_acc=([0-9.]+)' matched none of the script's" in r.stderr
     assert "accuracy: 0." in r.stderr
     # ...and kept in the record.
     rec = record(spec)
-    assert rec["stop_reason"] == "timeout"
+    assert rec["stop_reason"] == "config_error" and rec["observed"] is False
     assert "val_acc=([0-9.]+)" in rec["message"] and "accuracy: 0." in rec["message"]
 
 
 def test_a_regex_that_never_matches_a_script_that_ends_is_named(tmp_path):
     spec = job(tmp_path, 'print("loss 0.3", flush=True)\n', REGEX)
     r = zeus("run", str(spec), "--no-output")
-    assert r.returncode == 1
+    assert r.returncode == 2
     rec = record(spec)
-    assert rec["stop_reason"] == "exited"
+    assert rec["stop_reason"] == "config_error" and rec["observed"] is False
     assert "matched none of the script's 1 output line(s)" in rec["message"] and "loss 0.3" in rec["message"]
 
 

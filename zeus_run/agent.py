@@ -74,18 +74,30 @@ class AgentPlan:
         dir: The trial's directory in the run directory (must be shared with the launcher).
         energy: How to open the energy source when the agent runs as its own process:
             `zeus_run.spec.EnergySettings` fields (None: the defaults).
+        power: Power limits the agent sets on its own node's GPUs (`zeus_run.power.node_power_plan`;
+            None: none).
     """
 
     trial: TrialPlan
     dir: Path
     energy: Mapping[str, Any] | None = None
+    power: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"trial": self.trial.to_json(), "dir": str(self.dir), "energy": dict(self.energy or {}) or None}
+        out = {"trial": self.trial.to_json(), "dir": str(self.dir), "energy": dict(self.energy or {}) or None}
+        if self.power is not None:
+            out["power"] = dict(self.power)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AgentPlan:
-        return cls(TrialPlan.from_json(data["trial"]), Path(data["dir"]), data.get("energy"))
+        return cls(TrialPlan.from_json(data["trial"]), Path(data["dir"]), data.get("energy"), data.get("power"))
+
+    def profiling(self) -> AgentPlan:
+        """This plan with power-limit profiling on (the script reports its steps; ``ZEUS_PROFILE``)."""
+        stop = self.dir / "profile_done"
+        env = {**self.trial.env, "ZEUS_PROFILE": "1", "ZEUS_PROFILE_STOP": str(stop)}
+        return dataclasses.replace(self, trial=dataclasses.replace(self.trial, env=env, profile_stop_path=stop))
 
     def write(self) -> Path:
         """Write ``plan.json`` into the trial's directory (atomically); returns its path."""
@@ -126,6 +138,26 @@ def run_agent(
     # In the launcher's process the history record is the durable copy; a separate agent fsyncs.
     write_outcome(plan.dir, outcome, durable=heartbeat)
     return outcome
+
+
+def _run_with_power(plan: AgentPlan, energy: EnergySource, cancel: threading.Event) -> None:
+    """Run the trial; with ``plan.power``, set, profile and restore this node's GPUs' limits around it."""
+    from zeus_run.power import open_node_power
+
+    power = open_node_power(plan.power, energy) if plan.power is not None else None
+    if power is None:
+        run_agent(plan, energy, cancel=cancel)
+        return
+    batch_size = int(plan.power["batch_size"]) if plan.power else 0
+    profiler = power.profiler_for(batch_size)
+    if profiler is not None and not profiler.done:
+        plan = plan.profiling()
+    try:
+        run_agent(plan, energy, cancel=cancel, profiler=profiler)
+    finally:
+        power.controller.restore()  # this node's GPUs' original limits and persistence mode
+    if profiler is not None:
+        power.trial_done(batch_size, profiler)
 
 
 def write_outcome(trial_dir: Path, outcome: TrialOutcome, durable: bool = True) -> None:
@@ -294,12 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     cancel = threading.Event()
     fields = {f.name for f in dataclasses.fields(EnergySettings)}
     settings = {k: v for k, v in (plan.energy or {}).items() if k in fields}
-    if settings.get("gpus") is not None:
-        settings["gpus"] = tuple(settings["gpus"])
+    for key in ("gpus", "include"):
+        if settings.get(key) is not None:
+            settings[key] = tuple(settings[key])
     try:
         with _signals_to(cancel), open_energy_source(EnergySettings(**settings)) as energy:
             write_agent_info(plan.dir, energy)
-            run_agent(plan, energy, cancel=cancel)
+            _run_with_power(plan, energy, cancel)
     except LaunchError as exc:
         print(f"zeus-run agent: {exc}", file=sys.stderr)
         write_outcome(

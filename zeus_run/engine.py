@@ -35,15 +35,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from zeus_run.concurrent import InOrder
+from zeus_run.config_errors import unobserve_config_error
 from zeus_run.contract import StopReason
-from zeus_run.cost import cost_threshold
-from zeus_run.errors import ConvergenceError
-from zeus_run.optimizer import BatchSizeOptimizer, Decision
+from zeus_run.early_stop import SLOWDOWN, Pace
+from zeus_run.errors import ConvergenceError, ZeusRunError
+from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
+from zeus_run.position import best_known
 from zeus_run.records import TrialRecord
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class TrialRequest:
         draw: Index of the optimizer's random draw (0 unless others at the same
             observation count are in flight).
         probe: Whether it is the trial pruning exploration waits for.
+        horizon: Recurrences the optimizer planned over (`zeus_run.records.TrialRecord.horizon`).
     """
 
     recurrence: int
@@ -78,6 +81,7 @@ class TrialRequest:
     in_flight: tuple[int, ...] = ()
     draw: int = 0
     probe: bool = False
+    horizon: int | None = None
 
     def stamp(self, record: TrialRecord) -> TrialRecord:
         """``record`` with this decision's context, as concurrent runs record every trial.
@@ -107,65 +111,6 @@ class TrialExecutor(Protocol):
         """Block until a started trial ends; return its record (``trial`` as in its request)."""
 
 
-@dataclass(frozen=True)
-class Position:
-    """Where a serial run stands, derived from its records.
-
-    Attributes:
-        recurrence: Recurrence to run next.
-        attempt: Try number of the next trial within it.
-        tries: Observed (counted) tries already spent on that recurrence.
-        min_cost: Cheapest total cost of a converged recurrence (unit: J; inf if none).
-        completed: Recurrences that reached the target.
-        early_stops: Early stops (`zeus_run.contract.StopReason.early_stop`) already taken by that recurrence.
-        converged: Per batch size, (sum of costs, count) of its converged trials.
-    """
-
-    recurrence: int
-    attempt: int
-    tries: int
-    min_cost: float
-    completed: int
-    early_stops: int = 0
-    converged: dict[int, tuple[float, int]] = field(default_factory=dict)
-
-
-def position(records: Sequence[TrialRecord]) -> Position:
-    """Derive the run's position from its records (pure; ``completed`` is right for concurrent runs too)."""
-    min_cost = math.inf
-    completed = 0
-    rec, attempt, tries, acc, early = 1, 1, 0, 0.0, 0
-    converged: dict[int, tuple[float, int]] = {}
-    for r in records:
-        if r.recurrence != rec:
-            rec, tries, acc, early = r.recurrence, 0, 0.0, 0
-        attempt = r.attempt + 1
-        if r.observed:
-            tries += 1
-            acc += r.spent_cost
-            early += r.stop_reason.early_stop
-            if r.reached:
-                total, n = converged.get(r.batch_size, (0.0, 0))
-                converged[r.batch_size] = (total + r.cost, n + 1)
-        if r.reached:
-            completed += 1
-            min_cost = min(min_cost, acc)
-            rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
-    return Position(rec, attempt, tries, min_cost, completed, early, converged)
-
-
-def best_known(converged: dict[int, tuple[float, int]], default: int) -> int:
-    """The batch size with the lowest mean cost among converged ones (ties: the smaller), or ``default``."""
-    if not converged:
-        return default
-    return min(converged, key=lambda b: (converged[b][0] / converged[b][1], b))
-
-
-def observations(records: Iterable[TrialRecord]):
-    """The optimizer's observations, in order."""
-    return [o for o in (r.observation for r in records) if o is not None]
-
-
 @dataclass
 class _Recurrence:
     """One recurrence's tries so far (`Ledger`)."""
@@ -175,6 +120,8 @@ class _Recurrence:
     cost: float = 0.0
     early_stops: int = 0
     reached: bool = False
+    #: Early stops not yet folded into the optimizer (robust rule: until the recurrence ends).
+    pending: list = field(default_factory=list)
 
 
 class Ledger:
@@ -205,6 +152,10 @@ class Ledger:
         self._recurrences: dict[int, _Recurrence] = {}
         self._open: set[int] = set()  # started, not yet converged
         self._newest = 0  # the highest recurrence started
+        #: Cost per epoch of converged tries (the robust early-stop rule's yardstick).
+        self.pace = Pace()
+        #: Recurrences that ran slow across the board after an early stop -> slowdown (robust rule).
+        self.slow: dict[int, float] = {}
 
     @classmethod
     def from_history(
@@ -238,19 +189,51 @@ class Ledger:
         self._open.add(record.recurrence)
         obs = record.observation
         if obs is not None:
-            self.state = self.engine.optimizer.observe(self.state, obs)
-            self.observed += 1
+            early = record.stop_reason.early_stop
+            robust = self.engine.optimizer.early_stop.robust
+            if early and robust:
+                r.pending.append(obs)  # judged when the recurrence ends (`zeus_run.early_stop`)
+            else:
+                self._observe(self._settle(record, obs, r) if robust and record.reached else obs)
             r.tries += 1
             r.cost += record.spent_cost
-            r.early_stops += record.stop_reason.early_stop
+            r.early_stops += early
             if record.reached:
                 total, n = self.converged.get(record.batch_size, (0.0, 0))
                 self.converged[record.batch_size] = (total + record.cost, n + 1)
+                self.pace.add(record)
         if record.reached:
             r.reached = True
             self._open.discard(record.recurrence)
             if r.cost < self.min_cost:
                 self.min_cost = r.cost
+
+    def _observe(self, obs: Observation) -> None:
+        self.state = self.engine.optimizer.observe(self.state, obs)
+        self.observed += 1
+
+    def _settle(self, record: TrialRecord, obs: Observation, r: _Recurrence) -> Observation:
+        """What ``record``, which ends recurrence ``r``, teaches (robust rule; `zeus_run.early_stop`).
+
+        If it ran its epochs `SLOWDOWN` times slower than its batch size's median, the
+        whole recurrence ran slow: its early stops are dropped and its own cost is taken
+        at the usual pace. Otherwise its early stops are folded first, as they are.
+        """
+        ratio = self.pace.slowdown(record)
+        pending, r.pending = r.pending, []
+        if ratio > SLOWDOWN:
+            self.slow[record.recurrence] = ratio
+            logger.debug(
+                "recurrence %d ran %.2fx slower than batch size %d's median: %d early stop(s) not charged",
+                record.recurrence,
+                ratio,
+                record.batch_size,
+                len(pending),
+            )
+            return dataclasses.replace(obs, cost=obs.cost / ratio)
+        for p in pending:
+            self._observe(p)
+        return obs
 
     def next_recurrence(self) -> int | None:
         """The recurrence a free slot runs next: the oldest unfinished one not in flight, else a new one."""
@@ -261,8 +244,13 @@ class Ledger:
                 return min(waiting)
         return self._newest + 1 if self._newest < self.engine.recurrences else None
 
-    def start(self, recurrence: int) -> TrialRequest:
+    def start(self, recurrence: int, horizon: int | None = None) -> TrialRequest:
         """Decide the next try of ``recurrence`` and count it as in flight.
+
+        Args:
+            recurrence: The recurrence.
+            horizon: Recurrences the optimizer plans over, if not its own (an audit re-derives
+                each decision with the horizon its record says it was taken under).
 
         Raises:
             ConvergenceError: The recurrence has used up ``max_tries``.
@@ -276,7 +264,10 @@ class Ledger:
             )
         self._open.add(recurrence)
         draw = self._free_draw()
-        decision, threshold, probe = self._decide(r, draw)
+        opt = self.engine.optimizer
+        if horizon is not None and horizon != opt.horizon:
+            opt = opt.with_horizon(horizon)
+        decision, threshold, probe = self._decide(opt, r, draw)
         request = TrialRequest(
             recurrence,
             r.attempt,
@@ -288,6 +279,7 @@ class Ledger:
             in_flight=tuple(sorted(self.in_flight)) if self.in_flight else (),
             draw=draw,
             probe=probe,
+            horizon=opt.horizon,
         )
         self.in_flight[request.trial] = request
         self.started += 1
@@ -320,21 +312,21 @@ class Ledger:
         taken = {q.draw for q in self.in_flight.values() if q.observed == self.observed}
         return next(d for d in range(len(taken) + 1) if d not in taken)
 
-    def _decide(self, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
+    def _decide(self, opt: BatchSizeOptimizer, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
         """The decision, its cost threshold, and whether it is pruning's probe."""
         eng = self.engine
-        opt = eng.optimizer
         choice = opt.decide(self.state, draw)
         expecting = choice.batch_size if choice.stage == "pruning" else None
         waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
-        threshold = cost_threshold(eng.beta, self.min_cost)
-        if eng.max_early_stops is not None and r.early_stops >= eng.max_early_stops:
+        rule = opt.early_stop
+        leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
+        fallback_after = rule.fallback_after(eng.max_early_stops)
+        if fallback_after is not None and r.early_stops >= fallback_after:
             decision = Decision(
-                best_known(self.converged, opt.default_batch_size),
+                leader if leader is not None else best_known(self.converged, opt.default_batch_size),
                 "fallback",
                 f"{r.early_stops} early stops in this recurrence: the best known batch size, without a cost threshold",
             )
-            threshold = math.inf
         elif expecting is not None and waiting is not None:
             bs = best_known(self.converged, opt.default_batch_size)
             decision = Decision(
@@ -347,7 +339,9 @@ class Ledger:
         else:
             decision = choice
         probe = waiting is None and decision.batch_size == expecting
-        return decision, threshold, probe
+        if decision.stage == "fallback":
+            return decision, math.inf, probe
+        return decision, rule.threshold(eng.beta, self.min_cost, decision.batch_size, self.converged), probe
 
 
 class Engine:
@@ -374,6 +368,7 @@ class Engine:
         beta: float | None,
         max_early_stops: int | None = None,
         concurrency: int = 1,
+        charge: Callable[[Sequence[TrialRecord], TrialRecord], TrialRecord] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -383,6 +378,9 @@ class Engine:
         self.beta = beta
         self.max_early_stops = max_early_stops
         self.concurrency = concurrency
+        #: Recomputes an ended trial's cost from the history before it (the ``max-slowdown``
+        #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
+        self.charge = charge
 
     def run(
         self,
@@ -411,6 +409,8 @@ class Engine:
         Raises:
             ConvergenceError: The first recurrence did not converge, or a
                 recurrence used up ``max_tries`` (raised once the trials in flight have ended).
+            zeus_run.config_errors.ConfigurationError: A trial failed because of the spec
+                (recorded as ``config_error``; raised once the trials in flight have ended).
             Exception: Whatever the executor raises, at once; trials it still runs are its own
                 to stop (see `zeus_run.concurrent`).
         """
@@ -419,7 +419,7 @@ class Engine:
         for request in sorted(adopted, key=lambda q: q.trial):
             executor.start(request)
         new: list[TrialRecord] = []
-        error: ConvergenceError | None = None
+        error: ZeusRunError | None = None
         stopping = False
         while True:
             while not stopping and len(ledger.in_flight) < self.concurrency:
@@ -443,6 +443,12 @@ class Engine:
                 )
             if self.concurrency > 1:
                 record = ended.stamp(record)
+            if ended.horizon is not None and record.horizon is None:
+                record = dataclasses.replace(record, horizon=ended.horizon)
+            if self.charge is not None:
+                record = self.charge([*history, *new], record)
+            record, spec_fault = unobserve_config_error(record, history, new)
+            error = error or spec_fault
             new.append(record)
             on_record(record)
             ledger.fold(record)

@@ -20,11 +20,14 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
-from zeus_run.summary import Summary, recurrence_rows, summarize
+from zeus_run.summary import EXPLORING_STAGES, Summary, recurrence_rows, summarize
+
+if TYPE_CHECKING:
+    from zeus_run.accounting import Accounting
 
 #: Image size (unit: inches) and resolution: 900 x 1000 pixels.
 FIGSIZE = (9.0, 10.0)
@@ -78,6 +81,7 @@ def plot_history(
     *,
     default_batch_size: int | None = None,
     title: str | None = None,
+    accounting: Accounting | None = None,
 ) -> Path:
     """Draw the run's three panels into ``path``.
 
@@ -86,6 +90,7 @@ def plot_history(
         path: Output file; its suffix picks the format (`FORMATS`).
         default_batch_size: b0 (default: the first trial's batch size).
         title: Figure title (default: the job name and the headline figures).
+        accounting: Carbon and money, shown under the title next to the default's.
 
     Returns:
         The path written.
@@ -108,7 +113,10 @@ def plot_history(
     _cost_panel(ax_cost, records, summary, unit, scale)
     _batch_size_panel(ax_bs, records, summary)
     _distribution_panel(ax_dist, records, summary, unit, scale)
-    fig.suptitle(title or _title(records, summary), fontsize=12)
+    head = title or _title(records, summary)
+    if accounting is not None and accounting.lines():
+        head += "\n" + "; ".join(accounting.lines())
+    fig.suptitle(head, fontsize=12)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=DPI)
     return out
@@ -137,7 +145,7 @@ def _cost_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, unit: str, 
         by_rec[r.recurrence].append(r)
     final = [by_rec[row.recurrence][-1].spent_cost / scale if row.reached else 0.0 for row in rows]
     failed = [row.cost / scale - f for row, f in zip(rows, final, strict=True)]
-    explored = [any(st in ("pruning", "explore") for st in row.stages) for row in rows]
+    explored = [row.stage in EXPLORING_STAGES for row in rows]  # a recurrence's stage is its first try's
     colors = [_EXPLORE if e else _EXPLOIT for e in explored]
     ax.bar(x, final, color=colors, width=0.8)
     ax.bar(x, failed, bottom=final, color="white", edgecolor=_WASTED, hatch="///", width=0.8, linewidth=0.8)

@@ -26,6 +26,9 @@ KINDS = ("real", "simulated", "replayed")
 #: Fields only concurrent runs write (`TrialRecord.seen` ...); absent means serial.
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
+#: Fields written only when set (absent: None), so records read as they did before these existed.
+OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon")
+
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
     "exited": "ended by itself (after the stop file, if one was created)",
@@ -86,6 +89,9 @@ class TrialRecord:
         probe: Concurrent runs: whether it is the trial pruning exploration waits for (a
             trial that ran the best known batch size while pruning's was in flight is not).
             None (serial): pruning takes any result of the batch size it expects.
+        horizon: The job's ``recurrences`` when it was decided: the optimizer plans
+            exploration over the recurrences left (``zeus-voi`` revision 2). None: open-ended,
+            or recorded before horizons were.
     """
 
     job: str
@@ -128,6 +134,7 @@ class TrialRecord:
     in_flight: tuple[int, ...] | None = None
     draw: int | None = None
     probe: bool | None = None
+    horizon: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
@@ -154,7 +161,7 @@ class TrialRecord:
             v = out[key]
             if isinstance(v, float) and not math.isfinite(v):
                 out[key] = None
-        for key in CONCURRENCY_FIELDS:  # serial records are written as before these fields existed
+        for key in OPTIONAL_FIELDS:  # e.g. serial records are written as before concurrency fields existed
             if out[key] is None:
                 del out[key]
         return out
@@ -190,7 +197,7 @@ class TrialRecord:
 _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
-_INT_MIN.update(seen=0, draw=0)
+_INT_MIN.update(seen=0, draw=0, horizon=1)
 #: Number fields written as None when not finite (a required one reads back as infinity).
 _FLOATS = tuple(f.name for f in dataclasses.fields(TrialRecord) if str(f.type).split(" ")[0] == "float")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from zeus_run.concurrent import Clocked
 from zeus_run.contract import StopReason
-from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
+from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import Executor, Ledger, TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.knobs import Knobs
@@ -112,7 +112,7 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
         recurrence = ledger.next_recurrence()
         assert recurrence is not None  # the horizon is past every recorded recurrence
         try:
-            req = ledger.start(recurrence)
+            req = ledger.start(recurrence, rec.horizon if rec.horizon is not None else knobs.horizon)
         except ConvergenceError:
             return AuditResult(checked, None)
         diff = _difference(rec, req)
@@ -242,6 +242,9 @@ class EmpiricalExecutor:
         self.recorded = recorded
         self.next: dict[int, int] = defaultdict(int)
 
+    def charge(self, energy: float, time: float, max_power: float) -> float:
+        return self.knobs.goal.trial_cost(energy, time, max_power)  # the engine adds max-slowdown's penalty
+
     def __call__(self, req: TrialRequest) -> TrialRecord:
         bs = req.decision.batch_size
         options = self.paths.get(bs)
@@ -260,8 +263,8 @@ class EmpiricalExecutor:
 
     def _same_conditions(self, r: TrialRecord, threshold: float) -> bool:
         rk, k = self.recorded, self.knobs
-        if rk is None or (rk.eta, rk.target_metric, rk.higher_is_better, rk.max_epochs) != (
-            k.eta,
+        if rk is None or (rk.goal, rk.target_metric, rk.higher_is_better, rk.max_epochs) != (
+            k.goal,
             k.target_metric,
             k.higher_is_better,
             k.max_epochs,
@@ -279,7 +282,7 @@ class EmpiricalExecutor:
         if self._same_conditions(r, T):
             return self._record(req, r, r.epochs, r.time, r.energy, r.cost, r.reached, r.stop_reason)
         n = r.epochs
-        cost = zeus_cost(r.energy, r.time, k.eta, r.max_power)
+        cost = self.charge(r.energy, r.time, r.max_power)
         per = cost / n if n else cost
         h = path.reached_at
         stop_at, reason = (
@@ -306,16 +309,14 @@ class EmpiricalExecutor:
             return self._record(req, r, n, r.time, r.energy, cost, reason is StopReason.TARGET_REACHED, reason)
         t, e = stop_at * r.time / n, stop_at * r.energy / n
         return self._record(
-            req, r, stop_at, t, e, zeus_cost(e, t, k.eta, r.max_power), reason is StopReason.TARGET_REACHED, reason
+            req, r, stop_at, t, e, self.charge(e, t, r.max_power), reason is StopReason.TARGET_REACHED, reason
         )
 
     def _cut(self, req: TrialRequest, r: TrialRecord, epochs: int) -> TrialRecord:
         if epochs <= 0:
             return self._record(req, r, 0, 0.0, 0.0, SKIP_PENALTY * req.cost_threshold, False, StopReason.SKIPPED)
         t, e = epochs * r.time / r.epochs, epochs * r.energy / r.epochs
-        return self._record(
-            req, r, epochs, t, e, zeus_cost(e, t, self.knobs.eta, r.max_power), False, StopReason.COST_THRESHOLD
-        )
+        return self._record(req, r, epochs, t, e, self.charge(e, t, r.max_power), False, StopReason.COST_THRESHOLD)
 
     def _record(
         self,
@@ -384,9 +385,9 @@ def what_if(
     done = sorted({r.recurrence for r in out if r.reached})
     # Compare like with like: the recorded trials of the recurrences the replay completed.
     done_set = set(range(1, len(done) + 1))
-    same_eta = recorded is not None and recorded.eta == knobs.eta
+    same_eta = recorded is not None and recorded.goal == knobs.goal
     recorded_cost = sum(
-        r.spent_cost if same_eta else zeus_cost(r.energy, r.time, knobs.eta, r.max_power)
+        r.spent_cost if same_eta else empirical.charge(r.energy, r.time, r.max_power)
         for r in records
         if r.observed and r.recurrence in done_set
     )

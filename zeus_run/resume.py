@@ -182,6 +182,8 @@ def _hits(metric: float, spec: JobSpec) -> bool:
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:
     """Decision-relevant settings that differ between a stored and a new spec."""
     new = spec.to_dict()
+    if isinstance(stored.get("optimizer"), dict) and "revision" not in stored["optimizer"]:
+        stored = {**stored, "optimizer": {**stored["optimizer"], "revision": 1}}  # recorded before revisions
     out = []
     for key in DECISION_FIELDS:
         old_v, new_v = stored.get(key), new.get(key)
@@ -291,6 +293,7 @@ def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
         in_flight=marker.in_flight,
         draw=marker.draw,
         probe=marker.probe,
+        horizon=marker.horizon,
     )
 
 
@@ -334,5 +337,6 @@ def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         log=f"trials/{TrialFiles.dir_name(rec, attempt)}/{TrialFiles.OUTPUT}",
         message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
         provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
+        horizon=marker.horizon,
         **marker.stamp(),
     )

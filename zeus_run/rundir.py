@@ -242,6 +242,27 @@ def fresh_sibling(base: Path) -> Path:
     raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
 
 
+def remove_if_unused(rd: RunDir) -> None:
+    """Remove a run directory this launcher created, if nothing was recorded in it (a run that failed at start).
+
+    Only zeus-run's own files may be there: the lock, the spec, empty trial directories.
+    """
+    if (rd.path / HISTORY_NAME).exists() or os.path.lexists(rd.path / RUNNING_NAME):
+        return
+    own = {LOCK_NAME, SPEC_NAME, PROBE_NAME, TRIALS_NAME}
+    try:
+        if not {e.name for e in os.scandir(rd.path)} <= own:
+            return
+        trials = rd.path / TRIALS_NAME
+        for d in list(os.scandir(trials)) if trials.is_dir() else []:
+            if not d.is_dir(follow_symlinks=False) or any(os.scandir(d.path)):
+                return
+        shutil.rmtree(rd.path)
+        logger.debug("removed %s: nothing was recorded in it", rd.path)
+    except OSError as exc:
+        logger.debug("could not remove the unused run directory %s: %s", rd.path, exc)
+
+
 def read_running(path: Path) -> list[RunningMarker] | None:
     """The trials in flight that a run directory's ``running.json`` names (read-only; see `RunDir.running_trials`)."""
     p = path / RUNNING_NAME

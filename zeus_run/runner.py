@@ -21,8 +21,8 @@ from typing import Any
 from zeus_run.concurrent import SlotPool
 from zeus_run.contract import RunningMarker, StopReason
 from zeus_run.energy import EnergySource
-from zeus_run.engine import Engine, TrialExecutor, TrialRequest, position
-from zeus_run.errors import Interrupted, UsageError
+from zeus_run.engine import Engine, TrialExecutor, TrialRequest
+from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -33,11 +33,13 @@ from zeus_run.executors import (
     provenance,
 )
 from zeus_run.executors._base import command, marker, now
+from zeus_run.export import LiveExports
 from zeus_run.knobs import Knobs
+from zeus_run.position import position
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.resume import choose_run_dir, recover, request_of
-from zeus_run.rundir import RunDir
+from zeus_run.rundir import RunDir, remove_if_unused
 from zeus_run.spec import JobSpec
 from zeus_run.trial import preflight, trial_environment
 
@@ -111,8 +113,11 @@ def run_job(
     _preflight_default(spec)
     cancel = cancel or threading.Event()
     executor_class = EXECUTORS[spec.executor.kind]
+    created = not path.exists() or not any(path.iterdir())
     with contextlib.ExitStack() as stack:
         rd = stack.enter_context(RunDir.open(path))
+        if created:  # a run that fails before recording anything leaves no empty run directory
+            stack.callback(remove_if_unused, rd)
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
         recovered = recover(rd, spec, lambda markers: _recover_trials(markers, spec.executor.kind))
@@ -122,6 +127,7 @@ def run_job(
             rd.save_spec(spec)
         resumed = resumed and bool(history)
         done = position(history).completed
+        knobs = Knobs.from_spec(spec)  # the horizon the optimizer plans over: the spec's (None: open-ended)
         if next_recurrences is None and spec.recurrences is None:
             next_recurrences = 1  # open-ended: each launch runs one more recurrence
         if next_recurrences is not None:
@@ -134,22 +140,18 @@ def run_job(
                 "all %d recurrences are already done in %s; raise `recurrences`, or run `--next`", total, rd.path
             )
             return RunResult(rd.path, list(history), [], energy.describe(), resumed)
-        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path)
-        if spec.executor.kind != "local" and spec.power_limit.enabled:
-            logger.info("power limits: not set on %s nodes (the agent there measures energy only)", spec.executor.kind)
+        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
         if power is not None:
             stack.callback(power.controller.restore)  # at the end of the run, whatever happens
-        if power is not None and spec.concurrency > 1:
-            raise UsageError(
-                f"power_limit.enabled with concurrency: {spec.concurrency} is not supported: the power-limit "
-                "profiler measures one trial at a time. Set power_limit.enabled: false, or concurrency: 1."
-            )
-        engine = Knobs.from_spec(spec).engine(total)
+        b0 = spec.default_batch_size
+        profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
+        engine = knobs.engine(total, profile)
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
             lst = _Serialized(lst)  # trials report from several threads
         executor = executor_class(spec, rd, energy, lst, cancel, power)
         stack.callback(executor.close)
+        live = LiveExports.from_settings(spec.export, rd.path)
 
         def check_cancel(req: TrialRequest) -> None:
             if cancel.is_set():  # a signal arrived between trials: this one has not started
@@ -163,6 +165,7 @@ def run_job(
             rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or trigger))
             rd.clear_running(record.trial)
             lst.on_trial_end(record)
+            live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
 
         if spec.concurrency == 1:
             new_records = engine.run(history, execute, persist, adopted)

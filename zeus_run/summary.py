@@ -11,7 +11,7 @@ replayed alike), so the CLI only renders and tests call these directly:
   the default batch size's mean (the figure that says what zeus-run saves per
   run from now on, which the whole-history total hides while exploration is
   young);
-* `recommend`: the setting to use (batch size, learning rate, power limit);
+* `recommend` (`zeus_run.recommend`): the setting to use (batch size, learning rate, power limit);
 * `failure_reason`: a crashed trial's cause, from the tail of its log;
 * `summarize`: all of it, plus totals and savings against always running the default.
 """
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from zeus_run.contract import StopReason, crash_cause
+from zeus_run.recommend import Belief, Recommendation, recommend
 from zeus_run.records import TrialRecord
 
 #: Recurrences in the steady-state figure (the most recent ones after exploration).
@@ -54,6 +55,7 @@ class RecurrenceRow:
         reasons: Each trial's failure cause (`failure_reason`), None where it did not fail.
         power_limit: Power limit of the last trial (unit: W), if one was set.
         date: UTC date (``YYYY-MM-DD``) of the recurrence's trigger, or of its first trial's start.
+        stage: The recurrence's stage: its first try's (a fallback after an exploring try still explored).
     """
 
     recurrence: int
@@ -71,6 +73,10 @@ class RecurrenceRow:
     reasons: tuple[str | None, ...] = ()
     power_limit: float | None = None
     date: str | None = None
+
+    @property
+    def stage(self) -> str:
+        return self.stages[0] if self.stages else ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class SteadyState:
         mean_cost: Mean cost per recurrence, all its tries included (unit: J).
         savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
         batch_sizes: Batch size each covered recurrence converged with.
+        skipped: Slow recurrences in that span left out (the machine, not the batch size).
     """
 
     recurrences: int
@@ -138,28 +145,7 @@ class SteadyState:
     mean_cost: float
     savings: float | None
     batch_sizes: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """The setting to run this job with.
-
-    Attributes:
-        batch_size: Batch size with the lowest mean converged cost (among those
-            with at least two converged runs, when any has two).
-        learning_rate: Its learning rate, as zeus-run passed it.
-        power_limit: Its power limit (unit: W), None if none was set.
-        mean_cost: Its mean converged cost (unit: J).
-        runs: Converged runs the mean rests on.
-        savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
-    """
-
-    batch_size: int
-    learning_rate: float | None
-    power_limit: float | None
-    mean_cost: float
-    runs: int
-    savings: float | None
+    skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -184,6 +170,8 @@ class Summary:
         exploration: `ExplorationStatus`.
         steady: `SteadyState`, None while exploring or before a recurrence after it.
         recommendation: `Recommendation`, None before anything converged.
+        slow: Recurrences that ran slow across the board, not charged to a batch size
+            (recurrence -> slowdown; `zeus_run.early_stop`), when the optimizer's belief was given.
         provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
         after_time, after_energy: Time and energy the scripts spent after the point they were
             judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
@@ -217,6 +205,7 @@ class Summary:
     provenance: dict[str, tuple[str, ...]] = field(default_factory=dict)
     after_time: float = 0.0
     after_energy: float = 0.0
+    slow: dict[int, float] = field(default_factory=dict)
 
 
 def failure_reason(record: TrialRecord) -> str | None:
@@ -314,8 +303,13 @@ def steady_state(
     exploration: ExplorationStatus,
     default_mean_cost: float | None,
     window: int = STEADY_WINDOW,
+    slow: Collection[int] = (),
 ) -> SteadyState | None:
     """Mean cost of the last ``window`` converged recurrences after exploration ended.
+
+    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.early_stop`) are left
+    out, unless every recurrence after exploration was slow: the figure is about the
+    batch size chosen, not about tonight's load.
 
     Returns:
         None while exploring, or before a recurrence converged after exploration.
@@ -323,7 +317,9 @@ def steady_state(
     if exploration.exploring or exploration.ended_after is None:
         return None
     after = [row for row in rows if row.reached and row.recurrence > exploration.ended_after]
-    recent = after[-window:]
+    quiet = [row for row in after if row.recurrence not in slow] or after
+    recent = quiet[-window:]
+    skipped = sum(row.recurrence in slow for row in after if recent and row.recurrence >= recent[0].recurrence)
     if not recent:
         return None
     mean = sum(row.cost for row in recent) / len(recent)
@@ -334,29 +330,7 @@ def steady_state(
         mean_cost=mean,
         savings=_savings(mean, default_mean_cost),
         batch_sizes=tuple(row.final_batch_size for row in recent),
-    )
-
-
-def recommend(stats: Sequence[BatchSizeStats], default_mean_cost: float | None) -> Recommendation | None:
-    """The batch size (with its learning rate and power limit) to run with.
-
-    The lowest mean converged cost wins; when some batch size has two or more
-    converged runs, a batch size with a single lucky run does not compete.
-    """
-    candidates = [s for s in stats if s.mean_cost is not None]
-    if any(s.converged >= 2 for s in candidates):
-        candidates = [s for s in candidates if s.converged >= 2]
-    if not candidates:
-        return None
-    best = min(candidates, key=lambda s: (s.mean_cost, -s.converged))
-    assert best.mean_cost is not None
-    return Recommendation(
-        batch_size=best.batch_size,
-        learning_rate=best.learning_rate,
-        power_limit=best.power_limit,
-        mean_cost=best.mean_cost,
-        runs=best.converged,
-        savings=_savings(best.mean_cost, default_mean_cost),
+        skipped=skipped if quiet is not after else 0,
     )
 
 
@@ -388,7 +362,10 @@ def _gpu_text(gpu: dict) -> str:
 
 
 def summarize(
-    records: Sequence[TrialRecord], default_batch_size: int | None = None, steady_window: int = STEADY_WINDOW
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None = None,
+    steady_window: int = STEADY_WINDOW,
+    belief: Belief | None = None,
 ) -> Summary:
     """Totals, per-batch-size statistics, exploration, steady state, recommendation and savings.
 
@@ -397,6 +374,7 @@ def summarize(
         default_batch_size: b0; when None, the batch size of the first trial
             (zeus-run always starts there).
         steady_window: Recurrences in the steady-state figure.
+        belief: What the optimizer favours (`zeus_run.recommend.believed_best`), if known.
     """
     if default_batch_size is None and records:
         default_batch_size = records[0].batch_size
@@ -444,11 +422,12 @@ def summarize(
         recurrence_costs=tuple(row.cost for row in rows),
         by_batch_size=tuple(stats),
         exploration=exploration,
-        steady=steady_state(rows, exploration, means["cost"], steady_window),
-        recommendation=recommend(stats, means["cost"]),
+        steady=steady_state(rows, exploration, means["cost"], steady_window, belief.slow if belief else ()),
+        recommendation=recommend(stats, means["cost"], default_batch_size, belief.batch_size if belief else None),
         provenance=provenance(records),
         after_time=sum(r.after_time or 0.0 for r in records),
         after_energy=sum(r.after_energy or 0.0 for r in records),
+        slow=dict(belief.slow) if belief else {},
     )
 
 

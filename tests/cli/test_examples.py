@@ -55,7 +55,8 @@ def records(tmp_path: Path) -> list[dict]:
 
 
 def test_regex_example_reads_an_unmodified_script(tmp_path):
-    spec = small_copy("keras-style-regex.yaml", tmp_path, 2, [])
+    # zeus: its pruning runs a second batch size in recurrence 2 (zeus-voi does not explore with one recurrence left)
+    spec = small_copy("keras-style-regex.yaml", tmp_path, 2, [], optimizer={"policy": "zeus"})
     r = run(spec)
     assert r.returncode == 0, r.stderr
     recs = records(tmp_path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -64,8 +66,13 @@ def test_converging_trial(write_spec):
     assert (run_dir / rec["log"]).read_text().count("done") == 2
 
 
+#: The paper's policy: it explores (and early-stops) on a two-recurrence run, where zeus-voi plans no exploration.
+ZEUS = "optimizer: {policy: zeus}\n"
+
+
 def test_never_reaching_target_hits_max_epochs(write_spec):
-    spec = write_spec(spec_text(body="recurrences: 2\nbeta: null\n").replace("recurrences: 1\n", ""))
+    # zeus: its pruning explores in recurrence 2 (zeus-voi does not, with one recurrence left)
+    spec = write_spec(spec_text(body="recurrences: 2\nbeta: null\n" + ZEUS).replace("recurrences: 1\n", ""))
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     recs = history(spec)
@@ -76,7 +83,7 @@ def test_never_reaching_target_hits_max_epochs(write_spec):
 
 def test_crashing_trial_is_a_failed_trial(write_spec):
     spec = write_spec(
-        spec_text("--crash-at 2 --crash-bs 1", "recurrences: 2\nbeta: null\n").replace("recurrences: 1\n", "")
+        spec_text("--crash-at 2 --crash-bs 1", "recurrences: 2\nbeta: null\n" + ZEUS).replace("recurrences: 1\n", "")
     )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
@@ -91,7 +98,7 @@ def test_cost_threshold_stops_early_and_kills_the_process_group(write_spec, tmp_
     spec = write_spec(
         spec_text(
             f"--epoch-time 0.15 --ignore-stop --pid-file {pidfile}",
-            "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\nstop: {grace: 1}\n",  # it ignores the stop file
+            "recurrences: 2\nbeta: 1.5\nmax_epochs: 30\nstop: {grace: 1}\n" + ZEUS,  # it ignores the stop file
         )
         .replace("recurrences: 1\n", "")
         .replace("max_epochs: 5\n", "")
@@ -210,3 +217,23 @@ def test_every_command_has_help_with_an_example():
         assert r.returncode == 0 and "Example" in r.stdout, cmd
     r = zeus("--version")
     assert r.returncode == 0 and r.stdout.startswith("zeus-run ")
+
+
+def test_a_spec_that_fails_at_start_leaves_no_run_directory(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        spec_text().replace("energy: {source: estimate, watts: 100, basis: wall-time}", "energy: {source: nvml}")
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 2 and "nvml" in r.stderr.lower(), r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_history_csv_writes_provenance_as_json(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text())
+    assert zeus("run", str(spec), "--no-output").returncode == 0
+    r = zeus("history", str(tmp_path / "runs"), "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    row = next(csv.DictReader(io.StringIO(r.stdout)))
+    assert json.loads(row["provenance"])["host"]

@@ -19,7 +19,7 @@ import pytest
 from tests import fake_slurm
 from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import launch
-from zeus_run.agent import AGENT_NAME, HEARTBEAT_NAME, OUTCOME_NAME
+from zeus_run.agent import AGENT_NAME, HEARTBEAT_NAME, OUTCOME_NAME, heartbeat_age, read_outcome
 from zeus_run.contract import RunningMarker
 from zeus_run.errors import Interrupted
 from zeus_run.executors import EXECUTORS, SlurmExecutor
@@ -243,8 +243,9 @@ def test_a_relaunched_launcher_takes_over_the_running_job_of_a_killed_one(write_
 
 
 def test_a_relaunched_launcher_cancels_a_job_whose_agent_is_gone(write_spec, fake):
-    # The timeout leaves a loaded machine's heartbeat thread (every 1 s) room to keep up.
-    spec = write_spec(spec_text(needs="1:0,2:4,4:3,8:2", epoch_time=1.0, recurrences=1, heartbeat_timeout=6))
+    # The timeout leaves a loaded machine's heartbeat thread (every 1 s) room to keep up; the trial
+    # (4 epochs of 3 s) cannot have ended, and written its outcome, before its agent is stopped.
+    spec = write_spec(spec_text(needs="1:0,2:4,4:3,8:2", epoch_time=3.0, recurrences=1, heartbeat_timeout=6))
     run_dir = spec.parent / "runs"
     proc = launch(spec)
     info = running_trial(run_dir)
@@ -252,7 +253,9 @@ def test_a_relaunched_launcher_cancels_a_job_whose_agent_is_gone(write_spec, fak
     proc.wait(10)
     agent = json.loads(wait_for(lambda: _read(Path(info["trial_dir"]) / AGENT_NAME), "agent.json"))
     os.kill(agent["pid"], signal.SIGSTOP)  # a hung agent: its heartbeat stops
-    time.sleep(7)
+    tdir = Path(info["trial_dir"])
+    wait_for(lambda: (heartbeat_age(tdir) or 0.0) > 6.5, "the heartbeat to be older than the timeout")
+    assert read_outcome(tdir) is None
     run_job(load_spec(spec))
     records = check_audit(run_dir)
     assert [(r.attempt, r.stop_reason) for r in records] == [(1, "interrupted"), (2, "target_reached")]

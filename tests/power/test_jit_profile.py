@@ -71,7 +71,7 @@ def test_eta_changes_the_choice():
     assert best_power_limit(truth, 1.0, 300) < best_power_limit(truth, 0.0, 300) == 300
 
 
-def test_windows_scale_down_when_epoch_is_short():
+def test_short_epoch_scales_iterations_but_never_the_time_minimum():
     calls: list[float] = []
     prof = JitProfiler(
         LIMITS,
@@ -79,11 +79,15 @@ def test_windows_scale_down_when_epoch_is_short():
         lambda w: calls.append(w) or True,
         warmup_iters=10,
         measure_iters=40,
+        min_window_s=2.0,
+        settle_s=0.5,
     )
     steps = drive(prof, calls, epoch_iters=70)  # 7 x 50 iterations would not fit in 70
     assert (prof.warmup_iters, prof.measure_iters) == (2, 8)  # scaled by 70 / 350
     assert prof.complete
-    assert steps <= 70 + 7  # fits in the epoch, plus the first reading at each limit
+    # Profiling carried on past the 70-iteration epoch rather than shrinking the windows in time.
+    assert steps > 70
+    assert all(m.window_s is not None and m.window_s >= 2.0 for m in prof.profile)
 
 
 def test_windows_unchanged_when_epoch_is_long():
@@ -117,7 +121,9 @@ def test_stored_profile_applies_choice_at_start():
 
 
 def test_failed_set_stops_profiling_without_raising():
-    prof = JitProfiler(LIMITS, lambda p: 300.0, lambda w: w == 300.0, warmup_iters=1, measure_iters=2)
+    prof = JitProfiler(
+        LIMITS, lambda p: 300.0, lambda w: w == 300.0, warmup_iters=1, measure_iters=2, min_window_s=0.1, min_updates=2
+    )
     prof.start()
     for i in range(1, 20):
         prof.observe(i, i * 0.1, i * 0.1, i * 25.0)

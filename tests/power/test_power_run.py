@@ -42,6 +42,9 @@ def _spec(tmp_path, iters=100, extra="", recurrences=2):
           step_watts: 50
           warmup_iters: 2
           measure_iters: 5
+          min_window_s: 0.01  # the fake counter is continuous; keep the test short
+          settle_s: 0
+          min_counter_updates: 1
         {extra}
     """)
     return parse_spec(text)

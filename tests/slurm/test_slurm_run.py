@@ -8,7 +8,6 @@ where its wait overlaps the client's own time-limit test.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.concurrency_helpers import in_flight as markers_in_flight
 from tests.concurrency_helpers import overlapping
 from tests.conftest import PYTHON
 from tests.executors.test_slurm_executor import check_audit, spec_text, wait_for
@@ -37,12 +37,8 @@ def live(run_dir: Path, name: str = "k") -> list[str]:
 
 
 def in_flight(run_dir: Path) -> list[dict]:
-    """The trials ``running.json`` marks in flight (one or several)."""
-    try:
-        data = json.loads((run_dir / "running.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return data.get("in_flight", [data])
+    """The trials ``running.json`` marks in flight (one or several), as JSON objects."""
+    return [m.to_json() for m in markers_in_flight(run_dir)]
 
 
 def test_demo_with_two_jobs_in_flight_uses_both_nodes_and_overlaps(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:

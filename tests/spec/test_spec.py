@@ -276,3 +276,18 @@ def test_check_refuses_a_hostile_spec_with_exit_2_and_a_sentence(tmp_path: Path,
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("Error:") and "problem" in r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "line, field",
+    [
+        ("seed: " + "1" * 61, "seed"),
+        ("target_metric: " + "9" * 5000, "target_metric"),
+        ("env: {A: " + "[" * 60 + "]" * 60 + "}", "env"),
+        ("optimizer:\n  policy: zeus\n  window_size: " + "7" * 70, "optimizer.window_size"),
+    ],
+)
+def test_a_value_the_yaml_reader_refuses_names_its_field_not_yaml(line, field):
+    found = problems(GOOD + line + "\n")
+    assert [p.field for p in found] == [field]
+    assert found[0].line == len(GOOD.splitlines()) + 1 + line.count("\n")

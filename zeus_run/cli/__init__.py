@@ -15,9 +15,11 @@ import typer
 
 from zeus_run import __version__
 from zeus_run.cli.check import check_command
+from zeus_run.cli.export import export_command
 from zeus_run.cli.history import history_command
 from zeus_run.cli.plot import plot_command
 from zeus_run.cli.replay import replay_command
+from zeus_run.cli.report import report_command
 from zeus_run.cli.run import run_command
 from zeus_run.cli.simulate import simulate_command
 
@@ -57,8 +59,10 @@ app.command("plot")(plot_command)
 app.command("check")(check_command)
 app.command("simulate")(simulate_command)
 app.command("replay")(replay_command)
+app.command("export")(export_command)
+app.command("report")(report_command)
 
-COMMANDS = ("run", "history", "plot", "check", "simulate", "replay")
+COMMANDS = ("run", "history", "plot", "check", "simulate", "replay", "export", "report")
 
 
 def unknown_command_message(word: str) -> str | None:

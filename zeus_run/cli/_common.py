@@ -25,6 +25,8 @@ from zeus_run.errors import UsageError, ZeusRunError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from zeus_run.objective import Objective
+
 F = TypeVar("F", bound=Callable)
 
 #: Width of the consoles when the stream is not a terminal (cron, CI, Slurm logs):
@@ -72,6 +74,36 @@ def eta_option(default: str) -> Any:
         max=1.0,
         help=f"Energy weight of the cost, in [0, 1] (0: time only, 1: energy only). Default: {default}.",
     )
+
+
+def objective_option(default: str) -> Any:
+    """``--objective``: the same forms in every command (`zeus_run.objective.parse_objective`)."""
+    return typer.Option(
+        None,
+        "--objective",
+        metavar="KIND[=VALUE]",
+        help="What to minimise: cost=ETA (energy-time cost), energy, time, or max-slowdown=FACTOR "
+        f"(least energy with time <= FACTOR x the time at the max power limit). Default: {default}.",
+    )
+
+
+def resolve_objective(objective: str | None, eta: float | None) -> Objective | None:
+    """The objective of ``--objective`` (None when absent); ``--eta`` only goes with ``cost``.
+
+    Raises:
+        UsageError: An unknown form, or ``--eta`` with another kind.
+    """
+    from zeus_run.objective import ObjectiveError, parse_objective
+
+    if objective is None:
+        return None
+    try:
+        parsed = parse_objective(objective)
+    except ObjectiveError as exc:
+        raise UsageError(str(exc)) from None
+    if eta is not None:
+        raise UsageError(f"--eta and --objective {objective} both set the objective; use --objective cost={eta:g}.")
+    return parsed
 
 
 def beta_option(default: str) -> Any:

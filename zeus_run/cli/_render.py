@@ -32,6 +32,7 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     StopReason.INTERRUPTED: ("interrupted", "bright_black"),
     StopReason.SKIPPED: ("skipped", "bright_black"),
     StopReason.INFRASTRUCTURE: ("infra", "red"),
+    StopReason.CONFIG_ERROR: ("config-error", "red"),
 }
 
 #: Longest failure reason shown in a table cell (the full text is in the log and in --format json).
@@ -44,6 +45,8 @@ Justify = Literal["left", "right"]
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from zeus_run.accounting import Accounting
 
 
 @dataclass
@@ -201,7 +204,7 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
         cells = [
             str(row.recurrence),
             ",".join(str(b) for b in row.batch_sizes),
-            row.stages[-1] if row.stages else "",
+            row.stage,
             str(row.epochs),
             fmt_time(row.time),
             f"{est}{fmt_energy(row.energy)}",
@@ -304,8 +307,9 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             if st.recurrences == 1
             else f"last {st.recurrences} recurrences, {st.first}-{st.last}"
         )
-        vs = f", {_pct(st.savings)} against the default" if st.savings is not None else ""
-        lines.append(f"Steady state ({span}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
+        vs = f", {_pct(st.savings)} against the default{_rough(s)}" if st.savings is not None else ""
+        skipped = f"; {st.skipped} slow recurrence(s) left out" if st.skipped else ""
+        lines.append(f"Steady state ({span}{skipped}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
     if s.after_time > 0:
         lines.append(
             f"After the target or a stop (saving, winding down; not in the cost): time {fmt_time(s.after_time)}, "
@@ -314,7 +318,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     if s.savings_cost is not None:
         lines.append(
             f"Whole history ({s.recurrences} recurrences, exploration included) against always running the default: "
-            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}"
+            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}{_rough(s)}"
         )
     else:
         lines.append("Savings against the default: unknown (the default batch size never converged in this history)")
@@ -324,12 +328,17 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         if r.learning_rate is not None:
             parts.append(f"learning rate {r.learning_rate:.4g}")
         parts.append(f"power limit {r.power_limit:g} W" if r.power_limit is not None else "power limit unchanged")
-        vs = f", {_pct(r.savings)} against the default" if r.savings is not None else ""
+        vs = f", {_pct(r.savings)} against the default{_rough(s)}" if r.savings is not None else ""
         runs = "1 run" if r.runs == 1 else f"{r.runs} runs"
         provisional = " [yellow](provisional: still exploring)[/]" if s.exploration and s.exploration.exploring else ""
         lines.append(
             f"Recommended: {', '.join(parts)} (mean cost {fmt_energy(r.mean_cost)} over {runs}{vs}){provisional}"
         )
+        if r.note:
+            lines.append(f"  ({escape(r.note)})")
+    if s.slow:
+        shown = ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items()))
+        lines.append(f"Slow recurrences (every batch size ran slower; not charged to the batch size that ran): {shown}")
     lines.append(
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
     )
@@ -368,24 +377,34 @@ def _pct(v: float | None) -> str:
     return f"[green]{v * 100:.1f}% saved[/]" if v >= 0 else f"[red]{-v * 100:.1f}% more[/]"
 
 
+def _rough(s: Summary) -> str:
+    """Said next to every saving when the default's cost rests on a single run."""
+    return " [yellow](the default's single run: a rough baseline)[/]" if s.default_runs == 1 else ""
+
+
 def summary_json(summary: Summary) -> dict[str, Any]:
     """The summary as a JSON-ready dict (nested dataclasses as objects)."""
     return dataclasses.asdict(summary)
 
 
-def write_records(records: Sequence[TrialRecord], fmt: str, summary: Summary | None = None) -> None:
-    """Machine-readable output on stdout: ``json`` (trials and summary) or ``csv`` (one row per trial)."""
+def write_records(
+    records: Sequence[TrialRecord], fmt: str, summary: Summary | None = None, accounting: Accounting | None = None
+) -> None:
+    """Machine-readable output on stdout: ``json`` (trials, summary and accounting) or ``csv`` (one row per trial)."""
     rows = [r.to_json() | {"reason": failure_reason(r)} for r in records]
     if fmt == "json":
         out: dict[str, Any] = {"trials": rows}
         if summary is not None:
             out["summary"] = summary_json(summary)
+        if accounting is not None:
+            out["accounting"] = accounting.to_json()
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    fields = list(rows[0]) if rows else [*TrialRecord.__dataclass_fields__, "reason"]
+    fields = list(dict.fromkeys(k for r in rows for k in r)) if rows else [*TrialRecord.__dataclass_fields__, "reason"]
     w = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r in rows:
         r["metrics"] = " ".join(f"{m:g}" for m in r["metrics"])
-        w.writerow(r)
+        # Structured values (provenance, trials in flight) as JSON, not Python's repr.
+        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in r.items()})

@@ -59,17 +59,22 @@ def check_command(
             lrs = ", ".join(f"{b}: {learning_rate_for(spec, b):.4g}" for b in spec.batch_sizes)
             out.print(f"Learning rate per batch size ({spec.lr_scaling} scaling): {lrs}", markup=False)
         err.print(f"Energy source: {source.describe()}", markup=False)
-        for line in gpu_report(source, spec.power_limit.enabled):
+        for line in gpu_report(source, spec.power_limit.enabled, spec.power_limit):
             err.print(line, markup=False)
 
 
-def gpu_report(source, power_limit_enabled: bool) -> list[str]:
+def gpu_report(source, power_limit_enabled: bool, settings=None) -> list[str]:
     """Lines describing the detected GPUs: names, count, energy method, power-limit range and permission."""
-    from zeus_run.energy import NvmlEnergy
-    from zeus_run.power import HOW_TO_ENABLE, PowerLimitController
+    from zeus_run.energy import gpu_source, rapl_status
+    from zeus_run.power._session import make_controller
+    from zeus_run.spec import PowerLimitSettings
 
-    if not isinstance(source, NvmlEnergy):
-        return ["GPUs: none measured (energy is an estimate; power-limit optimization is off)"]
+    rapl = rapl_status()
+    gpus = gpu_source(source)
+    if gpus is None:
+        what = "an estimate" if source.estimated else f"measured by {source.name}"
+        return [f"GPUs: none measured (energy is {what}; power-limit optimization is off)", rapl]
+    source = gpus
     lines = [f"GPUs: {len(source.gpus)}"]
     for g in source.gpus:
         method = (
@@ -79,12 +84,14 @@ def gpu_report(source, power_limit_enabled: bool) -> list[str]:
             f"  GPU {g.index}: {g.name}; energy: {method}; power limit range {g.min_limit_w:g}-{g.max_limit_w:g} W"
         )
     lines.append(f"Max power for the cost: {source.max_power:g} W (sum of the GPUs' maximum power limits)")
+    lines.append(rapl)
     if not power_limit_enabled:
         lines.append("Power-limit optimization: disabled in the spec")
         return lines
-    ctl = PowerLimitController(source)
+    ctl, how = make_controller(settings or PowerLimitSettings(), source)
+    via = " through zeusd" if hasattr(ctl.nvml, "client") else ""
     if ctl.check_permission():
-        lines.append(f"Power-limit optimization: limits can be set ({ctl.min_limit:g}-{ctl.max_limit:g} W)")
+        lines.append(f"Power-limit optimization: limits can be set{via} ({ctl.min_limit:g}-{ctl.max_limit:g} W)")
     else:
-        lines.append(f"Power-limit optimization: limits cannot be set: {ctl.reason}. {HOW_TO_ENABLE}")
+        lines.append(f"Power-limit optimization: limits cannot be set{via}: {ctl.reason}. {how}")
     return lines

@@ -3,32 +3,82 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
+from zeus_run.jobs import many_jobs
+
+if TYPE_CHECKING:
+    from zeus_run.accounting import Accounting
+    from zeus_run.records import TrialRecord
 
 
 def default_batch_size_of(history_file: Path) -> int | None:
     """b0 from the run directory's resolved spec, if there is one."""
+    from zeus_run.jobs import default_batch_size_of as of_run_dir
+
+    return of_run_dir(history_file.parent)
+
+
+def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_size: int | None) -> Accounting | None:
+    """Carbon and money of a run, from the ``accounting`` section of its resolved spec (None: none set).
+
+    Raises:
+        zeus_run.accounting.AccountingError: A rate series named there cannot be read.
+    """
     import yaml
 
-    spec_file = history_file.parent / "spec.yaml"
+    from zeus_run.accounting import account, settings_from
+
     try:
-        data = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-        value = data.get("default_batch_size")
-        return int(value) if value is not None else None
-    except (OSError, yaml.YAMLError, ValueError, AttributeError):
+        data = yaml.safe_load((history_file.parent / "spec.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
         return None
+    raw = data.get("accounting") if isinstance(data, dict) else None
+    return account(records, settings_from(raw), default_batch_size, history_file.parent)
+
+
+def profile_lines(run_dir: Path) -> list[str]:
+    """The run's power-limit profiles: per limit, power, throughput, window duration and counter updates."""
+    from zeus_run.power._store import PROFILES_NAME, ProfileStore
+
+    if not (run_dir / PROFILES_NAME).is_file():
+        return []
+    lines = []
+    store = ProfileStore(run_dir)
+    by_model = store.by_model
+    for model, bs, profile in sorted((m, bs, p) for m, profiles in by_model.items() for bs, p in profiles.items()):
+        cells = []
+        for m in profile:
+            window = (
+                f", {m.window_s:.1f} s window, {m.samples} counter updates"
+                if m.window_s is not None and m.samples is not None
+                else ""
+            )
+            cells.append(f"{m.power_limit:g} W: {m.avg_power:.1f} W, {m.throughput:.3g} it/s{window}")
+        partial = " (partial: the next trial continues it)" if bs in store.partial_by_model.get(model, set()) else ""
+        lines.append(f"Power profile of batch size {bs} on {model}{partial}: " + "; ".join(cells))
+    return lines
 
 
 @handle_errors
 def history_command(
-    path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (e.g. runs/demo) or its history.jsonl."),
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR...",
+        help="A run directory (e.g. runs/demo) or its history.jsonl; several, or a folder of them (runs/*, runs): one line per job.",
+    ),
     fmt: Format = FormatOption,
     trials: bool = typer.Option(False, "--trials", help="With --format table: also list every trial."),
 ) -> None:
     """Show a run's recurrences, per-batch-size statistics, the savings and a recommended setting.
+
+    With several run directories (or a folder of them): one line per job
+    (recurrences, last run and its outcome, current batch size and power
+    limit, whether exploration is over, energy, time, cost, the saving against
+    the default and the steady state), then a total line.
 
     The table has one row per recurrence (a failed try shows its cause, e.g.
     `crashed (RuntimeError: CUDA out of memory)`). Below it: per batch size,
@@ -36,13 +86,16 @@ def history_command(
     sparkline of cost per recurrence; whether exploration is still going; the
     default batch size's mean and how many runs it rests on; the steady state
     (the last recurrences after exploration against the default); and the
-    recommended batch size, learning rate and power limit.
+    recommended batch size, learning rate and power limit; with an `accounting`
+    section in the spec, the carbon (kgCO2e) and money next to the default's.
 
     Example:
 
         zeus-run history runs/demo
 
         zeus-run history runs/demo --format csv > demo.csv
+
+        zeus-run history runs/*   (one line per job, then a total)
     """
     from zeus_run.cli._render import (
         batch_size_table,
@@ -53,14 +106,20 @@ def history_command(
         write_records,
     )
     from zeus_run.history import read_history
+    from zeus_run.recommend import believed_best
     from zeus_run.summary import failure_reason, summarize
 
     setup_logging()
-    hist = run_dir_history(path)
+    if many_jobs(paths):
+        _history_of_jobs(paths, fmt)
+        return
+    hist = run_dir_history(paths[0])
     records = read_history(hist)
-    summary = summarize(records, default_batch_size_of(hist))
+    b0 = default_batch_size_of(hist)
+    summary = summarize(records, b0, belief=believed_best(records, hist.parent))
+    money = accounting_of(hist, records, b0)
     if fmt is not Format.table:
-        write_records(records, fmt.value, summary)
+        write_records(records, fmt.value, summary, money)
         return
     out = out_console()
     print_grid(out, history_table(records, f"{len(records)} trial(s) in {hist}"))
@@ -78,3 +137,19 @@ def history_command(
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
+    for line in money.lines() if money else ():
+        out.print(line, markup=False)
+    for line in profile_lines(hist.parent):
+        out.print(line, markup=False)
+
+
+def _history_of_jobs(paths: list[Path], fmt: Format) -> None:
+    from zeus_run.cli._jobs import jobs_grid, write_jobs
+    from zeus_run.cli._render import print_grid
+    from zeus_run.jobs import expand_run_dirs, load_job
+
+    jobs = [load_job(d) for d in expand_run_dirs(paths)]
+    if fmt is Format.table:
+        print_grid(out_console(), jobs_grid(jobs))
+    else:
+        write_jobs(jobs, fmt.value)

@@ -7,16 +7,28 @@ from pathlib import Path
 import typer
 
 from zeus_run.cli._common import err_console, handle_errors, run_dir_history, setup_logging
+from zeus_run.jobs import many_jobs
 
 
 @handle_errors
 def plot_command(
-    path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (e.g. runs/demo) or its history.jsonl."),
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR...",
+        help="A run directory (e.g. runs/demo) or its history.jsonl; several, or a folder of them: the savings of all jobs.",
+    ),
     output: Path | None = typer.Option(
-        None, "--output", "-o", help="Image to write: .png, .svg or .pdf (default: RUN_DIR/plot.png)."
+        None,
+        "--output",
+        "-o",
+        help="Image to write: .png, .svg or .pdf (default: RUN_DIR/plot.png; several jobs: savings.png).",
     ),
 ) -> None:
     """Draw a run into an image: cost per recurrence against the default batch size's, batch size and power limit over time, and each batch size's cost distribution.
+
+    With several run directories (or a folder of them) it draws the savings of
+    all jobs on one figure instead: each job's saving so far after every
+    recurrence, and each job's saving of cost, energy and time.
 
     Works for real runs and for the run directories that `zeus-run simulate
     --run-dir` writes. Needs matplotlib: pip install 'zeus-run[plot]'.
@@ -26,14 +38,26 @@ def plot_command(
         zeus-run plot runs/demo
 
         zeus-run plot runs/sim/cifar100-a40-zeus-seed1 -o cifar100.png
+
+        zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
     """
-    from zeus_run.cli.history import default_batch_size_of
+    from zeus_run.cli.history import accounting_of, default_batch_size_of
     from zeus_run.history import read_history
     from zeus_run.plot import load_matplotlib, plot_history
 
     setup_logging()
-    hist = run_dir_history(path)
+    if many_jobs(paths):
+        from zeus_run.jobs import expand_run_dirs, load_job
+        from zeus_run.plot_jobs import plot_jobs
+
+        load_matplotlib()
+        jobs = [load_job(d) for d in expand_run_dirs(paths)]
+        err_console().print(f"Plot written to {plot_jobs(jobs, output or Path('savings.png'))}", markup=False)
+        return
+    hist = run_dir_history(paths[0])
     load_matplotlib()  # a missing extra is reported before the history is read
     records = read_history(hist)
-    out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=default_batch_size_of(hist))
+    b0 = default_batch_size_of(hist)
+    money = accounting_of(hist, records, b0)
+    out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money)
     err_console().print(f"Plot written to {out}", markup=False)

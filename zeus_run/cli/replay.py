@@ -17,8 +17,10 @@ from zeus_run.cli._common import (
     err_console,
     eta_option,
     handle_errors,
+    objective_option,
     out_console,
     resolve_beta,
+    resolve_objective,
     run_dir_history,
     setup_logging,
 )
@@ -28,6 +30,7 @@ from zeus_run.cli._common import (
 def replay_command(
     path: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (with history.jsonl and spec.yaml)."),
     eta: float | None = eta_option("the recorded eta"),
+    objective: str | None = objective_option("the recorded objective"),
     beta: float | None = beta_option("the recorded beta"),
     no_early_stop: bool = NoEarlyStopOption,
     window_size: int | None = typer.Option(None, "--window-size", min=0, help="What-if: another bandit window."),
@@ -42,7 +45,7 @@ def replay_command(
     become an empirical trace per batch size and the new configuration is replayed on it;
     batch sizes the history never observed are reported as unknown, never invented.
 
-    Without --eta, --beta, --no-early-stop, --window-size, --policy or --seed
+    Without --eta, --objective, --beta, --no-early-stop, --window-size, --policy or --seed
     the replay is an audit; with any of them, a what-if. The eta and beta options
     mean what they mean in `zeus-run simulate` and in the spec.
 
@@ -53,6 +56,8 @@ def replay_command(
         zeus-run replay runs/demo --eta 0.9 --policy zeus-plus
 
         zeus-run replay runs/demo --no-early-stop --format json
+
+        zeus-run replay runs/demo --objective max-slowdown=1.1
     """
     from zeus_run.cli._render import fmt_energy, history_table, print_grid
     from zeus_run.history import read_history
@@ -61,11 +66,12 @@ def replay_command(
 
     setup_logging()
     resolve_beta(beta, no_early_stop, None)  # the same checks as everywhere
+    goal = resolve_objective(objective, eta)
     hist = run_dir_history(path)
     records = read_history(hist)
     knobs = Knobs.from_run_dir(hist.parent)
     policy_name = policy.value if policy is not None else None
-    changed = any(v is not None for v in (eta, beta, window_size, policy_name, seed)) or no_early_stop
+    changed = any(v is not None for v in (eta, goal, beta, window_size, policy_name, seed)) or no_early_stop
     out = out_console()
     if not changed:
         in_flight = pending_records(hist.parent, records)  # adopted or running: decided, not yet recorded
@@ -93,6 +99,10 @@ def replay_command(
             raise typer.Exit(1)
         return
     new = with_changes(knobs, eta=eta, beta=beta, window_size=window_size, policy=policy_name, seed=seed)
+    if goal is not None:
+        new = replace(new, eta=goal.cost_eta, objective=goal)
+    elif eta is not None:
+        new = replace(new, objective=None)
     if no_early_stop:
         new = replace(new, beta=None)
     res = what_if(records, new, recorded=knobs)
@@ -117,13 +127,13 @@ def replay_command(
         out,
         history_table(
             res.records,
-            f"What-if replay of {hist.parent} (eta={new.eta}, beta={new.beta}, policy={new.optimizer.policy})",
+            f"What-if replay of {hist.parent} (objective {new.goal.label}, beta={new.beta}, policy={new.optimizer.policy})",
         ),
     )
     rel = summary["relative_cost"]
     out.print(
         f"Replayed {res.recurrences} recurrence(s): cost {fmt_energy(res.cost)} vs {fmt_energy(res.recorded_cost)} "
-        f"recorded under the same eta" + (f" ({rel:.3f}x)" if rel is not None else "")
+        f"recorded under the same objective" + (f" ({rel:.3f}x)" if rel is not None else "")
     )
     if res.unknown is not None:
         out.print(

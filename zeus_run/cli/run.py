@@ -63,9 +63,11 @@ def run_command(
     Exit codes: 0 done, 1 every try failed, 2 spec or usage error, 75 run
     directory busy (another launcher holds it; nothing was run), 128+N signal N.
     """
+    from zeus_run.accounting import account
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
     from zeus_run.errors import UsageError
+    from zeus_run.recommend import believed_best
     from zeus_run.rundir import SPEC_NAME
     from zeus_run.runner import run_job
     from zeus_run.spec import load_spec
@@ -85,10 +87,13 @@ def run_command(
     if quiet:
         return
     records = result.records
-    summary = summarize(records, spec.default_batch_size)
+    summary = summarize(records, spec.default_batch_size, belief=believed_best(records, result.run_dir))
     out = out_console()
     print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
+    money = account(records, spec.accounting, spec.default_batch_size, spec.source.parent if spec.source else None)
+    for line in money.lines() if money else ():
+        out.print(line, markup=False)
     err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")

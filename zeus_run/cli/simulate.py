@@ -20,8 +20,10 @@ from zeus_run.cli._common import (
     err_console,
     eta_option,
     handle_errors,
+    objective_option,
     out_console,
     resolve_beta,
+    resolve_objective,
     setup_logging,
 )
 from zeus_run.errors import UsageError
@@ -97,6 +99,7 @@ def simulate_command(
     train: Path | None = typer.Option(None, "--train", help="Train trace CSV (overrides --traces)."),
     power: Path | None = typer.Option(None, "--power", help="Power trace CSV (overrides --traces/--gpu)."),
     eta: float | None = eta_option(f"{DEFAULT_ETA}"),
+    objective: str | None = objective_option(f"cost={DEFAULT_ETA}"),
     beta: float | None = beta_option(f"{DEFAULT_BETA}"),
     no_early_stop: bool = NoEarlyStopOption,
     seeds: str = typer.Option("1", "--seeds", help="Seeds, e.g. 1-5 or 1,2,3."),
@@ -127,13 +130,16 @@ def simulate_command(
         zeus-run simulate job.yaml --train t.csv --power p.csv --horizon 50 --run-dir runs/sim --format json
 
         zeus-run simulate squad --traces ../shared/traces --concurrency 4 --seeds 1-10
+
+        zeus-run simulate cifar100 --traces ../shared/traces --objective max-slowdown=1.1 --run-dir runs/sim
     """
     from zeus_run.cli._render import print_grid
     from zeus_run.sim import job_table, load_traces, simulate
     from zeus_run.spec import OptimizerSettings
 
     setup_logging()
-    eta_value = DEFAULT_ETA if eta is None else eta
+    goal = resolve_objective(objective, eta)
+    eta_value = goal.cost_eta if goal is not None else DEFAULT_ETA if eta is None else eta
     beta_value = resolve_beta(beta, no_early_stop, DEFAULT_BETA)
     train_csv = train or (traces / "summary_train.csv" if traces else None)
     power_csv = power or (traces / f"summary_power_{gpu}.csv" if traces else None)
@@ -147,7 +153,14 @@ def simulate_command(
         table = job_table(loaded, resolve_job(ref))
         results = [
             simulate(
-                table, eta=eta_value, beta=beta_value, seed=s, horizon=n, settings=settings, concurrency=concurrency
+                table,
+                eta=eta_value,
+                beta=beta_value,
+                seed=s,
+                horizon=n,
+                settings=settings,
+                concurrency=concurrency,
+                objective=goal,
             )
             for s in seed_list
         ]

@@ -38,6 +38,7 @@ class RunningMarker:
         event_log: The script's event log (markers from before trial tokens).
         seen, in_flight, draw, probe: Concurrent runs: the decision's context
             (`zeus_run.engine.TrialRequest.stamp`).
+        horizon: Recurrences the optimizer planned over when it decided.
         executor: The executor that ran it (``local``, ``slurm``).
         slot: Local concurrency: its slot.
         job_name, job_prefix, trial_dir, slurm_job_id, heartbeat_timeout: Slurm: what finds its job again.
@@ -63,6 +64,7 @@ class RunningMarker:
     in_flight: tuple[int, ...] = ()
     draw: int = 0
     probe: bool = False
+    horizon: int | None = None
     executor: str | None = None
     slot: int | None = None
     job_name: str | None = None
@@ -74,7 +76,7 @@ class RunningMarker:
     #: Fields that name the decision: a trial taken over must agree on each of them.
     DECISION: ClassVar[tuple[str, ...]] = (
         *("recurrence", "attempt", "trial", "batch_size", "seed", "cost_threshold", "learning_rate"),
-        *("seen", "in_flight", "draw", "probe"),
+        *("seen", "in_flight", "draw", "probe", "horizon"),
     )
 
     def to_json(self) -> dict[str, Any]:

@@ -40,6 +40,12 @@ class StopReason(str, enum.Enum):
     TIMEOUT = ("timeout", "exceeded the per-trial timeout", "failure natural")
     INTERRUPTED = ("interrupted", "launcher was interrupted; not fed to the optimizer", "unobserved")
     SKIPPED = ("skipped", "could not run one epoch under the cost threshold", "judged early")
+    CONFIG_ERROR = (
+        "config_error",
+        "the spec is wrong (no metric was ever read, or the script rejected its arguments); "
+        "not fed to the optimizer, retried once the spec is fixed",
+        "unobserved",
+    )
     INFRASTRUCTURE = (
         "infrastructure",
         "the cluster ended it (Slurm TIMEOUT, NODE_FAIL, PREEMPTED, a scancel); not fed to the optimizer, retried",

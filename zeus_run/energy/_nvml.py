@@ -1,4 +1,4 @@
-"""GPU energy through NVML (the ``pynvml`` module of nvidia-ml-py).
+"""GPU energy through NVML, over the device layer (`zeus_run.device`).
 
 Volta and newer GPUs expose a total-energy counter (mJ); we take deltas of it.
 Older GPUs only report instantaneous power (mW), which a background thread
@@ -17,17 +17,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from zeus_run.device import device_text, is_mig_enabled, open_library
 from zeus_run.energy._base import EnergySource
 from zeus_run.errors import EnergyError
 
 logger = logging.getLogger(__name__)
-
-
-def import_nvml() -> ModuleType:
-    """Import ``pynvml`` (from nvidia-ml-py). Separate so tests can inject a double."""
-    import pynvml
-
-    return pynvml
 
 
 def visible_gpu_ids(spec_gpus: Sequence[str] | None, environ: dict[str, str] | None = None) -> list[str] | None:
@@ -97,7 +91,7 @@ class NvmlEnergy(EnergySource):
         Raises:
             EnergyError: NVML is unavailable, a GPU is missing, or a MIG device was selected.
         """
-        self.nvml = nvml if nvml is not None else _import_or_fail()
+        self.nvml = open_library(nvml)
         self._clock = clock
         self._poll_interval = poll_interval
         ids = visible_gpu_ids(gpus, environ)
@@ -143,7 +137,9 @@ class NvmlEnergy(EnergySource):
         if not ids or not any(g.isdigit() for g in ids) or env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
             return
         n = self.nvml
-        models = {_text(n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(i))) for i in range(n.nvmlDeviceGetCount())}
+        models = {
+            device_text(n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(i))) for i in range(n.nvmlDeviceGetCount())
+        }
         if len(models) > 1:
             logger.warning(
                 "CUDA_VISIBLE_DEVICES=%s uses indices, and this machine has different GPU models (%s): CUDA numbers "
@@ -164,12 +160,12 @@ class NvmlEnergy(EnergySource):
             raise EnergyError(
                 f"GPU {ident!r} not found through NVML ({exc}). Check CUDA_VISIBLE_DEVICES or energy.gpus."
             ) from exc
-        if _is_mig_enabled(n, handle):
+        if is_mig_enabled(n, handle):
             raise EnergyError(
                 f"GPU {ident!r} has MIG mode enabled: NVML cannot measure the energy of MIG slices. "
                 "Disable MIG on this GPU or set energy.source: estimate."
             )
-        name = _text(n.nvmlDeviceGetName(handle))
+        name = device_text(n.nvmlDeviceGetName(handle))
         min_mw, max_mw = n.nvmlDeviceGetPowerManagementLimitConstraints(handle)
         try:
             n.nvmlDeviceGetTotalEnergyConsumption(handle)
@@ -226,7 +222,7 @@ class NvmlEnergy(EnergySource):
         out = []
         for g in self.gpus:
             try:
-                uuid = _text(self.nvml.nvmlDeviceGetUUID(g.handle))
+                uuid = device_text(self.nvml.nvmlDeviceGetUUID(g.handle))
             except Exception:  # an NVML error: provenance is best effort
                 uuid = ""
             out.append({"index": g.index, "name": g.name, "uuid": uuid})
@@ -306,24 +302,3 @@ class _PowerSampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5 * self.interval + 1.0)
-
-
-def _is_mig_enabled(nvml: ModuleType, handle: Any) -> bool:
-    try:
-        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-    except Exception:  # NotSupported: GPU without MIG
-        return False
-    return bool(current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _import_or_fail() -> ModuleType:
-    try:
-        return import_nvml()
-    except ImportError as exc:
-        raise EnergyError(
-            "nvidia-ml-py is not installed (import pynvml failed). `pip install nvidia-ml-py`, or use energy.source: estimate."
-        ) from exc

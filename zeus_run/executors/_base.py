@@ -271,6 +271,7 @@ def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> RunningMar
         in_flight=req.in_flight if concurrent else (),
         draw=req.draw if concurrent else 0,
         probe=req.probe if concurrent else False,
+        horizon=req.horizon,
     )
 
 

@@ -17,10 +17,12 @@ from typing import Any
 from zeus_run.agent import read_outcome, run_agent
 from zeus_run.concurrent import slot_devices
 from zeus_run.contract import Env, RunningMarker
-from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, open_energy_source
+from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine import TrialRequest
 from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
+from zeus_run.optimizer.power_limit import recurrences_left
+from zeus_run.power import PowerSession
 from zeus_run.proctree import ProcessTree
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import check_writable
@@ -43,6 +45,7 @@ class LocalExecutor(RealExecutor):
         super().__init__(*args, **kwargs)
         self._slots: dict[int, tuple[EnergySource, dict[str, str]]] = {}
         self._slots_lock = threading.Lock()
+        self._slot_power: dict[int, PowerSession] = {}  # each slot controls only its own GPUs
         #: Trials `recover` adopted (their outcome is written), by ``trial``.
         self._adopt = {m.trial: m for m in self.rd.running_trials() or [] if (m.executor or self.kind) == self.kind}
         self._adopt_lock = threading.Lock()
@@ -71,20 +74,33 @@ class LocalExecutor(RealExecutor):
 
     def _open_slot(self, slot: int) -> tuple[EnergySource, dict[str, str]]:
         n = self.spec.concurrency
-        if isinstance(self.energy, NvmlEnergy):
-            ids = [g.index for g in self.energy.gpus]
+        gpus = gpu_source(self.energy)  # RAPL's whole-machine counters cannot be split by slot
+        if gpus is not None:
+            ids = [g.index for g in gpus.gpus]
             if len(ids) < n:
                 raise EnergyError(
                     f"concurrency: {n} needs at least {n} GPUs (one slot each), but {len(ids)} are visible "
                     f"({', '.join(ids)}); lower concurrency, or set energy.gpus / CUDA_VISIBLE_DEVICES"
                 )
             group = list(slot_devices(slot, ids, len(ids) // n))
-            source: EnergySource = NvmlEnergy(group, nvml=self.energy.nvml)
+            source: EnergySource = NvmlEnergy(group, nvml=gpus.nvml)
             visible = [d.get("uuid") or d["index"] for d in source.devices()]
             return source, {"CUDA_VISIBLE_DEVICES": ",".join(visible)}
         if isinstance(self.energy, EstimatedEnergy):
             return EstimatedEnergy(self.energy.watts, basis=self.energy.basis), {}
         return open_energy_source(dataclasses.replace(self.spec.energy, source="estimate")), {}
+
+    def power_for(self, slot: int, energy: EnergySource) -> PowerSession | None:
+        """The power session of slot ``slot``: the run's with one slot, else one over the slot's GPUs only."""
+        if self.power is None or self.spec.concurrency == 1:
+            return self.power
+        gpus = gpu_source(energy)
+        if gpus is None:
+            return None
+        with self._slots_lock:
+            if slot not in self._slot_power:
+                self._slot_power[slot] = self.power.for_gpus(gpus)
+            return self._slot_power[slot]
 
     def close(self) -> None:
         with self._adopt_lock:
@@ -92,6 +108,8 @@ class LocalExecutor(RealExecutor):
                 self.rd.clear_running(old.trial)
             self._adopt.clear()
         with self._slots_lock:
+            for power in self._slot_power.values():
+                power.controller.restore()
             for source, _ in self._slots.values():
                 if source is not self.energy:
                     source.close()
@@ -108,7 +126,8 @@ class LocalExecutor(RealExecutor):
             if record is not None:
                 return record
         bs = req.decision.batch_size
-        profiler = self.power.profiler_for(bs) if self.power is not None else None
+        power = self.power_for(slot, energy)
+        profiler = power.profiler_for(bs, recurrences_left(req.recurrence, req.horizon)) if power is not None else None
         prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
         if self.spec.concurrency > 1:
             prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, slot=slot))
@@ -121,8 +140,8 @@ class LocalExecutor(RealExecutor):
         try:
             out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
         finally:
-            if self.power is not None:
-                self.power.controller.restore()  # each GPU's original limit and persistence mode
+            if power is not None:
+                power.controller.restore()  # each of its GPUs' original limit and persistence mode
         message = out.message
         invalid = energy.invalid_windows - invalid_before
         if invalid:
@@ -130,9 +149,9 @@ class LocalExecutor(RealExecutor):
                 f"a GPU energy counter went backwards {invalid} time(s) (driver reload?); that energy is not counted",
                 message,
             )
-        if self.power is not None and profiler is not None:
-            self.power.trial_done(bs, profiler)
-            if self.power.settings.observer_mode and out.power_limit is not None:
+        if power is not None and profiler is not None:
+            power.trial_done(bs, profiler)
+            if power.settings.observer_mode and out.power_limit is not None:
                 message = _prepend(
                     f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
                     message,

@@ -76,6 +76,7 @@ from zeus_run.executors._slurm_job import (
     slurm_settings,
 )
 from zeus_run.executors._slurm_records import _infra_streak, _Records
+from zeus_run.power import node_power_plan
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import RunDir, check_writable
 from zeus_run.slurm import (
@@ -135,6 +136,8 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
         self._check_infra_streak()
         self._started[req.trial] = req
         prepared = prepare(self.spec, self._rd, req, self.energy, profiling=False)
+        power = node_power_plan(self.spec, self._rd.path, req.decision.batch_size)  # the agent sets its node's limits
+        prepared = dataclasses.replace(prepared, plan=dataclasses.replace(prepared.plan, power=power))
         tdir = prepared.plan.dir
         name = job_name(self.spec.name, self._rd.path, tdir.name)
         running = dataclasses.replace(

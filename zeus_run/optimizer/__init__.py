@@ -29,8 +29,16 @@ def make_optimizer(
     batch_sizes: tuple[int, ...],
     default_batch_size: int,
     seed: int,
+    horizon: int | None = None,
 ) -> BatchSizeOptimizer:
     """Build the optimizer a spec asks for.
+
+    Args:
+        settings: The spec's ``optimizer`` section.
+        batch_sizes: Feasible batch sizes.
+        default_batch_size: b0.
+        seed: Seed of the optimizer's draws.
+        horizon: The job's recurrences (None: open-ended or unknown).
 
     Raises:
         ValueError: Unknown policy name or invalid knobs.
@@ -48,6 +56,8 @@ def make_optimizer(
         prior_mean=settings.prior_mean,
         prior_precision=settings.prior_precision,
         num_explorations=settings.num_explorations,
+        horizon=horizon,
+        revision=settings.revision,
     )
 
 

@@ -18,11 +18,14 @@ start while others are in flight) and is 0 in serial runs.
 
 from __future__ import annotations
 
+import copy
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from zeus_run.early_stop import EarlyStopRule
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,11 @@ class BatchSizeOptimizer(ABC, Generic[S]):
 
     #: Registry name (``optimizer.policy`` in the spec).
     name: str = ""
+    #: Recurrences of the job (the spec's ``recurrences``; None: open-ended). Policies that
+    #: plan over the recurrences left set it; the others ignore it.
+    horizon: int | None = None
+    #: How the engine cuts this policy's trials (`zeus_run.early_stop`); instances may choose another.
+    early_stop: EarlyStopRule = EarlyStopRule("paper")
 
     def __init__(self, batch_sizes: Iterable[int], default_batch_size: int, seed: int) -> None:
         """Args:
@@ -103,6 +111,16 @@ class BatchSizeOptimizer(ABC, Generic[S]):
             draw: Index of the random draw (`rng`): decisions taken at the same number of
                 observations while others are in flight get distinct draws; 0 in serial runs.
         """
+
+    def with_horizon(self, horizon: int | None) -> BatchSizeOptimizer[S]:
+        """A copy that plans over ``horizon`` recurrences (same knobs and seed)."""
+        other = copy.copy(self)
+        other.horizon = horizon
+        return other
+
+    def leader(self, state: S) -> int | None:
+        """The batch size the optimizer believes best (None: no belief it acts on; the robust early stop uses it)."""
+        return None
 
     def fold(self, observations: Iterable[Observation]) -> S:
         """State after observing ``observations`` in order."""

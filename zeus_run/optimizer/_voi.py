@@ -14,8 +14,9 @@ beyond each end of that interval and predicts its cost: the cost at that end,
 moved on by `TREND` times the last step's change in log cost (cost rising
 towards that end predicts a further rise), with a spread of `STEP_SD` in log
 cost per step. The probe is run if its expected improvement over the cheapest
-batch size so far, counted over `PLANNING_HORIZON` future recurrences, exceeds
-its expected extra cost now. A single noisy cost at the end of a steep descent
+batch size so far, counted over the future recurrences, exceeds
+its expected extra cost now (`planning_horizon`: the recurrences left when the
+spec gives ``recurrences``, discounted). A single noisy cost at the end of a steep descent
 does not end the walk on its own: the end's estimate is smoothed towards the
 straight-line continuation of the two batch sizes before it (precision-weighted).
 An end that never reached the target closes its side, as in Zeus.
@@ -43,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from zeus_run.early_stop import EarlyStopRule
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
 
@@ -92,8 +94,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
 
     name = "zeus-voi"
 
-    #: Recurrences over which a probe's expected saving is counted (a rolling horizon).
+    #: Recurrences over which a probe's expected saving is counted when the job is open-ended
+    #: (``recurrences: null``) or the policy is revision 1: the discounted sum of the future,
+    #: ``1 / (1 - DISCOUNT)``.
     PLANNING_HORIZON = 100.0
+    #: Weight of a saving one recurrence later than another (revision 2). The future of a recurring
+    #: job is uncertain (it is edited, retired, its data drift), so a saving k recurrences ahead
+    #: counts ``DISCOUNT**k``; with a known horizon the sum stops at the recurrences left.
+    DISCOUNT = 1.0 - 1.0 / PLANNING_HORIZON
     #: Spread of the change in log cost from one batch size to the next.
     STEP_SD = 0.15
     #: Fraction of the last step's change in log cost assumed to continue into the next step.
@@ -117,6 +125,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_mean: float = 0.0,
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
+        horizon: int | None = None,
+        revision: int = 2,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -128,11 +138,22 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_mean: Not used (a value other than 0 is logged as ignored).
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
+        horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
+        revision: 2 (current): exploration is valued over the recurrences left, and the robust
+            early stop (`zeus_run.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
+            early stop (how runs recorded before revision 2 replay).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
             raise ValueError(f"window_size must be >= 0, got {window_size}")
+        if horizon is not None and horizon < 1:
+            raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
+        if revision not in (1, 2):
+            raise ValueError(f"revision must be 1 or 2, got {revision}")
         self.window_size = window_size
+        self.horizon = horizon
+        self.revision = revision
+        self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper")
         ignored = {
             "pruning_rounds": (pruning_rounds, (None, 0)),
             "num_explorations": (num_explorations, (None, 1)),
@@ -165,10 +186,30 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return Decision(b0, "pruning", "nothing has reached the target yet")
         est, cv2 = self.posterior(state)
         leader = min(converged, key=lambda b: est[b].mean)
-        probe = self.best_probe(state, est, leader, cv2)
+        probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
         return self.thompson(state, est, converged, draw)
+
+    def leader(self, state: VOIState) -> int | None:
+        """The converged batch size with the lowest posterior mean cost (None before any converged)."""
+        converged = tuple(b for b in self.batch_sizes if state.reached.get(b, 0) > 0)
+        if not converged:
+            return None
+        est, _ = self.posterior(state)
+        return min(converged, key=lambda b: est[b].mean)
+
+    def planning_horizon(self, state: VOIState) -> float:
+        """Discounted recurrences after the next one over which a probe's saving counts.
+
+        ``sum_{k<n} DISCOUNT**k`` with ``n`` the recurrences left after the next one
+        (horizon minus the converged trials so far, minus one); open-ended jobs and
+        revision 1: `PLANNING_HORIZON` (the limit of that sum).
+        """
+        if self.horizon is None or self.revision < 2:
+            return self.PLANNING_HORIZON
+        left = max(0, self.horizon - sum(state.reached.values()) - 1)
+        return (1.0 - self.DISCOUNT**left) / (1.0 - self.DISCOUNT)
 
     # -- estimates ------------------------------------------------------------------------
 
@@ -200,7 +241,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
 
     # -- the walk ---------------------------------------------------------------------------
 
-    def best_probe(self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float) -> Decision | None:
+    def best_probe(
+        self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float, horizon: float | None = None
+    ) -> Decision | None:
         """The untried batch size beyond an end of the tried interval worth probing most, if any is."""
         bs = self.batch_sizes
         tried = [i for i, b in enumerate(bs) if b in state.arms]
@@ -208,7 +251,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         for side, end, step in (("downwards", min(tried), -1), ("upwards", max(tried), 1)):
             if not 0 <= end + step < len(bs) or bs[end] not in est:
                 continue  # no batch size beyond, or this end never reached the target
-            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2)
+            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon)
             if value > 0 and (best is None or value > best[0]):
                 best = (value, bs[end + step], side)
         if best is None:
@@ -217,9 +260,18 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         return Decision(batch_size, "pruning", f"{side}: expected saving exceeds the probe's cost by {value:.4g} J")
 
     def probe_value(
-        self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, best_cost: float, cv2: float
+        self,
+        bs: tuple[int, ...],
+        est: Mapping[int, Estimate],
+        end: int,
+        step: int,
+        best_cost: float,
+        cv2: float,
+        horizon: float | None = None,
     ) -> float:
-        """Expected saving of probing ``bs[end + step]`` over the planning horizon, minus its expected extra cost.
+        """Expected saving of probing ``bs[end + step]`` over ``horizon`` recurrences, minus its expected extra cost.
+
+        ``horizon`` None: `PLANNING_HORIZON`.
 
         Log cost of the end batch size: its estimate, smoothed toward the straight
         line through the two batch sizes inside it. The probe's log cost: that,
@@ -242,7 +294,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
         gain = lognormal_shortfall(mu, sd, best_cost)
         extra = math.exp(mu + sd * sd / 2.0) - best_cost
-        return gain * self.PLANNING_HORIZON - extra
+        return gain * (self.PLANNING_HORIZON if horizon is None else horizon) - extra
 
     # -- the bandit -------------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_mean: float = 0.0,
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
+        horizon: int | None = None,
+        revision: int = 2,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -65,6 +67,8 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
         prior_precision: Prior precision (0: uninformative).
         num_explorations: Rewards an arm needs before it is sampled (None: the policy's default).
+        horizon: Not used: the published algorithm ignores how many recurrences are left.
+        revision: Not used: the published algorithm keeps the paper's early stop in every revision.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         defaults = POLICY_DEFAULTS[self.name]
@@ -101,6 +105,18 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         if expecting is not None:
             return Decision(expecting, "pruning", state.pruning.describe())
         return self.sample(state, state.survivors, draw)
+
+    def leader(self, state: ZeusState) -> int | None:
+        """The arm with the highest posterior mean reward (lowest cost): the survivors once pruning is over.
+
+        Only for display (`zeus_run.recommend.believed_best`): the paper's early stop does not use it.
+        """
+        arms = state.survivors if state.pruning.expecting is None else tuple(state.arms)
+        arms = tuple(a for a in arms if a in state.arms)
+        if not arms:
+            return None
+        means = self.arm_posteriors(state, arms)
+        return arms[max(range(len(arms)), key=lambda i: means[i][0])]
 
     def sample(self, state: ZeusState, arms: tuple[int, ...], draw: int = 0) -> Decision:
         """Gaussian TS over ``arms``: explore under-observed arms (random order), else draw and take the best.

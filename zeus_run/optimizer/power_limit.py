@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from zeus_run.objective import Objective
+
 
 @dataclass(frozen=True)
 class PowerLimitMeasurement:
@@ -27,11 +29,15 @@ class PowerLimitMeasurement:
         avg_power: Average power drawn (unit: W).
         throughput: Work per second (any unit, the same for all limits of a profile,
             e.g. iterations/s or epochs/s).
+        window_s: Duration of the measurement window (unit: s; None: not measured, e.g. traces).
+        samples: Energy-counter updates seen in the window (None: not measured).
     """
 
     power_limit: float
     avg_power: float
     throughput: float
+    window_s: float | None = None
+    samples: int | None = None
 
 
 def unit_cost(m: PowerLimitMeasurement, eta: float, max_power: float) -> float:
@@ -66,15 +72,17 @@ class PowerLimitState:
 class JITPowerLimitOptimizer:
     """Picks and remembers the best power limit of each batch size from its profile."""
 
-    def __init__(self, eta: float, max_power: float) -> None:
+    def __init__(self, eta: float, max_power: float, objective: Objective | None = None) -> None:
         """Args:
-        eta: Cost knob in [0, 1].
+        eta: Cost knob in [0, 1] (the ``cost`` objective's; ignored when ``objective`` is given).
         max_power: Max power of the job's GPUs (unit: W).
+        objective: What the choice minimises (default: the ``cost`` objective with ``eta``).
         """
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"eta must be in [0, 1], got {eta}")
         self.eta = eta
         self.max_power = max_power
+        self.objective = objective or Objective("cost", eta=eta)
 
     def initial_state(self) -> PowerLimitState:
         return PowerLimitState()
@@ -84,5 +92,47 @@ class JITPowerLimitOptimizer:
     ) -> PowerLimitState:
         """State after profiling ``batch_size`` (a later profile replaces an earlier one)."""
         chosen = dict(state.chosen)
-        chosen[batch_size] = best_power_limit(profile, self.eta, self.max_power)
+        chosen[batch_size] = self.objective.choose_power_limit(profile, self.max_power)
         return PowerLimitState(MappingProxyType(chosen))
+
+
+#: Recurrences ahead assumed for an open-ended job (``recurrences: null``): the batch-size
+#: policy's discounted limit (`zeus_run.optimizer.ZeusVOIOptimizer.PLANNING_HORIZON`).
+OPEN_ENDED_RECURRENCES = 100.0
+
+
+def recurrences_left(recurrence: int, horizon: int | None) -> float:
+    """Recurrences left including ``recurrence`` (1-based) of a job of ``horizon`` recurrences (None: open-ended)."""
+    if horizon is None:
+        return OPEN_ENDED_RECURRENCES
+    return float(max(1, horizon - recurrence + 1))
+
+
+def sweep_more(costs: Sequence[float], n_limits: int, left: float) -> bool:
+    """Whether a descending power-limit sweep should measure its next (lower) limit.
+
+    The sweep walks the limits from the maximum down. ``costs`` are the unit costs measured
+    so far (highest limit first). A full sweep is kept whenever at least ``n_limits``
+    recurrences are left: its overhead is at most one epoch, repaid by choosing the best
+    limit on every later epoch. The traces' cost curves fall from the maximum limit to a
+    flat minimum and rise steeply towards the minimum limit (the lowest limits are the
+    slowest and costliest to profile), but are not strictly unimodal (about half of the
+    batch sizes have a second dip). So on a shorter horizon the sweep stops once the cost
+    has risen at two consecutive limits below the best so far: the costly low limits are
+    skipped, and a single noisy rise does not end it.
+
+    Args:
+        costs: Unit costs measured so far, highest limit first.
+        n_limits: Limits a full sweep measures.
+        left: Recurrences left (`recurrences_left`).
+    """
+    if len(costs) >= n_limits:
+        return False
+    if left >= n_limits or not costs:
+        return True
+    best = min(range(len(costs)), key=lambda i: costs[i])
+    return len(costs) - 1 - best < SWEEP_PATIENCE
+
+
+#: Consecutive limits costlier than the best so far that end a short-horizon sweep.
+SWEEP_PATIENCE = 2

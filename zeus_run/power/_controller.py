@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from zeus_run.device import is_no_permission
 from zeus_run.energy._nvml import NvmlEnergy
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class PowerLimitController:
         current: Limit set on every GPU now (unit: W), None if untouched.
     """
 
-    def __init__(self, energy: NvmlEnergy, nvml: ModuleType | None = None) -> None:
+    def __init__(self, energy: NvmlEnergy, nvml: ModuleType | Any | None = None) -> None:
         """Args:
         energy: The run's NVML energy source; its GPUs are the ones controlled.
         nvml: pynvml or a double (default: the energy source's module).
@@ -128,12 +129,12 @@ class PowerLimitController:
                 self._enable_persistence(g)
                 self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, g.original_mw)
         except Exception as exc:
-            no_perm = getattr(self.nvml, "NVMLError_NoPermission", None)
             self.usable = False
-            if no_perm is not None and isinstance(exc, no_perm):
+            if is_no_permission(self.nvml, exc):
                 self.reason = f"no permission to set GPU power limits ({exc})"
             else:
-                self.reason = f"NVML refused to set a power limit ({exc})"
+                who = "zeusd" if hasattr(self.nvml, "client") else "NVML"  # `zeus_run.power._zeusd.ZeusdNvml`
+                self.reason = f"{who} refused to set a power limit ({exc})"
             self.restore()
             return False
         self.restore()

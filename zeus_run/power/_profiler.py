@@ -1,18 +1,36 @@
 """Just-in-time power-limit profiling inside a trial (launcher side).
 
 For the first trial of a batch size, `JitProfiler` walks the power limits
-from the maximum down to the minimum. At each limit it lets ``warmup_iters``
-training iterations pass, then measures ``measure_iters`` iterations:
+from the maximum down to the minimum. At each limit it waits for ``warmup_iters``
+training iterations *and* ``settle_s`` seconds, then measures a window that ends
+only once all of these hold:
+
+* at least ``measure_iters`` iterations ran;
+* at least ``min_window_s`` seconds passed (`DEFAULT_MIN_WINDOW_S`, see README
+  "Profiling windows" for how it is sized from NVML's counter update period);
+* the energy counter changed at least ``min_updates`` times (`MIN_COUNTER_UPDATES`):
+  a counter that updates more slowly than assumed stretches the window instead
+  of being read at its granularity.
+
+A window whose counter has not advanced ``min_updates`` times after
+`STUCK_FACTOR` x ``min_window_s`` abandons profiling (the trial goes on at the
+maximum limit): nothing is chosen from a counter that does not move. From a
+valid window:
 
 * average power = energy delta / launcher time delta (unit: W; all the job's GPUs);
 * throughput = iterations / script time delta (unit: iterations/s, from the
-  timestamps the training script writes with its step counts).
+  timestamps the training script writes with its step counts);
+* the window's duration (s) and counter updates are kept with the measurement.
 
-When every limit is measured, the policy (`zeus_run.optimizer.power_limit`)
+The sweep measures the limits highest first. ``more`` (built from
+`zeus_run.optimizer.power_limit.sweep_more` and the recurrences left) may end it
+before the lowest limits when the job has too few recurrences left to repay them.
+When the sweep is over, the policy (`zeus_run.optimizer.power_limit`)
 picks the limit and the profiler applies it for the rest of the trial. If the
 script reports its iterations per epoch and the windows of all limits would not
-fit in one epoch, the windows are scaled down to fit (as Zeus did), keeping at
-least 1 warm-up and 2 measured iterations per limit.
+fit in one epoch, the iteration counts are scaled down (at least 1 warm-up and 2
+measured iterations), but never the time and counter minima: profiling then
+carries on into the next epochs rather than measuring noise.
 
 Observer mode: the limits are still set during the measurement windows (that
 is what profiling is), but the rest of the trial runs at the maximum limit and
@@ -21,7 +39,9 @@ time and energy are accounted as if it had run at the chosen limit
 that time x the chosen limit's average power.
 
 A profiler built `from_profile` (a batch size profiled in an earlier trial or
-run) is done from the start: `start` applies the stored choice.
+run) is done from the start: `start` applies the stored choice. One built with
+``measured`` (a partial profile: an earlier trial of the batch size ended before
+its sweep did) continues the sweep at the first limit not yet measured.
 """
 
 from __future__ import annotations
@@ -34,8 +54,26 @@ from zeus_run.optimizer.power_limit import PowerLimitMeasurement
 
 logger = logging.getLogger(__name__)
 
+#: Shortest measurement window (unit: s). NVML documents no update period for its total-energy
+#: counter; it is reported to advance in steps of roughly 10-100 ms. A 5 s window spans >= 50 such steps, so reading it at a step boundary on either
+#: end misstates the average by at most 2 x 100 ms / 5 s = 4% (typically far less), below the
+#: 8-10% a 25 W step changes a 250-300 W GPU's power. See README "Profiling windows".
+DEFAULT_MIN_WINDOW_S = 5.0
+#: Wait after setting a limit before its warm-up may end (unit: s): many counter update
+#: periods, so the first measured step already reflects the new limit.
+DEFAULT_SETTLE_S = 1.0
+#: Counter changes a window must see: bounds the quantisation error to 2 / 20 = 10% even if
+#: the counter updates far more slowly than NVML documents.
+MIN_COUNTER_UPDATES = 20
+#: A window still short of ``min_updates`` counter changes after this many x ``min_window_s``
+#: abandons profiling (a stuck counter).
+STUCK_FACTOR = 10.0
+
 #: Picks a limit (unit: W) from a complete profile.
 Picker = Callable[[Sequence[PowerLimitMeasurement]], float]
+#: Whether a descending sweep with this profile so far should measure its next limit
+#: (`zeus_run.optimizer.power_limit.sweep_more`).
+MoreRule = Callable[[Sequence[PowerLimitMeasurement]], bool]
 #: Sets a limit (unit: W) on the job's GPUs; returns False if it could not.
 Setter = Callable[[float], bool]
 
@@ -46,6 +84,7 @@ class _Mark:
     script_time: float | None
     time: float
     energy: float
+    updates: int = 0  # counter changes seen since the window began
 
 
 class JitProfiler:
@@ -56,8 +95,11 @@ class JitProfiler:
         profile: Measurements so far.
         chosen: The picked limit (unit: W) once done, else None.
         done: No more profiling (complete, abandoned, or built from a stored profile).
-        complete: ``profile`` covers every limit (only then is it worth persisting).
+        complete: The sweep is over: ``profile`` covers every limit, or as many as ``more``
+            wanted (a short horizon); the choice is final.
+        todo: Limits still to measure, highest first.
         warmup_iters, measure_iters: Window sizes in iterations (possibly scaled down).
+        min_window_s, settle_s, min_updates: The time and counter minima (never scaled).
     """
 
     def __init__(
@@ -68,18 +110,32 @@ class JitProfiler:
         warmup_iters: int = 10,
         measure_iters: int = 40,
         observer_mode: bool = False,
+        min_window_s: float = DEFAULT_MIN_WINDOW_S,
+        settle_s: float = DEFAULT_SETTLE_S,
+        min_updates: int = MIN_COUNTER_UPDATES,
+        measured: Sequence[PowerLimitMeasurement] = (),
+        more: MoreRule | None = None,
     ) -> None:
         if not limits:
             raise ValueError("no power limits to profile")
         if warmup_iters < 0 or measure_iters < 1:
             raise ValueError("warmup_iters must be >= 0 and measure_iters >= 1")
+        if min_window_s < 0 or settle_s < 0 or min_updates < 1:
+            raise ValueError("min_window_s and settle_s must be >= 0 and min_updates >= 1")
+        self.min_window_s = float(min_window_s)
+        self.settle_s = float(settle_s)
+        self.min_updates = int(min_updates)
         self.limits = sorted((float(x) for x in limits), reverse=True)
         self.pick = pick
         self.set_limit = set_limit
         self.warmup_iters = int(warmup_iters)
         self.measure_iters = int(measure_iters)
         self.observer_mode = observer_mode
-        self.profile: list[PowerLimitMeasurement] = []
+        self.profile: list[PowerLimitMeasurement] = list(measured)
+        have = {m.power_limit for m in self.profile}
+        #: Limits still to measure, highest first (a partial profile continues where it stopped).
+        self.todo = [x for x in self.limits if x not in have]
+        self.more = more
         self.chosen: float | None = None
         self.done = False
         self.complete = False
@@ -88,6 +144,7 @@ class JitProfiler:
         self._begin: _Mark | None = None
         self._scaled = False
         self._done_at: _Mark | None = None
+        self._last_energy = 0.0
 
     @classmethod
     def from_profile(
@@ -104,10 +161,13 @@ class JitProfiler:
     # -- launcher hooks ----------------------------------------------------------------
     def start(self) -> None:
         """Called right before the script starts: set the first limit (or the stored choice)."""
+        if not self.done and (not self.todo or not self._wants_more()):
+            self._finish(_Mark(0, None, 0.0, 0.0))
+            return
         if self.done:
             self._apply_final(_Mark(0, None, 0.0, 0.0))
             return
-        self._set(self.limits[0])
+        self._set(self.todo[0])
         self._phase = "warmup"
 
     def on_iters_per_epoch(self, iters: int) -> None:
@@ -115,7 +175,7 @@ class JitProfiler:
         if self._scaled or self.done or iters <= 0:
             return
         self._scaled = True
-        need = len(self.limits) * (self.warmup_iters + self.measure_iters)
+        need = len(self.todo) * (self.warmup_iters + self.measure_iters)
         if need <= iters:
             return
         f = iters / need
@@ -123,13 +183,16 @@ class JitProfiler:
         self.warmup_iters = max(1, int(w * f)) if w > 0 else 0
         self.measure_iters = max(2, int(m * f))
         logger.info(
-            "power-limit profiling: %d limits x (%d + %d) iterations do not fit in an epoch of %d; using %d warm-up + %d measured",
-            len(self.limits),
+            "power-limit profiling: %d limits x (%d + %d) iterations do not fit in an epoch of %d; using %d warm-up + "
+            "%d measured, each window still at least %g s and %d counter updates (profiling may carry into later epochs)",
+            len(self.todo),
             w,
             m,
             iters,
             self.warmup_iters,
             self.measure_iters,
+            self.min_window_s,
+            self.min_updates,
         )
 
     def observe(self, steps: int, script_time: float | None, time: float, energy: float) -> None:
@@ -140,34 +203,62 @@ class JitProfiler:
         mark = _Mark(steps, script_time, time, energy)
         if self._phase == "warmup":
             if self._begin is None:
-                self._begin = mark  # first reading at this limit
-            if steps - self._begin.steps >= self.warmup_iters:
+                self._begin = mark  # first reading at this limit: the settle time counts from here
+            if steps - self._begin.steps >= self.warmup_iters and time - self._begin.time >= self.settle_s:
                 self._begin = mark
+                self._last_energy = energy
                 self._phase = "measure"
             return
         b = self._begin
         assert b is not None
-        if steps - b.steps < self.measure_iters:
-            return
+        if energy != self._last_energy:
+            b.updates += 1
+            self._last_energy = energy
         dt = time - b.time
+        if b.updates < self.min_updates and dt >= STUCK_FACTOR * max(self.min_window_s, 0.1):
+            self.abandon(
+                f"the energy counter changed {b.updates} time(s) in {dt:.1f} s at {self.todo[self._i]:g} W "
+                f"(a window needs {self.min_updates}); no limit is chosen from a counter that does not advance"
+            )
+            return
+        if steps - b.steps < self.measure_iters or dt < self.min_window_s or b.updates < self.min_updates:
+            return
         if b.script_time is not None and script_time is not None and script_time > b.script_time:
             st = script_time - b.script_time
         else:
             st = dt
         if dt <= 0 or st <= 0:
             return  # wait for a later reading
-        m = PowerLimitMeasurement(self.limits[self._i], (energy - b.energy) / dt, (steps - b.steps) / st)
+        m = PowerLimitMeasurement(
+            self.todo[self._i], (energy - b.energy) / dt, (steps - b.steps) / st, window_s=dt, samples=b.updates
+        )
         self.profile.append(m)
-        logger.info("power limit %g W: %.1f W average, %.3g iterations/s", m.power_limit, m.avg_power, m.throughput)
+        logger.info(
+            "power limit %g W: %.1f W average, %.3g iterations/s (%.2f s window, %d counter updates)",
+            m.power_limit,
+            m.avg_power,
+            m.throughput,
+            dt,
+            b.updates,
+        )
         self._i += 1
-        if self._i < len(self.limits):
-            self._set(self.limits[self._i])
+        if self._i < len(self.todo) and self._wants_more():
+            self._set(self.todo[self._i])
             self._begin = None
             self._phase = "warmup"
             return
+        self._finish(mark)
+
+    def _wants_more(self) -> bool:
+        return self.more is None or self.more(self.profile)
+
+    def _finish(self, mark: _Mark) -> None:
+        """The sweep is over (every limit, or as many as ``more`` wanted): pick and apply."""
         self.complete = True
         self.chosen = self.pick(self.profile)
-        logger.info("power-limit profile done: picked %g W", self.chosen)
+        logger.info(
+            "power-limit profile done (%d of %d limits): picked %g W", len(self.profile), len(self.limits), self.chosen
+        )
         self._apply_final(mark)
 
     def abandon(self, why: str) -> None:
@@ -196,6 +287,11 @@ class JitProfiler:
         d = self._done_at
         rest = max(time - d.time, 0.0) * at_max.throughput / best.throughput
         return d.time + rest, d.energy + rest * best.avg_power
+
+    @property
+    def partial(self) -> bool:
+        """Some limits are measured but the sweep is not over (persist it; the next trial continues it)."""
+        return bool(self.profile) and not self.complete
 
     @property
     def running_limit(self) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zeus_run.sim._noise import Noise
 from zeus_run.sim._simulator import (
     Expected,
     SimResult,
@@ -29,6 +30,7 @@ __all__ = [
     "JOBS",
     "Expected",
     "JobTable",
+    "Noise",
     "SimResult",
     "TraceExecutor",
     "TraceJob",

@@ -3,8 +3,9 @@
 The simulator is only an *executor* for `zeus_run.engine.Engine`: the engine
 and the batch-size optimizer are exactly those of real runs. A trial samples
 one traced run (training path) of the chosen batch size, runs it at the power
-limit the JIT power-limit policy picked (profiling every limit during the
-first epoch of a batch size's first trial), and is cut at the last epoch whose
+limit the JIT power-limit policy picked (profiling the limits during the
+first epoch of a batch size's first trial: all of them, or on a short horizon
+a descending sweep that stops early, `zeus_run.optimizer.power_limit.sweep_more`), and is cut at the last epoch whose
 cost stays under the early-stop threshold. The optimizer sees only the
 resulting `TrialRecord`'s observation: batch size, cost paid, reached or not.
 """
@@ -20,11 +21,14 @@ import numpy as np
 
 from zeus_run.concurrent import Clocked
 from zeus_run.contract import StopReason
-from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold, zeus_cost
+from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine import TrialRequest
 from zeus_run.knobs import Knobs
+from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
+from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
+from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
 
@@ -42,22 +46,33 @@ class TraceExecutor:
 
     Args:
         table: The job on one GPU.
-        eta: Cost knob in [0, 1].
+        eta: Cost knob in [0, 1] (the ``cost`` objective's; ignored when ``objective`` is given).
         seed: Seed of the training-path draws (independent of the optimizer's).
+        objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``).
+        slowdowns: Slowdown factor of each recurrence (`zeus_run.sim.Noise`; empty: none):
+            every try of recurrence ``n`` takes ``slowdowns[n - 1]`` times the time and energy.
     """
 
-    def __init__(self, table: JobTable, eta: float, seed: int) -> None:
+    def __init__(
+        self,
+        table: JobTable,
+        eta: float,
+        seed: int,
+        slowdowns: tuple[float, ...] = (),
+        objective: Objective | None = None,
+    ) -> None:
         self.table = table
-        self.eta = eta
+        self.objective = objective or Objective("cost", eta=eta)
+        self.eta = eta = self.objective.cost_eta
+        self.slowdowns = slowdowns
         self.rng = np.random.default_rng([seed, 0x5EED])
-        self.plo = JITPowerLimitOptimizer(eta, table.max_power)
+        self.plo = JITPowerLimitOptimizer(eta, table.max_power, self.objective)
         self.pl_state = self.plo.initial_state()
         tpe, pwr = table.time_per_epoch, table.avg_power
         self._epoch_cost = epoch_costs(table, eta)
         self._epoch_energy = pwr * tpe
-        #: First-epoch (profiling) energy and time: means over the traced limits.
-        self._profile_energy = np.nanmean(self._epoch_energy, axis=1)
-        self._profile_time = np.nanmean(tpe, axis=1)
+        #: Per row profiled: (share of the first epoch spent sweeping, its energy, its time).
+        self._sweep: dict[int, tuple[float, float, float]] = {}
         self._profiles = [
             [
                 PowerLimitMeasurement(pl, float(pwr[i, j]), 1.0 / float(tpe[i, j]))
@@ -67,15 +82,31 @@ class TraceExecutor:
             for i in range(len(table.batch_sizes))
         ]
 
-    def power_limit(self, row: int) -> tuple[int, bool]:
-        """Column of the limit for batch-size row ``row``, and whether it had to be profiled now."""
+    def power_limit(self, row: int, recurrence: int = 1, horizon: int | None = None) -> tuple[int, bool]:
+        """Column of the limit for batch-size row ``row``, and whether it had to be profiled now.
+
+        A first trial sweeps the limits from the maximum down, as far as `sweep_more` says for
+        the recurrences left; each limit's window takes ``1 / |limits|`` of the first epoch.
+        """
         bs = self.table.batch_sizes[row]
         pl = self.pl_state.predict(bs)
         profiled = pl is None
         if profiled:
-            self.pl_state = self.plo.observe_profile(self.pl_state, bs, self._profiles[row])
+            full = sorted(self._profiles[row], key=lambda m: -m.power_limit)
+            left = recurrences_left(recurrence, horizon)
+            swept: list[PowerLimitMeasurement] = []
+            while sweep_more([unit_cost(m, self.eta, self.table.max_power) for m in swept], len(full), left):
+                swept.append(full[len(swept)])
+            self.pl_state = self.plo.observe_profile(self.pl_state, bs, swept)
             pl = self.pl_state.predict(bs)
+            energy = sum(m.avg_power / m.throughput for m in swept) / len(full)
+            time = sum(1.0 / m.throughput for m in swept) / len(full)
+            self._sweep[row] = (len(swept) / len(full), energy, time)
         return self.table.power_limits.index(pl), profiled
+
+    def slowdown(self, recurrence: int) -> float:
+        """Slowdown factor of ``recurrence`` (1.0 without noise or past the drawn recurrences)."""
+        return self.slowdowns[recurrence - 1] if recurrence <= len(self.slowdowns) else 1.0
 
     def sample_path(self, row: int) -> float:
         """Target epoch of one traced run of batch-size row ``row`` (NaN: never reached)."""
@@ -86,8 +117,9 @@ class TraceExecutor:
         t = self.table
         bs = req.decision.batch_size
         row = t.index(bs)
-        col, profiled = self.power_limit(row)
-        per_epoch = float(self._epoch_cost[row, col])
+        col, profiled = self.power_limit(row, req.recurrence, req.horizon)
+        slow = self.slowdown(req.recurrence)
+        per_epoch = float(self._epoch_cost[row, col]) * slow
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
         if limit <= 0:
             return self._record(
@@ -105,18 +137,19 @@ class TraceExecutor:
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
         energy, time = self._charge(row, col, epochs, profiled)
+        energy, time = energy * slow, time * slow
         return self._record(
             req,
             col,
             epochs=epochs,
             time=time,
             energy=energy,
-            cost=zeus_cost(energy, time, self.eta, t.max_power),
+            cost=self.objective.trial_cost(energy, time, t.max_power),  # the engine adds max-slowdown's penalty
             reached=reached,
             stop_reason=StopReason.TARGET_REACHED
             if reached
             else (StopReason.COST_THRESHOLD if cut_by_threshold else StopReason.MAX_EPOCHS),
-            message="profiled all power limits in epoch 1" if profiled else None,
+            message=self._profile_message(row) if profiled else None,
         )
 
     def _record(
@@ -155,13 +188,20 @@ class TraceExecutor:
             detail=req.decision.detail,
         )
 
+    def _profile_message(self, row: int) -> str:
+        share = self._sweep[row][0]
+        n = round(share * len(self._profiles[row]))
+        return "profiled all power limits in epoch 1" if share >= 1.0 else f"profiled {n} power limits in epoch 1"
+
     def _charge(self, row: int, col: int, epochs: int, profiled: bool) -> tuple[float, float]:
         """Energy (J) and time (s) of ``epochs`` epochs; the first one profiled if ``profiled``."""
         e1 = float(self._epoch_energy[row, col])
         t1 = float(self.table.time_per_epoch[row, col])
-        if not profiled:
+        if not profiled or epochs <= 0:
             return epochs * e1, epochs * t1
-        return float(self._profile_energy[row]) + (epochs - 1) * e1, float(self._profile_time[row]) + (epochs - 1) * t1
+        share, energy, time = self._sweep[row]
+        rest = epochs - share
+        return energy + rest * e1, time + rest * t1
 
 
 @dataclass(frozen=True)
@@ -183,23 +223,32 @@ class Expected:
     time: float
 
 
-def expected(table: JobTable, eta: float, row: int, col: int) -> Expected:
-    """Expected outcome of batch-size row ``row`` at limit column ``col`` (mean target epoch of the runs that reached)."""
+def expected(table: JobTable, eta: float, row: int, col: int, objective: Objective | None = None) -> Expected:
+    """Expected outcome of batch-size row ``row`` at limit column ``col`` (mean target epoch of the runs that reached).
+
+    The cost is ``eta``'s energy-time cost, or ``objective``'s trial cost when given.
+    """
     mean_epochs = float(table.mean_epochs[row])
     energy = mean_epochs * float(table.avg_power[row, col] * table.time_per_epoch[row, col])
     time = mean_epochs * float(table.time_per_epoch[row, col])
-    return Expected(
-        table.batch_sizes[row], table.power_limits[col], zeus_cost(energy, time, eta, table.max_power), energy, time
-    )
+    objective = objective or Objective("cost", eta=eta)
+    cost = objective.trial_cost(energy, time, table.max_power, reference_time(table))
+    return Expected(table.batch_sizes[row], table.power_limits[col], cost, energy, time)
 
 
-def default_baseline(table: JobTable, eta: float) -> Expected:
+def reference_time(table: JobTable) -> float:
+    """Expected time of the default batch size to the target at the max limit (unit: s): the ``max-slowdown`` reference."""
+    row, col = table.index(table.default_batch_size), table.power_limits.index(max(table.power_limits))
+    return float(table.mean_epochs[row]) * float(table.time_per_epoch[row, col])
+
+
+def default_baseline(table: JobTable, eta: float, objective: Objective | None = None) -> Expected:
     """Default: b0 (capped) at the GPU's max power limit, every recurrence."""
     col = table.power_limits.index(max(table.power_limits))
-    return expected(table, eta, table.index(table.default_batch_size), col)
+    return expected(table, eta, table.index(table.default_batch_size), col, objective)
 
 
-def oracle_baseline(table: JobTable, eta: float) -> Expected:
+def oracle_baseline(table: JobTable, eta: float, objective: Objective | None = None) -> Expected:
     """Oracle: the cheapest fixed (batch size, limit) in hindsight, among batch sizes whose every run reached the target."""
     best: Expected | None = None
     for row, runs in enumerate(table.target_epochs):
@@ -208,7 +257,7 @@ def oracle_baseline(table: JobTable, eta: float) -> Expected:
         for col in range(len(table.power_limits)):
             if math.isnan(table.time_per_epoch[row, col]):
                 continue
-            e = expected(table, eta, row, col)
+            e = expected(table, eta, row, col, objective)
             if best is None or e.cost < best.cost:
                 best = e
     if best is None:
@@ -266,6 +315,8 @@ class SimResult:
         grid_cost: Grid search's cumulative cost on sampled paths (unit: J).
         final: The last trial's batch size and power limit.
         knobs: The settings it ran with (what its run directory's ``spec.yaml`` records).
+        slowdowns: Each recurrence's slowdown factor (empty: no noise); Default and Oracle
+            run under the same noise.
     """
 
     table: JobTable
@@ -281,16 +332,30 @@ class SimResult:
     grid_cost: float = math.nan
     final: tuple[int, float | None] = field(default=(0, None))
     knobs: Knobs | None = None
+    slowdowns: tuple[float, ...] = ()
+
+    @property
+    def load(self) -> float:
+        """Recurrences weighted by their slowdown: the horizon without noise."""
+        return float(sum(self.slowdowns)) if self.slowdowns else float(self.horizon)
 
     @property
     def default_cost(self) -> float:
-        """Default's cumulative expected cost (unit: J)."""
-        return self.horizon * self.default.cost
+        """Default's cumulative expected cost under the same noise (unit: J)."""
+        return self.load * self.default.cost
 
     @property
     def oracle_cost(self) -> float:
-        """Oracle's cumulative expected cost (unit: J)."""
-        return self.horizon * self.oracle.cost
+        """Oracle's cumulative expected cost under the same noise (unit: J)."""
+        return self.load * self.oracle.cost
+
+    @property
+    def tries(self) -> list[int]:
+        """Trials of each recurrence, in recurrence order."""
+        counts: dict[int, int] = {}
+        for r in self.records:
+            counts[r.recurrence] = counts.get(r.recurrence, 0) + 1
+        return [counts[k] for k in sorted(counts)]
 
     @property
     def regret(self) -> float:
@@ -314,8 +379,8 @@ class SimResult:
             "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None,
             "regret": self.regret,
             "cost_vs_default": self.cost / self.default_cost,
-            "energy_vs_default": self.energy / (self.horizon * self.default.energy),
-            "time_vs_default": self.time / (self.horizon * self.default.time),
+            "energy_vs_default": self.energy / (self.load * self.default.energy),
+            "time_vs_default": self.time / (self.load * self.default.time),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
             "final_batch_size": self.final[0],
             "final_power_limit": self.final[1],
@@ -340,6 +405,9 @@ def simulate(
     on_record: Callable[[TrialRecord], None] = lambda r: None,
     max_early_stops: int | None = None,
     concurrency: int = 1,
+    noise: Noise | None = None,
+    plan_horizon: bool = True,
+    objective: Objective | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -359,12 +427,20 @@ def simulate(
             recurrence starts the moment one ends, and trials end in the order of their
             simulated time (`zeus_run.concurrent.Clocked`), so each decision has seen only
             the trials that ended before it started.
+        noise: Recurrence-wide slowdowns (`Noise`), drawn from ``seed``; None: none.
+        plan_horizon: Tell the optimizer the horizon (a spec's ``recurrences``); False: open-ended.
+        objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``;
+            when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
+            cost without the ``max-slowdown`` penalty.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
     """
     settings = settings or OptimizerSettings()
     horizon = table.horizon if horizon is None else horizon
+    slowdowns = noise.factors(seed, horizon) if noise is not None else ()
+    given, objective = objective, objective or Objective("cost", eta=eta)
+    eta = objective.cost_eta
     knobs = Knobs(
         batch_sizes=table.batch_sizes,
         default_batch_size=table.default_batch_size,
@@ -377,10 +453,13 @@ def simulate(
         max_tries=max_tries,
         max_early_stops=max_early_stops,
         concurrency=concurrency,
+        horizon=horizon if plan_horizon else None,
+        objective=given,
     )
-    executor = TraceExecutor(table, eta, seed)
+    executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
-    records = knobs.engine(horizon).run([], runs, on_record)
+    b0 = executor._profiles[table.index(table.default_batch_size)]
+    records = knobs.engine(horizon, lambda: b0).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)
@@ -394,9 +473,10 @@ def simulate(
         cost=cost,
         energy=energy,
         time=time,
-        default=default_baseline(table, eta),
-        oracle=oracle_baseline(table, eta),
+        default=default_baseline(table, eta, objective),
+        oracle=oracle_baseline(table, eta, objective),
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
         knobs=knobs,
+        slowdowns=slowdowns,
     )

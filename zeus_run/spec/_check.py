@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,31 @@ _REQUIRED = object()
 
 def _whole(v: Any, lo: int, hi: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+_KEY = re.compile(r"^(\s*)(?:-\s+)?([A-Za-z_][\w.-]*)\s*:(.*)$")
+
+
+def field_at_line(text: str, line: int | None) -> tuple[str, object]:
+    """The setting written at ``line`` (1-based) of a YAML spec, as a dotted path, and its value's text.
+
+    For errors the YAML reader finds before any setting is built (a 61-digit number, nesting too
+    deep): the key on that line, under the keys of the blocks that contain it. ``("(yaml)", None)``
+    when the line names no key.
+    """
+    lines = text.splitlines()
+    if line is None or not 1 <= line <= len(lines):
+        return "(yaml)", None
+    m = _KEY.match(lines[line - 1])
+    if m is None:
+        return "(yaml)", None
+    indent, path, value = len(m.group(1)), [m.group(2)], m.group(3).strip()
+    for above in reversed(lines[: line - 1]):
+        outer = _KEY.match(above)
+        if outer is not None and len(outer.group(1)) < indent and not outer.group(3).strip():
+            indent = len(outer.group(1))
+            path.insert(0, outer.group(2))
+            if indent == 0:
+                break
+    shown = value if len(value) <= 40 else f"{value[:20]}...{value[-10:]} ({len(value)} characters)"
+    return ".".join(path), shown or None

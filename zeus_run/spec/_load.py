@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.errors import SpecError, SpecProblem, UsageError
-from zeus_run.spec._check import _REQUIRED, _whole
+from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
@@ -48,6 +48,7 @@ _TOP_KEYS = (
     "higher_is_better",
     "max_epochs",
     "eta",
+    "objective",
     "beta",
     "recurrences",
     "max_tries",
@@ -104,7 +105,10 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
     try:
         doc = load_yaml(text)
     except YamlLimitError as exc:
-        raise SpecError(label, [SpecProblem("(yaml)", None, exc.why, "Fix the file at that line", exc.line)]) from None
+        # A syntax error's line may be past the real mistake; a refused value's line is its own.
+        syntax = exc.why.startswith("not valid YAML")
+        field, value = ("(yaml)", None) if syntax else field_at_line(text, exc.line)
+        raise SpecError(label, [SpecProblem(field, value, exc.why, "Fix the file at that line", exc.line)]) from None
     if not isinstance(doc.data, dict):
         raise SpecError(
             label,
@@ -168,6 +172,9 @@ class _Validator(Sections):
         higher = g(d, "higher_is_better", "", True, self.bool_())
         max_epochs = g(d, "max_epochs", "", 100, self.int_(1))
         eta = g(d, "eta", "", 0.5, self.float_(0.0, 1.0, fix="eta weighs energy against time; pick a value in [0, 1]"))
+        objective = self.objective(d, eta)
+        if objective is not None:
+            eta = objective.cost_eta
         beta = self.beta(d)
         # null: open-ended (a scheduler triggers each recurrence with `run --next`).
         recurrences = (
@@ -188,6 +195,8 @@ class _Validator(Sections):
         power = self.section("power_limit", self.power_limit)
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
+        accounting = self.section("accounting", self.accounting)
+        export = self.section("export", self.export)
         concurrency = g(
             d,
             "concurrency",
@@ -228,6 +237,7 @@ class _Validator(Sections):
             higher_is_better=higher,
             max_epochs=max_epochs,
             eta=eta,
+            objective=objective,
             beta=beta,
             recurrences=recurrences,
             max_tries=max_tries,
@@ -241,6 +251,8 @@ class _Validator(Sections):
             stop=stop,
             concurrency=concurrency,
             executor=executor,
+            accounting=accounting,
+            export=export,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )

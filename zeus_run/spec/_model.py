@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run.accounting import AccountingSettings
+from zeus_run.objective import Objective
+
 #: Names that may appear as ``{name}`` in ``command`` and ``env`` values.
 PLACEHOLDERS = (
     "batch_size",
@@ -27,7 +30,9 @@ PLACEHOLDERS = (
 
 LR_SCALING_RULES = ("sqrt", "linear", "none")
 METRIC_SOURCES = ("events", "regex")
-ENERGY_SOURCES = ("auto", "nvml", "estimate")
+ENERGY_SOURCES = ("auto", "nvml", "rapl", "estimate")
+#: What ``energy.include`` may count: GPUs (NVML), CPU packages and DRAM (RAPL).
+ENERGY_DOMAINS = ("gpu", "cpu", "dram")
 POLICIES = ("zeus", "zeus-plus", "zeus-voi")
 #: The policy a spec without ``optimizer.policy`` gets (``zeus`` is the published algorithm).
 DEFAULT_POLICY = "zeus-voi"
@@ -42,6 +47,8 @@ POLICY_DEFAULTS: dict[str, dict[str, int]] = {
     "zeus-voi": {"pruning_rounds": 0, "num_explorations": 1},  # neither applies to its walk
 }
 NO_PERMISSION_ACTIONS = ("continue", "stop")
+#: How power limits are set (``power_limit.via``).
+POWER_LIMIT_VIAS = ("auto", "nvml", "zeusd")
 ON_TARGET_ACTIONS = ("stop", "wait")
 ENERGY_BASES = ("cpu-time", "wall-time")
 #: Where trials run (``executor.kind``): `zeus_run.executors.EXECUTORS`.
@@ -65,6 +72,9 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
+        revision: Revision of ``zeus-voi``'s rules: 2 plans exploration over the recurrences
+            left and uses the robust early stop (`zeus_run.early_stop`); 1 is how runs recorded
+            before revision 2 replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
     """
 
     policy: str = DEFAULT_POLICY
@@ -73,6 +83,7 @@ class OptimizerSettings:
     prior_mean: float = 0.0
     prior_precision: float = 0.0
     num_explorations: int = POLICY_DEFAULTS[DEFAULT_POLICY]["num_explorations"]
+    revision: int = 2
 
     @classmethod
     def for_policy(cls, policy: str = DEFAULT_POLICY, **knobs: Any) -> OptimizerSettings:
@@ -106,18 +117,23 @@ class EnergySettings:
     """Where energy readings come from.
 
     Attributes:
-        source: ``auto`` (NVML if it initializes, else estimate), ``nvml`` or ``estimate``.
+        source: ``auto`` (NVML if it initializes, else RAPL if readable, else estimate), ``nvml``,
+            ``rapl`` (CPU package and DRAM counters, for CPU-only jobs) or ``estimate``.
         watts: Constant power assumed by the estimate (unit: W). Also its max power for the cost.
         gpus: GPU indices or UUIDs of the job (default: ``CUDA_VISIBLE_DEVICES`` or all GPUs).
         basis: What the estimate charges ``watts`` for: ``cpu-time`` (the CPU time of the
             trial's processes, at most wall time: a loaded machine does not make the job's
             own energy look larger) or ``wall-time`` (for a GPU job that NVML cannot measure).
+        include: Domains to count (`ENERGY_DOMAINS`): ``gpu`` alone by default; ``cpu`` and
+            ``dram`` add RAPL's package and DRAM counters to the GPUs' energy (with
+            ``source: rapl``, which of the two to count).
     """
 
     source: str = "auto"
     watts: float = 100.0
     gpus: tuple[str, ...] | None = None
     basis: str = "cpu-time"
+    include: tuple[str, ...] = ("gpu",)
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,13 @@ class PowerLimitSettings:
         measure_iters: Training iterations measured at each limit.
         observer_mode: Profile and account as if the best limit were used, but keep the maximum.
         on_no_permission: ``continue`` without power-limit optimization, or ``stop``.
+        min_window_s: Shortest measurement window per limit (unit: s; see README "Profiling windows").
+        settle_s: Wait after setting a limit before measuring (unit: s).
+        min_counter_updates: Energy-counter changes a measurement window must see.
+        via: How limits are set: ``nvml`` (root or CAP_SYS_ADMIN), ``zeusd`` (the Zeus daemon
+            over its Unix socket, no root) or ``auto`` (zeusd when ``socket`` or ``ZEUSD_SOCK_PATH``
+            is set, else NVML).
+        socket: zeusd's Unix socket (None: ``ZEUSD_SOCK_PATH``, else ``/run/zeusd/zeusd.sock``).
     """
 
     enabled: bool = True
@@ -139,6 +162,11 @@ class PowerLimitSettings:
     measure_iters: int = 40
     observer_mode: bool = False
     on_no_permission: str = "continue"
+    min_window_s: float = 5.0
+    settle_s: float = 1.0
+    min_counter_updates: int = 20
+    via: str = "auto"
+    socket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +235,38 @@ class ExecutorSettings:
 
 
 @dataclass(frozen=True)
+class MlflowExport:
+    """``export.mlflow``: log each trial to MLflow as it ends.
+
+    Attributes:
+        tracking_uri: MLflow tracking URI (``http://host:5000``, ``sqlite:///mlflow.db``).
+        experiment: Experiment name (created if missing).
+    """
+
+    tracking_uri: str
+    experiment: str = "zeus-run"
+
+
+@dataclass(frozen=True)
+class PrometheusExport:
+    """``export.prometheus``: push the job's metrics after each trial.
+
+    Attributes:
+        push: Pushgateway URL (``http://host:9091``).
+    """
+
+    push: str
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """Live export after each trial (spec section ``export``; see `zeus_run.export`); None: off."""
+
+    mlflow: MlflowExport | None = None
+    prometheus: PrometheusExport | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One recurring training job, validated.
 
@@ -223,7 +283,8 @@ class JobSpec:
         target_metric: Validation metric that counts as converged.
         higher_is_better: Whether larger metric values are better.
         max_epochs: Most epochs a trial may run.
-        eta: Weight of energy vs time in the cost, in [0, 1].
+        eta: Weight of energy vs time in the cost, in [0, 1] (set from ``objective`` when that is given).
+        objective: The ``objective`` section (None: the ``cost`` objective with ``eta``); see `goal`.
         beta: Early-stop a trial whose cost will exceed beta x best cost so far; None disables.
         recurrences: How many times the job recurs; None: open-ended (one recurrence per `run --next`).
         max_tries: Trials per recurrence before giving up on the target.
@@ -233,6 +294,8 @@ class JobSpec:
             runs the best known batch size without a threshold (None: never, as in the paper).
         concurrency: Recurrences in flight at once (1: one after another).
         executor: Where trials run (local subprocesses or Slurm jobs).
+        accounting: Carbon intensity and price of energy (`zeus_run.accounting`).
+        export: Live export after each trial (MLflow, Prometheus Pushgateway).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -250,6 +313,7 @@ class JobSpec:
     higher_is_better: bool = True
     max_epochs: int = 100
     eta: float = 0.5
+    objective: Objective | None = None
     beta: float | None = 2.0
     recurrences: int | None = 20
     max_tries: int = 20
@@ -264,6 +328,8 @@ class JobSpec:
     stop: StopSettings = field(default_factory=StopSettings)
     concurrency: int = 1
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    accounting: AccountingSettings = field(default_factory=AccountingSettings)
+    export: ExportSettings = field(default_factory=ExportSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,6 +342,11 @@ class JobSpec:
             out[f.name] = _plain(value)
         return out
 
+    @property
+    def goal(self) -> Objective:
+        """What the run optimises: ``objective``, or the ``cost`` objective with ``eta``."""
+        return self.objective or Objective("cost", eta=self.eta)
+
     def with_overrides(self, **changes: Any) -> JobSpec:
         """A copy with some top-level fields replaced (used by CLI overrides)."""
         return dataclasses.replace(self, **changes)
@@ -287,6 +358,7 @@ DECISION_FIELDS = (
     "batch_sizes",
     "default_batch_size",
     "eta",
+    "objective",
     "beta",
     "target_metric",
     "higher_is_better",

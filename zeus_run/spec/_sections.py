@@ -5,23 +5,32 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from zeus_run.accounting import AccountingSettings
+from zeus_run.objective import KINDS as OBJECTIVE_KINDS
+from zeus_run.objective import Objective
 from zeus_run.slurm._settings import parse_time_limit, reserved_option
-from zeus_run.spec._check import Checker
+from zeus_run.spec._check import _REQUIRED, Checker
 from zeus_run.spec._model import (
     ENERGY_BASES,
+    ENERGY_DOMAINS,
     ENERGY_SOURCES,
     EXECUTOR_KINDS,
     METRIC_SOURCES,
     NO_PERMISSION_ACTIONS,
     ON_TARGET_ACTIONS,
     POLICIES,
+    POWER_LIMIT_VIAS,
     EnergySettings,
     ExecutorSettings,
+    ExportSettings,
     MetricSettings,
+    MlflowExport,
     OptimizerSettings,
     PowerLimitSettings,
+    PrometheusExport,
     StopSettings,
 )
 
@@ -34,12 +43,34 @@ _SECTIONS: dict[str, type] = {
     "power_limit": PowerLimitSettings,
     "stop": StopSettings,
     "executor": ExecutorSettings,
+    "accounting": AccountingSettings,
+    "export": ExportSettings,
 }
 _SECTION_KEYS = {
-    "optimizer": ("policy", "pruning_rounds", "window_size", "prior_mean", "prior_precision", "num_explorations"),
+    "optimizer": (
+        "policy",
+        "pruning_rounds",
+        "window_size",
+        "prior_mean",
+        "prior_precision",
+        "num_explorations",
+        "revision",
+    ),
     "metric": ("source", "regex"),
-    "energy": ("source", "watts", "gpus", "basis"),
-    "power_limit": ("enabled", "step_watts", "warmup_iters", "measure_iters", "observer_mode", "on_no_permission"),
+    "energy": ("source", "watts", "gpus", "basis", "include"),
+    "power_limit": (
+        "enabled",
+        "step_watts",
+        "warmup_iters",
+        "measure_iters",
+        "observer_mode",
+        "on_no_permission",
+        "min_window_s",
+        "settle_s",
+        "min_counter_updates",
+        "via",
+        "socket",
+    ),
     "stop": ("grace", "term_grace", "kill_grace", "on_target"),
     "executor": (
         "kind",
@@ -52,6 +83,8 @@ _SECTION_KEYS = {
         "heartbeat_timeout",
         "infra_retries",
     ),
+    "accounting": ("carbon_g_per_kwh", "price_per_kwh", "currency"),
+    "export": ("mlflow", "prometheus"),
 }
 #: ``executor`` keys that only a Slurm executor reads.
 _SLURM_KEYS = _SECTION_KEYS["executor"][1:]
@@ -84,6 +117,58 @@ class Sections(Checker):
         self.unknown_keys(raw, _SECTION_KEYS[key], key + ".")
         return builder(raw, key + ".")
 
+    def objective(self, d: Mapping, eta: float | None) -> Objective | None:
+        """The ``objective`` section (None when absent: the ``cost`` objective with ``eta``)."""
+        raw = d.get("objective")
+        if raw is None:
+            return None
+        keys = ("kind", "eta", "factor")
+        if not isinstance(raw, dict):
+            self.problem("objective", raw, "must be a mapping", "e.g. objective: {kind: max-slowdown, factor: 1.1}")
+            return None
+        self.unknown_keys(raw, keys, "objective.")
+        kind = self.get(raw, "kind", "objective.", "cost", self.choice(OBJECTIVE_KINDS))
+        fix = {"cost": "eta", "max-slowdown": "factor"}
+        for key in ("eta", "factor"):
+            if key in raw and fix.get(kind) != key:
+                self.problem(f"objective.{key}", raw[key], f"does not apply to kind {kind}", "Remove it")
+        if "eta" in d and kind != "cost":
+            self.problem("eta", d["eta"], f"does not apply to objective kind {kind}", "Remove eta")
+        if kind == "cost":
+            if "eta" in d and "eta" in raw and d["eta"] != raw["eta"]:
+                self.problem("eta", d["eta"], f"differs from objective.eta {raw['eta']!r}", "Set only objective.eta")
+            o_eta = self.get(raw, "eta", "objective.", 0.5 if eta is None else eta, self.float_(0.0, 1.0))
+            return Objective("cost", eta=o_eta) if o_eta is not None else None
+        if kind == "max-slowdown":
+            factor = self.get(
+                raw,
+                "factor",
+                "objective.",
+                _REQUIRED,
+                self.float_(1.0, fix="At most this many times the time at the max limit, e.g. 1.1"),
+            )
+            return Objective(kind, factor=factor) if factor is not None else None
+        return Objective(kind) if kind is not None else None
+
+    def accounting(self, m: Mapping, p: str) -> AccountingSettings:
+        def rate(field: str, v: Any) -> Any:
+            if isinstance(v, str):
+                path = Path(v) if self.source is None else self.source.parent / v
+                if not path.is_file():
+                    self.problem(
+                        field, v, f"names no file ({str(path)!r})", "Give a number, or a CSV of timestamp,value"
+                    )
+                    return None
+                return str(path.resolve())
+            return self.float_(0.0, fix="A number per kWh, or the path of a CSV of timestamp,value")(field, v)
+
+        currency = self.get(m, "currency", p, "USD", self.str_())
+        return AccountingSettings(
+            carbon_g_per_kwh=self.get(m, "carbon_g_per_kwh", p, None, rate),
+            price_per_kwh=self.get(m, "price_per_kwh", p, None, rate),
+            currency=currency or "USD",
+        )
+
     def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
         policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))
         d = OptimizerSettings.for_policy(policy if policy in POLICIES else "zeus")
@@ -94,6 +179,13 @@ class Sections(Checker):
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
+            revision=self.get(
+                m,
+                "revision",
+                p,
+                d.revision,
+                self.int_(1, 2, fix="2: the current rules; 1: how runs from before them ran"),
+            ),
         )
 
     def window_size(self) -> Callable[[str, Any], Any]:
@@ -157,7 +249,20 @@ class Sections(Checker):
             ),
             gpus=gpus,
             basis=self.get(m, "basis", p, "cpu-time", self.choice(ENERGY_BASES)),
+            include=self.get(m, "include", p, ("gpu",), self.domains()),
         )
+
+    def domains(self) -> Callable[[str, Any], Any]:
+        def check(field: str, v: Any) -> Any:
+            items = [v] if isinstance(v, str) else v
+            if not isinstance(items, list) or not items or any(d not in ENERGY_DOMAINS for d in items):
+                self.problem(
+                    field, v, f"must be a list of {', '.join(ENERGY_DOMAINS)}", "e.g. include: [gpu, cpu, dram]"
+                )
+                return ("gpu",)
+            return tuple(dict.fromkeys(items))
+
+        return check
 
     def power_limit(self, m: Mapping, p: str) -> PowerLimitSettings:
         d = PowerLimitSettings()
@@ -168,6 +273,17 @@ class Sections(Checker):
             measure_iters=self.get(m, "measure_iters", p, d.measure_iters, self.int_(1)),
             observer_mode=self.get(m, "observer_mode", p, d.observer_mode, self.bool_()),
             on_no_permission=self.get(m, "on_no_permission", p, d.on_no_permission, self.choice(NO_PERMISSION_ACTIONS)),
+            min_window_s=self.get(
+                m,
+                "min_window_s",
+                p,
+                d.min_window_s,
+                self.float_(0.0, fix="Seconds; below ~2 s NVML's counter steps show"),
+            ),
+            settle_s=self.get(m, "settle_s", p, d.settle_s, self.float_(0.0, fix="Seconds, e.g. 1")),
+            min_counter_updates=self.get(m, "min_counter_updates", p, d.min_counter_updates, self.int_(1)),
+            via=self.get(m, "via", p, d.via, self.choice(POWER_LIMIT_VIAS)),
+            socket=self.get(m, "socket", p, None, self.str_()),
         )
 
     def stop(self, m: Mapping, p: str) -> StopSettings:
@@ -179,6 +295,26 @@ class Sections(Checker):
             term_grace=self.get(m, "term_grace", p, d.term_grace, seconds),
             kill_grace=self.get(m, "kill_grace", p, d.kill_grace, seconds),
             on_target=self.get(m, "on_target", p, d.on_target, self.choice(ON_TARGET_ACTIONS)),
+        )
+
+    def export(self, m: Mapping, p: str) -> ExportSettings:
+        sub = {"mlflow": ("tracking_uri", "experiment"), "prometheus": ("push",)}
+        raw = {k: m.get(k) or {} for k in sub}
+        for k, keys in sub.items():
+            if not isinstance(raw[k], dict):
+                self.problem(p + k, raw[k], "must be a mapping", f"Keys: {', '.join(keys)}")
+                raw[k] = {}
+            self.unknown_keys(raw[k], keys, f"{p}{k}.")
+        mlflow, prom = raw["mlflow"], raw["prometheus"]
+        uri = self.get(mlflow, "tracking_uri", p + "mlflow.", _REQUIRED, self.str_()) if mlflow else None
+        experiment = self.get(mlflow, "experiment", p + "mlflow.", "zeus-run", self.str_())
+        push = self.get(prom, "push", p + "prometheus.", _REQUIRED, self.str_()) if prom else None
+        if push is not None and not str(push).startswith(("http://", "https://")):
+            self.problem(p + "prometheus.push", push, "is not an http(s) URL", "Use e.g. http://pushgateway:9091")
+            push = None
+        return ExportSettings(
+            mlflow=MlflowExport(uri, experiment or "zeus-run") if uri else None,
+            prometheus=PrometheusExport(push) if push else None,
         )
 
     def executor(self, m: Mapping, p: str) -> ExecutorSettings:

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The integration tests (marker `integrations`): exports against a real MLflow
+# store and tracking server, promtool, a Prometheus Pushgateway, and the HTML
+# report in headless Chromium. They are not in .ci/run: installing MLflow and the
+# Debian packages and starting the servers would take .ci/run past its budget.
+# Installs what they need (scripts/install_integrations.sh), then runs them; a
+# test whose program could not be installed skips and says why.
+# Usage: scripts/test_integrations.sh [PYTEST_ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_integrations.sh
+exec .venv/bin/python -m pytest -q -m integrations "$@"

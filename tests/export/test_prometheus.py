@@ -1,0 +1,136 @@
+"""Prometheus exposition: naming conventions, the format, and the Grafana dashboard's metric names."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import REPO
+from tests.export.helpers import real_run, simulated_run, zeus
+from zeus_run.export import exposition
+from zeus_run.export._prometheus import METRICS
+from zeus_run.jobs import load_job
+
+DASHBOARD = REPO / "docs" / "grafana-zeus-run.json"
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+#: PromQL words a dashboard query may hold besides metric names.
+PROMQL = {
+    "sum",
+    "by",
+    "without",
+    "max",
+    "min",
+    "avg",
+    "rate",
+    "increase",
+    "label_values",
+    "job_name",
+    "outcome",
+    "quantity",
+    "gpu",
+}
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("prom")
+    return [load_job(real_run(tmp, "alpha", 3)), load_job(simulated_run(tmp))]
+
+
+def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Samples by metric name; every line must be a HELP, a TYPE or a sample."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")):
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"not a sample line: {line!r}"
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m["labels"]))
+        out.setdefault(m["name"], []).append((labels, float(m["value"])))
+    return out
+
+
+def test_metric_names_follow_prometheus_conventions():
+    for name, m in METRICS.items():
+        assert name.startswith("zeus_run_") and re.fullmatch(r"[a-z_]+", name), name
+        assert (m.type == "counter") == name.endswith("_total"), name
+        assert not re.search(r"_(kilo|mega)?(joule|second|watt)(_|$)", name), f"{name}: plural base units"
+        unitless = ("_batch_size", "_exploring", "_recurrences_total", "_trials_total", "_ratio")
+        assert re.search(r"_(joules|seconds|watts)(_total)?$", name) or name.endswith(unitless), name
+
+
+def test_exposition_has_each_family_once_with_help_and_type_and_the_job_label(jobs):
+    text = exposition(jobs)
+    families = re.findall(r"^# TYPE (\S+) (counter|gauge)$", text, flags=re.M)
+    assert len(families) == len({name for name, _ in families})
+    assert {name for name, _ in families} <= set(METRICS)
+    samples = parse(text)
+    for name, rows in samples.items():
+        assert {labels["job_name"] for labels, _ in rows} <= {"alpha", "squad"}, name
+    alpha, squad = jobs
+    assert (
+        dict((lab["outcome"], v) for lab, v in samples["zeus_run_recurrences_total"] if lab["job_name"] == "alpha")[
+            "reached"
+        ]
+        == 3
+    )
+    trials = sum(v for lab, v in samples["zeus_run_trials_total"] if lab["job_name"] == "squad")
+    assert trials == squad.summary.trials
+    energy = {lab["job_name"]: v for lab, v in samples["zeus_run_energy_joules_total"]}
+    assert energy["alpha"] == pytest.approx(alpha.summary.total_energy)
+    ratios = {lab["quantity"]: v for lab, v in samples["zeus_run_savings_ratio"] if lab["job_name"] == "squad"}
+    assert ratios["cost"] == pytest.approx(squad.summary.savings_cost)
+    # Power limit only where one was set (the simulated run has one, the CPU job none).
+    assert [lab["job_name"] for lab, _ in samples["zeus_run_power_limit_watts"]] == ["squad"]
+
+
+def test_label_values_are_escaped():
+    from zeus_run.export._prometheus import _labels
+
+    assert _labels({"job_name": 'a"b\\c\nd'}) == '{job_name="a\\"b\\\\c\\nd"}'
+
+
+def test_cli_writes_the_textfile_and_stdout(jobs, tmp_path):
+    out = tmp_path / "textfile" / "zeus_run.prom"
+    done = zeus("export", "prometheus", str(jobs[0].run_dir), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == exposition([jobs[0]])
+    stdout = zeus("export", "prometheus", str(jobs[0].run_dir), str(jobs[1].run_dir))
+    assert stdout.returncode == 0 and stdout.stdout == exposition(jobs)
+
+
+def test_a_bad_push_url_is_a_usage_error(jobs):
+    done = zeus("export", "prometheus", str(jobs[0].run_dir), "--push", "localhost:9091")
+    assert done.returncode == 2 and "http://" in done.stderr and "Traceback" not in done.stderr
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    dash = json.loads(DASHBOARD.read_text())
+    out = [(p["title"], t["expr"]) for p in dash["panels"] for t in p["targets"]]
+    out += [("variable " + v["name"], v["query"]["query"]) for v in dash["templating"]["list"] if v["type"] == "query"]
+    return out
+
+
+def metric_names(expr: str) -> set[str]:
+    """Identifiers in a PromQL expression outside label matchers and strings."""
+    bare = re.sub(r'\{[^}]*\}|"[^"]*"', " ", expr)
+    return set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare)) - PROMQL
+
+
+def test_grafana_panels_use_only_metric_names_the_exporter_writes(jobs):
+    written = set(parse(exposition(jobs)))
+    titles = [title for title, _ in dashboard_queries()]
+    for needed in ("Energy saved over time", "Cost per recurrence against the default", "Batch size", "Power limit"):
+        assert any(t.startswith(needed) for t in titles), needed
+    for title, expr in dashboard_queries():
+        names = metric_names(expr)
+        assert names, f"{title}: {expr!r} reads no metric"
+        assert names <= written, f"{title}: {sorted(names - written)} are not written by zeus-run export prometheus"
+
+
+def test_the_dashboard_check_catches_an_unknown_metric():
+    assert metric_names('sum by (job_name) (zeus_run_energy_kilojoules{job_name=~"$job"})') == {
+        "zeus_run_energy_kilojoules"
+    }

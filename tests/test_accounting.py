@@ -1,0 +1,155 @@
+"""Carbon and money: rates, time series, the spec section, history, run summary and plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tests.sim_helpers import write_tiny_traces
+from zeus_run.accounting import J_PER_KWH, AccountingError, AccountingSettings, Rate, account, read_series
+from zeus_run.cli import app
+from zeus_run.errors import SpecError
+from zeus_run.records import TrialRecord
+from zeus_run.spec import parse_spec
+
+
+def _rec(trial: int, recurrence: int, bs: int, energy: float, reached: bool, started: str | None) -> TrialRecord:
+    return TrialRecord(
+        job="j",
+        recurrence=recurrence,
+        attempt=1,
+        trial=trial,
+        batch_size=bs,
+        stage="explore",
+        epochs=1,
+        time=10.0,
+        energy=energy,
+        max_power=300.0,
+        cost=energy,
+        reached=reached,
+        stop_reason="target_reached" if reached else "cost_threshold",
+        started_at=started,
+    )
+
+
+KWH = J_PER_KWH
+RECORDS = [
+    _rec(0, 1, 8, 2 * KWH, True, "2026-01-01T00:00:00+00:00"),  # b0: 2 kWh
+    _rec(1, 2, 16, 1 * KWH, False, "2026-01-01T06:00:00+00:00"),  # early-stopped: 1 kWh
+    _rec(2, 2, 16, 1 * KWH, True, "2026-01-01T13:00:00+00:00"),  # 1 kWh
+]
+
+
+def test_constant_rates_and_saving_against_the_default():
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400, price_per_kwh=0.5, currency="EUR"), 8)
+    assert acc is not None
+    assert acc.carbon_kg == pytest.approx(4 * 0.4) and acc.money == pytest.approx(4 * 0.5)
+    # Two converged recurrences at b0's 2 kWh each.
+    assert acc.default_carbon_kg == pytest.approx(4 * 0.4) and acc.money_saving == pytest.approx(0.0)
+    lines = acc.lines()
+    assert lines[0].startswith("Carbon: 1.6 kgCO2e vs 1.6 kgCO2e") and "EUR" in lines[1]
+    assert account(RECORDS, AccountingSettings(), 8) is None
+
+
+def test_time_series_charges_the_rate_in_force_at_each_start(tmp_path):
+    csv_path = tmp_path / "grid.csv"
+    csv_path.write_text("timestamp,value\n2026-01-01T12:00:00Z,100\n2026-01-01T00:00:00,500\n")
+    rate = read_series(csv_path)
+    assert rate.at("2025-12-31T00:00:00+00:00") == 500  # before the series: its first row
+    assert rate.at("2026-01-01T11:59:59+00:00") == 500 and rate.at("2026-01-01T12:00:00+00:00") == 100
+    assert rate.at(None) == 300  # no start time (simulated): the mean
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh="grid.csv"), 8, tmp_path)
+    assert acc is not None
+    assert acc.carbon_kg == pytest.approx((2 * 500 + 1 * 500 + 1 * 100) / 1000)
+    assert acc.default_carbon_kg == pytest.approx((2 * 500 + 2 * 500) / 1000)  # recurrence 2 started at 06:00
+    assert acc.carbon_saving == pytest.approx(1 - 1.6 / 2.0)
+    assert Rate.of(350).at("2026-01-01T00:00:00Z") == 350
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("2026-01-01T00:00:00Z,1\nyesterday,5\n", ":2:"), ("t,v\n", "no timestamp"), ("2026-01-01,-3\n", ":1:")],
+)
+def test_bad_series_names_the_line(tmp_path, text, needle):
+    p = tmp_path / "s.csv"
+    p.write_text(text)
+    with pytest.raises(AccountingError, match=needle):
+        read_series(p)
+    with pytest.raises(AccountingError, match="Cannot read"):
+        read_series(tmp_path / "missing.csv")
+
+
+def _spec(extra: str) -> str:
+    return f"name: j\ncommand: [python, t.py]\nbatch_sizes: [8, 16]\ndefault_batch_size: 8\ntarget_metric: 0.5\n{extra}"
+
+
+def test_spec_section(tmp_path):
+    spec = parse_spec(_spec("accounting: {carbon_g_per_kwh: 350, price_per_kwh: 0.12, currency: USD}\n"))
+    assert spec.accounting == AccountingSettings(350.0, 0.12, "USD")
+    (tmp_path / "grid.csv").write_text("2026-01-01T00:00:00Z,300\n")
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(_spec("accounting: {carbon_g_per_kwh: grid.csv}\n"))
+    from zeus_run.spec import load_spec
+
+    assert load_spec(spec_file).accounting.carbon_g_per_kwh == str((tmp_path / "grid.csv").resolve())
+    with pytest.raises(SpecError) as info:
+        parse_spec(_spec("accounting: {carbon_g_per_kwh: -1, price_per_kwh: nofile.csv, cost: 3}\n"))
+    fields = {p.field for p in info.value.problems}
+    assert fields == {"accounting.carbon_g_per_kwh", "accounting.price_per_kwh", "accounting.cost"}
+
+
+@pytest.fixture
+def sim_run(tmp_path):
+    traces = write_tiny_traces(tmp_path / "traces")
+    res = CliRunner().invoke(
+        app, ["simulate", "squad", "--traces", str(traces), "--gpu", "tiny", "--run-dir", str(tmp_path / "runs")]
+    )
+    assert res.exit_code == 0, res.output
+    run = next((tmp_path / "runs").iterdir())
+    spec = yaml.safe_load((run / "spec.yaml").read_text())
+    spec["accounting"] = {"carbon_g_per_kwh": 350, "price_per_kwh": 0.12, "currency": "USD"}
+    (run / "spec.yaml").write_text(yaml.safe_dump(spec))
+    return run
+
+
+def test_history_shows_carbon_and_money(sim_run):
+    res = CliRunner().invoke(app, ["history", str(sim_run)])
+    assert res.exit_code == 0, res.output
+    assert "kgCO2e vs" in res.stdout and "USD vs" in res.stdout and "always running the default" in res.stdout
+    res = CliRunner().invoke(app, ["history", str(sim_run), "--format", "json"])
+    acc = json.loads(res.stdout)["accounting"]
+    energy = sum(t["energy"] for t in json.loads(res.stdout)["trials"])
+    assert acc["carbon_kg"] == pytest.approx(energy / J_PER_KWH * 0.35)
+    assert acc["currency"] == "USD" and acc["money_saving"] is not None
+
+
+def test_history_reports_a_broken_series_in_one_line(sim_run):
+    spec = yaml.safe_load((sim_run / "spec.yaml").read_text())
+    spec["accounting"] = {"carbon_g_per_kwh": str(sim_run / "gone.csv")}
+    (sim_run / "spec.yaml").write_text(yaml.safe_dump(spec))
+    res = CliRunner().invoke(app, ["history", str(sim_run)])
+    assert res.exit_code == 2 and "Cannot read the rate series" in res.output and "Traceback" not in res.output
+
+
+def test_plot_title_shows_carbon_and_money(sim_run, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from zeus_run.history import read_history
+    from zeus_run.plot import plot_history
+
+    records = read_history(sim_run / "history.jsonl")
+    acc = account(records, AccountingSettings(350, 0.12), None)
+    seen: list[str] = []
+    import matplotlib.figure
+
+    original = matplotlib.figure.Figure.suptitle
+
+    def spy(self, text, **kw):
+        seen.append(text)
+        return original(self, text, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", spy)
+    plot_history(records, tmp_path / "p.png", accounting=acc)
+    assert (tmp_path / "p.png").is_file() and "kgCO2e" in seen[0] and "USD" in seen[0]

@@ -1,0 +1,312 @@
+"""MLflow export: a parent run per job, a nested run per trial.
+
+The parent run (tags ``zeus_run.job`` and ``zeus_run.run_dir``, the run
+directory's name) carries the job's decision settings as params and its summary
+as metrics: savings against the default (cost, energy, time), the steady
+state, the recommendation and the totals, each logged at step = the number of
+trials so far, so that re-exports draw them over time. Each trial's nested run
+carries batch size, learning rate, power limit, recurrence and try as params;
+stage, outcome, stop reason and kind as tags; energy, time, cost and epochs as
+metrics, and the validation metric after each epoch as the step series
+``metric``.
+
+The trial's stable id (`zeus_run.export.trial_id`) is the tag
+``zeus_run.trial_id``: an export adds only trials not yet there, so it can be
+re-run after every recurrence and never duplicates. A trial run is created
+RUNNING and ended last; one left RUNNING by an export that failed halfway is
+deleted and logged again by the next.
+
+mlflow is the optional extra ``zeus-run[mlflow]``, imported only here and only
+when an export runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from zeus_run.contract import StopReason
+from zeus_run.errors import UsageError
+from zeus_run.export._base import Exporter, ExportError, trial_id
+from zeus_run.jobs import JobView
+from zeus_run.records import TrialRecord
+
+INSTALL_HINT = "pip install 'zeus-run[mlflow]'   (or: pip install mlflow)"
+#: Default experiment name.
+EXPERIMENT = "zeus-run"
+#: Seconds to wait for a tracking server's /health before giving up on this export.
+HEALTH_TIMEOUT = 5.0
+#: MLflow settings during an export unless the user set them: few retries and a request timeout
+#: (unit: s), so that a down server is a quick warning, and no run URLs printed on stdout.
+_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
+#: Stop reasons whose trial run ends FAILED (KILLED: interrupted; FINISHED: the rest).
+_FAILED = (StopReason.CRASHED, StopReason.TIMEOUT, StopReason.INFRASTRUCTURE)
+#: Most metrics in one log_batch call (MLflow's limit).
+_BATCH = 1000
+
+
+def load_mlflow() -> Any:
+    """The mlflow module.
+
+    Raises:
+        UsageError: mlflow is not installed.
+    """
+    try:
+        import mlflow
+        import mlflow.tracking
+    except ImportError as exc:
+        raise UsageError(
+            f"zeus-run export mlflow needs mlflow, which is not installed ({exc}). Install the extra: {INSTALL_HINT}"
+        ) from None
+    return mlflow
+
+
+def _ms(iso: str | None) -> int | None:
+    if not iso:
+        return None
+    try:
+        return int(datetime.fromisoformat(iso).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def _settings_env() -> Iterator[None]:
+    """`_ENV` in the environment, where MLflow reads its settings, for the time of an export."""
+    added = [k for k in _ENV if k not in os.environ]
+    for k in added:
+        os.environ[k] = _ENV[k]
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def check_server(tracking_uri: str) -> None:
+    """For an http(s) tracking URI, that the server answers /health.
+
+    Raises:
+        ExportError: It does not.
+    """
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=HEALTH_TIMEOUT) as r:
+            r.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise ExportError(
+            f"MLflow tracking server {tracking_uri} is not reachable ({getattr(exc, 'reason', exc)})."
+        ) from None
+
+
+class MlflowExporter(Exporter):
+    """Sync run directories into an MLflow tracking store.
+
+    Args:
+        tracking_uri: Any MLflow tracking URI: ``http://host:5000``, ``sqlite:///mlflow.db``, a folder.
+        experiment: Experiment name (created if missing).
+    """
+
+    name = "mlflow"
+
+    def __init__(self, tracking_uri: str, experiment: str = EXPERIMENT) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+
+    def export(self, jobs: Sequence[JobView]) -> str:
+        mlflow = load_mlflow()
+        check_server(self.tracking_uri)
+        with _settings_env():
+            try:
+                client = mlflow.tracking.MlflowClient(tracking_uri=self.tracking_uri)
+                exp_id = self._experiment(client)
+                added = sum(self._sync(client, exp_id, job) for job in jobs)
+            except mlflow.exceptions.MlflowException as exc:
+                raise ExportError(f"MLflow at {self.tracking_uri} refused the export: {exc}") from None
+        return f"{added} new trial run(s) in experiment {self.experiment!r} at {self.tracking_uri} ({len(jobs)} job(s))"
+
+    def _experiment(self, client: Any) -> str:
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return str(exp.experiment_id)
+        return str(client.create_experiment(self.experiment))
+
+    def _sync(self, client: Any, exp_id: str, job: JobView) -> int:
+        from mlflow.entities import RunStatus
+
+        parent = self._parent(client, exp_id, job)
+        done: set[str] = set()
+        for run in _search(client, exp_id, f"tags.`mlflow.parentRunId` = '{parent}'"):
+            tid = run.data.tags.get("zeus_run.trial_id")
+            if tid is None:
+                continue
+            if run.info.status == RunStatus.to_string(RunStatus.RUNNING):  # an export that failed halfway
+                client.delete_run(run.info.run_id)
+            else:
+                done.add(tid)
+        new = [r for r in job.records if trial_id(r) not in done]
+        for record in new:
+            self._log_trial(client, exp_id, parent, record)
+        self._log_summary(client, parent, job)
+        return len(new)
+
+    def _parent(self, client: Any, exp_id: str, job: JobView) -> str:
+        key = f"tags.`zeus_run.job` = '{_quote(job.name)}' and tags.`zeus_run.run_dir` = '{_quote(job.run_dir.name)}'"
+        for run in _search(client, exp_id, key + " and tags.`zeus_run.role` = 'job'"):
+            return str(run.info.run_id)
+        run = client.create_run(
+            exp_id,
+            start_time=_ms(job.records[0].started_at),
+            run_name=job.name,
+            tags={
+                "zeus_run.job": job.name,
+                "zeus_run.run_dir": job.run_dir.name,
+                "zeus_run.role": "job",
+                "zeus_run.kind": job.kind,
+                **({"zeus_run.gpu": job.gpu} if job.gpu else {}),
+            },
+        )
+        run_id = str(run.info.run_id)
+        params = _settings(job)
+        if params:
+            from mlflow.entities import Param
+
+            client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+        return run_id
+
+    def _log_trial(self, client: Any, exp_id: str, parent: str, r: TrialRecord) -> None:
+        from mlflow.entities import Metric, Param, RunStatus
+
+        tags = {
+            "mlflow.parentRunId": parent,
+            "zeus_run.trial_id": trial_id(r),
+            "zeus_run.role": "trial",
+            "stage": r.stage,
+            "outcome": "reached" if r.reached else "not_reached",
+            "stop_reason": r.stop_reason,
+            "kind": r.kind,
+            "energy_source": r.energy_source,
+        }
+        if r.message:
+            tags["message"] = r.message[:4000]
+        start = _ms(r.started_at)
+        end = _ms(r.ended_at) or int(time.time() * 1000)
+        run = client.create_run(
+            exp_id, start_time=start, run_name=f"r{r.recurrence:04d}-t{r.attempt:02d} bs={r.batch_size}", tags=tags
+        )
+        run_id = run.info.run_id
+        params = {
+            "batch_size": r.batch_size,
+            "learning_rate": r.learning_rate,
+            "power_limit": r.power_limit,
+            "recurrence": r.recurrence,
+            "attempt": r.attempt,
+            "seed": r.seed,
+        }
+        values = {"energy_joules": r.energy, "time_seconds": r.time, "cost_joules": r.cost, "epochs": r.epochs}
+        metrics = [Metric(k, float(v), end, 0) for k, v in values.items()]
+        metrics += [Metric("metric", float(m), end, epoch) for epoch, m in enumerate(r.metrics, start=1)]
+        # learning_rate and power_limit read "none" where the spec sets none (a CPU job: no power limit).
+        client.log_batch(run_id, params=[Param(k, "none" if v is None else str(v)) for k, v in params.items()])
+        for i in range(0, len(metrics), _BATCH):
+            client.log_batch(run_id, metrics=metrics[i : i + _BATCH])
+        status = (
+            "FAILED"
+            if r.stop_reason in _FAILED
+            else "KILLED"
+            if r.stop_reason is StopReason.INTERRUPTED
+            else "FINISHED"
+        )
+        client.set_terminated(run_id, status=RunStatus.to_string(getattr(RunStatus, status)), end_time=end)
+
+    def _log_summary(self, client: Any, parent: str, job: JobView) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        s = job.summary
+        step = s.trials
+        now = int(job.last_ended.timestamp() * 1000)
+        values: dict[str, float | None] = {
+            "savings_cost": s.savings_cost,
+            "savings_energy": s.savings_energy,
+            "savings_time": s.savings_time,
+            "total_energy_joules": s.total_energy,
+            "total_time_seconds": s.total_time,
+            "total_cost_joules": s.total_cost,
+            "recurrences": s.recurrences,
+            "trials": s.trials,
+            "default_mean_cost_joules": s.default_mean_cost,
+            "steady_state_cost_joules": s.steady.mean_cost if s.steady else None,
+            "steady_state_savings": s.steady.savings if s.steady else None,
+            "recommended_batch_size": s.recommendation.batch_size if s.recommendation else None,
+            "recommended_power_limit_watts": s.recommendation.power_limit if s.recommendation else None,
+            "recommended_savings": s.recommendation.savings if s.recommendation else None,
+            "batch_size": job.batch_size,
+            "exploring": 1.0 if job.exploring else 0.0,
+        }
+        metrics = [Metric(k, float(v), now, step) for k, v in values.items() if v is not None]
+        ex = s.exploration
+        tags = {
+            "exploration": "exploring" if job.exploring else f"over after recurrence {ex.ended_after}" if ex else "",
+            "recommendation": _recommendation_text(job),
+        }
+        client.log_batch(parent, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items() if v])
+
+
+def _search(client: Any, exp_id: str, filter_string: str) -> Iterator[Any]:
+    token = None
+    while True:
+        page = client.search_runs([exp_id], filter_string=filter_string, max_results=1000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _quote(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def _settings(job: JobView) -> dict[str, Any]:
+    """The job's decision settings from its run directory's spec.yaml (none where it cannot be read)."""
+    from zeus_run.errors import HistoryError
+    from zeus_run.replay import Knobs
+
+    try:
+        k = Knobs.from_run_dir(job.run_dir)
+    except HistoryError:
+        return {}
+    return {
+        "default_batch_size": k.default_batch_size,
+        "batch_sizes": ",".join(map(str, k.batch_sizes)),
+        "eta": k.eta,
+        "beta": k.beta,
+        "seed": k.seed,
+        "policy": k.optimizer.policy,
+        "target_metric": k.target_metric,
+        "max_epochs": k.max_epochs,
+        "concurrency": k.concurrency,
+    }
+
+
+def _recommendation_text(job: JobView) -> str:
+    rec = job.summary.recommendation
+    if rec is None:
+        return ""
+    parts = [f"batch size {rec.batch_size}"]
+    if rec.learning_rate is not None:
+        parts.append(f"learning rate {rec.learning_rate:g}")
+    if rec.power_limit is not None:
+        parts.append(f"power limit {rec.power_limit:g} W")
+    saving = f", {rec.savings * 100:.1f}% saved against the default" if rec.savings is not None else ""
+    return ", ".join(parts) + f" (mean cost {rec.mean_cost:.1f} J over {rec.runs} runs{saving})"
