@@ -62,6 +62,7 @@ def test_five_triggers_give_recurrences_1_to_5_and_the_audit_passes(cron_home, e
         assert all(x["triggered_at"] for x in recs)
     assert sorted({x["recurrence"] for x in recs}) == [1, 2, 3, 4, 5]
     assert len({x["triggered_at"] for x in recs}) == 5  # one trigger each
+    assert all(x.get("horizon") is None for x in recs)  # open-ended: the optimizer plans with no horizon
     run_dir = Path(cron_home["HOME"]) / "jobs" / "nightly" / "runs"
     audit = zeus("replay", str(run_dir), "--format", "json")
     assert audit.returncode == 0, audit.stderr
@@ -97,7 +98,9 @@ def test_bare_next_means_one_and_next_k_runs_k(write_spec):
     r = zeus("run", str(spec), "--no-output", "--next", "2")
     assert r.returncode == 0, r.stderr
     lines = (spec.parent / "runs" / "history.jsonl").read_text().splitlines()
-    assert sorted({json.loads(x)["recurrence"] for x in lines}) == [1, 2, 3]
+    recs = [json.loads(x) for x in lines]
+    assert sorted({x["recurrence"] for x in recs}) == [1, 2, 3]
+    assert {x.get("horizon") for x in recs} == {1}  # the spec's horizon, not the trigger's count
 
 
 def test_next_with_recurrences_is_a_usage_error(write_spec):
