@@ -58,7 +58,7 @@ def run_command(
 
         zeus-run run job.yaml --run-dir runs/nightly -n 50
 
-        zeus-run run job.yaml --next        # crontab: one recurrence per trigger
+        zeus-run run job.yaml --next    # one recurrence per cron trigger
 
     Exit codes: 0 done, 1 every try failed, 2 spec or usage error, 75 run
     directory busy (another launcher holds it; nothing was run), 128+N signal N.
