@@ -108,3 +108,14 @@ def test_next_with_recurrences_is_a_usage_error(write_spec):
     r = zeus("run", str(spec), "--next", "-n", "3")
     assert r.returncode == 2 and "pass only one" in r.stderr
     assert not (spec.parent / "runs").exists() or not os.listdir(spec.parent / "runs")
+
+
+def test_the_airflow_and_kubernetes_examples_run_the_tested_command_line():
+    import yaml
+
+    tested = cron_command("scrontab")
+    assert f"bash_command='{tested}'" in (EXAMPLES / "airflow_dag.py").read_text()
+    assert "skip_on_exit_code=75" in (EXAMPLES / "airflow_dag.py").read_text()
+    job = yaml.safe_load((EXAMPLES / "k8s-cronjob.yaml").read_text())
+    (container,) = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert shlex.join(container["command"]) in tested and container["workingDir"].endswith("jobs/nightly")
