@@ -66,7 +66,7 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
             decision settings and neither ``new`` nor ``force`` was given.
         HistoryError: The existing history is damaged.
     """
-    base = Path(run_dir) if run_dir is not None else spec.run_dir
+    base = Path(run_dir).absolute() if run_dir is not None else spec.run_dir.absolute()
     if new:
         return fresh_sibling(base), False
     try:

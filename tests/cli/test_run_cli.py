@@ -237,3 +237,19 @@ def test_history_csv_writes_provenance_as_json(tmp_path):
     assert r.returncode == 0, r.stderr
     row = next(csv.DictReader(io.StringIO(r.stdout)))
     assert json.loads(row["provenance"])["host"]
+
+
+def test_relative_run_dir_from_another_directory(write_spec, tmp_path):
+    """`--run-dir` relative to the caller's directory reaches a script that runs in the spec's directory.
+
+    The trial's files (events, heartbeat) are handed to the script as absolute paths; a relative
+    one would point into the script's working directory and the first trial would crash.
+    """
+    spec = write_spec(spec_text())
+    caller = tmp_path / "elsewhere"
+    caller.mkdir()
+    r = zeus("run", str(spec), "--run-dir", "rel-runs", "--no-output", cwd=caller)
+    assert r.returncode == 0, r.stderr
+    (line,) = (caller / "rel-runs" / "history.jsonl").read_text().splitlines()
+    rec = json.loads(line)
+    assert rec["reached"] is True and rec["stop_reason"] == "target_reached"
