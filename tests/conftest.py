@@ -59,7 +59,7 @@ def timeout_job(
     slurmctld checks time limits every 30 s, so it ends 60 to 90 s after it starts.
     """
     from tests.slurm.test_slurm_cluster import Probe  # the test module imports this one
-    from zeus_run.slurm import SlurmError, SlurmSettings, cancel, query, submit
+    from zeus_run.slurm import SlurmSettings, cancel, query, submit
 
     request.getfixturevalue("slurm_cluster")  # or skip
 
@@ -73,7 +73,7 @@ def timeout_job(
         while time.monotonic() < deadline:
             try:
                 info = query([job_id]).get(job_id)
-            except SlurmError:
+            except Exception:  # SlurmError, or a timeout on a loaded machine: keep watching
                 info = None
             if info is not None and info.final:
                 final["info"] = info
