@@ -51,6 +51,14 @@ class PlotUnavailableError(UsageError):
     """matplotlib, the ``plot`` extra, is not installed."""
 
 
+def plot_target(path: str | Path) -> Path:
+    """The plot file ``path`` as a Path, or a UsageError naming the suffixes we can write."""
+    out = Path(path)
+    if out.suffix.lower() not in FORMATS:
+        raise UsageError(f"cannot write a plot to {str(out)!r}: use a file ending in {', '.join(FORMATS)}.")
+    return out
+
+
 def load_matplotlib() -> tuple[Any, Any]:
     """matplotlib's `Figure` and Agg canvas classes (no pyplot, no global state).
 
@@ -99,9 +107,7 @@ def plot_history(
         UsageError: No records, or an unknown suffix.
         PlotUnavailableError: matplotlib is missing.
     """
-    out = Path(path)
-    if out.suffix.lower() not in FORMATS:
-        raise UsageError(f"cannot write a plot to {str(out)!r}: use a file ending in {', '.join(FORMATS)}.")
+    out = plot_target(path)
     if not records:
         raise UsageError("the history has no trials yet; there is nothing to plot.")
     figure_cls, canvas_cls = load_matplotlib()

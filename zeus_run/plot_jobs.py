@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zeus_run.errors import UsageError
 from zeus_run.jobs import JobView
-from zeus_run.plot import DPI, FORMATS, load_matplotlib
+from zeus_run.plot import DPI, load_matplotlib, plot_target
 
 #: Image size (unit: inches).
 FIGSIZE = (9.0, 8.0)
@@ -38,9 +38,7 @@ def plot_jobs(jobs: Sequence[JobView], path: str | Path, title: str | None = Non
         UsageError: No jobs, or an unknown suffix.
         PlotUnavailableError: matplotlib is missing.
     """
-    out = Path(path)
-    if out.suffix.lower() not in FORMATS:
-        raise UsageError(f"cannot write a plot to {str(out)!r}: use a file ending in {', '.join(FORMATS)}.")
+    out = plot_target(path)
     if not jobs:
         raise UsageError("no jobs to plot.")
     figure_cls, canvas_cls = load_matplotlib()
