@@ -53,6 +53,16 @@ Event lines are JSON objects, each with the script's ``time`` (Unix seconds):
 For power-limit profiling, call ``trial.step()`` once per training iteration,
 or wrap the data loader: ``for x, y in trial.iterate(loader): ...``.
 
+**With a batch-size server** (``zeus-run serve``, for pods that share no
+filesystem with zeus-run): set ``ZEUS_SERVER`` (its URL), ``ZEUS_SERVER_TOKEN``
+or ``ZEUS_SERVER_TOKEN_FILE``, and ``ZEUS_SERVER_JOB`` (the job's name there).
+`from_env` then asks the server for the trial (the seeds' ``get_batch_size``),
+unless ``ZEUS_SERVER_TRIAL`` holds the token of an ask made outside the script;
+`epochs` starts the clock (``on_train_begin``); `report` sends each epoch
+(``on_evaluate``), and its answer carries the server's stop decision; `close`
+(or the end of the interpreter) tells the server how the trial ended. The
+client is `zeus_run.remote`, standard library only.
+
 zeus-run stops a trial itself when the target is
 reached or the cost threshold would be crossed; `report` returning False and
 `epochs` ending are a courtesy that lets the script exit cleanly first.
@@ -68,6 +78,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from zeus_run.contract import Env
+from zeus_run.remote import RemoteTrial
 
 T = TypeVar("T")
 
@@ -116,6 +127,7 @@ class Trial:
         stop_file: str | None = None,
         profile: bool = False,
         profile_stop_file: str | None = None,
+        remote: RemoteTrial | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -125,7 +137,9 @@ class Trial:
         self.higher_is_better = higher_is_better
         self.event_log = event_log
         self.stop_file = stop_file
-        self.managed = event_log is not None
+        #: The server's side of this trial when ``ZEUS_SERVER`` is set (`zeus_run.remote`), else None.
+        self.remote = remote
+        self.managed = event_log is not None or remote is not None
         self.epoch = 0
         self.reached = False
         self.last_metric: float | None = None
@@ -157,6 +171,9 @@ class Trial:
         (the spec has none).
         """
         hib = os.environ.get(Env.HIGHER_IS_BETTER)
+        remote = RemoteTrial.from_env()
+        if remote is not None and remote.decision:
+            return cls._from_decision(remote, learning_rate)
         return cls(
             batch_size=_env_int(Env.BATCH_SIZE, batch_size),
             learning_rate=_env_float(Env.LEARNING_RATE, learning_rate),
@@ -168,16 +185,37 @@ class Trial:
             stop_file=os.environ.get(Env.STOP_FILE) or None,
             profile=os.environ.get(Env.PROFILE, "").strip() == "1",
             profile_stop_file=os.environ.get(Env.PROFILE_STOP) or None,
+            remote=remote,
+        )
+
+    @classmethod
+    def _from_decision(cls, remote: RemoteTrial, learning_rate: float) -> Trial:
+        """A trial this process asked the server for (``ZEUS_SERVER`` without ``ZEUS_SERVER_TRIAL``)."""
+        d = remote.decision
+        lr = d.get("learning_rate")
+        target = d.get("target_metric")
+        return cls(
+            batch_size=int(d["batch_size"]),
+            learning_rate=learning_rate if lr is None else float(lr),
+            seed=int(d.get("seed") or 0),
+            max_epochs=int(d["max_epochs"]),
+            target_metric=None if target is None else float(target),
+            higher_is_better=bool(d.get("higher_is_better", True)),
+            remote=remote,
         )
 
     def should_stop(self) -> bool:
         """Whether training should end now (target reached, max epochs, or zeus-run asked)."""
         if self.reached or self.epoch >= self.max_epochs:
             return True
+        if self.remote is not None and self.remote.stop_reason is not None:
+            return True
         return self.stop_file is not None and os.path.exists(self.stop_file)
 
     def epochs(self) -> Iterator[int]:
         """Yield epoch numbers 1, 2, ... until `should_stop`."""
+        if self.remote is not None and self.epoch == 0:
+            self.remote.begin()  # the seeds' on_train_begin: the server's clock starts here
         while not self.should_stop():
             yield self.epoch + 1
 
@@ -201,6 +239,8 @@ class Trial:
             )
             self.reached = self.reached or good
         self._emit({"event": "epoch", "epoch": self.epoch, "metric": self.last_metric})
+        if self.remote is not None:
+            self.remote.report(self.epoch, self.last_metric)  # on the server's disk before it answers
         return not self.should_stop()
 
     @property
@@ -255,7 +295,9 @@ class Trial:
         self._fh.flush()
 
     def close(self) -> None:
-        """Close the event log."""
+        """Close the event log; with a server, tell it the trial ended."""
+        if self.remote is not None:
+            self.remote.finish()
         if self._fh is not None:
             self._fh.close()
             self._fh = None

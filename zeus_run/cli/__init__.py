@@ -21,6 +21,7 @@ from zeus_run.cli.plot import plot_command
 from zeus_run.cli.replay import replay_command
 from zeus_run.cli.report import report_command
 from zeus_run.cli.run import run_command
+from zeus_run.cli.serve import serve_command
 from zeus_run.cli.simulate import simulate_command
 
 app = typer.Typer(
@@ -61,8 +62,9 @@ app.command("simulate")(simulate_command)
 app.command("replay")(replay_command)
 app.command("export")(export_command)
 app.command("report")(report_command)
+app.command("serve")(serve_command)
 
-COMMANDS = ("run", "history", "plot", "check", "simulate", "replay", "export", "report")
+COMMANDS = ("run", "history", "plot", "check", "simulate", "replay", "export", "report", "serve")
 
 
 def unknown_command_message(word: str) -> str | None:

@@ -26,6 +26,16 @@ class Env:
     PROFILE_STOP = "ZEUS_PROFILE_STOP"
     #: The trial's process marker (`zeus_run.proctree`): every process of the trial carries it.
     TRIAL_TOKEN = "ZEUS_TRIAL_TOKEN"
+    #: The batch-size server (``zeus-run serve``) a training pod talks to, e.g. ``http://zeus:7787``
+    #: (`zeus_run.remote`); with it the `zeus_run.train.Trial` helper asks the server for its trial.
+    SERVER = "ZEUS_SERVER"
+    #: The server's bearer token, or (``SERVER_TOKEN_FILE``) a file holding it, e.g. a mounted secret.
+    SERVER_TOKEN = "ZEUS_SERVER_TOKEN"
+    SERVER_TOKEN_FILE = "ZEUS_SERVER_TOKEN_FILE"
+    #: The job's name on the server (a run directory under the server's ``--root``).
+    SERVER_JOB = "ZEUS_SERVER_JOB"
+    #: The server's trial token of an ask made outside the script (``zeus-run ask`` against a server).
+    SERVER_TRIAL = "ZEUS_SERVER_TRIAL"
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -1,0 +1,18 @@
+"""``zeus-run serve``: the batch-size server, the network front of the ask/tell engine.
+
+Training jobs that share no filesystem with zeus-run (Kubernetes pods, managed
+services) reach their job's run directory through it. The server is an
+optional extra (``pip install 'zeus-run[server]'``: FastAPI and uvicorn);
+the client (`zeus_run.remote`) is standard library only.
+
+* `_root`: the root directory, job names, one server per root;
+* `_security`: the bearer token and where the server may listen;
+* `_gate`: token check, body limit and access log for every request;
+* `_models` and `_errors`: request/response bodies and 4xx answers;
+* `_jobs`: the jobs, over `zeus_run.asktell`;
+* `_app`: the routes; `_serve`: the foreground process.
+"""
+
+from zeus_run.server._serve import ServeSettings, serve
+
+__all__ = ["ServeSettings", "serve"]

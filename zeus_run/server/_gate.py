@@ -1,0 +1,128 @@
+"""What every request passes before a route sees it: the token, the body limit, the access log.
+
+A plain ASGI middleware (no per-request task or copy, unlike Starlette's
+``BaseHTTPMiddleware``). It answers 401 without a valid bearer token (except
+for the health check), 413 for a body over the limit (by ``Content-Length``
+or by counting a chunked body), and logs one line per request on the
+``zeus_run.server.access`` logger (shown with ``zeus-run serve -v``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from zeus_run.remote import HEALTH_PATH
+from zeus_run.server._security import tokens_equal
+
+access_log = logging.getLogger("zeus_run.server.access")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Largest request body the server reads (unit: bytes). A spec is a page; a report is a line.
+DEFAULT_MAX_BODY = 64 * 1024
+
+
+class Gate:
+    """ASGI middleware: bearer token, body limit, one log line per request.
+
+    Args:
+        app: The application behind the gate.
+        token: The bearer token every request but the health check must carry.
+        max_body: Largest body accepted (unit: bytes).
+    """
+
+    def __init__(self, app: ASGIApp, token: str, max_body: int = DEFAULT_MAX_BODY) -> None:
+        self.app = app
+        self.token = token
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [0]
+
+        async def logged_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, logged_send)
+        finally:
+            if access_log.isEnabledFor(logging.INFO):
+                client = scope.get("client") or ("?", 0)
+                access_log.info(
+                    "%s %s %s %d %.1f ms",
+                    client[0],
+                    scope["method"],
+                    scope["path"],
+                    status[0],
+                    (time.perf_counter() - start) * 1e3,
+                )
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"])
+        if scope["path"] != HEALTH_PATH and not self._authorized(headers.get(b"authorization", b"")):
+            await _reply(
+                send,
+                401,
+                "A valid bearer token is required: send 'Authorization: Bearer TOKEN' (ZEUS_SERVER_TOKEN).",
+                "unauthorized",
+                extra_headers=[(b"www-authenticate", b"Bearer")],
+            )
+            return
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            await _reply(send, 413, self._too_big(), "body_too_large")
+            return
+        # NOTE: the API speaks JSON only, so every body is parsed as JSON whatever its
+        # Content-Type says (`curl -d` sends a form type): a bad body gets the JSON error.
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope["headers"].append((b"content-type", b"application/json"))
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body:
+                await _reply(send, 413, self._too_big(), "body_too_large")
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _authorized(self, header: bytes) -> bool:
+        scheme, _, given = header.decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and tokens_equal(given.strip(), self.token)
+
+    def _too_big(self) -> str:
+        return f"The request body is larger than {self.max_body:,} bytes; a spec is a page and a report is a line."
+
+
+async def _reply(
+    send: Send, status: int, message: str, code: str, extra_headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"error": message, "field": None, "code": code}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
+    await send({"type": "http.response.body", "body": body})

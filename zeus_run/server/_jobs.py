@@ -1,0 +1,152 @@
+"""The server's jobs: each a run directory under the root, driven through the ask/tell engine.
+
+`JobService` is the only place the server touches the library: it maps a job
+name to its run directory (`ServerRoot.job_dir`), serializes the requests of
+one job (`zeus_run.asktell` takes the run directory's ``flock`` per call, and
+one process must not race itself for it), and turns the engine's answers into
+the API's bodies. Requests of different jobs run side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from zeus_run.remote import job_path
+from zeus_run.rundir import SPEC_NAME, RunDir
+from zeus_run.server._errors import ApiError
+from zeus_run.server._models import EpochReport, Fail, Finish, ReportAnswer
+from zeus_run.server._root import ServerRoot
+
+logger = logging.getLogger(__name__)
+
+
+class JobService:
+    """The jobs of one server root.
+
+    Args:
+        root: The locked server root.
+    """
+
+    def __init__(self, root: ServerRoot) -> None:
+        self.root = root
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- jobs ------------------------------------------------------------------------
+    def jobs(self) -> list[str]:
+        return [name for name in self.root.jobs() if (self.root.path / name / SPEC_NAME).is_file()]
+
+    def register(self, name: str, spec_doc: str | dict[str, Any]) -> dict[str, Any]:
+        """Validate ``spec_doc`` and make (or check) the job's run directory; returns the resolved spec."""
+        import yaml
+
+        from zeus_run.resume import compatibility
+        from zeus_run.spec import parse_spec
+
+        path = self.root.job_dir(name)
+        text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
+        spec = parse_spec(text)  # SpecError: the same problems, in the same words, as `zeus-run check`
+        if spec.name != name:
+            raise ApiError(
+                422,
+                f"spec.name = {spec.name!r} differs from the job name {name!r} in the URL. "
+                f"Register it as {job_path(spec.name)} or set name: {name}.",
+                "invalid_field",
+                "body.spec.name",
+            )
+        spec = dataclasses.replace(spec, run_dir=path)
+        with self._job_lock(name), RunDir.open(path) as rd:
+            diffs, _ = compatibility(path, spec)
+            if diffs:
+                raise ApiError(
+                    409,
+                    f"Job {name!r} is registered with another spec, and its history would not follow from this "
+                    f"one: {'; '.join(diffs)}. Register it under a new name to start afresh.",
+                    "spec_conflict",
+                    "body.spec",
+                )
+            if rd.stored_spec() is None:
+                rd.save_spec(spec)
+        return spec.to_dict()
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        from zeus_run.history import read_history
+
+        path = self._existing(name)
+        return (
+            [r.to_json() for r in read_history(path / "history.jsonl", warn=False)]
+            if (path / "history.jsonl").is_file()
+            else []
+        )
+
+    # -- trials ----------------------------------------------------------------------
+    def ask(self, name: str, host: str | None) -> dict[str, Any]:
+        from zeus_run import asktell
+
+        path = self._existing(name)
+        with self._job_lock(name):
+            decision = asktell.ask(path, host=host)
+        return decision.to_json()
+
+    def heartbeat(self, name: str, token: str) -> float:
+        from zeus_run import asktell
+
+        path = self._existing(name)
+        with self._job_lock(name):
+            return float(asktell.heartbeat(path, token))
+
+    def report(self, name: str, token: str, body: EpochReport) -> ReportAnswer:
+        from zeus_run import asktell
+
+        path = self._existing(name)
+        metric = float("nan") if body.metric is None else body.metric
+        with self._job_lock(name):
+            reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy)
+        if reason is None:
+            return ReportAnswer(stop=False, converged=False, reason=None, message="go on")
+        converged = bool(getattr(reason, "converged", False))
+        return ReportAnswer(stop=True, converged=converged, reason=str(reason.value), message=_stop_message(reason))
+
+    def finish(self, name: str, token: str, body: Finish) -> dict[str, Any]:
+        from zeus_run import asktell
+
+        path = self._existing(name)
+        with self._job_lock(name):
+            record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
+        return record.to_json()
+
+    def fail(self, name: str, token: str, body: Fail) -> dict[str, Any]:
+        from zeus_run import asktell
+
+        path = self._existing(name)
+        with self._job_lock(name):
+            record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message)
+        return record.to_json()
+
+    # -- helpers ---------------------------------------------------------------------
+    def _existing(self, name: str) -> Path:
+        path = self.root.job_dir(name)
+        if not (path / SPEC_NAME).is_file():
+            raise ApiError(
+                404,
+                f"No job {name!r} on this server. Register it first: PUT {job_path(name)} with its spec.",
+                "unknown_job",
+            )
+        return path
+
+    @contextmanager
+    def _job_lock(self, name: str) -> Iterator[None]:
+        with self._locks_guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            yield
+
+
+def _stop_message(reason: Any) -> str:
+    return f"stop: {getattr(reason, 'value', reason)}"
