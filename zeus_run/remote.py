@@ -300,6 +300,13 @@ class RemoteTrial:
         token = os.environ.get(Env.SERVER_TRIAL, "").strip()
         if token:
             return cls(client, job, token, None, _env_lease())
+        spec = os.environ.get(Env.SERVER_SPEC, "").strip()
+        if spec:
+            try:
+                with open(spec, encoding="utf-8") as f:
+                    client.register(job, f.read())
+            except OSError as exc:
+                raise ServerError(0, f"Cannot read {Env.SERVER_SPEC} = {spec!r}: {exc.strerror or exc}.") from None
         decision = client.ask(job, host=host)
         logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), decision.get("token"))
         return cls(client, job, str(decision["token"]), decision, float(decision.get("lease_s") or 0) or _env_lease())

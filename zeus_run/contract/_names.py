@@ -36,6 +36,9 @@ class Env:
     SERVER_JOB = "ZEUS_SERVER_JOB"
     #: The server's trial token of an ask made outside the script (``zeus-run ask`` against a server).
     SERVER_TRIAL = "ZEUS_SERVER_TRIAL"
+    #: A job spec file the `zeus_run.train.Trial` helper registers before it asks (the same spec
+    #: again is a no-op), as the seeds' client registers its job.
+    SERVER_SPEC = "ZEUS_SERVER_SPEC"
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -108,6 +108,6 @@ def validation_answer(errors: Any) -> JSONResponse:
             shown = repr(e.get("input"))[:80]
             parts.append(f"{field} = {shown}: {e.get('msg', 'invalid')}")
     first = errors[0] if errors else {}
-    field = ".".join(str(p) for p in first.get("loc", ())) or None
+    at = ".".join(str(p) for p in first.get("loc", ())) or None
     code = "unknown_field" if first.get("type") == "extra_forbidden" else "invalid_field"
-    return answer(422, "; ".join(parts) + ".", code, field)
+    return answer(422, "; ".join(parts) + ".", code, at)
