@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Benchmark ``zeus-run serve``: throughput and latency of ask and report, and the server's memory.
+
+Starts the server on loopback (a temporary root, a free port) and drives it
+with N concurrent clients (N = 1, 8, 32; each a process with the stdlib client
+`zeus_run.remote`, one kept-alive connection). Each client runs trials of a
+trivial job: ask, two epoch reports (the second reaches the target, so the
+server says stop), finish. Prints, per N, requests per second, reports per
+second and p50/p99 latency of ask and of report as the client sees them.
+Then it runs 10,000 trials in all (8 clients) and prints the server's resident
+memory every 1,000 trials: it should stay flat, apart from what one job's fold
+needs.
+
+Goals on the project's 2-core machine: report p99 under 20 ms at 8 clients; at
+least 500 reports per second; memory flat.
+
+Run:  python scripts/bench_server.py                  (about two minutes)
+      python scripts/bench_server.py --levels 1,8 --trials-per-level 200 --memory-trials 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from zeus_run.remote import ServerClient  # noqa: E402
+
+SPEC = """
+name: {name}
+command: ["true"]
+batch_sizes: [8, 16, 32]
+default_batch_size: 16
+target_metric: 0.9
+max_epochs: 3
+recurrences: null
+seed: 1
+energy: {{source: estimate, watts: 100, basis: wall-time}}
+"""
+
+
+def start_server(root: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zeus_run", "serve", "--root", str(root), "--port", "0"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+            return proc, m.group(1)
+    raise SystemExit(f"the server did not start (exit {proc.wait()})")
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue) -> None:
+    """One client: ``trials`` trials of ``job``; puts (ask latencies, report latencies, requests) on ``out``."""
+    client = ServerClient(url, token)
+    asks: list[float] = []
+    reports: list[float] = []
+    requests = 0
+    for _ in range(trials):
+        t = time.perf_counter()
+        decision = client.ask(job)
+        asks.append(time.perf_counter() - t)
+        tok = decision["token"]
+        requests += 2  # the ask and the finish
+        for epoch, metric in ((1, 0.5), (2, 0.95)):
+            t = time.perf_counter()
+            answer = client.report(job, tok, epoch, metric, 0.01 * epoch, None)
+            reports.append(time.perf_counter() - t)
+            requests += 1
+            if answer["stop"]:
+                break
+        client.finish(job, tok, time_s=0.02)
+    out.put((asks, reports, requests))
+
+
+def run_level(url: str, token: str, jobs: list[str], clients: int, trials_each: int) -> dict[str, float]:
+    out: mp.Queue = mp.Queue()
+    procs = [
+        mp.Process(target=client_loop, args=(url, token, jobs[i % len(jobs)], trials_each, out)) for i in range(clients)
+    ]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    asks = sorted(x for r in results for x in r[0])
+    reports = sorted(x for r in results for x in r[1])
+    requests = sum(r[2] for r in results)
+    return {
+        "clients": clients,
+        "trials": len(asks),
+        "req_s": requests / wall,
+        "reports_s": len(reports) / wall,
+        "ask_p50": _q(asks, 0.5),
+        "ask_p99": _q(asks, 0.99),
+        "report_p50": _q(reports, 0.5),
+        "report_p99": _q(reports, 0.99),
+    }
+
+
+def _q(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--levels", default="1,8,32", help="client counts (default 1,8,32)")
+    ap.add_argument("--trials-per-level", type=int, default=640, help="trials per level, split among the clients")
+    ap.add_argument("--shared-job", action="store_true", help="all clients run one job (default: a job each)")
+    ap.add_argument("--memory-trials", type=int, default=10_000, help="trials of the memory run (8 clients)")
+    args = ap.parse_args()
+    mp.set_start_method("fork")
+    with tempfile.TemporaryDirectory(prefix="zeus-bench-server-") as tmp:
+        root = Path(tmp) / "root"
+        proc, url = start_server(root)
+        try:
+            token = (root / ".serve.token").read_text().strip()
+            client = ServerClient(url, token)
+            levels = [int(x) for x in args.levels.split(",")]
+            print(f"zeus-run serve on {url}; {os.cpu_count()} CPUs; each trial: ask, 2 reports, finish")
+            print("clients  trials   req/s  reports/s  ask p50  ask p99  report p50  report p99   (ms)")
+            for n in levels:
+                jobs = [f"bench-n{n}"] if args.shared_job else [f"bench-n{n}-c{i}" for i in range(n)]
+                for job in jobs:
+                    client.register(job, SPEC.format(name=job))
+                r = run_level(url, token, jobs, n, max(1, args.trials_per_level // n))
+                print(
+                    f"{r['clients']:7d} {r['trials']:7d} {r['req_s']:7.0f} {r['reports_s']:10.0f} "
+                    f"{r['ask_p50']:8.1f} {r['ask_p99']:8.1f} {r['report_p50']:11.1f} {r['report_p99']:11.1f}"
+                )
+            print(f"server memory over {args.memory_trials:,} trials (8 clients, a job each):")
+            jobs = [f"bench-mem-c{i}" for i in range(8)]
+            for job in jobs:
+                client.register(job, SPEC.format(name=job))
+            step = max(8, args.memory_trials // 10)
+            done = 0
+            rss = [rss_mib(proc.pid)]
+            print(f"  after {done:6,d} trials: RSS {rss[-1]:6.1f} MiB")
+            while done < args.memory_trials:
+                run_level(url, token, jobs, 8, step // 8)
+                done += 8 * (step // 8)
+                rss.append(rss_mib(proc.pid))
+                print(f"  after {done:6,d} trials: RSS {rss[-1]:6.1f} MiB")
+            half = rss[len(rss) // 2 :]
+            print(
+                f"RSS growth over the second half: {half[-1] - half[0]:+.1f} MiB (median {statistics.median(rss):.1f})"
+            )
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
