@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
 from zeus_run.rundir import SPEC_NAME, RunDir
 from zeus_run.server._errors import ApiError
@@ -110,8 +111,8 @@ class JobService:
             reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy)
         if reason is None:
             return ReportAnswer(stop=False, converged=False, reason=None, message="go on")
-        converged = bool(getattr(reason, "converged", False))
-        return ReportAnswer(stop=True, converged=converged, reason=str(reason.value), message=_stop_message(reason))
+        converged = reason is StopReason.TARGET_REACHED
+        return ReportAnswer(stop=True, converged=converged, reason=reason.value, message=reason.description)
 
     def finish(self, name: str, token: str, body: Finish) -> dict[str, Any]:
         from zeus_run import asktell
@@ -146,7 +147,3 @@ class JobService:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             yield
-
-
-def _stop_message(reason: Any) -> str:
-    return f"stop: {getattr(reason, 'value', reason)}"

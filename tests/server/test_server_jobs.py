@@ -1,0 +1,153 @@
+"""Jobs through a real server: the demo job by three clients, a SIGKILL in the middle, the audit after.
+
+The clients are `tests/scripts/server_train.py` processes: the unchanged
+`zeus_run.train.Trial` helper with ``ZEUS_SERVER`` set, looping until the
+server says the job is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.server.helpers import REPO, ServerProcess
+from zeus_run.contract import StopReason
+
+CLIENT = REPO / "tests" / "scripts" / "server_train.py"
+TOKEN = "test-token-0123456789abcdef"
+#: How long the clients may take on a loaded machine (unit: s); waited for, never asserted on.
+CLIENTS_TIMEOUT_S = 600
+
+
+def demo_spec(recurrences: int = 10) -> str:
+    """configs/demo.yaml as the user wrote it, for ``recurrences`` recurrences."""
+    text = (REPO / "configs" / "demo.yaml").read_text()
+    assert "recurrences: 20" in text
+    return text.replace("recurrences: 20", f"recurrences: {recurrences}")
+
+
+def start(tmp_path: Path, port: int = 0) -> ServerProcess:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    proc = ServerProcess(tmp_path / "root", port=port, extra=("--token-file", str(token_file)))
+    proc.wait_ready()
+    return proc
+
+
+def clients(url: str, n: int, job: str = "demo", *args: str) -> list[subprocess.Popen]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "ZEUS_SERVER": url,
+        "ZEUS_SERVER_TOKEN": TOKEN,
+        "ZEUS_SERVER_JOB": job,
+    }
+    return [
+        subprocess.Popen(
+            [sys.executable, str(CLIENT), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(n)
+    ]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=CLIENTS_TIMEOUT_S)
+        assert p.returncode == 0, out
+        outs.append(out)
+    return outs
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def zeus(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+
+
+def check_complete(run_dir: Path, recurrences: int) -> list[dict]:
+    """Every recurrence ended once, no trial is recorded twice, every epoch once, and the audit passes."""
+    recs = records(run_dir)
+    keys = [(r["recurrence"], r["attempt"]) for r in recs]
+    assert len(keys) == len(set(keys)), f"a trial recorded twice: {keys}"
+    assert len({r["trial"] for r in recs}) == len(recs)
+    final = [r for r in recs if StopReason.parse(r["stop_reason"]).finishing]
+    assert sorted({r["recurrence"] for r in recs}) == list(range(1, recurrences + 1))
+    for r in recs:
+        assert len(r["metrics"]) == r["epochs"] or r["stop_reason"] == "infrastructure", r
+    assert {r["recurrence"] for r in final} == set(range(1, recurrences + 1))
+    audit = zeus("replay", str(run_dir))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    return recs
+
+
+def test_three_clients_run_the_demo_job_through_the_server_to_ten_recurrences_and_the_audit_passes(tmp_path):
+    server = start(tmp_path)
+    try:
+        client = server.client(TOKEN)
+        resolved = client.register("demo", demo_spec(10))
+        assert resolved["recurrences"] == 10 and Path(resolved["run_dir"]) == server.root / "demo"
+        assert client.register("demo", demo_spec(10)) == resolved  # the same spec again: a no-op
+        outs = finish(clients(server.url, 3))
+        assert sum("job complete" in o for o in outs) == 3
+        run_dir = server.root / "demo"
+        recs = check_complete(run_dir, 10)
+        assert client.history("demo") == recs
+        # the run directory is zeus-run's own: `history` reads it as any other
+        shown = zeus("history", str(run_dir), "--format", "json")
+        assert shown.returncode == 0, shown.stderr
+    finally:
+        server.stop()
+
+
+def test_a_server_killed_mid_run_and_restarted_loses_and_duplicates_nothing(tmp_path):
+    server = start(tmp_path)
+    server.client(TOKEN).register("demo", demo_spec(10))
+    procs = clients(server.url, 3, "demo", "--epoch-time", "0.05")
+    run_dir = server.root / "demo"
+    deadline = time.monotonic() + CLIENTS_TIMEOUT_S
+    while len(records(run_dir)) < 3 and time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), "a client ended before the kill"
+        time.sleep(0.05)
+    server.kill()  # SIGKILL with trials in flight: they go on reporting into a retrying client
+    before = records(run_dir)
+    assert 3 <= len(before) < 10
+    restarted = start(tmp_path, port=server.port)
+    try:
+        finish(procs)
+        recs = check_complete(run_dir, 10)
+        assert recs[: len(before)] == before  # nothing recorded before the kill changed
+        for trial_dir in (run_dir / "trials").iterdir():
+            events = trial_dir / "events.jsonl"
+            if events.exists():
+                epochs = [
+                    e["epoch"] for e in map(json.loads, events.read_text().splitlines()) if e.get("event") == "epoch"
+                ]
+                assert epochs == sorted(set(epochs)), f"{trial_dir.name}: an epoch recorded twice: {epochs}"
+    finally:
+        restarted.stop()
+
+
+def test_jobs_are_independent(tmp_path):
+    """Two jobs on one server: each has its own run directory and history; neither waits for the other."""
+    server = start(tmp_path)
+    try:
+        client = server.client(TOKEN)
+        for job in ("a", "b"):
+            client.register(job, demo_spec(2).replace("name: demo", f"name: {job}"))
+        procs = clients(server.url, 1, "a") + clients(server.url, 1, "b")
+        finish(procs)
+        for job in ("a", "b"):
+            check_complete(server.root / job, 2)
+        assert client.request("GET", "/v1/jobs") == {"jobs": ["a", "b"]}
+    finally:
+        server.stop()
