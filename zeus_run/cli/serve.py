@@ -40,7 +40,7 @@ def serve_command(
 
     Example:
 
-        zeus-run serve --root /srv/zeus-jobs            # loopback, token in /srv/zeus-jobs/.serve.token
+        zeus-run serve --root /srv/zeus-jobs
 
         zeus-run serve --root /srv/zeus-jobs --host 0.0.0.0 --token-file /run/secrets/zeus-token -v
     """
