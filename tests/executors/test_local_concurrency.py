@@ -67,14 +67,16 @@ def test_sigkill_with_two_in_flight_then_resume_records_both_and_audits(write_sp
     wait_for(two_running, "two trials in flight after one ended")
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    killed = {m.trial for m in in_flight(run_dir)}
     before = read_history(run_dir)
+    # The trials the kill left unrecorded (a trial killed between its history line and the
+    # clearing of its marker is recorded already, and must not be recorded twice).
+    pending = {m.trial for m in in_flight(run_dir)} - {b.trial for b in before}
     run_job(load_spec(spec))
     records = check_audit(run_dir)
     assert records[: len(before)] == before  # nothing lost or rewritten
-    # Each trial in flight is recorded: interrupted, or from its outcome if it had written one (adopted).
-    settled = [r for r in records if r.trial in killed and r.trial not in {b.trial for b in before}]
-    assert len(settled) == 2 and all(r.seen is not None for r in settled)
+    # Each trial in flight is recorded once: interrupted, or from its outcome if it had written one (adopted).
+    settled = [r for r in records if r.trial in pending]
+    assert pending and len(settled) == len(pending) and all(r.seen is not None for r in settled)
     assert all(r.stop_reason == "interrupted" or "taken over" in (r.message or "") for r in settled)
     keys = [(r.recurrence, r.attempt) for r in records]
     assert len(keys) == len(set(keys))
