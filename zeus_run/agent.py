@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan
+from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan, write_heartbeat
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError, ZeusRunError
 from zeus_run.trial import NullListener, TrialListener, TrialProfiler, run_trial
@@ -192,7 +192,6 @@ class _AgentListener:
         self.inner = inner
         self.dir = trial_dir
         self._epochs: Any = None
-        self._ident = {"pid": os.getpid(), "host": socket.gethostname()}
         try:
             self._epochs = open(trial_dir / EPOCHS_NAME, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         except OSError as exc:
@@ -228,12 +227,8 @@ class _AgentListener:
             self._heartbeat()
 
     def _heartbeat(self) -> None:
-        try:
-            _atomic_write(
-                self.dir / HEARTBEAT_NAME, json.dumps({**self._ident, "time": time.time()}) + "\n", durable=False
-            )
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            write_heartbeat(self.dir / HEARTBEAT_NAME)
 
     def close(self) -> None:
         self._stop.set()
@@ -320,10 +315,19 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         print(f"zeus-run agent: cannot read the plan {args[0]!r}: {exc}", file=sys.stderr)
         return 2
+    return run_plan(plan)
+
+
+def run_plan(plan: AgentPlan, cancel: threading.Event | None = None) -> int:
+    """Run a plan as a separate agent: open its energy source, run the trial, write ``outcome.json``.
+
+    SIGINT, SIGTERM and SIGHUP stop the trial (recorded as interrupted). Returns the agent's
+    exit status (see the module docstring). `zeus-run exec` runs an ask's plan through here.
+    """
     from zeus_run.energy import open_energy_source
     from zeus_run.spec import EnergySettings
 
-    cancel = threading.Event()
+    cancel = cancel or threading.Event()
     fields = {f.name for f in dataclasses.fields(EnergySettings)}
     settings = {k: v for k, v in (plan.energy or {}).items() if k in fields}
     for key in ("gpus", "include"):

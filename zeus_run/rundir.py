@@ -28,6 +28,7 @@ import shutil
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,21 @@ class RunDir:
         self._marker_lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str | Path) -> RunDir:
+    def open(cls, path: str | Path, wait: float = 0.0, role: str = "run") -> RunDir:
         """Create (if needed), lock and check a run directory.
+
+        Args:
+            path: The run directory.
+            wait: Seconds to wait for the lock while a *brief* holder has it (an ask or a
+                tell, which hold it for a moment); a launcher's lock (role ``run``) is
+                never waited for. 0: do not wait.
+            role: What this holder does, written into ``.lock``: ``run`` (a launcher, held
+                for the whole run) or a brief role (``ask``, ``tell``, ``expire``).
 
         Raises:
             RunDirError: It cannot be created or written, another launcher holds
                 it, or it has links where zeus-run writes.
+            RunDirBusy: Another launcher holds it (or a brief holder kept it past ``wait``).
         """
         p = Path(path)
         try:
@@ -91,7 +101,7 @@ class RunDir:
                 "Choose a writable location with `run_dir` in the spec or --run-dir."
             ) from exc
         _refuse_world_writable(p)
-        lock_fd = _lock(p)
+        lock_fd = _lock_waiting(p, wait)
         try:
             refuse_links(p)
             try:
@@ -99,7 +109,7 @@ class RunDir:
             except OSError as exc:
                 raise _unusable(p / TRIALS_NAME, exc) from None
             check_writable(p)
-            info_fd = _write_holder(p)
+            info_fd = _write_holder(p, role)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -368,24 +378,56 @@ def _lock(path: Path) -> int:
     )
 
 
-def _in_use(path: Path) -> RunDirBusy:
-    holder = "pid unknown"
+#: Roles of holders that keep the lock only for a moment (`RunDir.open`'s ``wait`` waits for them).
+BRIEF_ROLES = ("ask", "tell", "expire")
+#: Seconds a waiter retries even when ``.lock`` names a launcher: the holder writes its name
+#: just after it takes the lock, so for a moment ``.lock`` still names the one before.
+_NAME_LAG = 1.0
+
+
+def _lock_waiting(path: Path, wait: float) -> int:
+    """`_lock`, retried for up to ``wait`` seconds while the holder is a brief one (backing off to 0.2 s)."""
+    deadline = time.monotonic() + wait
+    pause = 0.01
+    started = time.monotonic()
+    while True:
+        try:
+            return _lock(path)
+        except RunDirBusy:
+            now = time.monotonic()
+            role = _holder_words(path)[3:4]
+            brief = bool(role) and role[0] in BRIEF_ROLES
+            if now >= deadline or not (brief or now - started < _NAME_LAG):
+                raise
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        pause = min(pause * 2, 0.2)
+
+
+def _holder_words(path: Path) -> list[str]:
+    """``.lock``'s words: pid, host, since, and the role (absent: a launcher)."""
     try:
         with _fs.open_read(path / LOCK_NAME) as f:
-            words = f.read(200).decode("ascii", "replace").split()
+            return f.read(200).decode("ascii", "replace").split()
     except OSError:
-        words = []
+        return []
+
+
+def _in_use(path: Path) -> RunDirBusy:
+    holder = "pid unknown"
+    words = _holder_words(path)
     if words:
         pid, host, since = [*words, "?", "?"][:3]
         holder = f"pid {pid} on {host}, since {since}"
+        if words[3:4] and words[3] != "run":
+            holder += f", a zeus-run {words[3]}"
     return RunDirBusy(
         f"Run directory {str(path)!r} is busy: in use by another zeus-run launcher ({holder}). "
         f"Nothing was run (exit code {BUSY_EXIT_CODE}); wait for it to finish, stop it, or use a different --run-dir."
     )
 
 
-def _write_holder(path: Path) -> int:
-    """Write this launcher's pid into ``.lock`` (for the message another launcher shows)."""
+def _write_holder(path: Path, role: str = "run") -> int:
+    """Write this holder's pid, host, time and role into ``.lock`` (for the message another launcher shows)."""
     lock_path = path / LOCK_NAME
     try:
         fd = _fs.open_fd(lock_path, os.O_RDWR | os.O_CREAT)
@@ -394,7 +436,7 @@ def _write_holder(path: Path) -> int:
     try:
         os.ftruncate(fd, 0)
         since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        _fs.write_all(fd, f"{os.getpid()} {socket.gethostname() or '?'} {since}\n".encode())
+        _fs.write_all(fd, f"{os.getpid()} {socket.gethostname() or '?'} {since} {role}\n".encode())
     except OSError as exc:
         os.close(fd)
         raise _unusable(lock_path, exc) from None
