@@ -140,20 +140,22 @@ def run_agent(
     return outcome
 
 
-def _run_with_power(plan: AgentPlan, energy: EnergySource, cancel: threading.Event) -> None:
+def _run_with_power(
+    plan: AgentPlan, energy: EnergySource, cancel: threading.Event, listener: TrialListener | None = None
+) -> None:
     """Run the trial; with ``plan.power``, set, profile and restore this node's GPUs' limits around it."""
     from zeus_run.power import open_node_power
 
     power = open_node_power(plan.power, energy) if plan.power is not None else None
     if power is None:
-        run_agent(plan, energy, cancel=cancel)
+        run_agent(plan, energy, listener, cancel=cancel)
         return
     batch_size = int(plan.power["batch_size"]) if plan.power else 0
     profiler = power.profiler_for(batch_size)
     if profiler is not None and not profiler.done:
         plan = plan.profiling()
     try:
-        run_agent(plan, energy, cancel=cancel, profiler=profiler)
+        run_agent(plan, energy, listener, cancel=cancel, profiler=profiler)
     finally:
         power.controller.restore()  # this node's GPUs' original limits and persistence mode
     if profiler is not None:
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_plan(plan)
 
 
-def run_plan(plan: AgentPlan, cancel: threading.Event | None = None) -> int:
+def run_plan(plan: AgentPlan, cancel: threading.Event | None = None, listener: TrialListener | None = None) -> int:
     """Run a plan as a separate agent: open its energy source, run the trial, write ``outcome.json``.
 
     SIGINT, SIGTERM and SIGHUP stop the trial (recorded as interrupted). Returns the agent's
@@ -336,7 +338,7 @@ def run_plan(plan: AgentPlan, cancel: threading.Event | None = None) -> int:
     try:
         with _signals_to(cancel), open_energy_source(EnergySettings(**settings)) as energy:
             write_agent_info(plan.dir, energy)
-            _run_with_power(plan, energy, cancel)
+            _run_with_power(plan, energy, cancel, listener)
     except LaunchError as exc:
         print(f"zeus-run agent: {exc}", file=sys.stderr)
         write_outcome(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run.asktell._session import settle_asks
 from zeus_run.concurrent import SlotPool
 from zeus_run.contract import StopReason
 from zeus_run.energy import EnergySource
@@ -123,6 +124,7 @@ def run_job(
             energy = stack.enter_context(executor_class.open_energy(spec))
         recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))
         history = recovered.history
+        settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
         adopted = [request_of(m, spec) for m in recovered.adopted]
         if rd.stored_spec() is None:
             rd.save_spec(spec)

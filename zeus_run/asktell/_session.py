@@ -25,12 +25,12 @@ import yaml
 from zeus_run.asktell._lease import expired_record, expires_at
 from zeus_run.contract import RunningMarker
 from zeus_run.engine import Ledger
-from zeus_run.errors import RunDirError, UsageError
+from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError, UsageError, ZeusRunError
 from zeus_run.executors import recover_trials
 from zeus_run.knobs import Knobs
 from zeus_run.records import TrialRecord
 from zeus_run.resume import recover, request_of
-from zeus_run.rundir import SPEC_NAME, RunDir, read_stored_spec
+from zeus_run.rundir import SPEC_NAME, RunDir, read_running, read_stored_spec
 from zeus_run.spec import JobSpec, load_spec, parse_spec
 
 logger = logging.getLogger(__name__)
@@ -128,6 +128,54 @@ class Session:
         """Count a new ask in flight (written to ``running.json`` at once)."""
         self.asks.append(marker)
         self.rd.mark_running(marker)
+
+
+def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord]) -> list[TrialRecord]:
+    """For a launcher (``zeus-run run``) that holds ``rd``: expire the asks whose lease ran out, and refuse to
+    run beside the asks that live (the launcher would decide without them).
+
+    Args:
+        rd: The run directory the launcher holds.
+        spec: The job.
+        history: The history as the launcher read it; expired asks' records are appended to it.
+
+    Returns:
+        The records of the asks that expired.
+
+    Raises:
+        RunDirBusy: Asks are in flight and their leases live.
+    """
+    asks = sorted((m for m in rd.running_trials() or [] if m.asked), key=lambda m: m.trial)
+    if not asks:
+        return []
+    session = Session(rd, spec, history, asks)
+    expired = session.expire()
+    if session.asks:
+        first = session.asks[0]
+        raise RunDirBusy(
+            f"Run directory {str(rd.path)!r} is busy: {len(session.asks)} ask(s) are in flight (recurrence "
+            f"{first.recurrence} try {first.attempt}, asked from {first.host or '?'} at {first.started_at}). "
+            f"Nothing was run (exit code {BUSY_EXIT_CODE}); tell them back (zeus-run tell), or wait for their "
+            "lease to expire."
+        )
+    return expired
+
+
+def expire_stale(path: Path) -> list[TrialRecord]:
+    """Expire the asks of a run directory whose lease ran out, if it has any and the lock is free (``history``
+    does this on its way; a busy or unusable run directory is left as it is)."""
+    asks = [m for m in read_running(path) or [] if m.asked]
+    if not asks:
+        return []
+    try:
+        spec = spec_of(path)
+        if all(expires_at(m, spec.lease) >= time.time() for m in asks):
+            return []
+        with open_session(path, spec, role="expire") as s:
+            return s.expire()
+    except ZeusRunError as exc:
+        logger.info("did not expire the asks of %s: %s", path, exc)
+        return []
 
 
 @contextmanager
