@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PYTHON, SCRIPTS
+from tests.test_faults import wait_for
 from zeus_run.asktell import AlreadyTold, LeaseExpired, UnknownToken, ask, expire, heartbeat, report_epoch, tell
+from zeus_run.asktell._lease import expires_at
 from zeus_run.errors import RunDirBusy
 from zeus_run.history import read_history
 from zeus_run.replay import Knobs, audit
+from zeus_run.rundir import RunDir, read_running
 from zeus_run.spec import load_spec
 
 FAKE = str(SCRIPTS / "fake_train.py")
@@ -38,6 +43,7 @@ def audited(run_dir: Path, spec: Path) -> list:
     records = list(read_history(run_dir / "history.jsonl"))
     result = audit(records, Knobs.from_spec(load_spec(spec)))
     assert result.divergence is None, result.divergence.describe()
+    assert result.checked == len(records)  # every decision re-derived (none skipped)
     return records
 
 
@@ -77,6 +83,9 @@ def test_ask_then_tell_records_a_trial_and_the_history_audits(write_spec):
 
 def test_reported_figures_are_marked_and_a_second_tell_is_refused(write_spec):
     spec = write_spec(spec_text())
+    first = ask(spec)
+    train_by_reports(first)
+    tell(first.run_dir, first.token)
     a = ask(spec)
     record = tell(a.run_dir, a.token, exit_code=3, energy=500.0, time=10.0, message="RuntimeError: CUDA out of memory")
     assert record.stop_reason == "crashed" and record.cause == "RuntimeError: CUDA out of memory"
@@ -86,7 +95,9 @@ def test_reported_figures_are_marked_and_a_second_tell_is_refused(write_spec):
     with pytest.raises(UnknownToken, match="no ask with this token"):
         tell(a.run_dir, "nope")
     b = ask(spec)
-    assert (b.recurrence, b.attempt) == (1, 2) and "retry of recurrence 1 after try 1 ended crashed" in b.detail
+    assert (b.recurrence, b.attempt) == (2, 2) and "retry of recurrence 2 after try 1 ended crashed" in b.detail
+    train_by_reports(b)
+    tell(b.run_dir, b.token)
     audited(a.run_dir, spec)
 
 
@@ -104,7 +115,7 @@ def test_an_expired_ask_is_infrastructure_and_its_late_tell_is_refused(write_spe
     with pytest.raises(LeaseExpired):
         heartbeat(a.run_dir, a.token)
     b = ask(spec)
-    assert (b.recurrence, b.attempt, b.batch_size) == (1, 2, 2)  # not counted against max_tries: b0 again
+    assert (b.recurrence, b.attempt, b.batch_size) == (1, 2, 2)  # the same recurrence, b0 again
     assert "after try 1 ended infrastructure" in b.detail
     train_by_reports(b)
     assert tell(b.run_dir, b.token).reached
@@ -124,3 +135,29 @@ def test_asks_beyond_concurrency_are_busy_and_concurrent_asks_audit(write_spec):
     tell(a.run_dir, a.token)
     records = audited(a.run_dir, spec)
     assert [r.trial for r in records] == [1, 0] and records[0].in_flight == (0,)
+
+
+def test_run_records_an_expired_ask_then_runs(write_spec):
+    from zeus_run.runner import run_job
+
+    spec = write_spec(spec_text(lease=1))
+    a = ask(spec)
+    wait_for(lambda: expires_at(read_running(a.run_dir)[0], 1) < time.time(), timeout=60)
+    result = run_job(load_spec(spec), next_recurrences=1)
+    first, second = result.records
+    assert first.stop_reason == "infrastructure" and first.provenance["lease_expired"]
+    assert (second.recurrence, second.attempt, second.reached) == (1, 2, True)
+
+
+def test_an_ask_waits_for_another_ask_but_not_for_a_launcher(tmp_path):
+    path = tmp_path / "rd"
+    holder = RunDir.open(path, role="ask")
+    got: list[RunDir] = []
+    waiter = threading.Thread(target=lambda: got.append(RunDir.open(path, wait=60, role="tell")))
+    waiter.start()
+    holder.close()
+    waiter.join(60)
+    assert got and "tell" in (path / ".lock").read_text()
+    got[0].close()
+    with RunDir.open(path, role="run"), pytest.raises(RunDirBusy, match="busy"):
+        RunDir.open(path, wait=60, role="ask")  # a launcher holds it for its whole run: no waiting

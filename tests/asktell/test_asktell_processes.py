@@ -119,21 +119,24 @@ def test_the_python_api_records_a_crash_with_its_message_and_reraises(write_spec
 
     spec = write_spec(spec_text())
     job = zeus_run.Job(spec)
+    with job.ask() as trial:
+        for epoch in trial.epochs():
+            trial.report(1.0 if epoch >= 2 else 0.5)
+    assert job.record is not None and job.record.reached and job.record.reported is None
     with pytest.raises(ValueError, match="loss is nan"), job.ask() as trial:
         for _ in trial.epochs():
             trial.report(0.5)
             raise ValueError("loss is nan")
     rec = job.record
-    assert rec is not None and rec.stop_reason == "crashed" and rec.cause == "ValueError: loss is nan"
-    assert rec.epochs == 1 and rec.reported is None
-    with job.ask() as trial:  # the crashed recurrence's next try
-        assert (trial.batch_size, job.record.recurrence) == (2, 1)
-        for epoch in trial.epochs():
-            trial.report(1.0 if epoch >= 2 else 0.5)
-    assert job.record.reached and (job.record.recurrence, job.record.attempt) == (1, 2)
-    again = zeus_run.Job(run_dir=job.run_dir)
+    assert rec.recurrence == 2 and rec.stop_reason == "crashed" and rec.cause == "ValueError: loss is nan"
+    assert rec.epochs == 1 and rec.exit_code == 1
+    again = zeus_run.Job(run_dir=job.run_dir)  # the crashed recurrence's next try
     with again.ask() as trial:
-        assert trial.batch_size in (1, 2, 4)
         for _ in trial.epochs():
             trial.report(1.0)
-    assert zeus("replay", str(job.run_dir)).returncode == 0
+    assert (again.record.recurrence, again.record.attempt) == (
+        2,
+        2,
+    ) and "after try 1 ended crashed" in again.record.detail
+    audit = zeus("replay", str(job.run_dir), "--format", "json")
+    assert audit.returncode == 0 and json.loads(audit.stdout)["checked"] == 3, audit.stdout + audit.stderr
