@@ -72,6 +72,7 @@ def test_ask_then_tell_records_a_trial_and_the_history_audits(write_spec):
     assert record.reached and record.stop_reason == "target_reached" and record.epochs == 2
     assert record.energy_source == "estimate" and record.estimated and record.reported is None
     assert record.seen == 0 and record.provenance["ask_token"] == a.token
+    assert record.triggered_at == record.started_at is not None  # the ask is the trigger
     assert not (a.run_dir / "running.json").exists()
     for _ in range(4):
         b = ask(a.run_dir)  # a run directory names the job too

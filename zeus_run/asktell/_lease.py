@@ -56,6 +56,7 @@ def expired_record(spec: JobSpec, marker: RunningMarker, now: float) -> TrialRec
         message=why,
         cause=why,
         ended_at=_iso(now),
+        triggered_at=marker.started_at,  # an ask is its trial's trigger
         provenance={**ask_provenance(marker), "lease_expired": True},
     )
 

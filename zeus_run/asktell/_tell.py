@@ -288,6 +288,7 @@ def _record(
         message="; ".join(dict.fromkeys(notes)) or None,
         cause=outcome.cause,
         ended_at=now(),
+        triggered_at=marker.started_at,  # an ask is its trial's trigger
         provenance={**ask_provenance(marker), **_where(tdir)},
         reported=" ".join(reported) or None,
     )
