@@ -103,7 +103,7 @@ def tell(
         if isinstance(marker, TrialRecord):
             _refuse(s, token, marker, {"exit_code": exit_code, "energy": energy, "time": time, "message": message})
         assert isinstance(marker, RunningMarker)
-        record = _record(s.spec, marker, exit_code, energy, time, message, measured)
+        record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured))
         request = request_of(marker, s.spec)
         engine = s.ledger().engine
         record, spec_fault = engine.settle(request, record, s.history, stamp=True)
@@ -237,15 +237,18 @@ def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
 # -- the record -----------------------------------------------------------------------------------
 
 
-def _record(
-    spec: JobSpec,
-    marker: RunningMarker,
-    exit_code: int | None,
-    energy: float | None,
-    time: float | None,
-    message: str | None,
-    measured: Measured | None,
-) -> TrialRecord:
+@dataclass(frozen=True)
+class _Told:
+    """What a tell says of its trial (see `tell`'s arguments)."""
+
+    exit_code: int | None
+    energy: float | None
+    time: float | None
+    message: str | None
+    measured: Measured | None
+
+
+def _record(spec: JobSpec, marker: RunningMarker, told: _Told) -> TrialRecord:
     tdir = Path(marker.trial_dir or "")
     base = interrupted_record(spec, marker)
     outcome = read_outcome(tdir)
@@ -260,12 +263,13 @@ def _record(
             measured_by.get("method"),
         )
     else:
-        outcome, reported = _from_events(spec, marker, exit_code, energy, time, message, measured)
+        outcome, reported = _from_events(spec, marker, told)
+        measured = told.measured
         if measured is not None and "energy" not in reported:
             source = (measured.max_power, measured.source, measured.estimated, measured.method)
         elif "energy" in reported:
             source = (spec.energy.watts, "reported", False, None)
-    notes = [n for n in (message, outcome.message) if n]
+    notes = [n for n in (told.message, outcome.message) if n]
     return dataclasses.replace(
         base,
         epochs=outcome.epochs,
@@ -280,7 +284,7 @@ def _record(
         estimated=source[2],
         energy_method=source[3],
         metrics=outcome.metrics,
-        exit_code=outcome.exit_code if outcome.exit_code is not None else exit_code,
+        exit_code=outcome.exit_code if outcome.exit_code is not None else told.exit_code,
         ended=outcome.ended,
         after_time=outcome.after_time,
         after_energy=outcome.after_energy,
@@ -294,16 +298,9 @@ def _record(
     )
 
 
-def _from_events(
-    spec: JobSpec,
-    marker: RunningMarker,
-    exit_code: int | None,
-    energy: float | None,
-    time: float | None,
-    message: str | None,
-    measured: Measured | None,
-) -> tuple[TrialOutcome, list[str]]:
+def _from_events(spec: JobSpec, marker: RunningMarker, told: _Told) -> tuple[TrialOutcome, list[str]]:
     """The outcome of a trial no agent watched: its events, and the time and energy reported or measured."""
+    exit_code, energy, time, measured = told.exit_code, told.energy, told.time, told.measured
     tail = EventLogTail(str(Path(marker.trial_dir or "") / TrialFiles.EVENTS))
     events = tail.finish()
     hits = [i for i, e in enumerate(events) if _hits(spec, e.metric)]
@@ -348,7 +345,7 @@ def _from_events(
         exit_code=exit_code,
         metrics=tuple(ev.metric for ev in judged),
         malformed=tail.malformed,
-        cause=crash_cause(reason, message, exit_code),
+        cause=crash_cause(reason, told.message, exit_code),
     )
     return outcome, reported
 
