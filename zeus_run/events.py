@@ -232,8 +232,8 @@ class EventLogTail:
             raise InvalidEvent(f"a JSON {type(ev).__name__}, not an object")
         kind = ev.get("event")
         t = ev.get("time")
-        bad_time = t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t))
-        when = float(t) if t is not None and not bad_time else None
+        when = _as_float(t)
+        bad_time = t is not None and when is None
         if kind == "step":
             if bad_time:
                 raise InvalidEvent(f"time {_short(t)} is not a finite number")
@@ -271,11 +271,21 @@ class EventLogTail:
             logger.warning("skipping an invalid event from the script: %s; further ones are only counted", why)
 
 
-def _finite(value: Any) -> float | None:
-    """A finite, non-negative number the script gave, or None."""
+def _as_float(value: Any) -> float | None:
+    """A number the script gave as a finite float, or None (not a number, not finite, too large)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _finite(value: Any) -> float | None:
+    """A finite, non-negative number the script gave, or None."""
+    f = _as_float(value)
+    return f if f is not None and f >= 0 else None
 
 
 class RegexMetricReader:
