@@ -34,7 +34,7 @@ def epochs_written(trial_dir: Path) -> int:
 
 
 def test_three_trainers_one_killed_its_lease_expires_nothing_else_is_lost_and_replay_passes(write_spec, tmp_path):
-    spec = write_spec(spec_text(concurrency=3, lease=4))
+    spec = write_spec(spec_text(concurrency=3, lease=6))
     run_dir = spec.parent / "runs"
     hold = tmp_path / "hold"
     procs = []
@@ -53,7 +53,7 @@ def test_three_trainers_one_killed_its_lease_expires_nothing_else_is_lost_and_re
         assert p.wait(60) == 0
     told = records(run_dir)
     assert len(told) == 2 and all(r.stop_reason != "infrastructure" for r in told)
-    # The victim's ask is still in flight until its lease (4 s without a heartbeat) runs out.
+    # The victim's ask is still in flight until its lease (6 s without a heartbeat) runs out.
     expired: list = []
     wait_for(lambda: bool(expired.extend(expire(run_dir)) or expired), timeout=120)
     (lost,) = expired
