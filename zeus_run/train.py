@@ -36,7 +36,17 @@ ZEUS_PROFILE            ``1`` while zeus-run profiles GPU power limits in this
                         trial: `step` then writes iteration counts (see below)
 ZEUS_PROFILE_STOP       created by zeus-run when profiling is over; `step`
                         goes back to counting silently
+ZEUS_RUN_DIR            ask/tell: the run directory (for ``zeus-run tell``)
+ZEUS_ASK_TOKEN          ask/tell: the ask's token (for ``zeus-run tell``)
+ZEUS_HEARTBEAT          ask/tell: the file whose rewriting renews the ask's
+                        lease; `Trial` rewrites it from a thread of its own
+ZEUS_LEASE              ask/tell: the lease (seconds)
 ======================  =====================================================
+
+Under ask/tell without ``zeus-run exec`` (nothing else watches the script),
+`Trial` renews the ask's lease itself: it rewrites ``ZEUS_HEARTBEAT`` every
+quarter lease (at most every 30 s) until `close`, and writes a ``start`` event
+so that ``zeus-run tell`` counts the time from there.
 
 Event lines are JSON objects, each with the script's ``time`` (Unix seconds):
 
@@ -63,11 +73,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from zeus_run.contract import Env
+from zeus_run.contract import Env, write_heartbeat
 
 T = TypeVar("T")
 
@@ -116,6 +127,8 @@ class Trial:
         stop_file: str | None = None,
         profile: bool = False,
         profile_stop_file: str | None = None,
+        heartbeat_file: str | None = None,
+        lease: float | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -137,6 +150,24 @@ class Trial:
         self._last_step_emit = -1.0
         self._last_profile_check = -1.0
         self._iters_per_epoch_sent = False
+        self._beats = threading.Event()
+        self._beater: threading.Thread | None = None
+        if heartbeat_file:  # ask/tell: renew the ask's lease while the trial lives
+            self._emit({"event": "start"})
+            interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
+            self._beater = threading.Thread(
+                target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
+            )
+            self._beater.start()
+
+    def _beat(self, path: str, interval: float) -> None:
+        while True:
+            try:
+                write_heartbeat(path)
+            except OSError:
+                pass
+            if self._beats.wait(interval):
+                return
 
     @classmethod
     def from_env(
@@ -168,6 +199,8 @@ class Trial:
             stop_file=os.environ.get(Env.STOP_FILE) or None,
             profile=os.environ.get(Env.PROFILE, "").strip() == "1",
             profile_stop_file=os.environ.get(Env.PROFILE_STOP) or None,
+            heartbeat_file=os.environ.get(Env.HEARTBEAT) or None,
+            lease=_env_float(Env.LEASE, None),
         )
 
     def should_stop(self) -> bool:
@@ -255,7 +288,11 @@ class Trial:
         self._fh.flush()
 
     def close(self) -> None:
-        """Close the event log."""
+        """Close the event log (and stop renewing the ask's lease)."""
+        self._beats.set()
+        if self._beater is not None:
+            self._beater.join()
+            self._beater = None
         if self._fh is not None:
             self._fh.close()
             self._fh = None

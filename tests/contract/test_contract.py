@@ -39,7 +39,8 @@ def test_a_stop_reason_is_its_string_in_json_and_text():
 
 
 def test_names_of_the_contract():
-    assert "ZEUS_BATCH_SIZE" in Env.names() and "ZEUS_TRIAL_TOKEN" in Env.names() and len(Env.names()) == 17
+    assert "ZEUS_BATCH_SIZE" in Env.names() and "ZEUS_TRIAL_TOKEN" in Env.names() and len(Env.names()) == 21
+    assert {"ZEUS_RUN_DIR", "ZEUS_ASK_TOKEN", "ZEUS_HEARTBEAT", "ZEUS_LEASE"} <= set(Env.names())
     assert TrialFiles.dir_name(3, 1) == "r0003-t01"
     assert TrialFiles.OUTCOME == "outcome.json"
 

@@ -26,6 +26,12 @@ class Env:
     PROFILE_STOP = "ZEUS_PROFILE_STOP"
     #: The trial's process marker (`zeus_run.proctree`): every process of the trial carries it.
     TRIAL_TOKEN = "ZEUS_TRIAL_TOKEN"
+    #: Ask/tell: the run directory and the ask's token (what `zeus-run tell` and `zeus-run exec` need).
+    RUN_DIR = "ZEUS_RUN_DIR"
+    ASK_TOKEN = "ZEUS_ASK_TOKEN"
+    #: Ask/tell: the file whose rewriting renews the ask's lease, and the lease (unit: s).
+    HEARTBEAT = "ZEUS_HEARTBEAT"
+    LEASE = "ZEUS_LEASE"
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
