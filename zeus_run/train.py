@@ -112,6 +112,7 @@ class Trial:
         max_epochs: Most epochs to run.
         target_metric: Converged once the metric reaches this (None: never stop for it).
         higher_is_better: Direction of the metric.
+        metric_name: The metric's name in a framework's logs (spec ``metric.name``; None: not set).
         managed: True when launched by zeus-run (an event log is configured).
     """
 
@@ -129,6 +130,7 @@ class Trial:
         profile_stop_file: str | None = None,
         heartbeat_file: str | None = None,
         lease: float | None = None,
+        metric_name: str | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -136,6 +138,7 @@ class Trial:
         self.max_epochs = max_epochs
         self.target_metric = target_metric
         self.higher_is_better = higher_is_better
+        self.metric_name = metric_name
         self.event_log = event_log
         self.stop_file = stop_file
         self.managed = event_log is not None
@@ -201,6 +204,7 @@ class Trial:
             profile_stop_file=os.environ.get(Env.PROFILE_STOP) or None,
             heartbeat_file=os.environ.get(Env.HEARTBEAT) or None,
             lease=_env_float(Env.LEASE, None),
+            metric_name=os.environ.get(Env.METRIC_NAME) or None,
         )
 
     def should_stop(self) -> bool:

@@ -22,6 +22,8 @@ class Env:
     TRY = "ZEUS_TRY"
     EVENT_LOG = "ZEUS_EVENT_LOG"
     STOP_FILE = "ZEUS_STOP_FILE"
+    #: The metric's name in a framework's logs (spec ``metric.name``; the framework callbacks read it).
+    METRIC_NAME = "ZEUS_METRIC_NAME"
     PROFILE = "ZEUS_PROFILE"
     PROFILE_STOP = "ZEUS_PROFILE_STOP"
     #: The trial's process marker (`zeus_run.proctree`): every process of the trial carries it.

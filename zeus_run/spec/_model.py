@@ -109,10 +109,13 @@ class MetricSettings:
             JSON lines to ``$ZEUS_EVENT_LOG``) or ``regex`` (each match of
             ``regex`` in the script's output is one epoch's metric).
         regex: Pattern with one capture group holding the metric (``regex`` mode).
+        name: The metric's name in a training framework's logs (e.g. ``eval_accuracy``), for
+            the Hugging Face and Lightning callbacks (`zeus_run.integrations`); None: theirs.
     """
 
     source: str = "events"
     regex: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
