@@ -35,16 +35,22 @@ for _ in 1 2; do
 done
 echo "stress_suite: $n run(s) of pytest $* beside 2 CPU hogs (pids ${hogs[*]}) on $(nproc) core(s)"
 
+# pytest's counts line ("823 passed, 2 skipped in 400.1s"), whatever -q or -r options were given.
+counts() { grep -E '[0-9]+ (passed|failed|errors?)( |,|$)' "$1" | tail -n 1 | sed -E 's/^=+ *//; s/ *=+$//'; }
+
+quiet=(-q) # once: -qq would drop the counts line
+for a in "$@"; do [[ $a == -q || $a == --quiet ]] && quiet=(); done
+
 green=0
 for ((i = 1; i <= n; i++)); do
     log=$(mktemp -t stress-suite-XXXXXX.log)
     t0=$SECONDS
-    if "$python" -m pytest -q -p no:cacheprovider "$@" >"$log" 2>&1; then
+    if "$python" -m pytest "${quiet[@]}" -p no:cacheprovider "$@" >"$log" 2>&1; then
         green=$((green + 1))
-        echo "run $i/$n: green in $((SECONDS - t0)) s: $(tail -n 1 "$log")"
+        echo "run $i/$n: green in $((SECONDS - t0)) s: $(counts "$log")"
         rm -f "$log"
     else
-        echo "run $i/$n: FAILED in $((SECONDS - t0)) s: $(tail -n 1 "$log") (output: $log)"
+        echo "run $i/$n: FAILED in $((SECONDS - t0)) s: $(counts "$log") (output: $log)"
         grep -E '^(FAILED|ERROR) ' "$log" || true
     fi
 done

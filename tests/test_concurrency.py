@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import random
+import signal
 import threading
 
 import pytest
@@ -31,6 +32,7 @@ from zeus_run.optimizer import Decision, Observation, ZeusOptimizer, make_optimi
 from zeus_run.position import best_known
 from zeus_run.records import CONCURRENCY_FIELDS, TrialRecord
 from zeus_run.replay import Knobs, audit, what_if
+from zeus_run.runner import _signals_to
 from zeus_run.spec import POLICIES, OptimizerSettings
 
 
@@ -482,6 +484,38 @@ def test_slot_pool_refuses_more_trials_than_slots():
         pool.start(TrialRequest(2, 1, 1, 0, Decision(32, "pruning"), math.inf))
     gate.set()
     assert pool.wait_any().trial == 0
+
+
+def test_a_signal_delivered_to_a_trial_thread_still_stops_the_trials():
+    """The kernel may hand SIGINT to any thread; the launcher waiting on its trials must still act on it.
+
+    Its Python handler runs only in the main thread, so a main thread blocked for good on
+    the trials' results would never set the cancel event that ends them (a deadlock seen
+    under load). A watchdog ends the wait if the handler never runs, and the test then fails.
+    """
+    cancel, rescued = threading.Event(), threading.Event()
+    started = threading.Event()
+    worker: list[int] = []
+
+    def on_slot(req: TrialRequest, slot: int) -> TrialRecord:
+        worker.append(threading.get_ident())
+        started.set()
+        cancel.wait()  # a trial ends only when the launcher's cancel event is set
+        return make_execute()(req)
+
+    def watchdog() -> None:
+        if not cancel.wait(60):
+            rescued.set()
+            cancel.set()
+
+    with _signals_to(cancel):
+        pool = SlotPool(on_slot, 1)
+        pool.start(TrialRequest(1, 1, 0, 0, Decision(32, "pruning"), math.inf))
+        assert started.wait(60)
+        threading.Thread(target=watchdog, daemon=True).start()
+        signal.pthread_kill(worker[0], signal.SIGINT)  # to the trial's thread, not the main one
+        assert pool.wait_any().trial == 0
+    assert not rescued.is_set(), "the handler ran only after the wait ended some other way"
 
 
 def test_slot_devices_split_the_visible_gpus_into_groups():

@@ -191,3 +191,19 @@ def test_junk_events_are_skipped_with_a_count(write_spec):
     assert "ignored 24 malformed" in r.stderr  # 12 junk lines before each of the 2 epochs
     (rec,) = check_history_is_strict_json(spec.parent / "runs")
     assert rec["reached"] is True and rec["epochs"] == 2
+
+
+def test_event_times_and_ask_figures_are_read_leniently(tmp_path):
+    log = tmp_path / "events.jsonl"
+    huge = "9" * 400
+    log.write_text(
+        '{"event": "start", "time": 100.0}\n'
+        f'{{"event": "epoch", "epoch": 1, "metric": 0.5, "time": {huge}}}\n'
+        '{"event": "epoch", "epoch": 2, "metric": 0.7, "time": 103.5, "elapsed": 3.5, "energy": -1}\n'
+        '{"event": "stop", "reason": "cost_threshold"}\n'
+    )
+    tail = EventLogTail(str(log))
+    first, second = tail.finish()
+    assert first.time is None and tail.malformed == 0  # a time too large for a float is no time, not an error
+    assert (second.time, second.elapsed, second.energy) == (103.5, 3.5, None)
+    assert tail.started == 100.0 and tail.stop == "cost_threshold"

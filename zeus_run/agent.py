@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan
+from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan, write_heartbeat
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError, ZeusRunError
 from zeus_run.trial import NullListener, TrialListener, TrialProfiler, run_trial
@@ -140,20 +140,22 @@ def run_agent(
     return outcome
 
 
-def _run_with_power(plan: AgentPlan, energy: EnergySource, cancel: threading.Event) -> None:
+def _run_with_power(
+    plan: AgentPlan, energy: EnergySource, cancel: threading.Event, listener: TrialListener | None = None
+) -> None:
     """Run the trial; with ``plan.power``, set, profile and restore this node's GPUs' limits around it."""
     from zeus_run.power import open_node_power
 
     power = open_node_power(plan.power, energy) if plan.power is not None else None
     if power is None:
-        run_agent(plan, energy, cancel=cancel)
+        run_agent(plan, energy, listener, cancel=cancel)
         return
     batch_size = int(plan.power["batch_size"]) if plan.power else 0
     profiler = power.profiler_for(batch_size)
     if profiler is not None and not profiler.done:
         plan = plan.profiling()
     try:
-        run_agent(plan, energy, cancel=cancel, profiler=profiler)
+        run_agent(plan, energy, listener, cancel=cancel, profiler=profiler)
     finally:
         power.controller.restore()  # this node's GPUs' original limits and persistence mode
     if profiler is not None:
@@ -192,7 +194,6 @@ class _AgentListener:
         self.inner = inner
         self.dir = trial_dir
         self._epochs: Any = None
-        self._ident = {"pid": os.getpid(), "host": socket.gethostname()}
         try:
             self._epochs = open(trial_dir / EPOCHS_NAME, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         except OSError as exc:
@@ -228,12 +229,8 @@ class _AgentListener:
             self._heartbeat()
 
     def _heartbeat(self) -> None:
-        try:
-            _atomic_write(
-                self.dir / HEARTBEAT_NAME, json.dumps({**self._ident, "time": time.time()}) + "\n", durable=False
-            )
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            write_heartbeat(self.dir / HEARTBEAT_NAME)
 
     def close(self) -> None:
         self._stop.set()
@@ -320,10 +317,19 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         print(f"zeus-run agent: cannot read the plan {args[0]!r}: {exc}", file=sys.stderr)
         return 2
+    return run_plan(plan)
+
+
+def run_plan(plan: AgentPlan, cancel: threading.Event | None = None, listener: TrialListener | None = None) -> int:
+    """Run a plan as a separate agent: open its energy source, run the trial, write ``outcome.json``.
+
+    SIGINT, SIGTERM and SIGHUP stop the trial (recorded as interrupted). Returns the agent's
+    exit status (see the module docstring). `zeus-run exec` runs an ask's plan through here.
+    """
     from zeus_run.energy import open_energy_source
     from zeus_run.spec import EnergySettings
 
-    cancel = threading.Event()
+    cancel = cancel or threading.Event()
     fields = {f.name for f in dataclasses.fields(EnergySettings)}
     settings = {k: v for k, v in (plan.energy or {}).items() if k in fields}
     for key in ("gpus", "include"):
@@ -332,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _signals_to(cancel), open_energy_source(EnergySettings(**settings)) as energy:
             write_agent_info(plan.dir, energy)
-            _run_with_power(plan, energy, cancel)
+            _run_with_power(plan, energy, cancel, listener)
     except LaunchError as exc:
         print(f"zeus-run agent: {exc}", file=sys.stderr)
         write_outcome(

@@ -113,6 +113,10 @@ class Clocked:
         return record
 
 
+#: Longest the launcher's thread waits for a trial without looking at signals (unit: s).
+SIGNAL_CHECK_INTERVAL = 0.2
+
+
 class SlotPool:
     """Runs a serial executor N-wide: each started trial runs in a thread of its own, on a free slot.
 
@@ -198,7 +202,15 @@ class SlotPool:
         self._ended.put((request, slot, result))
 
     def _collect(self) -> tuple[TrialRequest, TrialRecord | BaseException]:
-        request, slot, result = self._ended.get()
+        while True:
+            # Never one blocking get: a signal the kernel hands to a trial's thread runs its
+            # Python handler (which sets the trials' cancel event) only once this thread gets
+            # back to the interpreter, and the trials it should stop would never end.
+            try:
+                request, slot, result = self._ended.get(timeout=SIGNAL_CHECK_INTERVAL)
+                break
+            except queue.Empty:
+                continue
         _, _, thread = self._running.pop(request.trial)
         thread.join()
         self._free.append(slot)

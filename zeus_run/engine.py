@@ -382,6 +382,25 @@ class Engine:
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
 
+    def settle(
+        self, request: TrialRequest, record: TrialRecord, before: Sequence[TrialRecord], stamp: bool
+    ) -> tuple[TrialRecord, ZeusRunError | None]:
+        """An ended trial's record as the history keeps it, and the error that stops the run if the spec made it fail.
+
+        Args:
+            request: The request it was started with.
+            record: Its record as its executor (or a tell) made it.
+            before: Every record folded before it.
+            stamp: Stamp the decision's context (`TrialRequest.stamp`): concurrent runs and asks.
+        """
+        if stamp:
+            record = request.stamp(record)
+        if request.horizon is not None and record.horizon is None:
+            record = dataclasses.replace(record, horizon=request.horizon)
+        if self.charge is not None:
+            record = self.charge(before, record)
+        return unobserve_config_error(record, before)
+
     def run(
         self,
         history: Sequence[TrialRecord],
@@ -441,13 +460,7 @@ class Engine:
                     f"the executor returned trial {record.trial}, which is not in flight "
                     f"(in flight: {sorted(ledger.in_flight)}); an executor must copy the request's trial"
                 )
-            if self.concurrency > 1:
-                record = ended.stamp(record)
-            if ended.horizon is not None and record.horizon is None:
-                record = dataclasses.replace(record, horizon=ended.horizon)
-            if self.charge is not None:
-                record = self.charge([*history, *new], record)
-            record, spec_fault = unobserve_config_error(record, history, new)
+            record, spec_fault = self.settle(ended, record, [*history, *new], stamp=self.concurrency > 1)
             error = error or spec_fault
             new.append(record)
             on_record(record)

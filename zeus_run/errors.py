@@ -134,3 +134,25 @@ class PowerLimitPermissionError(ZeusRunError):
     """Power limits cannot be set (no root / CAP_SYS_ADMIN) and the spec says ``on_no_permission: stop``."""
 
     exit_code = 2
+
+
+#: Exit code of a tell (or ``zeus-run exec``) refused because the ask's lease had expired: the
+#: trial was recorded as an infrastructure failure and its recurrence asked again.
+LEASE_EXPIRED_EXIT_CODE = 3
+
+
+class UnknownToken(UsageError):
+    """A tell or heartbeat names a token the run directory has no ask for."""
+
+
+class AlreadyTold(UnknownToken):
+    """A tell names an ask that was already told (its record is in the history)."""
+
+
+class LeaseExpired(ZeusRunError):
+    """A tell or heartbeat came after the ask's lease expired; the trial was recorded as an infrastructure failure.
+
+    What the trial measured stays in its directory; the recurrence goes to the next ask.
+    """
+
+    exit_code = LEASE_EXPIRED_EXIT_CODE

@@ -45,6 +45,12 @@ class EpochEvent:
 
     epoch: int
     metric: float
+    #: The script's time of the event (Unix seconds), None if it gave none.
+    time: float | None = None
+    #: Ask/tell (`zeus_run.asktell.report_epoch`): time and energy since the trial began, as reported
+    #: (units: s, J); None when not reported.
+    elapsed: float | None = None
+    energy: float | None = None
 
 
 class InvalidEvent(ValueError):
@@ -152,6 +158,10 @@ class EventLogTail:
         self._split = LineSplitter()
         self._epochs = 0
         self._not_a_file = False
+        #: Ask/tell: the script's ``start`` event time (Unix seconds), None if none came.
+        self.started: float | None = None
+        #: Ask/tell: the reason of a ``stop`` event (`zeus_run.asktell.report_epoch` wrote it), None if none came.
+        self.stop: str | None = None
 
     def poll(self) -> list[EpochEvent]:
         """Epoch events appended since the last call."""
@@ -221,13 +231,23 @@ class EventLogTail:
         if not isinstance(ev, dict):
             raise InvalidEvent(f"a JSON {type(ev).__name__}, not an object")
         kind = ev.get("event")
+        t = ev.get("time")
+        when = _as_float(t)
+        bad_time = t is not None and when is None
         if kind == "step":
-            steps = parse_count(ev.get("n", self.steps + 1), "step count n")
-            t = ev.get("time")
-            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+            if bad_time:
                 raise InvalidEvent(f"time {_short(t)} is not a finite number")
+            steps = parse_count(ev.get("n", self.steps + 1), "step count n")
             self.steps = steps
-            self.step_time = float(t) if t is not None else None
+            self.step_time = when
+            return None
+        if kind == "start":
+            if self.started is None:
+                self.started = when
+            return None
+        if kind == "stop":
+            reason = ev.get("reason")
+            self.stop = reason if isinstance(reason, str) else self.stop
             return None
         if kind == "info":
             if "iters_per_epoch" in ev:
@@ -243,12 +263,29 @@ class EventLogTail:
         metric = parse_metric(ev["metric"])
         epoch = parse_count(ev.get("epoch", self._epochs + 1), "epoch")
         self._epochs = epoch
-        return EpochEvent(epoch, metric)
+        return EpochEvent(epoch, metric, when, _finite(ev.get("elapsed")), _finite(ev.get("energy")))
 
     def _skip(self, why: str) -> None:
         self.malformed += 1
         if self.malformed <= _WARN_FIRST:
             logger.warning("skipping an invalid event from the script: %s; further ones are only counted", why)
+
+
+def _as_float(value: Any) -> float | None:
+    """A number the script gave as a finite float, or None (not a number, not finite, too large)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _finite(value: Any) -> float | None:
+    """A finite, non-negative number the script gave, or None."""
+    f = _as_float(value)
+    return f if f is not None and f >= 0 else None
 
 
 class RegexMetricReader:

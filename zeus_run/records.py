@@ -27,7 +27,7 @@ KINDS = ("real", "simulated", "replayed")
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
 #: Fields written only when set (absent: None), so records read as they did before these existed.
-OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon")
+OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported")
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -92,6 +92,9 @@ class TrialRecord:
         horizon: The job's ``recurrences`` when it was decided: the optimizer plans
             exploration over the recurrences left (``zeus-voi`` revision 2). None: open-ended,
             or recorded before horizons were.
+        reported: Ask/tell: the figures that were reported to ``zeus-run tell`` (``--energy``,
+            ``--time``) rather than measured, e.g. ``energy time``. None: everything measured
+            (or estimated, as ``estimated`` says).
     """
 
     job: str
@@ -135,6 +138,7 @@ class TrialRecord:
     draw: int | None = None
     probe: bool | None = None
     horizon: int | None = None
+    reported: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)

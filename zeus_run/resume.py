@@ -211,7 +211,8 @@ def _siblings(base: Path) -> list[Path]:
 def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], set[int]]) -> Recovered:
     """Read the history, cutting a torn tail, and settle the trials a dead launcher had in flight.
 
-    Every trial in flight that the executors adopt (its job and agent are alive, or
+    Asks in flight (ask/tell, `zeus_run.contract.RunningMarker.asked`) are left as they are:
+    their leases settle them (`zeus_run.asktell`). Every trial in flight that the executors adopt (its job and agent are alive, or
     its outcome is written) goes on: it is not recorded here, stays marked in
     ``running.json`` and is returned, so that the engine counts it as in flight with
     the decision it was started with. Every other one is recorded as interrupted.
@@ -233,6 +234,9 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
     markers = rd.running_trials()
     if markers is None:
         return Recovered(history, [])
+    # Asks in flight (ask/tell) have no launcher: their leases settle them (`zeus_run.asktell`).
+    asks = [m for m in markers if m.asked]
+    markers = [m for m in markers if not m.asked]
     markers = [
         m
         if m.token or m.event_log
@@ -262,7 +266,7 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
         history.append(record)
     # NOTE: one atomic rewrite, after the records: a launcher killed at any point of the
     # recovery leaves every trial either recorded or still marked (never neither).
-    rd.replace_running(adopted)
+    rd.replace_running([*adopted, *asks])
     return Recovered(history, adopted)
 
 

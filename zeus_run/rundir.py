@@ -7,7 +7,7 @@ Layout::
       history.jsonl      one JSON record per trial (append-only)
       trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
       running.json       present only while a trial runs (crash marker)
-      .lock              the launcher holding the run: pid, host, since (UTC)
+      .lock              the holder: pid, host, since (UTC), role (`zeus_run._rundir_lock`)
 
 The launcher holding a run locks the directory itself (``flock`` on its fd),
 which no one can delete from under it; ``.lock`` only names the holder. Run
@@ -18,22 +18,19 @@ file through `zeus_run._fs` (no links followed, temporaries with ``O_EXCL``).
 
 from __future__ import annotations
 
-import datetime
-import errno
-import fcntl
 import json
 import logging
 import os
 import shutil
-import socket
 import stat
 import threading
 from pathlib import Path
 from typing import Any
 
 from zeus_run import _fs
+from zeus_run._rundir_lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
 from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_from_json, markers_to_json
-from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError
+from zeus_run.errors import RunDirError
 from zeus_run.history import HISTORY_NAME, HistoryStore
 from zeus_run.spec import JobSpec
 from zeus_run.spec._yaml import YamlLimitError, load_yaml
@@ -41,7 +38,6 @@ from zeus_run.spec._yaml import YamlLimitError, load_yaml
 logger = logging.getLogger(__name__)
 
 SPEC_NAME = "spec.yaml"
-LOCK_NAME = ".lock"
 PROBE_NAME = ".write-probe"
 TRIALS_NAME = "trials"
 MIN_FREE_BYTES = 1 << 20
@@ -75,12 +71,21 @@ class RunDir:
         self._marker_lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str | Path) -> RunDir:
+    def open(cls, path: str | Path, wait: float = 0.0, role: str = "run") -> RunDir:
         """Create (if needed), lock and check a run directory.
+
+        Args:
+            path: The run directory.
+            wait: Seconds to wait for the lock while a *brief* holder has it (an ask or a
+                tell, which hold it for a moment); a launcher's lock (role ``run``) is
+                never waited for. 0: do not wait.
+            role: What this holder does, written into ``.lock``: ``run`` (a launcher, held
+                for the whole run) or a brief role (``ask``, ``tell``, ``expire``).
 
         Raises:
             RunDirError: It cannot be created or written, another launcher holds
                 it, or it has links where zeus-run writes.
+            RunDirBusy: Another launcher holds it (or a brief holder kept it past ``wait``).
         """
         p = Path(path)
         try:
@@ -91,7 +96,7 @@ class RunDir:
                 "Choose a writable location with `run_dir` in the spec or --run-dir."
             ) from exc
         _refuse_world_writable(p)
-        lock_fd = _lock(p)
+        lock_fd = _lock_waiting(p, wait)
         try:
             refuse_links(p)
             try:
@@ -99,7 +104,7 @@ class RunDir:
             except OSError as exc:
                 raise _unusable(p / TRIALS_NAME, exc) from None
             check_writable(p)
-            info_fd = _write_holder(p)
+            info_fd = _write_holder(p, role)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -282,11 +287,6 @@ def read_running(path: Path) -> list[RunningMarker] | None:
 
 # -- checks and writes ------------------------------------------------------------------------
 
-_LINK_ADVICE = (
-    "zeus-run does not follow symbolic links in a run directory: whoever planted one could make it overwrite "
-    "the link's target. Remove it, or choose another run directory."
-)
-
 
 def refuse_links(path: Path) -> None:
     """Refuse a run directory with links (or files of the wrong type) where zeus-run writes.
@@ -330,84 +330,6 @@ def _refuse_world_writable(path: Path) -> None:
             f"Run directory {str(path)!r} is writable by every user (mode {stat.filemode(mode)}), so anyone could "
             "plant links or files in it. Use a directory of your own (e.g. run_dir: runs/<name>), or `chmod o-w` it."
         )
-
-
-def _lock(path: Path) -> int:
-    """Lock the directory itself; fall back to a lock file where directories cannot be locked."""
-    try:
-        return _fs.lock_dir(path)
-    except BlockingIOError:
-        raise _in_use(path) from None
-    except OSError as exc:
-        if exc.errno not in (errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
-            raise _unusable(path, exc) from None
-    # NOTE: some network file systems emulate flock with byte-range locks, which
-    # need a file open for writing. The lock file is re-checked after locking:
-    # if it was replaced in between, the lock is taken again on the new one.
-    logger.debug("cannot lock the directory %s itself; locking %s", path, LOCK_NAME)
-    lock_path = path / LOCK_NAME
-    for _ in range(10):
-        try:
-            fd = _fs.open_fd(lock_path, os.O_RDWR | os.O_CREAT)
-        except OSError as exc:
-            raise _unusable(lock_path, exc) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise _in_use(path) from None
-        try:
-            same = os.path.samestat(os.fstat(fd), os.lstat(lock_path))
-        except OSError:
-            same = False
-        if same:
-            return fd
-        os.close(fd)
-    raise RunDirError(
-        f"Cannot lock {str(lock_path)!r}: it keeps being replaced. Is another program using the run directory?"
-    )
-
-
-def _in_use(path: Path) -> RunDirBusy:
-    holder = "pid unknown"
-    try:
-        with _fs.open_read(path / LOCK_NAME) as f:
-            words = f.read(200).decode("ascii", "replace").split()
-    except OSError:
-        words = []
-    if words:
-        pid, host, since = [*words, "?", "?"][:3]
-        holder = f"pid {pid} on {host}, since {since}"
-    return RunDirBusy(
-        f"Run directory {str(path)!r} is busy: in use by another zeus-run launcher ({holder}). "
-        f"Nothing was run (exit code {BUSY_EXIT_CODE}); wait for it to finish, stop it, or use a different --run-dir."
-    )
-
-
-def _write_holder(path: Path) -> int:
-    """Write this launcher's pid into ``.lock`` (for the message another launcher shows)."""
-    lock_path = path / LOCK_NAME
-    try:
-        fd = _fs.open_fd(lock_path, os.O_RDWR | os.O_CREAT)
-    except OSError as exc:
-        raise _unusable(lock_path, exc) from None
-    try:
-        os.ftruncate(fd, 0)
-        since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        _fs.write_all(fd, f"{os.getpid()} {socket.gethostname() or '?'} {since}\n".encode())
-    except OSError as exc:
-        os.close(fd)
-        raise _unusable(lock_path, exc) from None
-    return fd
-
-
-def _unusable(path: Path, exc: OSError) -> RunDirError:
-    if isinstance(exc, _fs.UnsafePathError):
-        return RunDirError(f"{exc.strerror}. {_LINK_ADVICE}")
-    return RunDirError(
-        f"Cannot use {str(path)!r}: {exc.strerror or exc}. Fix its permissions or free space, or choose another "
-        "run directory with --run-dir."
-    )
 
 
 def check_writable(path: Path) -> None:

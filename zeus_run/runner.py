@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run.asktell._session import settle_asks
 from zeus_run.concurrent import SlotPool
-from zeus_run.contract import RunningMarker, StopReason
+from zeus_run.contract import StopReason
 from zeus_run.energy import EnergySource
 from zeus_run.engine import Engine, TrialExecutor, TrialRequest
 from zeus_run.errors import Interrupted
@@ -31,6 +32,7 @@ from zeus_run.executors import (
     learning_rate_for,
     placeholder_values,
     provenance,
+    recover_trials,
 )
 from zeus_run.executors._base import command, marker, now
 from zeus_run.export import LiveExports
@@ -120,8 +122,9 @@ def run_job(
             stack.callback(remove_if_unused, rd)
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
-        recovered = recover(rd, spec, lambda markers: _recover_trials(markers, spec.executor.kind))
+        recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))
         history = recovered.history
+        settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
         adopted = [request_of(m, spec) for m in recovered.adopted]
         if rd.stored_spec() is None:
             rd.save_spec(spec)
@@ -251,17 +254,6 @@ class _Serialized:
                 return method(*args, **kwargs)
 
         return locked
-
-
-def _recover_trials(markers: list[RunningMarker], run_kind: str) -> set[int]:
-    """Clean up after the trials a dead launcher left, each with the executor that ran it (it may differ from
-    this run's: then nothing is adopted, since this run's executor could not take it over)."""
-    adopted: set[int] = set()
-    for kind, cls in EXECUTORS.items():
-        mine = [m for m in markers if (m.executor if m.executor in EXECUTORS else "local") == kind]
-        if mine:
-            adopted |= cls.recover(mine, kind == run_kind)
-    return adopted
 
 
 def _preflight_default(spec: JobSpec) -> None:

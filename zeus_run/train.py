@@ -36,7 +36,17 @@ ZEUS_PROFILE            ``1`` while zeus-run profiles GPU power limits in this
                         trial: `step` then writes iteration counts (see below)
 ZEUS_PROFILE_STOP       created by zeus-run when profiling is over; `step`
                         goes back to counting silently
+ZEUS_RUN_DIR            ask/tell: the run directory (for ``zeus-run tell``)
+ZEUS_ASK_TOKEN          ask/tell: the ask's token (for ``zeus-run tell``)
+ZEUS_HEARTBEAT          ask/tell: the file whose rewriting renews the ask's
+                        lease; `Trial` rewrites it from a thread of its own
+ZEUS_LEASE              ask/tell: the lease (seconds)
 ======================  =====================================================
+
+Under ask/tell without ``zeus-run exec`` (nothing else watches the script),
+`Trial` renews the ask's lease itself: it rewrites ``ZEUS_HEARTBEAT`` every
+quarter lease (at most every 30 s) until `close`, and writes a ``start`` event
+so that ``zeus-run tell`` counts the time from there.
 
 Event lines are JSON objects, each with the script's ``time`` (Unix seconds):
 
@@ -73,11 +83,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from zeus_run.contract import Env
+from zeus_run.contract import Env, write_heartbeat
 from zeus_run.remote import RemoteTrial
 
 T = TypeVar("T")
@@ -112,6 +123,7 @@ class Trial:
         max_epochs: Most epochs to run.
         target_metric: Converged once the metric reaches this (None: never stop for it).
         higher_is_better: Direction of the metric.
+        metric_name: The metric's name in a framework's logs (spec ``metric.name``; None: not set).
         managed: True when launched by zeus-run (an event log is configured).
     """
 
@@ -128,6 +140,9 @@ class Trial:
         profile: bool = False,
         profile_stop_file: str | None = None,
         remote: RemoteTrial | None = None,
+        heartbeat_file: str | None = None,
+        lease: float | None = None,
+        metric_name: str | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -135,6 +150,7 @@ class Trial:
         self.max_epochs = max_epochs
         self.target_metric = target_metric
         self.higher_is_better = higher_is_better
+        self.metric_name = metric_name
         self.event_log = event_log
         self.stop_file = stop_file
         #: The server's side of this trial when ``ZEUS_SERVER`` is set (`zeus_run.remote`), else None.
@@ -151,6 +167,24 @@ class Trial:
         self._last_step_emit = -1.0
         self._last_profile_check = -1.0
         self._iters_per_epoch_sent = False
+        self._beats = threading.Event()
+        self._beater: threading.Thread | None = None
+        if heartbeat_file:  # ask/tell: renew the ask's lease while the trial lives
+            self._emit({"event": "start"})
+            interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
+            self._beater = threading.Thread(
+                target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
+            )
+            self._beater.start()
+
+    def _beat(self, path: str, interval: float) -> None:
+        while True:
+            try:
+                write_heartbeat(path)
+            except OSError:
+                pass
+            if self._beats.wait(interval):
+                return
 
     @classmethod
     def from_env(
@@ -185,6 +219,9 @@ class Trial:
             stop_file=os.environ.get(Env.STOP_FILE) or None,
             profile=os.environ.get(Env.PROFILE, "").strip() == "1",
             profile_stop_file=os.environ.get(Env.PROFILE_STOP) or None,
+            heartbeat_file=os.environ.get(Env.HEARTBEAT) or None,
+            lease=_env_float(Env.LEASE, None),
+            metric_name=os.environ.get(Env.METRIC_NAME) or None,
             remote=remote,
         )
 
@@ -295,9 +332,13 @@ class Trial:
         self._fh.flush()
 
     def close(self) -> None:
-        """Close the event log; with a server, tell it the trial ended."""
+        """Close the event log, stop renewing the ask's lease, and, with a server, tell it the trial ended."""
         if self.remote is not None:
             self.remote.finish()
+        self._beats.set()
+        if self._beater is not None:
+            self._beater.join()
+            self._beater = None
         if self._fh is not None:
             self._fh.close()
             self._fh = None

@@ -42,7 +42,7 @@ def test_power_limit_range_and_permission_are_detected(nvml):
     from zeus_run.power import PowerLimitController
 
     with NvmlEnergy(["0"], nvml=nvml, environ={}) as src:
-        ctl = PowerLimitController(src)
+        ctl = PowerLimitController([g.gpu for g in src.gpus])
         assert 0 < ctl.min_limit <= ctl.max_limit
         limits = ctl.candidate_limits(25)
         assert limits[0] == ctl.max_limit and limits[-1] == ctl.min_limit

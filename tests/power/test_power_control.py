@@ -10,7 +10,8 @@ from zeus_run.power import PowerLimitController, PowerLimitRangeError
 
 
 def _open(nv):
-    return NvmlEnergy(None, nvml=nv, environ={})
+    """The GPUs of an NVML energy source over the double, as the controller takes them."""
+    return [g.gpu for g in NvmlEnergy(None, nvml=nv, environ={}).gpus]
 
 
 def _gpus(n=2, **kw):

@@ -10,6 +10,8 @@ Options (command line):
   --pid-file PATH      write "<own pid> <grandchild pid>" (a sleeping child process)
   --ignore-stop        keep training after report() says stop (the launcher must kill it)
   --spam BYTES         print this many bytes of filler output per epoch
+  --hold PATH          after the first epoch, wait until PATH exists or zeus-run asks the
+                       script to stop (so a test can keep the trial in flight until it acts)
 """
 
 import argparse
@@ -31,6 +33,7 @@ ap.add_argument("--mode", default="events")
 ap.add_argument("--pid-file", default="")
 ap.add_argument("--ignore-stop", action="store_true")
 ap.add_argument("--spam", type=int, default=0)
+ap.add_argument("--hold", default="")
 args = ap.parse_args()
 
 trial = Trial.from_env(batch_size=1, max_epochs=10, target_metric=0.9)
@@ -57,6 +60,9 @@ while True:
     if args.crash_at and epoch >= args.crash_at and args.crash_bs in (0, bs):
         print(f"boom at epoch {epoch}", file=sys.stderr, flush=True)
         sys.exit(3)
+    if args.hold and epoch == 1:
+        while not os.path.exists(args.hold) and not trial.should_stop():
+            time.sleep(0.05)
     metric = 1.0 if need and epoch >= need else 0.5
     if args.mode == "print":
         print(f"epoch {epoch} val_acc={metric:.3f}", flush=True)

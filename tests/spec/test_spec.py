@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from zeus_run.asktell import ask
+from zeus_run.contract import Env
 from zeus_run.errors import SpecError, UsageError
 from zeus_run.spec import load_spec, parse_spec, placeholder_names, substitute
 
@@ -128,6 +130,16 @@ def test_unknown_placeholder_and_learning_rate_without_value():
 def test_regex_needs_a_group():
     p = one(GOOD + "metric:\n  regex: 'acc=[0-9.]+'\n", "metric.regex")
     assert "capture group" in p.why
+
+
+def test_metric_name_reaches_the_script_and_a_blank_one_is_refused(tmp_path: Path):
+    f = tmp_path / "job.yaml"
+    f.write_text(GOOD + "metric: {name: eval_accuracy}\nenergy: {source: estimate}\n")
+    assert load_spec(f).metric.name == "eval_accuracy"
+    asked = ask(f, run_dir=tmp_path / "runs")  # the trial's environment, as every executor builds it
+    assert asked.env[Env.METRIC_NAME] == "eval_accuracy"
+    p = one(GOOD + "metric: {name: ' val_acc'}\n", "metric.name")
+    assert "as the framework logs it" in p.why and "name: eval_accuracy" in p.fix
 
 
 def test_error_message_names_everything(tmp_path: Path):

@@ -14,7 +14,9 @@ from pathlib import Path
 import typer
 
 from zeus_run import __version__
+from zeus_run.cli.ask import ask_command
 from zeus_run.cli.check import check_command
+from zeus_run.cli.exec_ import exec_command
 from zeus_run.cli.export import export_command
 from zeus_run.cli.history import history_command
 from zeus_run.cli.plot import plot_command
@@ -23,6 +25,7 @@ from zeus_run.cli.report import report_command
 from zeus_run.cli.run import run_command
 from zeus_run.cli.serve import serve_command
 from zeus_run.cli.simulate import simulate_command
+from zeus_run.cli.tell import heartbeat_command, tell_command
 
 app = typer.Typer(
     name="zeus-run",
@@ -62,9 +65,16 @@ app.command("simulate")(simulate_command)
 app.command("replay")(replay_command)
 app.command("export")(export_command)
 app.command("report")(report_command)
+app.command("ask")(ask_command)
+app.command("exec")(exec_command)
+app.command("tell")(tell_command)
+app.command("heartbeat")(heartbeat_command)
 app.command("serve")(serve_command)
 
-COMMANDS = ("run", "history", "plot", "check", "simulate", "replay", "export", "report", "serve")
+COMMANDS = (
+    *("run", "history", "plot", "check", "simulate", "replay", "export", "report"),
+    *("ask", "exec", "tell", "heartbeat", "serve"),
+)
 
 
 def unknown_command_message(word: str) -> str | None:

@@ -89,7 +89,7 @@ def gpu_report(source, power_limit_enabled: bool, settings=None) -> list[str]:
         lines.append("Power-limit optimization: disabled in the spec")
         return lines
     ctl, how = make_controller(settings or PowerLimitSettings(), source)
-    via = " through zeusd" if hasattr(ctl.nvml, "client") else ""
+    via = " through zeusd" if ctl.writer == "zeusd" else ""
     if ctl.check_permission():
         lines.append(f"Power-limit optimization: limits can be set{via} ({ctl.min_limit:g}-{ctl.max_limit:g} W)")
     else:

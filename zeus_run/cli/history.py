@@ -114,6 +114,9 @@ def history_command(
         _history_of_jobs(paths, fmt)
         return
     hist = run_dir_history(paths[0])
+    from zeus_run.asktell._session import expire_stale
+
+    expire_stale(hist.parent)  # asks whose lease ran out are recorded as infrastructure first
     records = read_history(hist)
     b0 = default_batch_size_of(hist)
     summary = summarize(records, b0, belief=believed_best(records, hist.parent))

@@ -22,12 +22,14 @@ nothing else from zeus-run.
 
 from __future__ import annotations
 
-from zeus_run.contract._marker import RunningMarker, markers_from_json, markers_to_json
+from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
+from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
 from zeus_run.contract._trial import TrialOutcome, TrialPlan, crash_cause, exit_text
 
 __all__ = [
+    "ASK_EXECUTOR",
     "RUNNING_NAME",
     "STOP_REASONS",
     "Env",
@@ -38,6 +40,8 @@ __all__ = [
     "TrialPlan",
     "crash_cause",
     "exit_text",
+    "heartbeat_time",
     "markers_from_json",
     "markers_to_json",
+    "write_heartbeat",
 ]

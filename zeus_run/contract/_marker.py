@@ -9,6 +9,9 @@ from typing import Any, ClassVar
 
 # -- running.json -----------------------------------------------------------------------------
 
+#: ``RunningMarker.executor`` of an ask in flight (ask/tell): no launcher watches it; its lease does.
+ASK_EXECUTOR = "ask"
+
 #: Largest whole number a marker field may hold.
 _MAX_INT = 2**63 - 1
 
@@ -42,6 +45,9 @@ class RunningMarker:
         executor: The executor that ran it (``local``, ``slurm``).
         slot: Local concurrency: its slot.
         job_name, job_prefix, trial_dir, slurm_job_id, heartbeat_timeout: Slurm: what finds its job again.
+        lease: Ask/tell (``executor`` ``ask``): seconds the ask lives without a heartbeat or a tell.
+        asked_at: Ask/tell: when it was asked (Unix time, unit: s).
+        host: Ask/tell: the host that asked.
     """
 
     recurrence: int
@@ -72,6 +78,9 @@ class RunningMarker:
     trial_dir: str | None = None
     slurm_job_id: str | None = None
     heartbeat_timeout: float | None = None
+    lease: float | None = None
+    asked_at: float | None = None
+    host: str | None = None
 
     #: Fields that name the decision: a trial taken over must agree on each of them.
     DECISION: ClassVar[tuple[str, ...]] = (
@@ -109,6 +118,11 @@ class RunningMarker:
         if kwargs["recurrence"] < 1 or kwargs["attempt"] < 1 or kwargs["batch_size"] < 1:
             return None
         return cls(**kwargs)
+
+    @property
+    def asked(self) -> bool:
+        """Whether it is an ask in flight (ask/tell: `zeus_run.asktell`), not a launcher's trial."""
+        return self.executor == ASK_EXECUTOR
 
     @property
     def threshold(self) -> float:

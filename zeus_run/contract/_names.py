@@ -22,10 +22,18 @@ class Env:
     TRY = "ZEUS_TRY"
     EVENT_LOG = "ZEUS_EVENT_LOG"
     STOP_FILE = "ZEUS_STOP_FILE"
+    #: The metric's name in a framework's logs (spec ``metric.name``; the framework callbacks read it).
+    METRIC_NAME = "ZEUS_METRIC_NAME"
     PROFILE = "ZEUS_PROFILE"
     PROFILE_STOP = "ZEUS_PROFILE_STOP"
     #: The trial's process marker (`zeus_run.proctree`): every process of the trial carries it.
     TRIAL_TOKEN = "ZEUS_TRIAL_TOKEN"
+    #: Ask/tell: the run directory and the ask's token (what `zeus-run tell` and `zeus-run exec` need).
+    RUN_DIR = "ZEUS_RUN_DIR"
+    ASK_TOKEN = "ZEUS_ASK_TOKEN"
+    #: Ask/tell: the file whose rewriting renews the ask's lease, and the lease (unit: s).
+    HEARTBEAT = "ZEUS_HEARTBEAT"
+    LEASE = "ZEUS_LEASE"
     #: The batch-size server (``zeus-run serve``) a training pod talks to, e.g. ``http://zeus:7787``
     #: (`zeus_run.remote`); with it the `zeus_run.train.Trial` helper asks the server for its trial.
     SERVER = "ZEUS_SERVER"

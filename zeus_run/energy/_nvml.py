@@ -7,7 +7,6 @@ samples and integrates. Only the job's GPUs are measured.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -15,9 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
-from zeus_run.device import device_text, is_mig_enabled, open_library
+from zeus_run.device import Gpu, NvidiaGpus
 from zeus_run.energy._base import EnergySource
 from zeus_run.errors import EnergyError
 
@@ -57,14 +55,26 @@ def visible_gpu_ids(spec_gpus: Sequence[str] | None, environ: dict[str, str] | N
 
 
 @dataclass
-class _Gpu:
-    handle: Any
-    name: str
-    index: str
+class MeasuredGpu:
+    """One of the job's GPUs as the energy source measures it."""
+
+    gpu: Gpu
     max_limit_w: float
     min_limit_w: float
     has_counter: bool
     last_mj: float = 0.0
+
+    @property
+    def index(self) -> str:
+        return self.gpu.index
+
+    @property
+    def name(self) -> str:
+        return self.gpu.name
+
+    @property
+    def handle(self) -> object:
+        return self.gpu.handle
 
 
 class NvmlEnergy(EnergySource):
@@ -91,18 +101,12 @@ class NvmlEnergy(EnergySource):
         Raises:
             EnergyError: NVML is unavailable, a GPU is missing, or a MIG device was selected.
         """
-        self.nvml = open_library(nvml)
+        self._session = NvidiaGpus(nvml)
+        self.nvml = self._session.nvml
         self._clock = clock
         self._poll_interval = poll_interval
-        ids = visible_gpu_ids(gpus, environ)
         try:
-            self.nvml.nvmlInit()
-        except Exception as exc:  # NVMLError and friends: no driver, no GPU
-            raise EnergyError(
-                f"NVML did not initialize ({exc}). No NVIDIA driver or GPU here; use energy.source: estimate."
-            ) from exc
-        self._initialized = True
-        try:
+            ids = visible_gpu_ids(gpus, environ)
             self.gpus = [self._open(g) for g in (ids if ids is not None else self._all_indices())]
             if not gpus:
                 self._warn_on_index_order(ids, os.environ if environ is None else environ)
@@ -121,9 +125,9 @@ class NvmlEnergy(EnergySource):
         polled = [g for g in self.gpus if not g.has_counter]
         for g in self.gpus:
             if g.has_counter:
-                g.last_mj = float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(g.handle))
+                g.last_mj = g.gpu.energy_mj()
         if polled:
-            self._sampler = _PowerSampler(self.nvml, [g.handle for g in polled], poll_interval, clock)
+            self._sampler = _PowerSampler([g.gpu for g in polled], poll_interval, clock)
             self._sampler.start()
 
     # -- setup ---------------------------------------------------------------------
@@ -136,10 +140,7 @@ class NvmlEnergy(EnergySource):
         """
         if not ids or not any(g.isdigit() for g in ids) or env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
             return
-        n = self.nvml
-        models = {
-            device_text(n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(i))) for i in range(n.nvmlDeviceGetCount())
-        }
+        models = self._session.models()
         if len(models) > 1:
             logger.warning(
                 "CUDA_VISIBLE_DEVICES=%s uses indices, and this machine has different GPU models (%s): CUDA numbers "
@@ -150,35 +151,28 @@ class NvmlEnergy(EnergySource):
             )
 
     def _all_indices(self) -> list[str]:
-        return [str(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+        return [str(i) for i in range(self._session.count())]
 
-    def _open(self, ident: str) -> _Gpu:
-        n = self.nvml
-        try:
-            handle = n.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit() else n.nvmlDeviceGetHandleByUUID(ident)
-        except Exception as exc:
-            raise EnergyError(
-                f"GPU {ident!r} not found through NVML ({exc}). Check CUDA_VISIBLE_DEVICES or energy.gpus."
-            ) from exc
-        if is_mig_enabled(n, handle):
+    def _open(self, ident: str) -> MeasuredGpu:
+        gpu = self._session.open(ident)
+        if gpu.mig_enabled():
             raise EnergyError(
                 f"GPU {ident!r} has MIG mode enabled: NVML cannot measure the energy of MIG slices. "
                 "Disable MIG on this GPU or set energy.source: estimate."
             )
-        name = device_text(n.nvmlDeviceGetName(handle))
-        min_mw, max_mw = n.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+        min_mw, max_mw = gpu.limit_constraints_mw()
         try:
-            n.nvmlDeviceGetTotalEnergyConsumption(handle)
+            gpu.energy_mj()
             has_counter = True
         except Exception:  # NVMLError_NotSupported on pre-Volta GPUs
             has_counter = False
             logger.info(
                 "GPU %s (%s) has no energy counter; sampling its power every %.0f ms",
                 ident,
-                name,
+                gpu.name,
                 self._poll_interval * 1000,
             )
-        return _Gpu(handle, name, ident, max_mw / 1000.0, min_mw / 1000.0, has_counter)
+        return MeasuredGpu(gpu, max_mw / 1000.0, min_mw / 1000.0, has_counter)
 
     # -- EnergySource ------------------------------------------------------------
     @property
@@ -197,7 +191,7 @@ class NvmlEnergy(EnergySource):
             for g in self.gpus:
                 if not g.has_counter:
                     continue
-                now = float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(g.handle))
+                now = g.gpu.energy_mj()
                 delta = now - g.last_mj
                 if delta < 0:
                     # Counter went backwards: driver reload or reset. The energy of
@@ -222,7 +216,7 @@ class NvmlEnergy(EnergySource):
         out = []
         for g in self.gpus:
             try:
-                uuid = device_text(self.nvml.nvmlDeviceGetUUID(g.handle))
+                uuid = g.gpu.uuid()
             except Exception:  # an NVML error: provenance is best effort
                 uuid = ""
             out.append({"index": g.index, "name": g.name, "uuid": uuid})
@@ -241,18 +235,16 @@ class NvmlEnergy(EnergySource):
         if sampler is not None:
             sampler.stop()
             self._sampler = None
-        if getattr(self, "_initialized", False):
-            self._initialized = False
-            with contextlib.suppress(Exception):  # already shut down
-                self.nvml.nvmlShutdown()
+        session = getattr(self, "_session", None)
+        if session is not None:
+            session.close()
 
 
 class _PowerSampler:
     """Integrates instantaneous power (mW) of some GPUs with the trapezoid rule in a thread."""
 
-    def __init__(self, nvml: ModuleType, handles: list[Any], interval: float, clock: Callable[[], float]) -> None:
-        self.nvml = nvml
-        self.handles = handles
+    def __init__(self, gpus: list[Gpu], interval: float, clock: Callable[[], float]) -> None:
+        self.gpus = gpus
         self.interval = interval
         self.clock = clock
         self._energy_j = 0.0
@@ -263,7 +255,7 @@ class _PowerSampler:
         self._thread = threading.Thread(target=self._loop, name="zeus-run-power-sampler", daemon=True)
 
     def _power_w(self) -> float:
-        return sum(float(self.nvml.nvmlDeviceGetPowerUsage(h)) for h in self.handles) / 1000.0
+        return sum(g.power_mw() for g in self.gpus) / 1000.0
 
     def sample(self) -> None:
         """Take one sample and add the trapezoid since the previous one.

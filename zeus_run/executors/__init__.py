@@ -13,6 +13,7 @@ A new backend (Slurm, Kubernetes Jobs) is one new module here with a
 `RealExecutor` subclass, registered in `EXECUTORS`.
 """
 
+from zeus_run.contract import RunningMarker
 from zeus_run.executors._base import (
     NullRunListener,
     RealExecutor,
@@ -27,6 +28,18 @@ from zeus_run.executors._slurm import SlurmExecutor
 #: Executor classes by kind (``executor.kind`` in the spec).
 EXECUTORS: dict[str, type[RealExecutor]] = {"local": LocalExecutor, "slurm": SlurmExecutor}
 
+
+def recover_trials(markers: list[RunningMarker], run_kind: str | None) -> set[int]:
+    """Clean up after the trials a dead launcher left, each with the executor that ran it (it may differ from
+    this run's: then nothing is adopted, since this run's executor could not take it over; None: adopt none)."""
+    adopted: set[int] = set()
+    for kind, cls in EXECUTORS.items():
+        mine = [m for m in markers if (m.executor if m.executor in EXECUTORS else "local") == kind]
+        if mine:
+            adopted |= cls.recover(mine, kind == run_kind)
+    return adopted
+
+
 __all__ = [
     "EXECUTORS",
     "LocalExecutor",
@@ -37,4 +50,5 @@ __all__ = [
     "learning_rate_for",
     "placeholder_values",
     "provenance",
+    "recover_trials",
 ]

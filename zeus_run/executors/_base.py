@@ -216,6 +216,8 @@ def prepare(
             Env.STOP_FILE: str(tdir / TrialFiles.STOP),
         }
     )
+    if spec.metric.name is not None:
+        env[Env.METRIC_NAME] = spec.metric.name
     env.update(extra_env or {})
     if profiling:
         env.update({Env.PROFILE: "1", Env.PROFILE_STOP: str(tdir / TrialFiles.PROFILE_DONE)})

@@ -1,4 +1,4 @@
-"""Setting GPU power limits through NVML, safely.
+"""Setting GPU power limits, safely, through the device layer (`zeus_run.device.Gpu`: NVML or zeusd).
 
 `PowerLimitController` owns the job's GPUs' power limits for a run: it checks
 before the first trial that limits can be set at all (root or CAP_SYS_ADMIN),
@@ -14,12 +14,10 @@ with a warning instead of failing the run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
 
-from zeus_run.device import is_no_permission
-from zeus_run.energy._nvml import NvmlEnergy
+from zeus_run.device import Gpu
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +34,15 @@ class PowerLimitRangeError(ValueError):
 
 @dataclass
 class _GpuLimits:
-    handle: Any
-    index: str
+    gpu: Gpu
     min_w: float
     max_w: float
     original_mw: int
     original_persistence: int | None
+
+    @property
+    def index(self) -> str:
+        return self.gpu.index
 
 
 class PowerLimitController:
@@ -53,34 +54,24 @@ class PowerLimitController:
         current: Limit set on every GPU now (unit: W), None if untouched.
     """
 
-    def __init__(self, energy: NvmlEnergy, nvml: ModuleType | Any | None = None) -> None:
+    def __init__(self, gpus: Sequence[Gpu]) -> None:
         """Args:
-        energy: The run's NVML energy source; its GPUs are the ones controlled.
-        nvml: pynvml or a double (default: the energy source's module).
+        gpus: The job's GPUs (`zeus_run.device.Gpu`: through NVML, or with writes through zeusd).
         """
-        self.nvml = nvml if nvml is not None else energy.nvml
         self.usable = True
         self.reason = ""
         self.current: float | None = None
         self._changed = False
         self._persistence_changed = False
         self.gpus: list[_GpuLimits] = []
-        for g in energy.gpus:
-            min_mw, max_mw = self.nvml.nvmlDeviceGetPowerManagementLimitConstraints(g.handle)
-            try:
-                pers = int(self.nvml.nvmlDeviceGetPersistenceMode(g.handle))
-            except Exception:  # not supported (e.g. Windows)
-                pers = None
-            self.gpus.append(
-                _GpuLimits(
-                    g.handle,
-                    g.index,
-                    min_mw / 1000.0,
-                    max_mw / 1000.0,
-                    int(self.nvml.nvmlDeviceGetPowerManagementLimit(g.handle)),
-                    pers,
-                )
-            )
+        for g in gpus:
+            min_mw, max_mw = g.limit_constraints_mw()
+            self.gpus.append(_GpuLimits(g, min_mw / 1000.0, max_mw / 1000.0, g.power_limit_mw(), g.persistence_mode()))
+
+    @property
+    def writer(self) -> str:
+        """Who sets the limits: ``"NVML"`` or ``"zeusd"``."""
+        return self.gpus[0].gpu.writer if self.gpus else "NVML"
 
     # -- ranges ----------------------------------------------------------------------
     @property
@@ -127,14 +118,13 @@ class PowerLimitController:
         try:
             for g in self.gpus:
                 self._enable_persistence(g)
-                self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, g.original_mw)
+                g.gpu.set_power_limit_mw(g.original_mw)
         except Exception as exc:
             self.usable = False
-            if is_no_permission(self.nvml, exc):
+            if any(g.gpu.is_no_permission(exc) for g in self.gpus):
                 self.reason = f"no permission to set GPU power limits ({exc})"
             else:
-                who = "zeusd" if hasattr(self.nvml, "client") else "NVML"  # `zeus_run.power._zeusd.ZeusdNvml`
-                self.reason = f"{who} refused to set a power limit ({exc})"
+                self.reason = f"{self.writer} refused to set a power limit ({exc})"
             self.restore()
             return False
         self.restore()
@@ -157,7 +147,7 @@ class PowerLimitController:
         try:
             for g in self.gpus:
                 self._enable_persistence(g)
-                self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, round(limit_w * 1000))
+                g.gpu.set_power_limit_mw(round(limit_w * 1000))
                 self._changed = True
         except Exception as exc:
             logger.warning(
@@ -179,7 +169,7 @@ class PowerLimitController:
             failed = False
             for g in self.gpus:
                 try:
-                    self.nvml.nvmlDeviceSetPowerManagementLimit(g.handle, g.original_mw)
+                    g.gpu.set_power_limit_mw(g.original_mw)
                 except Exception as exc:
                     failed = True
                     logger.error(
@@ -197,16 +187,15 @@ class PowerLimitController:
                 if g.original_persistence is None:
                     continue
                 try:
-                    self.nvml.nvmlDeviceSetPersistenceMode(g.handle, g.original_persistence)
+                    g.gpu.set_persistence_mode(bool(g.original_persistence))
                 except Exception as exc:
                     logger.error("could not restore GPU %s's persistence mode (%s)", g.index, exc)
             self._persistence_changed = False
 
     def _enable_persistence(self, g: _GpuLimits) -> None:
-        enabled = getattr(self.nvml, "NVML_FEATURE_ENABLED", 1)
-        if g.original_persistence is None or g.original_persistence == enabled:
+        if g.original_persistence is None or g.original_persistence:
             return
-        self.nvml.nvmlDeviceSetPersistenceMode(g.handle, enabled)
+        g.gpu.set_persistence_mode(True)
         self._persistence_changed = True
 
     def describe(self) -> str:

@@ -20,7 +20,7 @@ from zeus_run.optimizer.power_limit import (
 from zeus_run.power._controller import HOW_TO_ENABLE, PowerLimitController, PowerLimitRangeError
 from zeus_run.power._profiler import JitProfiler
 from zeus_run.power._store import ProfileStore, model_key
-from zeus_run.power._zeusd import HOW_TO_ZEUSD, ZEUSD_VERSION, ZeusdClient, ZeusdNvml, zeusd_socket
+from zeus_run.power._zeusd import HOW_TO_ZEUSD, ZEUSD_VERSION, ZeusdClient, ZeusdGpu, zeusd_socket
 from zeus_run.spec import PowerLimitSettings
 
 logger = logging.getLogger(__name__)
@@ -126,10 +126,10 @@ def make_controller(settings: PowerLimitSettings, energy: NvmlEnergy) -> tuple[P
     and how to enable it when permission is missing."""
     sock = zeusd_socket(settings.via, settings.socket)
     if sock is None:
-        return PowerLimitController(energy), HOW_TO_ENABLE
-    nvml = ZeusdNvml(energy.nvml, ZeusdClient(sock), [(g.handle, g.index) for g in energy.gpus])
+        return PowerLimitController([g.gpu for g in energy.gpus]), HOW_TO_ENABLE
+    client = ZeusdClient(sock)
     logger.info("power limits are set through zeusd at %s (API of zeusd %s)", sock, ZEUSD_VERSION)
-    return PowerLimitController(energy, nvml=nvml), HOW_TO_ZEUSD
+    return PowerLimitController([ZeusdGpu(g.gpu, client) for g in energy.gpus]), HOW_TO_ZEUSD
 
 
 def open_power_session(

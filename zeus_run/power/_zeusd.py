@@ -15,11 +15,10 @@ needed (``ZEUSD_TOKEN``, sent as ``Authorization: Bearer``); 403 NVML ``NoPermis
 token without ``gpu-control``; 404 the ``gpu-control`` API group is disabled; 500 a daemon-side
 failure. Per-GPU failures of a blocking write come back as ``{"errors": {"<id>": "<message>"}}``.
 
-`ZeusdNvml` is the NVML module as `zeus_run.power.PowerLimitController` sees it: reads
-(limits, constraints, persistence mode; unprivileged in NVML) go to NVML, the two writes go
-to zeusd. Its errors are the controller's: `ZeusdPermissionError` plays
-``NVMLError_NoPermission``, so "no permission" and ``on_no_permission`` behave exactly as
-with NVML directly.
+`ZeusdGpu` is a GPU as `zeus_run.power.PowerLimitController` sees it (a
+`zeus_run.device.Gpu`): reads (limits, constraints, persistence mode; unprivileged in NVML)
+go to NVML, the two writes go to zeusd. `ZeusdPermissionError` is its "no permission", so
+``on_no_permission`` behaves exactly as with NVML directly.
 """
 
 from __future__ import annotations
@@ -30,8 +29,9 @@ import os
 import socket
 import urllib.parse
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
+
+from zeus_run.device import Gpu
 
 #: zeusd's documented default socket.
 DEFAULT_SOCKET = "/run/zeusd/zeusd.sock"
@@ -159,36 +159,57 @@ def _detail(body: str) -> str:
     return str(data)[:300]
 
 
-class ZeusdNvml:
-    """NVML for `PowerLimitController`, with power-limit and persistence writes sent to zeusd.
+class ZeusdGpu:
+    """A `zeus_run.device.Gpu` whose power-limit and persistence writes go to zeusd; reads go to the GPU.
 
     Args:
-        nvml: The real pynvml module (or its double): reads go there.
+        gpu: The GPU through NVML (reads are unprivileged there).
         client: The zeusd client.
-        gpus: ``(handle, NVML index)`` of each GPU the controller may set.
     """
 
-    def __init__(self, nvml: ModuleType | Any, client: ZeusdClient, gpus: Sequence[tuple[Any, str]]) -> None:
-        self._nvml = nvml
+    writer = "zeusd"
+
+    def __init__(self, gpu: Gpu, client: ZeusdClient) -> None:
+        self._gpu = gpu
         self.client = client
-        self._gpus = list(gpus)
-        self.NVMLError_NoPermission = ZeusdPermissionError
-        self.NVML_FEATURE_ENABLED = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+        self.index = gpu.index
+        self.name = gpu.name
+        self.handle = gpu.handle
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._nvml, name)  # reads: constraints, current limit, persistence mode
+    def uuid(self) -> str:
+        return self._gpu.uuid()
 
-    def _index(self, handle: Any) -> int:
-        for h, index in self._gpus:
-            if h is handle or h == handle:
-                return int(index)
-        raise ZeusdError(f"GPU handle {handle!r} is not one of this job's GPUs")
+    def mig_enabled(self) -> bool:
+        return self._gpu.mig_enabled()
 
-    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, mw: int) -> None:
-        self.client.set_power_limit([self._index(handle)], int(mw))
+    def energy_mj(self) -> float:
+        return self._gpu.energy_mj()
 
-    def nvmlDeviceSetPersistenceMode(self, handle: Any, mode: int) -> None:
-        self.client.set_persistence_mode([self._index(handle)], int(mode) == self.NVML_FEATURE_ENABLED)
+    def power_mw(self) -> float:
+        return self._gpu.power_mw()
+
+    def limit_constraints_mw(self) -> tuple[int, int]:
+        return self._gpu.limit_constraints_mw()
+
+    def power_limit_mw(self) -> int:
+        return self._gpu.power_limit_mw()
+
+    def persistence_mode(self) -> int | None:
+        return self._gpu.persistence_mode()
+
+    def _ids(self) -> list[int]:
+        if not self.index.isdigit():
+            raise ZeusdError(f"zeusd names GPUs by NVML index, and this job names GPU {self.index!r} by UUID")
+        return [int(self.index)]
+
+    def set_power_limit_mw(self, mw: int) -> None:
+        self.client.set_power_limit(self._ids(), int(mw))
+
+    def set_persistence_mode(self, enabled: bool) -> None:
+        self.client.set_persistence_mode(self._ids(), enabled)
+
+    def is_no_permission(self, exc: BaseException) -> bool:
+        return isinstance(exc, ZeusdPermissionError)
 
 
 def zeusd_socket(via: str, socket_path: str | None, environ: dict[str, str] | None = None) -> str | None:

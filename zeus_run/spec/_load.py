@@ -18,8 +18,10 @@ from typing import Any
 from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
+    DEFAULT_LEASE,
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
+    MIN_LEASE,
     PLACEHOLDERS,
     JobSpec,
 )
@@ -56,6 +58,7 @@ _TOP_KEYS = (
     "timeout",
     "max_early_stops",
     "concurrency",
+    "lease",
     "run_dir",
     *_SECTIONS,
 )
@@ -204,6 +207,16 @@ class _Validator(Sections):
             1,
             self.int_(1, MAX_CONCURRENCY, fix="Recurrences in flight at once; 1 runs them one after another"),
         )
+        lease = g(
+            d,
+            "lease",
+            "",
+            DEFAULT_LEASE,
+            self.float_(
+                MIN_LEASE,
+                fix=f"Seconds an ask lives without a heartbeat or a tell (at least {MIN_LEASE:g}; default {DEFAULT_LEASE:g})",
+            ),
+        )
         max_early_stops = (
             None
             if "max_early_stops" in d and d["max_early_stops"] is None
@@ -250,6 +263,7 @@ class _Validator(Sections):
             power_limit=power,
             stop=stop,
             concurrency=concurrency,
+            lease=lease,
             executor=executor,
             accounting=accounting,
             export=export,

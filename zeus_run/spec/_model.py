@@ -55,6 +55,9 @@ ENERGY_BASES = ("cpu-time", "wall-time")
 EXECUTOR_KINDS = ("local", "slurm")
 #: Most recurrences a spec may keep in flight at once.
 MAX_CONCURRENCY = 1024
+#: Ask/tell: default seconds an ask lives without a heartbeat or a tell, and the least allowed.
+DEFAULT_LEASE = 600.0
+MIN_LEASE = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,13 @@ class MetricSettings:
             JSON lines to ``$ZEUS_EVENT_LOG``) or ``regex`` (each match of
             ``regex`` in the script's output is one epoch's metric).
         regex: Pattern with one capture group holding the metric (``regex`` mode).
+        name: The metric's name in a training framework's logs (e.g. ``eval_accuracy``), for
+            the Hugging Face and Lightning callbacks (`zeus_run.integrations`); None: theirs.
     """
 
     source: str = "events"
     regex: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -292,7 +298,9 @@ class JobSpec:
         timeout: Wall-clock limit of one trial (unit: s), or None.
         max_early_stops: Early stops (cost threshold) a recurrence may take; its next try
             runs the best known batch size without a threshold (None: never, as in the paper).
-        concurrency: Recurrences in flight at once (1: one after another).
+        concurrency: Recurrences in flight at once (1: one after another); under ask/tell, asks in flight.
+        lease: Ask/tell: seconds an ask lives without a heartbeat or a tell; then it is
+            recorded as an infrastructure failure and its recurrence is asked again.
         executor: Where trials run (local subprocesses or Slurm jobs).
         accounting: Carbon intensity and price of energy (`zeus_run.accounting`).
         export: Live export after each trial (MLflow, Prometheus Pushgateway).
@@ -327,6 +335,7 @@ class JobSpec:
     power_limit: PowerLimitSettings = field(default_factory=PowerLimitSettings)
     stop: StopSettings = field(default_factory=StopSettings)
     concurrency: int = 1
+    lease: float = DEFAULT_LEASE
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     export: ExportSettings = field(default_factory=ExportSettings)

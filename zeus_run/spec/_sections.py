@@ -56,7 +56,7 @@ _SECTION_KEYS = {
         "num_explorations",
         "revision",
     ),
-    "metric": ("source", "regex"),
+    "metric": ("source", "regex", "name"),
     "energy": ("source", "watts", "gpus", "basis", "include"),
     "power_limit": (
         "enabled",
@@ -222,7 +222,12 @@ class Sections(Checker):
             self.problem(
                 p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'"
             )
-        return MetricSettings(source=source, regex=regex)
+        name = self.get(m, "name", p, None, self.str_())
+        if name is not None and (not name.strip() or name != name.strip()):
+            self.problem(
+                p + "name", name, "must be a metric's name as the framework logs it", "e.g. name: eval_accuracy"
+            )
+        return MetricSettings(source=source, regex=regex, name=name)
 
     def energy(self, m: Mapping, p: str) -> EnergySettings:
         gpus_raw = m.get("gpus")

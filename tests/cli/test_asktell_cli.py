@@ -1,0 +1,108 @@
+"""``zeus-run ask``, ``tell``, ``heartbeat`` and ``exec`` from the command line: formats, exit codes, refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.asktell.test_asktell_api import spec_text
+from tests.cli.test_run_cli import zeus
+from tests.test_faults import wait_for
+from zeus_run.asktell._lease import expires_at
+from zeus_run.errors import BUSY_EXIT_CODE, LEASE_EXPIRED_EXIT_CODE
+from zeus_run.rundir import read_running
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(text)
+    return spec
+
+
+def test_env_format_evals_in_sh_with_awkward_values(tmp_path):
+    awkward = 'it\'s $(touch pwned) `x` "q" \\ ; & |'
+    spec = write(tmp_path, spec_text(extra=f"env: {{AWKWARD: {json.dumps(awkward)}}}"))
+    r = zeus("ask", str(spec), "--format", "env")
+    assert r.returncode == 0, r.stderr
+    assert all(line.startswith(("export ZEUS_", "export AWKWARD=")) for line in r.stdout.splitlines())
+    shown = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'eval "$1" && printf "%s\\n%s\\n%s" "$AWKWARD" "$ZEUS_BATCH_SIZE" "$ZEUS_COMMAND"',
+            "sh",
+            r.stdout,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0, shown.stderr
+    value, bs, command = shown.stdout.split("\n")
+    assert value == awkward and bs == "2" and "--batch-size 2" in command
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_json_ask_then_tell_with_reported_figures(tmp_path):
+    spec = write(tmp_path, spec_text())
+    a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    assert {"token", "run_dir", "trial_dir", "batch_size", "learning_rate", "power_limit", "seed", "recurrence"} <= set(
+        a
+    )
+    assert {"try", "cost_threshold", "max_epochs", "command", "env"} <= set(a)
+    r = zeus("tell", a["run_dir"], a["token"], "--exit-code", "0", "--energy", "1200", "--time", "60", "--json")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["reported"] == "time energy" and rec["energy"] == 1200 and rec["energy_source"] == "reported"
+    again = zeus("tell", a["run_dir"], a["token"])
+    assert again.returncode == 2 and "already told" in again.stderr
+
+
+def test_a_late_tell_is_refused_with_exit_code_3_and_kept(tmp_path):
+    spec = write(tmp_path, spec_text(lease=1))
+    a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    heartbeat = Path(a["trial_dir"]) / "heartbeat"
+    assert zeus("heartbeat", a["run_dir"], a["token"]).returncode == 0 and heartbeat.exists()
+    (marker,) = read_running(Path(a["run_dir"]))
+    wait_for(lambda: expires_at(marker, 1) < time.time(), timeout=60)  # nothing renews it now
+    r = zeus("tell", a["run_dir"], a["token"], "--exit-code", "0", "--energy", "5", "--time", "1")
+    assert r.returncode == LEASE_EXPIRED_EXIT_CODE, r.stderr
+    assert "too late" in r.stderr and "Traceback" not in r.stderr
+    assert json.loads((Path(a["trial_dir"]) / "late_tell.json").read_text())["energy"] == 5
+    recs = [json.loads(line) for line in (Path(a["run_dir"]) / "history.jsonl").read_text().splitlines()]
+    assert [r["stop_reason"] for r in recs] == ["infrastructure"]
+
+
+def test_busy_and_bad_input_exit_codes(tmp_path):
+    spec = write(tmp_path, spec_text())
+    first = zeus("ask", str(spec))
+    assert first.returncode == 0, first.stderr
+    busy = zeus("ask", str(spec))
+    assert busy.returncode == BUSY_EXIT_CODE and "1 ask(s) in flight" in busy.stderr
+    run = zeus("run", str(spec), "--next")
+    assert run.returncode == BUSY_EXIT_CODE and "ask(s) are in flight" in run.stderr
+    for args, words in [
+        (("ask", str(tmp_path / "missing.yaml")), "no such spec file or run directory"),
+        (("tell", str(tmp_path / "runs"), "nope"), "token = 'nope'"),
+        (("heartbeat", str(tmp_path / "runs"), "nope"), "token = 'nope'"),
+        (("exec", "--", "true"), "exec needs an ask"),
+        (("tell", str(tmp_path / "runs"), "x", "--energy", "-1"), "--energy"),
+    ]:
+        r = zeus(*args, timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert words in r.stderr and "Traceback" not in r.stderr, r.stderr
+    bad = write(tmp_path, spec_text(lease=0))
+    r = zeus("ask", str(bad))
+    assert r.returncode == 2 and "lease = 0" in r.stderr and "at least 1" in r.stderr
+
+
+def test_the_training_helper_stays_light_with_the_python_api_in_the_package():
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, zeus_run.train; print(any(m == 'numpy' for m in sys.modules))"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.stdout.strip() == "False"

@@ -1,0 +1,200 @@
+"""``ask``: reserve the next trial of a job whose training someone else launches.
+
+The decision is the engine's (`zeus_run.engine.Ledger`), taken on the history
+folded so far with the other asks in flight, under the rule ``concurrency: N``
+uses: while pruning waits for a result, another ask gets the best known batch
+size. The ask is recorded in ``running.json`` with everything the engine
+decided (as a launcher records a trial in flight), so `zeus_run.replay.audit`
+re-derives it, and the trial's directory gets the agent's ``plan.json``
+(`zeus-run exec` runs it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zeus_run.asktell._session import Session, open_session, resolve_job
+from zeus_run.contract import ASK_EXECUTOR, Env, TrialFiles
+from zeus_run.energy import EstimatedEnergy
+from zeus_run.errors import RunDirBusy
+from zeus_run.executors._base import prepare
+from zeus_run.resume import choose_run_dir
+from zeus_run.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One reserved trial: the decision and what the training side needs to run it.
+
+    Attributes:
+        token: The ask's token: `tell` and `heartbeat` name it.
+        run_dir: The run directory.
+        trial_dir: The trial's directory (events, output, ``plan.json``).
+        recurrence: 1-based recurrence number.
+        attempt: 1-based try within the recurrence (a retry after an early stop, a crash or an
+            expired lease is the next try of the same recurrence).
+        trial: 0-based trial number in the run.
+        batch_size: Batch size to train with.
+        learning_rate: Learning rate (scaled for the batch size), None if the job has none.
+        power_limit: GPU power limit (unit: W), None when zeus-run does not set one.
+        seed: The trial's seed.
+        cost_threshold: Early-stop threshold (unit: J), None if none.
+        max_epochs: Most epochs to train.
+        target_metric: The metric that counts as converged.
+        higher_is_better: Direction of the metric.
+        stage: The optimizer stage that chose it.
+        detail: The optimizer's reason (says so when it retries a recurrence).
+        command: The spec's command with the placeholders filled in.
+        env: The ``ZEUS_*`` environment `zeus_run.train.Trial` reads (with the ask's token and run directory).
+        lease_s: The lease (unit: s): the ask expires this long after the last heartbeat.
+        expires_at: When the lease runs out unless renewed (Unix time, unit: s).
+    """
+
+    token: str
+    run_dir: Path
+    trial_dir: Path
+    recurrence: int
+    attempt: int
+    trial: int
+    batch_size: int
+    learning_rate: float | None
+    power_limit: float | None
+    seed: int
+    cost_threshold: float | None
+    max_epochs: int
+    target_metric: float | None
+    higher_is_better: bool
+    stage: str
+    detail: str
+    command: list[str]
+    env: dict[str, str]
+    lease_s: float
+    expires_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``zeus-run ask --format json`` prints (``attempt`` also as ``try``)."""
+        out = dataclasses.asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        out["trial_dir"] = str(self.trial_dir)
+        out["try"] = self.attempt
+        return out
+
+
+def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None = None) -> Ask:
+    """Reserve the next trial of a job.
+
+    Args:
+        job: A job spec (YAML) or a run directory that has one.
+        run_dir: The run directory, if not the spec's ``run_dir``.
+        host: The host the ask is for (default: this one); shown in the expiry message.
+
+    Raises:
+        SpecError, UsageError: The spec is invalid or ``job`` names nothing usable.
+        RunDirError: The run directory cannot be used, or its history was recorded under other settings.
+        RunDirBusy: A launcher holds the run directory, or ``concurrency`` asks are already in flight.
+    """
+    spec, path = resolve_job(job, run_dir)
+    if not Path(job).is_dir():  # a spec: its history must have been recorded under its settings
+        path, _ = choose_run_dir(spec, path, new=False, force=False)
+    with open_session(path, spec, role="ask") as s:
+        if s.rd.stored_spec() is None:
+            s.rd.save_spec(spec)
+        s.expire()
+        return _reserve(s, spec, host or socket.gethostname())
+
+
+def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
+    if len(s.asks) >= spec.concurrency:
+        oldest = min(s.asks, key=lambda m: m.trial)
+        raise RunDirBusy(
+            f"Run directory {str(s.rd.path)!r} is busy: {len(s.asks)} ask(s) in flight and concurrency is "
+            f"{spec.concurrency} (the oldest: recurrence {oldest.recurrence} try {oldest.attempt}, asked from "
+            f"{oldest.host or '?'} at {oldest.started_at}). Nothing was asked (exit code 75); tell those back, wait "
+            "for their lease to expire, or raise `concurrency` in the spec."
+        )
+    ledger = s.ledger()
+    recurrence = ledger.next_recurrence()
+    assert recurrence is not None  # no limit under ask/tell
+    request = ledger.start(recurrence)
+    if request.attempt > 1 and "retry" not in request.decision.detail:
+        why = _retry_reason(s, recurrence)
+        decision = dataclasses.replace(request.decision, detail=f"{request.decision.detail}; {why}".strip("; "))
+        request = dataclasses.replace(request, decision=decision)
+    tdir = s.rd.trial_dir(request.recurrence, request.attempt)
+    for name in TrialFiles.AGENT_FILES:  # an earlier ask of the same try left them (it expired)
+        _remove(tdir / name)
+    now = time.time()
+    lease = spec.lease
+    heartbeat = tdir / TrialFiles.HEARTBEAT
+    placeholder = EstimatedEnergy(spec.energy.watts)  # the trial is measured where it runs
+    prepared = prepare(spec, s.rd, request, placeholder, profiling=False)
+    token = prepared.running.token or ""
+    extra = {
+        Env.RUN_DIR: str(s.rd.path.absolute()),
+        Env.ASK_TOKEN: token,
+        Env.HEARTBEAT: str(heartbeat),
+        Env.LEASE: repr(lease),
+    }
+    plan = dataclasses.replace(
+        prepared.plan, trial=dataclasses.replace(prepared.plan.trial, env={**prepared.plan.trial.env, **extra})
+    )
+    plan.write()
+    marker = dataclasses.replace(
+        prepared.running,
+        executor=ASK_EXECUTOR,
+        pid=os.getpid(),
+        lease=lease,
+        asked_at=now,
+        host=host,
+        seen=request.seen,
+        in_flight=request.in_flight,
+        draw=request.draw,
+        probe=request.probe,
+        detail=request.decision.detail,
+    )
+    s.add(marker)
+    threshold = None if math.isinf(request.cost_threshold) else request.cost_threshold
+    return Ask(
+        token=token,
+        run_dir=s.rd.path,
+        trial_dir=tdir,
+        recurrence=request.recurrence,
+        attempt=request.attempt,
+        trial=request.trial,
+        batch_size=request.decision.batch_size,
+        learning_rate=prepared.learning_rate,
+        power_limit=None,
+        seed=prepared.seed,
+        cost_threshold=threshold,
+        max_epochs=spec.max_epochs,
+        target_metric=spec.target_metric,
+        higher_is_better=spec.higher_is_better,
+        stage=request.decision.stage,
+        detail=request.decision.detail,
+        command=list(plan.trial.argv),
+        env=dict(plan.trial.env),
+        lease_s=lease,
+        expires_at=now + lease,
+    )
+
+
+def _retry_reason(s: Session, recurrence: int) -> str:
+    """Why the recurrence is asked again: how its last try ended."""
+    last = next((r for r in reversed(s.history) if r.recurrence == recurrence), None)
+    if last is None:
+        return f"recurrence {recurrence} asked again"
+    return f"retry of recurrence {recurrence} after try {last.attempt} ended {last.stop_reason}"
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,206 @@
+"""The run directory as ask/tell uses it: locked for a moment, with the asks in flight.
+
+Every ask, tell and expiry opens the run directory with the lock that
+``zeus-run run`` takes (`zeus_run.rundir.RunDir.open`), waiting at most
+`LOCK_WAIT` seconds while another ask or tell holds it, and never for a
+launcher. Under the lock it reads the history, settles what a dead launcher
+left (`zeus_run.resume.recover`, adopting nothing), expires the asks whose
+lease ran out, does its one change (a marker in ``running.json``, or a record
+appended to ``history.jsonl`` and the marker removed) and lets go. So asks and
+tells from several hosts on a shared filesystem see one history, folded in the
+order the tells arrive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from zeus_run.asktell._lease import expired_record, expires_at
+from zeus_run.contract import RunningMarker
+from zeus_run.engine import Ledger
+from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError, UsageError, ZeusRunError
+from zeus_run.executors import recover_trials
+from zeus_run.knobs import Knobs
+from zeus_run.records import TrialRecord
+from zeus_run.resume import recover, request_of
+from zeus_run.rundir import SPEC_NAME, RunDir, read_running, read_stored_spec
+from zeus_run.spec import JobSpec, load_spec, parse_spec
+
+logger = logging.getLogger(__name__)
+
+#: Seconds an ask or tell waits for another ask or tell that holds the run directory.
+LOCK_WAIT = 30.0
+#: The engine's recurrence limit under ask/tell: every ask gets the next trial, whatever
+#: ``recurrences`` says (as ``run --next`` does); the optimizer still plans over ``recurrences``.
+_NO_LIMIT = 2**31 - 1
+
+
+def resolve_job(job: str | Path, run_dir: str | Path | None) -> tuple[JobSpec, Path]:
+    """The spec and run directory an ask names: a spec YAML (its ``run_dir``, or ``run_dir``), or a run directory.
+
+    Raises:
+        SpecError: The spec is invalid.
+        UsageError: ``job`` is neither a spec file nor a run directory with a ``spec.yaml``.
+    """
+    p = Path(job)
+    if p.is_dir():
+        path = Path(run_dir) if run_dir is not None else p
+        return spec_of(p), path
+    if not p.is_file():
+        raise UsageError(
+            f"job = {str(p)!r}: no such spec file or run directory. Pass a job spec (job.yaml) or a run directory "
+            "that has a spec.yaml."
+        )
+    spec = load_spec(p)
+    return spec, Path(run_dir) if run_dir is not None else spec.run_dir
+
+
+def spec_of(path: Path) -> JobSpec:
+    """The job spec a run directory was started with (its resolved ``spec.yaml``).
+
+    Raises:
+        RunDirError: It has none, or it cannot be read.
+    """
+    data = read_stored_spec(path)
+    if data is None:
+        raise RunDirError(
+            f"run_dir = {str(path)!r} has no {SPEC_NAME}: it is not a run directory zeus-run started. Pass the job "
+            "spec (zeus-run ask job.yaml) the first time; later asks and tells can name the run directory."
+        )
+    data.pop("source", None)
+    return parse_spec(yaml.safe_dump(data, sort_keys=False), source=path / SPEC_NAME)
+
+
+@dataclass
+class Session:
+    """A run directory locked by an ask, a tell or an expiry.
+
+    Attributes:
+        rd: The locked run directory.
+        spec: The job.
+        history: Every record, in the order they were folded.
+        asks: The asks in flight (their markers), in trial order.
+        expired: Records of the asks this session found expired (already appended).
+    """
+
+    rd: RunDir
+    spec: JobSpec
+    history: list[TrialRecord]
+    asks: list[RunningMarker]
+    expired: list[TrialRecord] = field(default_factory=list)
+
+    def ledger(self) -> Ledger:
+        """What the engine knows: the history folded, the asks in flight."""
+        engine = Knobs.from_spec(self.spec).engine(_NO_LIMIT)
+        return Ledger.from_history(engine, self.history, [request_of(m, self.spec) for m in self.asks])
+
+    def expire(self, now: float | None = None) -> list[TrialRecord]:
+        """Record every ask whose lease ran out as an infrastructure failure (appended, marker removed)."""
+        t = time.time() if now is None else now
+        out = []
+        for m in list(self.asks):
+            if expires_at(m, self.spec.lease) < t:
+                record = expired_record(self.spec, m, t)
+                logger.warning(
+                    "recurrence %d try %d (ask from %s): %s", m.recurrence, m.attempt, m.host or "?", record.message
+                )
+                self.record(record, m)
+                out.append(record)
+        self.expired += out
+        return out
+
+    def record(self, record: TrialRecord, marker: RunningMarker) -> None:
+        """Append the record of an ask, then forget its marker (a crash in between leaves it marked and recorded;
+        the next session sees the record and drops the marker)."""
+        self.rd.history.append(record)
+        self.history.append(record)
+        self.asks = [m for m in self.asks if m.trial != marker.trial]
+        self.rd.clear_running(marker.trial)
+
+    def add(self, marker: RunningMarker) -> None:
+        """Count a new ask in flight (written to ``running.json`` at once)."""
+        self.asks.append(marker)
+        self.rd.mark_running(marker)
+
+
+def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord]) -> list[TrialRecord]:
+    """For a launcher (``zeus-run run``) that holds ``rd``: expire the asks whose lease ran out, and refuse to
+    run beside the asks that live (the launcher would decide without them).
+
+    Args:
+        rd: The run directory the launcher holds.
+        spec: The job.
+        history: The history as the launcher read it; expired asks' records are appended to it.
+
+    Returns:
+        The records of the asks that expired.
+
+    Raises:
+        RunDirBusy: Asks are in flight and their leases live.
+    """
+    asks = sorted((m for m in rd.running_trials() or [] if m.asked), key=lambda m: m.trial)
+    if not asks:
+        return []
+    session = Session(rd, spec, history, asks)
+    expired = session.expire()
+    if session.asks:
+        first = session.asks[0]
+        raise RunDirBusy(
+            f"Run directory {str(rd.path)!r} is busy: {len(session.asks)} ask(s) are in flight (recurrence "
+            f"{first.recurrence} try {first.attempt}, asked from {first.host or '?'} at {first.started_at}). "
+            f"Nothing was run (exit code {BUSY_EXIT_CODE}); tell them back (zeus-run tell), or wait for their "
+            "lease to expire."
+        )
+    return expired
+
+
+def expire_stale(path: Path) -> list[TrialRecord]:
+    """Expire the asks of a run directory whose lease ran out, if it has any and the lock is free (``history``
+    does this on its way; a busy or unusable run directory is left as it is)."""
+    asks = [m for m in read_running(path) or [] if m.asked]
+    if not asks:
+        return []
+    try:
+        spec = spec_of(path)
+        if all(expires_at(m, spec.lease) >= time.time() for m in asks):
+            return []
+        with open_session(path, spec, role="expire") as s:
+            return s.expire()
+    except ZeusRunError as exc:
+        logger.info("did not expire the asks of %s: %s", path, exc)
+        return []
+
+
+@contextmanager
+def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> Iterator[Session]:
+    """Lock the run directory for one ask, tell or expiry, and read it.
+
+    Args:
+        path: The run directory.
+        spec: The job (None: the run directory's own ``spec.yaml``).
+        role: Written into ``.lock`` (a brief holder others wait for).
+
+    Raises:
+        RunDirBusy: A launcher holds it, or another ask or tell held it past `LOCK_WAIT`.
+        RunDirError, HistoryError: It cannot be used.
+    """
+    if spec is None:
+        spec = spec_of(path)
+    with RunDir.open(path, wait=LOCK_WAIT, role=role) as rd:
+        recovered = recover(rd, spec, lambda markers: recover_trials(markers, None))
+        history = recovered.history
+        recorded = {r.trial for r in history}
+        markers = rd.running_trials() or []
+        asks = sorted((m for m in markers if m.asked), key=lambda m: m.trial)
+        told = [m for m in asks if m.trial in recorded]  # recorded, then the process died before the marker went
+        rd.replace_running([m for m in asks if m.trial not in recorded])
+        if told:
+            logger.info("dropped %d marker(s) of asks already recorded", len(told))
+        yield Session(rd, spec, history, [m for m in asks if m.trial not in recorded])
