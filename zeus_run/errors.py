@@ -156,3 +156,13 @@ class LeaseExpired(ZeusRunError):
     """
 
     exit_code = LEASE_EXPIRED_EXIT_CODE
+
+
+#: Exit code of an ask refused because every recurrence of the job's ``recurrences`` is done.
+JOB_COMPLETE_EXIT_CODE = 4
+
+
+class JobComplete(ZeusRunError):
+    """An ask found every recurrence of the spec's ``recurrences`` done: there is nothing to ask for."""
+
+    exit_code = JOB_COMPLETE_EXIT_CODE

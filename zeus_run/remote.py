@@ -135,9 +135,26 @@ class ServerClient:
         """Register (or re-register, unchanged) a job from its spec; returns the resolved spec."""
         return self.request("PUT", job_path(job), {"spec": spec})
 
-    def ask(self, job: str, host: str | None = None) -> dict[str, Any]:
-        """Reserve the next trial of ``job``: batch size, token, lease, ... (`zeus_run.asktell.Ask` as JSON)."""
-        return self.request("POST", job_path(job, "trials"), {"host": host} if host else {})
+    def ask(self, job: str, host: str | None = None, wait_s: float | None = None) -> dict[str, Any]:
+        """Reserve the next trial of ``job``: batch size, token, lease, ... (`zeus_run.asktell.Ask` as JSON).
+
+        While the job is busy (``concurrency`` trials in flight, or every recurrence left is),
+        the ask waits for a slot with backoff, at most ``wait_s`` (default: ``retry_s``).
+
+        Raises:
+            ServerError: Refused; ``code`` says why (``busy`` after the wait, ``job_complete``, ...).
+        """
+        deadline = time.monotonic() + (self.retry_s if wait_s is None else wait_s)
+        pause = BACKOFF_FIRST_S
+        while True:
+            try:
+                return self.request("POST", job_path(job, "trials"), {"host": host} if host else {})
+            except ServerError as exc:
+                if exc.code != "busy" or time.monotonic() + pause > deadline:
+                    raise
+                logger.info("job %s is busy (%s); asking again in %.2f s", job, exc, pause)
+            time.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * 2, BACKOFF_MAX_S)
 
     def heartbeat(self, job: str, token: str) -> dict[str, Any]:
         return self.request("POST", job_path(job, "trials", token, "heartbeat"), {})

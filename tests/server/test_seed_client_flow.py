@@ -86,12 +86,15 @@ def test_seed_behaviour_the_server_decides_the_early_stop(server):
 
 def test_seed_behaviour_the_concurrent_job_rule(server):
     """Seed 002, the explorer's case 2, "Concurrent job": while pruning waits on a dispatched exploration,
-    another ask gets the best known batch size instead of a second exploration; and the audit passes."""
+    another ask gets the best known batch size instead of a second exploration; and the audit passes.
+
+    The spec allows two trials in flight (``concurrency: 2``): asks beyond it are refused (409, busy).
+    """
     import subprocess
     import sys
 
     client = server.client()
-    client.register("seed", SPEC)
+    client.register("seed", SPEC + "concurrency: 2\n")
     first = client.ask("seed")
     client.report("seed", first["token"], 1, 0.95, 10.0, 1000.0)
     client.finish("seed", first["token"], time_s=10.0, energy_j=1000.0)

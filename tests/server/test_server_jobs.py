@@ -23,11 +23,11 @@ TOKEN = "test-token-0123456789abcdef"
 CLIENTS_TIMEOUT_S = 600
 
 
-def demo_spec(recurrences: int = 10) -> str:
-    """configs/demo.yaml as the user wrote it, for ``recurrences`` recurrences."""
+def demo_spec(recurrences: int = 10, concurrency: int = 3) -> str:
+    """configs/demo.yaml as the user wrote it, for ``recurrences`` recurrences, ``concurrency`` trials at once."""
     text = (REPO / "configs" / "demo.yaml").read_text()
     assert "recurrences: 20" in text
-    return text.replace("recurrences: 20", f"recurrences: {recurrences}")
+    return text.replace("recurrences: 20", f"recurrences: {recurrences}\nconcurrency: {concurrency}")
 
 
 def start(tmp_path: Path, port: int = 0) -> ServerProcess:

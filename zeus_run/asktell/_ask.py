@@ -23,7 +23,7 @@ from typing import Any
 from zeus_run.asktell._session import Session, open_session, resolve_job
 from zeus_run.contract import ASK_EXECUTOR, Env, TrialFiles
 from zeus_run.energy import EstimatedEnergy
-from zeus_run.errors import RunDirBusy
+from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy
 from zeus_run.executors._base import prepare
 from zeus_run.resume import choose_run_dir
 from zeus_run.spec import JobSpec
@@ -98,7 +98,9 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
     Raises:
         SpecError, UsageError: The spec is invalid or ``job`` names nothing usable.
         RunDirError: The run directory cannot be used, or its history was recorded under other settings.
-        RunDirBusy: A launcher holds the run directory, or ``concurrency`` asks are already in flight.
+        RunDirBusy: A launcher holds the run directory, or ``concurrency`` asks are already in flight
+            (or every recurrence left is).
+        JobComplete: Every one of the spec's ``recurrences`` is done (``recurrences: null``: never).
     """
     spec, path = resolve_job(job, run_dir)
     if not Path(job).is_dir():  # a spec: its history must have been recorded under its settings
@@ -121,7 +123,19 @@ def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
         )
     ledger = s.ledger()
     recurrence = ledger.next_recurrence()
-    assert recurrence is not None  # no limit under ask/tell
+    if recurrence is None:  # the spec's `recurrences` are all done, or in flight
+        total = spec.recurrences
+        if s.asks:
+            raise RunDirBusy(
+                f"Run directory {str(s.rd.path)!r} is busy: every one of the job's {total} recurrences is done or "
+                f"in flight ({len(s.asks)} ask(s)). Nothing was asked (exit code 75); ask again once those are told "
+                "(a failed one is asked again), or raise `recurrences` in the spec."
+            )
+        raise JobComplete(
+            f"All {total} recurrences of job {spec.name!r} are done in {str(s.rd.path)!r}: nothing was asked "
+            f"(exit code {JOB_COMPLETE_EXIT_CODE}). Raise `recurrences` in the spec, or set `recurrences: null` "
+            "for a job with no end."
+        )
     request = ledger.start(recurrence)
     if request.attempt > 1 and "retry" not in request.decision.detail:
         why = _retry_reason(s, recurrence)

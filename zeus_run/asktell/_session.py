@@ -98,7 +98,8 @@ class Session:
 
     def ledger(self) -> Ledger:
         """What the engine knows: the history folded, the asks in flight."""
-        engine = Knobs.from_spec(self.spec).engine(_NO_LIMIT)
+        total = self.spec.recurrences
+        engine = Knobs.from_spec(self.spec).engine(_NO_LIMIT if total is None else total)
         return Ledger.from_history(engine, self.history, [request_of(m, self.spec) for m in self.asks])
 
     def expire(self, now: float | None = None) -> list[TrialRecord]:

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zeus_run.errors import RunDirBusy, SpecError, UsageError, ZeusRunError
+from zeus_run.errors import JobComplete, RunDirBusy, SpecError, UsageError, ZeusRunError
 from zeus_run.server._root import JOB_NAME_RULE as _JOB_RULE
 from zeus_run.server._root import JobNameError
 
@@ -40,6 +40,7 @@ STATUS_OF: list[tuple[type[Exception], int, str]] = [
     (JobNameError, 400, "bad_job_name"),
     (SpecError, 422, "invalid_spec"),
     (RunDirBusy, 409, "busy"),
+    (JobComplete, 409, "job_complete"),
     (UsageError, 409, "refused"),
     (ZeusRunError, 409, "refused"),
 ]
