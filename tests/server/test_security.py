@@ -183,3 +183,42 @@ def test_the_client_gives_up_on_a_server_that_is_not_there(tmp_path):
         ServerClient(f"http://127.0.0.1:{port}", "t", retry_s=0.3).request("GET", "/v1/jobs")
     assert exc.value.status == 0 and "unreachable" in str(exc.value)
     assert isinstance(tmp_path, Path)
+
+
+TRIAL_SPEC = """
+name: leases
+command: ["python", "train.py"]
+batch_sizes: [8, 16]
+default_batch_size: 16
+target_metric: 0.9
+recurrences: 1
+lease: 1
+energy: {source: estimate, watts: 100, basis: wall-time}
+"""
+
+
+def test_trial_refusals_name_the_case_unknown_late_told_twice_and_complete(server):
+    import time
+
+    client = server.client()
+    client.register("leases", TRIAL_SPEC)
+    with pytest.raises(ServerError) as unknown:
+        client.finish("leases", "no-such-token")
+    assert (unknown.value.status, unknown.value.code) == (404, "unknown_trial")
+    late = client.ask("leases")
+    while time.time() <= late["expires_at"] + 0.05:  # the lease runs out: nothing renews it
+        time.sleep(0.05)
+    with pytest.raises(ServerError) as expired:
+        client.finish("leases", late["token"], time_s=1.0, energy_j=10.0)
+    assert (expired.value.status, expired.value.code) == (410, "lease_expired")
+    retry = client.ask("leases")  # the same recurrence, asked again
+    assert (retry["recurrence"], retry["try"]) == (1, 2)
+    assert client.report("leases", retry["token"], 1, 0.95, 1.0, 10.0)["converged"]
+    client.finish("leases", retry["token"], time_s=1.0, energy_j=10.0)
+    with pytest.raises(ServerError) as twice:
+        client.finish("leases", retry["token"], time_s=1.0, energy_j=10.0)
+    assert (twice.value.status, twice.value.code) == (409, "already_told")
+    with pytest.raises(ServerError) as done:
+        client.ask("leases")  # its one recurrence reached the target
+    assert (done.value.status, done.value.code) == (409, "job_complete")
+    assert "All 1 recurrences of job 'leases' are done" in str(done.value)

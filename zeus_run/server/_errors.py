@@ -18,7 +18,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zeus_run.errors import JobComplete, RunDirBusy, SpecError, UsageError, ZeusRunError
+from zeus_run.errors import (
+    AlreadyTold,
+    JobComplete,
+    LeaseExpired,
+    RunDirBusy,
+    SpecError,
+    UnknownToken,
+    UsageError,
+    ZeusRunError,
+)
 from zeus_run.server._root import JOB_NAME_RULE as _JOB_RULE
 from zeus_run.server._root import JobNameError
 
@@ -41,6 +50,9 @@ STATUS_OF: list[tuple[type[Exception], int, str]] = [
     (SpecError, 422, "invalid_spec"),
     (RunDirBusy, 409, "busy"),
     (JobComplete, 409, "job_complete"),
+    (LeaseExpired, 410, "lease_expired"),
+    (AlreadyTold, 409, "already_told"),
+    (UnknownToken, 404, "unknown_trial"),
     (UsageError, 409, "refused"),
     (ZeusRunError, 409, "refused"),
 ]
@@ -48,11 +60,6 @@ STATUS_OF: list[tuple[type[Exception], int, str]] = [
 
 def answer(status: int, message: str, code: str, field: str | None = None) -> JSONResponse:
     return JSONResponse({"error": message, "field": field, "code": code}, status_code=status)
-
-
-def register_status(exc_type: type[Exception], status: int, code: str) -> None:
-    """Map a further library error type (e.g. the ask/tell engine's) to an answer, ahead of its bases."""
-    STATUS_OF.insert(0, (exc_type, status, code))
 
 
 def install(app: FastAPI) -> None:
