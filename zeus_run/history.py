@@ -16,13 +16,16 @@ through a symbolic link.
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import json
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from zeus_run import _fs
 from zeus_run.errors import HistoryError
@@ -86,6 +89,10 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
     for i, line in enumerate(body):
         if not line.strip():
             continue
+        known = _seen(line)
+        if known is not None:
+            out.append(known)
+            continue
         try:
             data = json.loads(line)
         except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError
@@ -102,10 +109,36 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
                 break
             raise _corrupt(label, i, f"not JSON: {exc}") from None
         try:
-            out.append(TrialRecord.from_json(data))
+            out.append(_record(line, data))
         except ValueError as exc:
             raise _corrupt(label, i, str(exc)) from None
     return out
+
+
+#: Records parsed from the same line bytes, shared: a history is re-read whole by every ask and
+#: tell of a job (and a server answers many), while only its newest lines are new. Bounded.
+_PARSED: collections.OrderedDict[bytes, TrialRecord] = collections.OrderedDict()
+_PARSED_MAX = 20_000
+_PARSED_LOCK = threading.Lock()
+
+
+def _seen(line: bytes) -> TrialRecord | None:
+    """The record of a history line parsed before, if the cache still has it."""
+    with _PARSED_LOCK:
+        hit = _PARSED.get(line)
+        if hit is not None:
+            _PARSED.move_to_end(line)
+        return hit
+
+
+def _record(line: bytes, data: Any) -> TrialRecord:
+    """``TrialRecord.from_json(data)`` for a history line, kept for the next read of the same line."""
+    record = TrialRecord.from_json(data)
+    with _PARSED_LOCK:
+        _PARSED[line] = record
+        if len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+    return record
 
 
 def _corrupt(label: str, index: int, why: str) -> HistoryError:

@@ -71,7 +71,7 @@ class RunDir:
         self._marker_lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str | Path, wait: float = 0.0, role: str = "run") -> RunDir:
+    def open(cls, path: str | Path, wait: float = 0.0, role: str = "run", scan_trials: bool = True) -> RunDir:
         """Create (if needed), lock and check a run directory.
 
         Args:
@@ -81,6 +81,9 @@ class RunDir:
                 never waited for. 0: do not wait.
             role: What this holder does, written into ``.lock``: ``run`` (a launcher, held
                 for the whole run) or a brief role (``ask``, ``tell``, ``expire``).
+            scan_trials: Check every trial directory for links (`refuse_links`). A brief
+                holder that touches one trial checks that one itself (`trial_dir`), so a
+                server's per-request cost does not grow with the number of trials.
 
         Raises:
             RunDirError: It cannot be created or written, another launcher holds
@@ -98,7 +101,7 @@ class RunDir:
         _refuse_world_writable(p)
         lock_fd = _lock_waiting(p, wait)
         try:
-            refuse_links(p)
+            refuse_links(p, scan=scan_trials)
             try:
                 _fs.make_dir(p / TRIALS_NAME)
             except OSError as exc:
@@ -288,8 +291,9 @@ def read_running(path: Path) -> list[RunningMarker] | None:
 # -- checks and writes ------------------------------------------------------------------------
 
 
-def refuse_links(path: Path) -> None:
-    """Refuse a run directory with links (or files of the wrong type) where zeus-run writes.
+def refuse_links(path: Path, scan: bool = True) -> None:
+    """Refuse a run directory with links (or files of the wrong type) where zeus-run writes
+    (``scan``: in every trial directory too).
 
     Raises:
         RunDirError: Lists every such entry.
@@ -299,7 +303,7 @@ def refuse_links(path: Path) -> None:
     why = _fs.unsafe_entry(trials, want_dir=True)
     if why is not None:
         found.append(why)
-    elif trials.is_dir():
+    elif scan and trials.is_dir():
         try:
             entries = list(os.scandir(trials))
         except OSError as exc:

@@ -13,7 +13,9 @@ order the tells arrive.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,9 +67,26 @@ def resolve_job(job: str | Path, run_dir: str | Path | None) -> tuple[JobSpec, P
 def spec_of(path: Path) -> JobSpec:
     """The job spec a run directory was started with (its resolved ``spec.yaml``).
 
+    Parsed once per version of the file (its inode, size and modification time): a
+    server answers many reports of one job, and each would otherwise parse it anew.
+
     Raises:
         RunDirError: It has none, or it cannot be read.
     """
+    try:
+        st = os.stat(path / SPEC_NAME)
+    except OSError:
+        return _parse_stored(str(path), None)
+    return _parse_stored(str(path), (st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_stored(path_text: str, version: tuple[int, int, int] | None) -> JobSpec:
+    """`spec_of` for one version of ``spec.yaml`` (None: not there; an error is never cached).
+
+    A `JobSpec` is immutable, so one parsed copy is safely shared.
+    """
+    path = Path(path_text)
     data = read_stored_spec(path)
     if data is None:
         raise RunDirError(
@@ -194,7 +213,7 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     """
     if spec is None:
         spec = spec_of(path)
-    with RunDir.open(path, wait=LOCK_WAIT, role=role) as rd:
+    with RunDir.open(path, wait=LOCK_WAIT, role=role, scan_trials=False) as rd:
         recovered = recover(rd, spec, lambda markers: recover_trials(markers, None))
         history = recovered.history
         recorded = {r.trial for r in history}
