@@ -207,3 +207,27 @@ def test_event_times_and_ask_figures_are_read_leniently(tmp_path):
     assert first.time is None and tail.malformed == 0  # a time too large for a float is no time, not an error
     assert (second.time, second.elapsed, second.energy) == (103.5, 3.5, None)
     assert tail.started == 100.0 and tail.stop == "cost_threshold"
+
+
+def test_a_trial_under_an_ask_counts_from_its_process_start(tmp_path, monkeypatch):
+    """The helper's start event carries the process's start; a plain tell then counts the imports too, as exec does."""
+    import time
+
+    from zeus_run.contract import Env
+    from zeus_run.train import Trial
+
+    log = tmp_path / "events.jsonl"
+    monkeypatch.setenv(Env.EVENT_LOG, str(log))
+    monkeypatch.setenv(Env.HEARTBEAT, str(tmp_path / "heartbeat"))
+    before = time.time()
+    trial = Trial.from_env()
+    trial.close()
+    tail = EventLogTail(str(log))
+    tail.finish()
+    assert tail.started is not None and tail.started < before  # this process began before the test did
+    # A start that claims a process start after the event itself is not believed.
+    later = tmp_path / "later.jsonl"
+    later.write_text('{"event": "start", "time": 100.0, "process_start": 250.0}\n')
+    odd = EventLogTail(str(later))
+    odd.finish()
+    assert odd.started == 100.0

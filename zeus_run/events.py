@@ -243,7 +243,8 @@ class EventLogTail:
             return None
         if kind == "start":
             if self.started is None:
-                self.started = when
+                began = _as_float(ev.get("process_start"))  # the script's process start (imports count)
+                self.started = began if began is not None and (when is None or began <= when) else when
             return None
         if kind == "stop":
             reason = ev.get("reason")

@@ -88,7 +88,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from zeus_run.contract import Env, write_heartbeat
+from zeus_run.contract import Env, process_start_time, write_heartbeat
 from zeus_run.remote import RemoteTrial
 
 T = TypeVar("T")
@@ -170,7 +170,10 @@ class Trial:
         self._beats = threading.Event()
         self._beater: threading.Thread | None = None
         if heartbeat_file:  # ask/tell: renew the ask's lease while the trial lives
-            self._emit({"event": "start"})
+            # When the process began: a trial told back without an agent counts its time from
+            # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
+            began = process_start_time()
+            self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
             interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
             self._beater = threading.Thread(
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True

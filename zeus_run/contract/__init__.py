@@ -25,6 +25,7 @@ from __future__ import annotations
 from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
 from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles
+from zeus_run.contract._process import process_start_time
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
 from zeus_run.contract._trial import TrialOutcome, TrialPlan, crash_cause, exit_text
 
@@ -43,5 +44,6 @@ __all__ = [
     "heartbeat_time",
     "markers_from_json",
     "markers_to_json",
+    "process_start_time",
     "write_heartbeat",
 ]
