@@ -110,3 +110,17 @@ def test_the_crash_cause_is_a_field_of_the_outcome():
 def test_an_outcome_from_a_newer_agent_is_read_without_its_new_fields():
     data = TrialOutcome(1, 1.0, 1.0, 1.0, 1.0, True, StopReason.TARGET_REACHED, 0).to_json() | {"new_field": 1}
     assert TrialOutcome.from_json(data).reached
+
+
+def test_every_outcome_field_reaches_the_record_or_is_named_as_not():
+    """A new TrialOutcome field must be classified: carried into the history record, or not (message, malformed)."""
+    import dataclasses
+
+    from zeus_run.records import TrialRecord
+
+    outcome_fields = {f.name for f in dataclasses.fields(TrialOutcome)}
+    assert set(TrialOutcome.RECORDED) | {"message", "malformed"} == outcome_fields
+    assert set(TrialOutcome.RECORDED) | {"observed"} <= {f.name for f in dataclasses.fields(TrialRecord)}
+    out = TrialOutcome(2, 3.0, 30.0, 100.0, 31.0, False, StopReason.COST_THRESHOLD, 0, cause=None)
+    fields = out.record_fields()
+    assert fields["observed"] is StopReason.COST_THRESHOLD.observed and fields["epochs"] == 2

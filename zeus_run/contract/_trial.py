@@ -140,6 +140,22 @@ class TrialOutcome:
     power_limit: float | None = None
     cause: str | None = None
 
+    #: The outcome's fields a history record carries as they are (`record_fields`).
+    RECORDED = (
+        *("epochs", "time", "energy", "max_power", "cost", "reached", "stop_reason", "metrics", "exit_code"),
+        *("ended", "after_time", "after_energy", "power_limit", "cause"),
+    )
+
+    def record_fields(self) -> dict[str, Any]:
+        """What a trial's history record takes from its outcome: `RECORDED`, and ``observed`` from the reason.
+
+        Every writer of a finished trial's record (the executors, ``zeus-run tell``) uses it,
+        so a new outcome field reaches the history in one place.
+        """
+        fields = {name: getattr(self, name) for name in self.RECORDED}
+        fields["observed"] = self.stop_reason.observed
+        return fields
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         out = dataclasses.asdict(self)
