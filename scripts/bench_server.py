@@ -5,7 +5,7 @@ Starts the server on loopback (a temporary root, a free port) and drives it
 with N concurrent clients (N = 1, 8, 32; each a process with the stdlib client
 `zeus_run.remote`, one kept-alive connection). Each client runs trials of a
 trivial job: ask, two epoch reports (the second reaches the target, so the
-server says stop), finish. Prints, per N, requests per second, reports per
+server says stop; ``--epochs E``: E reports), finish. Prints, per N, requests per second, reports per
 second and p50/p99 latency of ask and of report as the client sees them.
 Then it runs 10,000 trials in all (8 clients) and prints the server's resident
 memory every 1,000 trials: it should stay flat, apart from what one job's fold
@@ -43,7 +43,7 @@ command: ["true"]
 batch_sizes: [8, 16, 32]
 default_batch_size: 16
 target_metric: 0.9
-max_epochs: 3
+max_epochs: {max_epochs}
 recurrences: null
 seed: 1
 energy: {{source: estimate, watts: 100, basis: wall-time}}
@@ -76,8 +76,9 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue) -> None:
-    """One client: ``trials`` trials of ``job``; puts (ask latencies, report latencies, requests) on ``out``."""
+def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue, epochs: int = 2) -> None:
+    """One client: ``trials`` trials of ``job``, each reaching the target at epoch ``epochs``; puts (ask latencies,
+    report latencies, requests) on ``out``."""
     client = ServerClient(url, token)
     asks: list[float] = []
     reports: list[float] = []
@@ -88,7 +89,8 @@ def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue) -> N
         asks.append(time.perf_counter() - t)
         tok = decision["token"]
         requests += 2  # the ask and the finish
-        for epoch, metric in ((1, 0.5), (2, 0.95)):
+        for epoch in range(1, epochs + 1):
+            metric = 0.95 if epoch == epochs else 0.5
             t = time.perf_counter()
             answer = client.report(job, tok, epoch, metric, 0.01 * epoch, None)
             reports.append(time.perf_counter() - t)
@@ -99,10 +101,13 @@ def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue) -> N
     out.put((asks, reports, requests))
 
 
-def run_level(url: str, token: str, jobs: list[str], clients: int, trials_each: int) -> dict[str, float]:
+def run_level(
+    url: str, token: str, jobs: list[str], clients: int, trials_each: int, epochs: int = 2
+) -> dict[str, float]:
     out: mp.Queue = mp.Queue()
     procs = [
-        mp.Process(target=client_loop, args=(url, token, jobs[i % len(jobs)], trials_each, out)) for i in range(clients)
+        mp.Process(target=client_loop, args=(url, token, jobs[i % len(jobs)], trials_each, out, epochs))
+        for i in range(clients)
     ]
     t0 = time.perf_counter()
     for p in procs:
@@ -138,6 +143,13 @@ def main() -> None:
     ap.add_argument("--trials-per-level", type=int, default=640, help="trials per level, split among the clients")
     ap.add_argument("--shared-job", action="store_true", help="all clients run one job (default: a job each)")
     ap.add_argument("--memory-trials", type=int, default=10_000, help="trials of the memory run (8 clients)")
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=2,
+        help="epoch reports per trial (default 2: the target is reached at the second; a trial that trains "
+        "longer reports more often per ask and tell)",
+    )
     args = ap.parse_args()
     mp.set_start_method("fork")
     with tempfile.TemporaryDirectory(prefix="zeus-bench-server-") as tmp:
@@ -147,13 +159,13 @@ def main() -> None:
             token = (root / ".serve.token").read_text().strip()
             client = ServerClient(url, token)
             levels = [int(x) for x in args.levels.split(",")]
-            print(f"zeus-run serve on {url}; {os.cpu_count()} CPUs; each trial: ask, 2 reports, finish")
+            print(f"zeus-run serve on {url}; {os.cpu_count()} CPUs; each trial: ask, {args.epochs} reports, finish")
             print("clients  trials   req/s  reports/s  ask p50  ask p99  report p50  report p99   (ms)")
             for n in levels:
                 jobs = [f"bench-n{n}"] if args.shared_job else [f"bench-n{n}-c{i}" for i in range(n)]
                 for job in jobs:
-                    client.register(job, SPEC.format(name=job))
-                r = run_level(url, token, jobs, n, max(1, args.trials_per_level // n))
+                    client.register(job, SPEC.format(name=job, max_epochs=args.epochs + 1))
+                r = run_level(url, token, jobs, n, max(1, args.trials_per_level // n), args.epochs)
                 print(
                     f"{r['clients']:7d} {r['trials']:7d} {r['req_s']:7.0f} {r['reports_s']:10.0f} "
                     f"{r['ask_p50']:8.1f} {r['ask_p99']:8.1f} {r['report_p50']:11.1f} {r['report_p99']:11.1f}"
@@ -161,13 +173,13 @@ def main() -> None:
             print(f"server memory over {args.memory_trials:,} trials (8 clients, a job each):")
             jobs = [f"bench-mem-c{i}" for i in range(8)]
             for job in jobs:
-                client.register(job, SPEC.format(name=job))
+                client.register(job, SPEC.format(name=job, max_epochs=args.epochs + 1))
             step = max(8, args.memory_trials // 10)
             done = 0
             rss = [rss_mib(proc.pid)]
             print(f"  after {done:6,d} trials: RSS {rss[-1]:6.1f} MiB")
             while done < args.memory_trials:
-                run_level(url, token, jobs, 8, step // 8)
+                run_level(url, token, jobs, 8, step // 8, args.epochs)
                 done += 8 * (step // 8)
                 rss.append(rss_mib(proc.pid))
                 print(f"  after {done:6,d} trials: RSS {rss[-1]:6.1f} MiB")

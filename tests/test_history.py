@@ -40,6 +40,30 @@ def test_torn_last_line_is_ignored_with_a_warning_and_cut_before_appending(tmp_p
     assert (tmp_path / "history.jsonl.torn").read_bytes().startswith(b'{"job": "j", "recurrence": 3')
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [b"\x00\x00\x00\x00\n", b'{"job": "j", "recur\n', b"\n".join([b"x" * 70_000, b"{garbage"]) + b"\n"],
+    ids=["zeros-with-newline", "cut-json-with-newline", "long-line-then-garbage"],
+)
+def test_a_last_line_with_its_newline_that_is_no_json_is_cut_too(tmp_path, tail):
+    """The repair reads only the file's end when it ends cleanly; a last line that is not JSON still goes."""
+    path = tmp_path / "history.jsonl"
+    store = HistoryStore(path)
+    store.extend([rec(0), rec(1)])
+    clean = path.read_bytes()
+    assert store.repair_tail() is False and path.read_bytes() == clean  # a clean end: nothing to do
+    with open(path, "ab") as f:
+        f.write(tail)
+    if tail.startswith(b"x"):  # a line that is no record in the middle: corruption, never cut
+        with pytest.raises(HistoryError, match="line 3"):
+            store.repair_tail()
+        return
+    assert store.repair_tail() is True
+    assert path.read_bytes() == clean
+    store.append(rec(2))
+    assert [r.trial for r in read_history(path)] == [0, 1, 2]
+
+
 def test_corrupt_line_in_the_middle_is_an_error(tmp_path):
     path = tmp_path / "history.jsonl"
     HistoryStore(path).extend([rec(0), rec(1)])

@@ -156,6 +156,7 @@ class Ledger:
         self.pace = Pace()
         #: Recurrences that ran slow across the board after an early stop -> slowdown (robust rule).
         self.slow: dict[int, float] = {}
+        self._branched = False  # a `branch`: shares its tallies with the ledger it came from
 
     @classmethod
     def from_history(
@@ -170,17 +171,45 @@ class Ledger:
                 with the request it was started with; none of them is in ``history``.
         """
         ledger = cls(engine)
-        for record in history:
-            ledger.fold(record)
-        ledger.started = max([len(history), *(r.trial + 1 for r in history), *(q.trial + 1 for q in adopted)])
-        for request in sorted(adopted, key=lambda q: q.trial):
-            ledger._recurrence(request.recurrence)
-            ledger._open.add(request.recurrence)
-            ledger.in_flight[request.trial] = request
+        ledger.extend(history)
+        ledger._adopt(adopted)
         return ledger
+
+    def extend(self, records: Sequence[TrialRecord]) -> None:
+        """Fold records appended to the history since this ledger was made (each started, and ended)."""
+        for record in records:
+            self.fold(record)
+            self.started = max(self.started, record.trial + 1)
+
+    def branch(self, adopted: Sequence[TrialRequest] = ()) -> Ledger:
+        """A copy to decide in, with ``adopted`` in flight; this ledger is left as it is.
+
+        The copy shares what only folding changes (the optimizer's state, each recurrence's
+        tally), so it costs a few container copies, not a re-fold of the history: a server
+        keeps one folded ledger per job and branches it for every ask. Fold nothing into
+        the copy (it raises): fold into this ledger and branch again.
+        """
+        copy = object.__new__(Ledger)
+        copy.__dict__.update(self.__dict__)
+        copy.in_flight = dict(self.in_flight)
+        copy._recurrences = dict(self._recurrences)
+        copy._open = set(self._open)
+        copy._branched = True
+        copy._adopt(adopted)
+        return copy
+
+    def _adopt(self, adopted: Sequence[TrialRequest]) -> None:
+        """Count ``adopted`` in flight (trials started before this ledger was made)."""
+        self.started = max([self.started, self.folded, *(q.trial + 1 for q in adopted)])
+        for request in sorted(adopted, key=lambda q: q.trial):
+            self._recurrence(request.recurrence)
+            self._open.add(request.recurrence)
+            self.in_flight[request.trial] = request
 
     def fold(self, record: TrialRecord, trial: int | None = None) -> None:
         """Learn from one ended trial (``trial``: its index, if not ``record.trial``)."""
+        if self._branched:
+            raise RuntimeError("fold into the ledger a branch was taken from, not into the branch (Ledger.branch)")
         self.folded += 1
         self.in_flight.pop(record.trial if trial is None else trial, None)
         r = self._recurrence(record.recurrence)

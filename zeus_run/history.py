@@ -16,16 +16,14 @@ through a symbolic link.
 
 from __future__ import annotations
 
-import collections
 import errno
 import fcntl
 import json
 import logging
 import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 from zeus_run import _fs
 from zeus_run.errors import HistoryError
@@ -89,10 +87,6 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
     for i, line in enumerate(body):
         if not line.strip():
             continue
-        known = _seen(line)
-        if known is not None:
-            out.append(known)
-            continue
         try:
             data = json.loads(line)
         except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError
@@ -109,36 +103,34 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
                 break
             raise _corrupt(label, i, f"not JSON: {exc}") from None
         try:
-            out.append(_record(line, data))
+            out.append(TrialRecord.from_json(data))
         except ValueError as exc:
             raise _corrupt(label, i, str(exc)) from None
     return out
 
 
-#: Records parsed from the same line bytes, shared: a history is re-read whole by every ask and
-#: tell of a job (and a server answers many), while only its newest lines are new. Bounded.
-_PARSED: collections.OrderedDict[bytes, TrialRecord] = collections.OrderedDict()
-_PARSED_MAX = 20_000
-_PARSED_LOCK = threading.Lock()
+def _ends_cleanly(f: BinaryIO) -> bool:
+    """Whether the file ends with a record and its newline (read from its end: no need to read it whole)."""
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        return True
+    start = max(0, size - _LAST_LINE_MAX)
+    f.seek(start)
+    tail = f.read()
+    if not tail.endswith(b"\n"):
+        return False
+    cut = tail.rfind(b"\n", 0, len(tail) - 1)
+    if cut < 0 and start > 0:
+        return False  # a last line longer than we read: let the whole read judge it
+    try:
+        json.loads(tail[cut + 1 :])
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
-def _seen(line: bytes) -> TrialRecord | None:
-    """The record of a history line parsed before, if the cache still has it."""
-    with _PARSED_LOCK:
-        hit = _PARSED.get(line)
-        if hit is not None:
-            _PARSED.move_to_end(line)
-        return hit
-
-
-def _record(line: bytes, data: Any) -> TrialRecord:
-    """``TrialRecord.from_json(data)`` for a history line, kept for the next read of the same line."""
-    record = TrialRecord.from_json(data)
-    with _PARSED_LOCK:
-        _PARSED[line] = record
-        if len(_PARSED) > _PARSED_MAX:
-            _PARSED.popitem(last=False)
-    return record
+#: Bytes read from a history's end to find its last line (a record is about 1 KB).
+_LAST_LINE_MAX = 64 * 1024
 
 
 def _corrupt(label: str, index: int, why: str) -> HistoryError:
@@ -177,6 +169,9 @@ class HistoryStore:
         try:
             with _fs.open_update(self.path) as f:
                 fcntl.flock(f, fcntl.LOCK_EX)
+                if _ends_cleanly(f):
+                    return False
+                f.seek(0)
                 data = f.read()
                 if parse_history(data, str(self.path), warn=False).torn is None:
                     if not data or data.endswith(b"\n"):

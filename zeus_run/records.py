@@ -158,7 +158,11 @@ class TrialRecord:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: strict JSON, so non-finite numbers become None (a diverged epoch's NaN metric too)."""
-        out = dataclasses.asdict(self)
+        out = {name: getattr(self, name) for name in _FIELDS}  # every field is a plain value (no asdict copy)
+        if self.provenance is not None:
+            out["provenance"] = dict(self.provenance)
+        if self.in_flight is not None:
+            out["in_flight"] = list(self.in_flight)
         out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]
         out["stop_reason"] = str(self.stop_reason)
         for key in _FLOATS:
@@ -203,6 +207,7 @@ _MAX_INT = 2**63 - 1
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
 _INT_MIN.update(seen=0, draw=0, horizon=1)
 #: Number fields written as None when not finite (a required one reads back as infinity).
+_FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 _FLOATS = tuple(f.name for f in dataclasses.fields(TrialRecord) if str(f.type).split(" ")[0] == "float")
 
 

@@ -163,6 +163,11 @@ class RunDir:
             self._in_flight = {m.trial: m for m in markers}
             self._write_markers()
 
+    def track_running(self, markers: list[RunningMarker]) -> None:
+        """Take ``markers`` as the trials in flight, as ``running.json`` has them already (nothing is written)."""
+        with self._marker_lock:
+            self._in_flight = {m.trial: m for m in markers}
+
     def clear_running(self, trial: int | None = None) -> None:
         """Forget one trial in flight (``trial``), or all of them (None)."""
         with self._marker_lock:

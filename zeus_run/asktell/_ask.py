@@ -80,7 +80,9 @@ class Ask:
 
     def to_json(self) -> dict[str, Any]:
         """What ``zeus-run ask --format json`` prints (``attempt`` also as ``try``)."""
-        out = dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["command"] = list(self.command)
+        out["env"] = dict(self.env)
         out["run_dir"] = str(self.run_dir)
         out["trial_dir"] = str(self.trial_dir)
         out["try"] = self.attempt
@@ -106,7 +108,7 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
     if not Path(job).is_dir():  # a spec: its history must have been recorded under its settings
         path, _ = choose_run_dir(spec, path, new=False, force=False)
     with open_session(path, spec, role="ask") as s:
-        if s.rd.stored_spec() is None:
+        if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)
         s.expire()
         return _reserve(s, spec, host or socket.gethostname())

@@ -16,17 +16,19 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 import yaml
 
+from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, expires_at
 from zeus_run.contract import RunningMarker
-from zeus_run.engine import Ledger
+from zeus_run.engine import Engine, Ledger
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError, UsageError, ZeusRunError
 from zeus_run.executors import recover_trials
 from zeus_run.knobs import Knobs
@@ -97,29 +99,58 @@ def _parse_stored(path_text: str, version: tuple[int, int, int] | None) -> JobSp
     return parse_spec(yaml.safe_dump(data, sort_keys=False), source=path / SPEC_NAME)
 
 
-@dataclass
 class Session:
     """A run directory locked by an ask, a tell or an expiry.
 
-    Attributes:
+    Args:
         rd: The locked run directory.
         spec: The job.
-        history: Every record, in the order they were folded.
         asks: The asks in flight (their markers), in trial order.
+        history: Every record, in the order they were folded (None: read when first used).
+        fold: The history folded (`zeus_run.asktell._fold`; None: fold ``history`` when asked).
+
+    Attributes:
         expired: Records of the asks this session found expired (already appended).
     """
 
-    rd: RunDir
-    spec: JobSpec
-    history: list[TrialRecord]
-    asks: list[RunningMarker]
-    expired: list[TrialRecord] = field(default_factory=list)
+    def __init__(
+        self,
+        rd: RunDir,
+        spec: JobSpec,
+        asks: list[RunningMarker],
+        history: list[TrialRecord] | None = None,
+        fold: JobFold | None = None,
+    ) -> None:
+        self.rd = rd
+        self.spec = spec
+        self.asks = asks
+        self._history = history
+        self._fold = fold
+        self.expired: list[TrialRecord] = []
+
+    @property
+    def history(self) -> Sequence[TrialRecord]:
+        """Every record, in the order they were folded: read from disk the first time an item is used (an ask or
+        tell that goes as usual needs only the fold)."""
+        return _History(self)
+
+    def _records(self) -> list[TrialRecord]:
+        if self._history is None:
+            self._history = list(self.rd.history.read(warn=False))
+        return self._history
+
+    @property
+    def engine(self) -> Engine:
+        """The job's engine (its optimizer and rules)."""
+        return engine_of(self.spec)
 
     def ledger(self) -> Ledger:
         """What the engine knows: the history folded, the asks in flight."""
-        total = self.spec.recurrences
-        engine = Knobs.from_spec(self.spec).engine(_NO_LIMIT if total is None else total)
-        return Ledger.from_history(engine, self.history, [request_of(m, self.spec) for m in self.asks])
+        asks = [request_of(m, self.spec) for m in self.asks]
+        if self._fold is None:
+            return Ledger.from_history(self.engine, self.history, asks)
+        self._fold = folded(self.rd.path, self.engine)  # with what this session appended
+        return self._fold.ledger.branch(asks)
 
     def expire(self, now: float | None = None) -> list[TrialRecord]:
         """Record every ask whose lease ran out as an infrastructure failure (appended, marker removed)."""
@@ -140,7 +171,8 @@ class Session:
         """Append the record of an ask, then forget its marker (a crash in between leaves it marked and recorded;
         the next session sees the record and drops the marker)."""
         self.rd.history.append(record)
-        self.history.append(record)
+        if self._history is not None:
+            self._history.append(record)
         self.asks = [m for m in self.asks if m.trial != marker.trial]
         self.rd.clear_running(marker.trial)
 
@@ -148,6 +180,29 @@ class Session:
         """Count a new ask in flight (written to ``running.json`` at once)."""
         self.asks.append(marker)
         self.rd.mark_running(marker)
+
+
+class _History(Sequence[TrialRecord]):
+    """A session's history, read when first used."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    @overload
+    def __getitem__(self, i: int) -> TrialRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[TrialRecord]: ...
+    def __getitem__(self, i: int | slice) -> TrialRecord | Sequence[TrialRecord]:
+        return self._session._records()[i]
+
+    def __len__(self) -> int:
+        return len(self._session._records())
+
+    def __iter__(self) -> Iterator[TrialRecord]:
+        return iter(self._session._records())
+
+    def __reversed__(self) -> Iterator[TrialRecord]:
+        return reversed(self._session._records())
 
 
 def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord]) -> list[TrialRecord]:
@@ -168,7 +223,7 @@ def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord]) -> list[T
     asks = sorted((m for m in rd.running_trials() or [] if m.asked), key=lambda m: m.trial)
     if not asks:
         return []
-    session = Session(rd, spec, history, asks)
+    session = Session(rd, spec, asks, history)
     expired = session.expire()
     if session.asks:
         first = session.asks[0]
@@ -214,13 +269,35 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     if spec is None:
         spec = spec_of(path)
     with RunDir.open(path, wait=LOCK_WAIT, role=role, scan_trials=False) as rd:
-        recovered = recover(rd, spec, lambda markers: recover_trials(markers, None))
-        history = recovered.history
-        recorded = {r.trial for r in history}
+        rd.history.repair_tail()
         markers = rd.running_trials() or []
+        if any(not m.asked for m in markers):  # a dead launcher's trials: recorded as interrupted
+            recover(rd, spec, lambda markers: recover_trials(markers, None))
+            markers = rd.running_trials() or []
+        fold = folded(rd.path, engine_of(spec))
         asks = sorted((m for m in markers if m.asked), key=lambda m: m.trial)
-        told = [m for m in asks if m.trial in recorded]  # recorded, then the process died before the marker went
-        rd.replace_running([m for m in asks if m.trial not in recorded])
-        if told:
-            logger.info("dropped %d marker(s) of asks already recorded", len(told))
-        yield Session(rd, spec, history, [m for m in asks if m.trial not in recorded])
+        live = [m for m in asks if m.trial not in fold.recorded]
+        rd.track_running(live)
+        if len(live) < len(asks):  # recorded, then the process died before the marker went
+            rd.replace_running(live)
+            logger.info("dropped %d marker(s) of asks already recorded", len(asks) - len(live))
+        yield Session(rd, spec, live, fold=fold)
+
+
+def engine_of(spec: JobSpec) -> Engine:
+    """The engine of a job under ask/tell (one per parsed spec: a server asks it for every request)."""
+    with _ENGINES_LOCK:
+        hit = _ENGINES.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+    total = spec.recurrences
+    engine = Knobs.from_spec(spec).engine(_NO_LIMIT if total is None else total)
+    with _ENGINES_LOCK:
+        _ENGINES[id(spec)] = (spec, engine)  # the spec is kept, so its id is not reused while here
+        while len(_ENGINES) > 64:
+            _ENGINES.pop(next(iter(_ENGINES)))
+    return engine
+
+
+_ENGINES: dict[int, tuple[JobSpec, Engine]] = {}
+_ENGINES_LOCK = threading.Lock()

@@ -1,7 +1,8 @@
 """The HTTP API: FastAPI routes over `zeus_run.server._jobs.JobService` (paths in `zeus_run.remote`).
 
-Routes are plain ``def`` functions: FastAPI runs them in its thread pool, so
-a job that waits on its disk or its lock holds one thread and no other job.
+Routes are ``async``: each awaits its job's turn and runs the blocking call on
+one of the service's workers (`zeus_run.server._jobs.JobService.run`), so a
+job that waits on its disk holds one worker and no other job.
 """
 
 from __future__ import annotations
@@ -56,50 +57,50 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return Health(status="ok", version=__version__)
 
     @app.get(f"{v1}/jobs", response_model=Jobs)
-    def list_jobs() -> Jobs:
+    async def list_jobs() -> Jobs:
         """The jobs (run directories) under the root."""
-        return Jobs(jobs=service.jobs())
+        return Jobs(jobs=await service.run(None, service.jobs))
 
     @app.put(f"{v1}/jobs/{{job}}")
-    def register(body: RegisterJob, job: str = JOB) -> dict[str, Any]:
+    async def register(body: RegisterJob, job: str = JOB) -> dict[str, Any]:
         """Register a job from its spec, validated as `zeus-run check` does; the same spec again is a no-op.
 
         A changed spec that would invalidate the history is refused (409), as `zeus-run run` refuses it.
         Returns the resolved spec.
         """
-        return service.register(job, body.spec)
+        return await service.run(job, lambda: service.register(job, body.spec))
 
     @app.post(f"{v1}/jobs/{{job}}/trials")
-    def ask(body: AskRequest | None = None, job: str = JOB) -> dict[str, Any]:
+    async def ask(body: AskRequest | None = None, job: str = JOB) -> dict[str, Any]:
         """Ask for the next trial: its batch size (learning rate, power limit, seed), token and lease.
 
         Several asks at once follow the concurrent rule of `concurrency: N`.
         """
-        return service.ask(job, body.host if body else None)
+        return await service.run(job, lambda: service.ask(job, body.host if body else None))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/heartbeat", response_model=HeartbeatAnswer)
-    def heartbeat(body: Heartbeat | None = None, job: str = JOB, token: str = TOKEN) -> HeartbeatAnswer:
+    async def heartbeat(body: Heartbeat | None = None, job: str = JOB, token: str = TOKEN) -> HeartbeatAnswer:
         """Renew the trial's lease. 410 if it already expired, 404 for an unknown token."""
-        return HeartbeatAnswer(expires_at=service.heartbeat(job, token))
+        return HeartbeatAnswer(expires_at=await service.run(job, lambda: service.heartbeat(job, token), quick=True))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/epochs", response_model=ReportAnswer)
-    def report(body: EpochReport, job: str = JOB, token: str = TOKEN) -> ReportAnswer:
+    async def report(body: EpochReport, job: str = JOB, token: str = TOKEN) -> ReportAnswer:
         """Report one epoch. On disk (fsynced) before the answer, which says whether to stop."""
-        return service.report(job, token, body)
+        return await service.run(job, lambda: service.report(job, token, body), quick=True)
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/finish")
-    def finish(body: Finish, job: str = JOB, token: str = TOKEN) -> dict[str, Any]:
+    async def finish(body: Finish, job: str = JOB, token: str = TOKEN) -> dict[str, Any]:
         """Close the trial; returns its history record. 410 for a late tell (its epochs stay on disk)."""
-        return service.finish(job, token, body)
+        return await service.run(job, lambda: service.finish(job, token, body))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/fail")
-    def fail(body: Fail, job: str = JOB, token: str = TOKEN) -> dict[str, Any]:
+    async def fail(body: Fail, job: str = JOB, token: str = TOKEN) -> dict[str, Any]:
         """Close the trial as failed, with its message; returns its history record."""
-        return service.fail(job, token, body)
+        return await service.run(job, lambda: service.fail(job, token, body))
 
     @app.get(f"{v1}/jobs/{{job}}/history", response_model=History)
-    def history(job: str = JOB) -> History:
+    async def history(job: str = JOB) -> History:
         """The job's trial records, oldest first (as `zeus-run history JOB_DIR --format json`)."""
-        return History(job=job, records=service.history(job))
+        return History(job=job, records=await service.run(None, lambda: service.history(job)))
 
     return Gate(app, token, max_body)

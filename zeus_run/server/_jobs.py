@@ -2,20 +2,30 @@
 
 `JobService` is the only place the server touches the library: it maps a job
 name to its run directory (`ServerRoot.job_dir`), serializes the requests of
-one job (`zeus_run.asktell` takes the run directory's ``flock`` per call, and
-one process must not race itself for it), and turns the engine's answers into
-the API's bodies. Requests of different jobs run side by side.
+one job, and turns the engine's answers into the API's bodies.
+
+The library's calls block (the run directory's ``flock``, fsyncs), so they run
+on a small pool of worker threads (`WORKERS`). A request waits for its job's
+turn on the event loop (`JobService.run`: one `asyncio.Lock` per job), not on a
+worker, so the requests of one slow job (a slow disk, many clients) hold at
+most one worker and never keep another job waiting. Epoch reports and
+heartbeats, the most frequent and cheapest calls, have workers of their own.
+Few workers also keep the threads from fighting over the interpreter lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
 
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
@@ -26,6 +36,12 @@ from zeus_run.server._root import ServerRoot
 
 logger = logging.getLogger(__name__)
 
+#: Worker threads that run the library's blocking calls (the requests of one job take one at a time).
+WORKERS = 4
+#: Worker threads of the quick calls (epoch reports, heartbeats).
+QUICK_WORKERS = 2
+T = TypeVar("T")
+
 
 class JobService:
     """The jobs of one server root.
@@ -34,10 +50,33 @@ class JobService:
         root: The locked server root.
     """
 
-    def __init__(self, root: ServerRoot) -> None:
+    def __init__(self, root: ServerRoot, workers: int = WORKERS) -> None:
         self.root = root
+        self.workers = workers
+        self._turns: dict[str, asyncio.Lock] = {}  # used on the event loop's thread only
+        self._limiters: tuple[anyio.CapacityLimiter, anyio.CapacityLimiter] | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+
+    async def run(self, name: str | None, call: Callable[[], T], quick: bool = False) -> T:
+        """Run ``call`` (a blocking method of this service) on a worker, after the job's earlier requests.
+
+        Args:
+            name: The job (None: a call that reads, in no job's turn).
+            call: The call.
+            quick: A report or heartbeat: a few file operations and no lock, run on workers of
+                their own, so that they never wait behind other jobs' asks and tells.
+        """
+        if self._limiters is None:
+            self._limiters = (anyio.CapacityLimiter(self.workers), anyio.CapacityLimiter(QUICK_WORKERS))
+        limiter = self._limiters[quick]
+        if name is None:
+            return await anyio.to_thread.run_sync(call, limiter=limiter)
+        turn = self._turns.get(name)
+        if turn is None:
+            turn = self._turns[name] = asyncio.Lock()
+        async with turn:
+            return await anyio.to_thread.run_sync(call, limiter=limiter)
 
     # -- jobs ------------------------------------------------------------------------
     def jobs(self) -> list[str]:
