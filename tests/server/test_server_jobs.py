@@ -151,3 +151,38 @@ def test_jobs_are_independent(tmp_path):
         assert client.request("GET", "/v1/jobs") == {"jobs": ["a", "b"]}
     finally:
         server.stop()
+
+
+def test_a_job_stuck_on_its_disk_holds_one_worker_and_another_job_is_served(tmp_path):
+    """Many requests of a job whose run directory is held (as a slow disk or a long tell would) wait for that job's
+    turn without taking the server's workers, so another job's ask is answered meanwhile."""
+    import http.client
+    import threading
+
+    from zeus_run.rundir import RunDir
+
+    server = start(tmp_path)
+    try:
+        client = server.client(TOKEN)
+        for job in ("stuck", "free"):
+            client.register(job, demo_spec(2).replace("name: demo", f"name: {job}"))
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        answers: list[int] = []
+
+        def ask_stuck() -> None:
+            conn = http.client.HTTPConnection(host, int(port), timeout=CLIENTS_TIMEOUT_S)
+            conn.request("POST", "/v1/jobs/stuck/trials", body=b"{}", headers={"Authorization": f"Bearer {TOKEN}"})
+            answers.append(conn.getresponse().status)
+            conn.close()
+
+        with RunDir.open(server.root / "stuck", role="tell", scan_trials=False):  # a brief holder: asks wait for it
+            stuck = [threading.Thread(target=ask_stuck, daemon=True) for _ in range(48)]  # more than any thread pool
+            for t in stuck:
+                t.start()
+            free = client.ask("free")  # answered while every request of "stuck" still waits
+            assert free["recurrence"] == 1 and not answers
+        for t in stuck:
+            t.join(CLIENTS_TIMEOUT_S)
+        assert len(answers) == 48 and 500 not in answers  # each answered once the lock is free (asked, or busy)
+    finally:
+        server.stop()
