@@ -106,7 +106,7 @@ class RunDir:
                 _fs.make_dir(p / TRIALS_NAME)
             except OSError as exc:
                 raise _unusable(p / TRIALS_NAME, exc) from None
-            check_writable(p)
+            check_writable(p, sync=role == "run")
             info_fd = _write_holder(p, role)
         except BaseException:
             os.close(lock_fd)
@@ -341,15 +341,20 @@ def _refuse_world_writable(path: Path) -> None:
         )
 
 
-def check_writable(path: Path) -> None:
+def check_writable(path: Path, sync: bool = True) -> None:
     """Fail early if a trial's results could not be saved.
+
+    Args:
+        path: The run directory.
+        sync: Also fsync the probe (a file system may report a full disk only then). A brief
+            holder (an ask or a tell, whose own writes are fsynced and report their errors) skips it.
 
     Raises:
         RunDirError: The directory is not writable or the disk is (nearly) full.
     """
     probe = path / PROBE_NAME
     with _PROBE_LOCK:  # trials on several slots check at once
-        _probe(path, probe)
+        _probe(path, probe, sync)
     free = shutil.disk_usage(path).free
     if free < MIN_FREE_BYTES:
         raise RunDirError(
@@ -360,7 +365,7 @@ def check_writable(path: Path) -> None:
 _PROBE_LOCK = threading.Lock()
 
 
-def _probe(path: Path, probe: Path) -> None:
+def _probe(path: Path, probe: Path, sync: bool) -> None:
     try:
         try:
             os.unlink(probe)  # a stale probe, or a link planted in its place (unlink removes the link itself)
@@ -369,7 +374,8 @@ def _probe(path: Path, probe: Path) -> None:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             _fs.write_all(fd, b"ok")
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
             os.remove(probe)
