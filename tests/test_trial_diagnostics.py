@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import subprocess
@@ -89,6 +90,31 @@ def test_provenance_names_the_measured_gpus():
 
 
 BUSY = "import time\nend = time.process_time() + {cpu}\nwhile time.process_time() < end: pass\ntime.sleep({idle})\n"
+
+
+@pytest.mark.parametrize("cpu", [0.3, 1.5], ids=["before-the-first-scan", "after-it"])
+def test_cpu_time_estimate_charges_the_work_behind_a_wrapper_shell(tmp_path, cpu):
+    """``sh -c 'python train.py; true'``: the work is the shell's child's, which the shell reaps just before it exits.
+
+    The trial's last reading is taken from the exited shell before it is reaped (its reaped children's time
+    is on it then); once reaped, that time is gone from /proc.
+    """
+    plan = _plan(tmp_path, BUSY.format(cpu=cpu, idle=0) + "print('val=1.0', flush=True)\n")
+    plan = dataclasses.replace(plan, argv=("sh", "-c", f"{sys.executable} {tmp_path / 't.py'}; true"))
+    out = run_trial(plan, EstimatedEnergy(100, basis="cpu-time"))
+    assert out.reached
+    charged = out.energy / 100  # CPU seconds charged
+    assert cpu <= charged + 0.05 <= cpu + 0.6, charged  # the work, plus interpreter start-up
+
+
+def test_a_crash_behind_a_wrapper_shell_is_charged_up_to_the_shells_exit(tmp_path):
+    """No metric, so the trial's figures are read at the shell's exit: after it reaped its script."""
+    plan = _plan(tmp_path, BUSY.format(cpu=0.5, idle=0))
+    plan = dataclasses.replace(plan, argv=("sh", "-c", f"{sys.executable} {tmp_path / 't.py'}; exit 3"))
+    out = run_trial(plan, EstimatedEnergy(100, basis="cpu-time"))
+    assert out.exit_code == 3 and not out.reached
+    charged = out.energy / 100
+    assert 0.5 <= charged + 0.05 <= 1.1, charged
 
 
 def test_process_tree_cpu_time_counts_children_and_the_dead():

@@ -79,6 +79,15 @@ def _read_stat(pid: int) -> _Proc | None:
         return None
 
 
+def _children(pid: int) -> list[int]:
+    """Pids of the children of ``pid``'s main thread (``/proc/PID/task/PID/children``; none where it is missing)."""
+    try:
+        with open(f"{_PROC}/{pid}/task/{pid}/children", "rb") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def _environ_has(pid: int, needle: bytes) -> bool:
     try:
         with open(f"{_PROC}/{pid}/environ", "rb") as f:
@@ -169,8 +178,8 @@ class ProcessTree:
 
         Counts live members, the reaped children they waited for, and members
         that ended since the last reading (at their last reading). Reads the
-        known members' ``stat`` on every call and rescans /proc for new members
-        every `FULL_SCAN_INTERVAL` seconds.
+        known members' ``stat`` and their children's on every call, and rescans
+        /proc for new members every `FULL_SCAN_INTERVAL` seconds.
         """
         if self.root is None and not self._last:
             return self._cpu  # nothing started yet
@@ -178,13 +187,19 @@ class ProcessTree:
         if now - self._scan_at >= self.FULL_SCAN_INTERVAL:
             self._scan_at = now
             current = self._scan()
-        else:
+        else:  # the members known, and their children (a wrapper shell's script, before the scan finds it)
             current = {}
-            for pid in {*self._last, *([self.root] if self.root is not None else [])}:
+            todo = [*self._last, *([self.root] if self.root is not None else [])]
+            seen = set(todo)
+            while todo:
+                pid = todo.pop()
                 p = _read_stat(pid)
                 old = self._last.get(pid)
                 if p is not None and (old is None or p.start == old.start):
                     current[pid] = p
+                    fresh = [c for c in _children(pid) if c not in seen]
+                    seen.update(fresh)
+                    todo += fresh
         for pid, p in self._last.items():
             if pid not in current and p.ppid not in current:
                 # Gone, and not into a member's reaped-children time: keep its last reading.
@@ -245,3 +260,4 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+

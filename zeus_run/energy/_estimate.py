@@ -49,7 +49,8 @@ class EstimatedEnergy(EnergySource):
         self._acc = 0.0
         self._cpu: Callable[[], float] | None = None
         self._last_cpu = 0.0
-        self._last_cpu_t = self._t0
+        self._tracked_at = self._t0
+        self._charged = 0.0
         self._owed = 0.0  # CPU time not charged yet (unit: s)
 
     @property
@@ -65,7 +66,8 @@ class EstimatedEnergy(EnergySource):
         self.read()  # settle what accrued so far under the previous tracker
         self._cpu = cpu_seconds
         self._last_cpu = cpu_seconds() if cpu_seconds is not None else 0.0
-        self._last_cpu_t = self._clock()
+        self._tracked_at = self._clock()
+        self._charged = 0.0  # CPU time charged since then (unit: s)
         self._owed = 0.0
 
     def read(self) -> float:
@@ -74,14 +76,17 @@ class EstimatedEnergy(EnergySource):
             return self.watts * (now - self._t0)
         if self._cpu is not None:
             cpu = self._cpu()
-            # CPU time is charged at most at the rate of the wall clock; CPU time
-            # beyond that (several busy threads, or a reading that arrived a clock
-            # tick early) is carried over and charged when there is room.
+            # CPU time is charged at most at the rate of the wall clock since the
+            # tracking began; CPU time beyond that (several busy threads, or a reading
+            # that arrived a clock tick early) is carried over and charged when there
+            # is room. A reading may bring time spent long before it (a child's, once
+            # its parent reaped it), so the room is the whole time tracked.
             self._owed += max(cpu - self._last_cpu, 0.0)
-            charge = min(self._owed, max(now - self._last_cpu_t, 0.0))
+            charge = min(self._owed, max(now - self._tracked_at - self._charged, 0.0))
             self._owed -= charge
+            self._charged += charge
             self._acc += self.watts * charge
-            self._last_cpu, self._last_cpu_t = cpu, now
+            self._last_cpu = cpu
         return self._acc
 
     def describe(self) -> str:
