@@ -78,8 +78,10 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
     the draw and the probe flag. A record must not have seen itself or less than
     the decision before it, and a trial cannot end before it started.
 
-    The audit ends without a divergence where the run itself ended with an error
-    (a recurrence out of tries, or the first recurrence not converging).
+    The audit goes on past a record that stopped the run (the first recurrence not
+    converging at the default batch size): the same command, resumed once the cause
+    is fixed, decides on the same folded history. It ends without a divergence where
+    a recurrence is out of tries (the run can only go on under other settings).
 
     Args:
         records: The history, in the order its records were folded.
@@ -107,8 +109,6 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
                     checked, Divergence(q, "end order", f"trial {_started(records[q], q)} ended", "it had not started")
                 )
             ledger.fold(records[q], _started(records[q], q))
-            if ledger.failure(records[q]) is not None:
-                return AuditResult(checked, None)
         recurrence = ledger.next_recurrence()
         assert recurrence is not None  # the horizon is past every recorded recurrence
         try:

@@ -211,6 +211,22 @@ def test_default_that_never_converges_is_a_clear_error(write_spec):
     assert len(history(spec)) == 1  # the failed trial is still recorded
 
 
+def test_after_the_first_recurrence_failed_and_the_script_was_fixed_replay_audits_every_record(write_spec):
+    """The run stops when the default batch size does not converge; fixed, the same command resumes, and the
+    audit re-derives the decisions after the stop too (it used to stop checking there and say "all")."""
+    broken = spec_text(body="recurrences: 3").replace("recurrences: 1\n", "").replace('"1:0,2:2,4:3"', '"1:0,2:0,4:3"')
+    spec = write_spec(broken)
+    assert zeus("run", str(spec), "--no-output").returncode == 1
+    spec.write_text(broken.replace('"1:0,2:0,4:3"', '"1:0,2:2,4:3"'))  # the script fixed: not a decision setting
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    records = history(spec)
+    assert len(records) >= 4 and records[0]["reached"] is False
+    audit = zeus("replay", str(spec.parent / "runs"), "--format", "json")
+    assert audit.returncode == 0, audit.stderr
+    assert json.loads(audit.stdout)["checked"] == len(records)
+
+
 def test_every_command_has_help_with_an_example():
     for cmd in ("run", "history", "check"):
         r = zeus(cmd, "--help")
