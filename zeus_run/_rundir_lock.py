@@ -92,6 +92,12 @@ def _lock_waiting(path: Path, wait: float) -> int:
         pause = min(pause * 2, 0.2)
 
 
+def launcher_holds(path: Path) -> bool:
+    """Whether ``.lock`` names a launcher (``zeus-run run``) as the holder, not a brief ask or tell."""
+    words = _holder_words(path)
+    return bool(words) and words[3:4] in ([], ["run"])
+
+
 def _holder_words(path: Path) -> list[str]:
     """``.lock``'s words: pid, host, since, and the role (absent: a launcher)."""
     try:

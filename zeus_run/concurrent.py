@@ -44,9 +44,10 @@ import heapq
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from zeus_run.records import TrialRecord
 
@@ -162,9 +163,18 @@ class SlotPool:
         thread.start()
 
     def wait_any(self) -> TrialRecord:
+        record = self.wait_for(None)
+        assert record is not None
+        return record
+
+    def wait_for(self, timeout: float | None) -> TrialRecord | None:
+        """`wait_any`, giving up after ``timeout`` seconds (None: never) with None."""
         if not self._running:
             raise RuntimeError("wait_any called with no trial in flight")
-        _, result = self._collect()
+        ended = self._collect(timeout)
+        if ended is None:
+            return None
+        result = ended[1]
         if isinstance(result, BaseException):
             raise result
         return result
@@ -201,16 +211,25 @@ class SlotPool:
             result = exc
         self._ended.put((request, slot, result))
 
-    def _collect(self) -> tuple[TrialRequest, TrialRecord | BaseException]:
+    @overload
+    def _collect(self) -> tuple[TrialRequest, TrialRecord | BaseException]: ...
+    @overload
+    def _collect(self, timeout: float | None) -> tuple[TrialRequest, TrialRecord | BaseException] | None: ...
+    def _collect(self, timeout: float | None = None) -> tuple[TrialRequest, TrialRecord | BaseException] | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             # Never one blocking get: a signal the kernel hands to a trial's thread runs its
             # Python handler (which sets the trials' cancel event) only once this thread gets
             # back to the interpreter, and the trials it should stop would never end.
+            wait = (
+                SIGNAL_CHECK_INTERVAL if deadline is None else min(SIGNAL_CHECK_INTERVAL, deadline - time.monotonic())
+            )
             try:
-                request, slot, result = self._ended.get(timeout=SIGNAL_CHECK_INTERVAL)
+                request, slot, result = self._ended.get(timeout=max(wait, 0.0))
                 break
             except queue.Empty:
-                continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
         _, _, thread = self._running.pop(request.trial)
         thread.join()
         self._free.append(slot)

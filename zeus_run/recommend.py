@@ -118,8 +118,8 @@ def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief
 
     Returns ``Belief(None)`` when the run directory has no readable settings (an old or copied history).
     """
-    from zeus_run.engine import Ledger
     from zeus_run.errors import HistoryError
+    from zeus_run.ledger import Ledger
     from zeus_run.replay import Knobs
 
     try:

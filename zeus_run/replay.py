@@ -26,9 +26,10 @@ from typing import Any
 from zeus_run.concurrent import Clocked
 from zeus_run.contract import StopReason
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
-from zeus_run.engine import Executor, Ledger, TrialRequest
+from zeus_run.engine import Executor, TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.knobs import Knobs
+from zeus_run.ledger import Ledger
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 

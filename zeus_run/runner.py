@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zeus_run import joins
+from zeus_run._rundir_lock import launcher_holds
 from zeus_run.asktell._session import settle_asks
 from zeus_run.concurrent import SlotPool
 from zeus_run.contract import StopReason
 from zeus_run.energy import EnergySource
-from zeus_run.engine import Engine, TrialExecutor, TrialRequest
-from zeus_run.errors import Interrupted
+from zeus_run.engine import Engine, TimedExecutor, TrialExecutor, TrialRequest
+from zeus_run.errors import Interrupted, RunDirBusy
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -36,6 +38,8 @@ from zeus_run.executors import (
 )
 from zeus_run.executors._base import command, marker, now
 from zeus_run.export import LiveExports
+from zeus_run.history import HISTORY_NAME, HistoryStore
+from zeus_run.joins import JoinDesk
 from zeus_run.knobs import Knobs
 from zeus_run.position import position
 from zeus_run.power import open_power_session
@@ -117,7 +121,13 @@ def run_job(
     executor_class = EXECUTORS[spec.executor.kind]
     created = not path.exists() or not any(path.iterdir())
     with contextlib.ExitStack() as stack:
-        rd = stack.enter_context(RunDir.open(path))
+        try:
+            rd = stack.enter_context(RunDir.open(path))
+        except RunDirBusy:
+            if next_recurrences is None or spec.concurrency < 2 or not launcher_holds(path):
+                raise
+            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.joins`).
+            return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
         if created:  # a run that fails before recording anything leaves no empty run directory
             stack.callback(remove_if_unused, rd)
         if energy is None:
@@ -149,6 +159,7 @@ def run_job(
         b0 = spec.default_batch_size
         profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
         engine = knobs.engine(total, profile)
+        desk = JoinDesk(rd.path, total + 1) if spec.concurrency > 1 else None  # triggers that join this run
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
             lst = _Serialized(lst)  # trials report from several threads
@@ -165,7 +176,8 @@ def run_job(
             return executor(req)
 
         def persist(record: TrialRecord) -> None:
-            rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or trigger))
+            triggered = desk.triggers.get(record.recurrence, trigger) if desk is not None else trigger
+            rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
             rd.clear_running(record.trial)
             lst.on_trial_end(record)
             live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
@@ -174,7 +186,7 @@ def run_job(
             new_records = engine.run(history, execute, persist, adopted)
         else:
             new_records = _run_concurrent(
-                engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel
+                engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel, desk
             )
         interrupted = [r for r in new_records if r.stop_reason is StopReason.INTERRUPTED]
         if interrupted:
@@ -198,6 +210,7 @@ def _run_concurrent(
     check_cancel: Callable[[TrialRequest], None],
     persist: Callable[[TrialRecord], None],
     cancel: threading.Event,
+    desk: JoinDesk | None = None,
 ) -> list[TrialRecord]:
     """Run with several recurrences in flight: the executor's own ``start``/``wait_any`` (Slurm), or N local slots.
 
@@ -227,14 +240,76 @@ def _run_concurrent(
         def wait_any(self) -> TrialRecord:
             return target.wait_any()
 
+        def wait_for(self, timeout: float | None) -> TrialRecord | None:
+            if isinstance(target, TimedExecutor):
+                return target.wait_for(timeout)
+            return target.wait_any()
+
     try:
-        return engine.run(history, _Checked(), persist, adopted)
+        return engine.run(history, _Checked(), persist, adopted, more=desk.claim if desk is not None else None)
     except BaseException:
         cancel.set()  # stop the trials still in flight, then record them
         left = pool.close() if pool is not None else executor.drain()
         for req, record in left:
             persist(req.stamp(record))
         raise
+
+
+def _join(
+    spec: JobSpec,
+    path: Path,
+    k: int,
+    trigger: str,
+    lst: RunListener,
+    cancel: threading.Event,
+    run_dir: Path | None,
+    energy: EnergySource | None,
+    force: bool,
+) -> RunResult:
+    """Have the launcher that holds ``path`` run ``k`` more recurrences for this trigger, and wait for them.
+
+    If the launcher lets go of the run directory first (it stopped, or died), what is left of the
+    ``k`` recurrences is run here, as a resumed run.
+    """
+    store = HistoryStore(path / HISTORY_NAME)
+    done = position(list(store.read(warn=False))).completed
+    lst.on_run_start(spec.with_overrides(recurrences=done + k), path, "measured by the launcher it joins", done)
+    req = joins.request(path, k, trigger)
+    logger.info(
+        "%s is held by another launcher and the spec allows overlap (concurrency %d): asked it to run %d more "
+        "recurrence(s) for this trigger; waiting for them",
+        path,
+        spec.concurrency,
+        k,
+    )
+    with _signals_to(cancel) as signum:
+        outcome = joins.wait_for(path, req, lambda: joins.holder_alive(path), lst.on_trial_end, cancel)
+    if outcome.interrupted is not None:
+        raise _interrupted(signum[0], path, outcome.interrupted)
+    if outcome.holder_gone and outcome.left > 0:
+        logger.warning(
+            "the launcher holding %s let go of it before %d of this trigger's recurrence(s) reached the target; "
+            "running them here",
+            path,
+            outcome.left,
+        )
+        granted = outcome.request.granted
+        done = position(list(store.read(warn=False))).completed
+        # Through the last recurrence granted (a dead holder's unfinished ones come first), else K more.
+        more = max(granted) - done if granted else outcome.left
+        result = run_job(
+            spec,
+            run_dir=run_dir,
+            listener=lst,
+            energy=energy,
+            force=force,
+            cancel=cancel,
+            next_recurrences=max(more, 1),
+            triggered_at=trigger,
+        )
+        return dataclasses.replace(result, new=[*outcome.records, *result.new])
+    records = list(store.read(warn=False))
+    return RunResult(path, records, outcome.records, "measured by the launcher it joined", True)
 
 
 class _Serialized:

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zeus_run import _fs
-from zeus_run.engine import Engine, Ledger
+from zeus_run.engine import Engine
 from zeus_run.errors import HistoryError
 from zeus_run.history import HISTORY_NAME, parse_history, read_history
+from zeus_run.ledger import Ledger
 
 #: Jobs whose fold one process keeps.
 MAX_JOBS = 32

@@ -28,10 +28,11 @@ import yaml
 from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, expires_at
 from zeus_run.contract import RunningMarker
-from zeus_run.engine import Engine, Ledger
+from zeus_run.engine import Engine
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError, UsageError, ZeusRunError
 from zeus_run.executors import recover_trials
 from zeus_run.knobs import Knobs
+from zeus_run.ledger import Ledger
 from zeus_run.records import TrialRecord
 from zeus_run.resume import recover, request_of
 from zeus_run.rundir import SPEC_NAME, RunDir, read_running, read_stored_spec

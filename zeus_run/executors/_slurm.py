@@ -178,11 +178,20 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
             SlurmAgentError: An agent never showed up in the run directory (not shared?).
             SlurmError: Slurm stopped answering for `SLURM_RETRY_WINDOW` seconds.
         """
+        record = self.wait_for(None)
+        assert record is not None
+        return record
+
+    def wait_for(self, timeout: float | None) -> TrialRecord | None:
+        """`wait_any`, giving up after ``timeout`` seconds (None: never) with None."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while not self._done:
             if not self._jobs:
                 raise RuntimeError("wait_any called with no trial in flight")
             self.poll()
             if not self._done:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
                 time.sleep(POLL_INTERVAL)
         record = self._done.popleft()
         self._started.pop(record.trial, None)

@@ -1,0 +1,147 @@
+"""A trigger that finds the run directory held, with overlap allowed (``concurrency > 1``), joins the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.cli.test_run_cli import spec_text, zeus
+from tests.conftest import REPO
+from zeus_run.rundir import read_running
+
+#: How long a state may take to come on a loaded machine (unit: s); waited for, never asserted on.
+STATE_TIMEOUT_S = 120
+
+
+def joined_spec(write_spec, hold: Path) -> Path:
+    """Open-ended, two trials at once; each trial waits after its first epoch until ``hold`` exists."""
+    text = spec_text(f"--hold {hold}").replace("recurrences: 1\n", "recurrences: null\nconcurrency: 2\n")
+    return write_spec(text)
+
+
+def launch(spec: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def in_flight(run_dir: Path) -> int:
+    return len(read_running(run_dir) or [])
+
+
+def wait_until(what: str, check, *procs: subprocess.Popen) -> None:
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while not check():
+        for p in procs:
+            assert p.poll() is None, f"exited {p.returncode} before {what}: {p.communicate()}"
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_second_trigger_joins_and_its_recurrence_runs_beside_the_first(write_spec, tmp_path):
+    hold = tmp_path / "go"
+    spec = joined_spec(write_spec, hold)
+    run_dir = spec.parent / "runs"
+    first = launch(spec, "--next")
+    second = None
+    try:
+        wait_until("the first trial is in flight", lambda: in_flight(run_dir) == 1, first)
+        second = launch(spec, "--next")
+        # The joiner's recurrence runs in the holder's second slot: two trials in flight at once.
+        wait_until("the joined trial is in flight too", lambda: in_flight(run_dir) == 2, first, second)
+        hold.write_text("go")
+        out1, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
+        out2, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
+    finally:
+        hold.write_text("go")
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert first.returncode == 0, err1
+    assert second.returncode == 0, err2
+    assert "joined the launcher" in err2 and "recurrence(s) 2" in err2
+    assert "joined this run" in err1  # the holder says so too
+    recs = records(run_dir)
+    assert sorted(r["recurrence"] for r in recs if r["reached"]) == [1, 2]
+    (mine,) = [r for r in recs if r["recurrence"] == 2]
+    (theirs,) = [r for r in recs if r["recurrence"] == 1]
+    assert mine["triggered_at"] != theirs["triggered_at"]  # each recurrence carries its own trigger
+    assert mine["in_flight"] == [theirs["trial"]]  # decided with the first in flight: the concurrent rule
+    assert not list((run_dir / "joins").iterdir())  # the request is gone once answered
+    audit = zeus("replay", str(run_dir), "--format", "json")
+    assert audit.returncode == 0, audit.stderr
+    assert json.loads(audit.stdout)["checked"] == len(recs)
+
+
+def test_a_joiner_whose_holder_dies_takes_over_and_finishes(write_spec, tmp_path):
+    hold = tmp_path / "go"
+    spec = joined_spec(write_spec, hold)
+    run_dir = spec.parent / "runs"
+    first = launch(spec, "--next")
+    second = None
+    try:
+        wait_until("the first trial is in flight", lambda: in_flight(run_dir) == 1, first)
+        second = launch(spec, "--next")
+        wait_until("the joined trial is in flight too", lambda: in_flight(run_dir) == 2, first, second)
+        first.send_signal(signal.SIGKILL)  # the launcher dies; its trials are left behind
+        first.wait(timeout=STATE_TIMEOUT_S)
+        hold.write_text("go")
+        out2, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
+    finally:
+        hold.write_text("go")
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert second.returncode == 0, err2
+    assert "let go of it" in err2 and "running them here" in err2
+    recs = records(run_dir)
+    assert sorted(r["recurrence"] for r in recs if r["reached"]) == [1, 2]  # nothing lost
+    keys = [(r["recurrence"], r["attempt"]) for r in recs]
+    assert len(keys) == len(set(keys))  # nothing recorded twice
+    audit = zeus("replay", str(run_dir), "--format", "json")
+    assert audit.returncode == 0, audit.stderr
+
+
+def test_a_joiner_interrupted_before_its_request_is_claimed_withdraws_it(write_spec, tmp_path):
+    hold = tmp_path / "go"
+    spec = joined_spec(write_spec, hold)
+    run_dir = spec.parent / "runs"
+    first = launch(spec, "--next", "2")  # its own two recurrences fill both slots: nothing is claimed
+    second = None
+    try:
+        wait_until("both slots are busy", lambda: in_flight(run_dir) == 2, first)
+        second = launch(spec, "--next")
+        wait_until(
+            "the request is written",
+            lambda: (run_dir / "joins").is_dir() and any((run_dir / "joins").iterdir()),
+            first,
+            second,
+        )
+        second.send_signal(signal.SIGINT)
+        out2, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
+        hold.write_text("go")
+        out1, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
+    finally:
+        hold.write_text("go")
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert second.returncode == 130, err2
+    assert "request was withdrawn" in err2
+    assert first.returncode == 0, err1
+    assert sorted(r["recurrence"] for r in records(run_dir) if r["reached"]) == [1, 2]  # nothing run for it
+    assert not list((run_dir / "joins").iterdir())

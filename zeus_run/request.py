@@ -1,0 +1,53 @@
+"""What the engine asks an executor to run: one trial's decision and the context it was taken in."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from zeus_run.optimizer import Decision
+from zeus_run.records import TrialRecord
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """What the engine asks an executor to run.
+
+    Attributes:
+        recurrence: 1-based recurrence number.
+        attempt: 1-based try within the recurrence.
+        trial: 0-based index of the trial in the run, in the order trials start; the executor
+            copies it into the record (that is how a concurrent engine knows which trial ended).
+        observed: Number of observations the optimizer has seen (seeds per-trial randomness).
+        decision: The optimizer's choice.
+        cost_threshold: Early-stop threshold (unit: J; inf: none).
+        seen: Records folded when it was decided (a prefix of the history).
+        in_flight: ``trial`` of each trial running when it was decided, ascending.
+        draw: Index of the optimizer's random draw (0 unless others at the same
+            observation count are in flight).
+        probe: Whether it is the trial pruning exploration waits for.
+        horizon: Recurrences the optimizer planned over (`zeus_run.records.TrialRecord.horizon`).
+    """
+
+    recurrence: int
+    attempt: int
+    trial: int
+    observed: int
+    decision: Decision
+    cost_threshold: float
+    seen: int = 0
+    in_flight: tuple[int, ...] = ()
+    draw: int = 0
+    probe: bool = False
+    horizon: int | None = None
+
+    def stamp(self, record: TrialRecord) -> TrialRecord:
+        """``record`` with this decision's context, as concurrent runs record every trial.
+
+        An executor that writes a record itself (e.g. for a trial whose launcher
+        died) must stamp it too, or the audit cannot re-derive the decision.
+        """
+        return dataclasses.replace(record, seen=self.seen, in_flight=self.in_flight, draw=self.draw, probe=self.probe)
+
+
+#: A serial executor: runs one trial to its end and returns its record.
