@@ -7,6 +7,7 @@ Layout::
       history.jsonl      one JSON record per trial (append-only)
       trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
       running.json       present only while a trial runs (crash marker)
+      joins/             requests of --next triggers that joined the launcher (`zeus_run.joins`)
       .lock              the holder: pid, host, since (UTC), role (`zeus_run._rundir_lock`)
 
 The launcher holding a run locks the directory itself (``flock`` on its fd),

@@ -28,7 +28,9 @@ def run_command(
         "--next",
         min=1,
         metavar="[K]",
-        help="Run the next K recurrences (default 1) past those already done: one scheduler trigger (cron).",
+        help="Run the next K recurrences (default 1) past those already done: one scheduler trigger (cron). "
+        "If another launcher holds the run directory: exit 75 at once, or, with concurrency > 1, join it "
+        "(it runs them in its free slots).",
     ),
     new: bool = typer.Option(
         False, "--new", help="Start a fresh run directory even if this one has history (the old one is kept)."
@@ -61,7 +63,8 @@ def run_command(
         zeus-run run job.yaml --next    # one recurrence per cron trigger
 
     Exit codes: 0 done, 1 every try failed, 2 spec or usage error, 75 run
-    directory busy (another launcher holds it; nothing was run), 128+N signal N.
+    directory busy (another launcher holds it and concurrency is 1; nothing
+    was run), 128+N signal N.
     """
     from zeus_run.accounting import account
     from zeus_run.cli._live import make_run_view
