@@ -64,8 +64,8 @@ def test_a_second_trigger_joins_and_its_recurrence_runs_beside_the_first(write_s
         # The joiner's recurrence runs in the holder's second slot: two trials in flight at once.
         wait_until("the joined trial is in flight too", lambda: in_flight(run_dir) == 2, first, second)
         hold.write_text("go")
-        out1, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
-        out2, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
+        _, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
+        _, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
     finally:
         hold.write_text("go")
         for p in (first, second):
@@ -100,7 +100,7 @@ def test_a_joiner_whose_holder_dies_takes_over_and_finishes(write_spec, tmp_path
         first.send_signal(signal.SIGKILL)  # the launcher dies; its trials are left behind
         first.wait(timeout=STATE_TIMEOUT_S)
         hold.write_text("go")
-        out2, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
+        _, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
     finally:
         hold.write_text("go")
         for p in (first, second):
@@ -132,9 +132,9 @@ def test_a_joiner_interrupted_before_its_request_is_claimed_withdraws_it(write_s
             second,
         )
         second.send_signal(signal.SIGINT)
-        out2, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
+        _, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
         hold.write_text("go")
-        out1, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
+        _, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
     finally:
         hold.write_text("go")
         for p in (first, second):
