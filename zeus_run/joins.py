@@ -156,11 +156,13 @@ class JoinDesk:
     Args:
         run_dir: The run directory the launcher holds.
         first: The first recurrence number a claimed request may get (past the launcher's own).
+        on_more: Told the run's new last recurrence after a claim (the live view's total).
     """
 
-    def __init__(self, run_dir: Path, first: int) -> None:
+    def __init__(self, run_dir: Path, first: int, on_more: Callable[[int], None] = lambda total: None) -> None:
         self.run_dir = run_dir
         self.next = first
+        self.on_more = on_more
         #: The trigger time of each recurrence run for a joiner.
         self.triggers: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -201,6 +203,8 @@ class JoinDesk:
                     _span(granted),
                 )
                 added += req.recurrences
+        if added:
+            self.on_more(self.next - 1)
         return added
 
 
@@ -250,6 +254,7 @@ def wait_for(
     holder_alive: Callable[[], bool],
     on_record: Callable[[TrialRecord], None],
     cancel: threading.Event,
+    on_claim: Callable[[JoinRequest], None] = lambda req: None,
 ) -> JoinOutcome:
     """Wait until the recurrences granted to ``req`` have ended, or the holder is gone.
 
@@ -259,6 +264,7 @@ def wait_for(
         holder_alive: Whether a launcher still holds the run directory.
         on_record: Called with each record of the granted recurrences as it lands.
         cancel: Set to stop waiting (SIGINT/SIGTERM): an unclaimed request is withdrawn.
+        on_claim: Called once a launcher claimed the request (``granted`` set).
     """
     store = HistoryStore(run_dir / HISTORY_NAME)
     seen = 0
@@ -276,6 +282,7 @@ def wait_for(
                     run_dir,
                     _span(got.granted),
                 )
+                on_claim(got)
                 announced = True
         records = list(store.read(warn=False))
         for r in records[seen:]:

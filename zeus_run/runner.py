@@ -159,7 +159,7 @@ def run_job(
         b0 = spec.default_batch_size
         profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
         engine = knobs.engine(total, profile)
-        desk = JoinDesk(rd.path, total + 1) if spec.concurrency > 1 else None  # triggers that join this run
+        desk = JoinDesk(rd.path, total + 1, lst.on_more_recurrences) if spec.concurrency > 1 else None
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
             lst = _Serialized(lst)  # trials report from several threads
@@ -272,8 +272,12 @@ def _join(
     ``k`` recurrences is run here, as a resumed run.
     """
     store = HistoryStore(path / HISTORY_NAME)
-    done = position(list(store.read(warn=False))).completed
-    lst.on_run_start(spec.with_overrides(recurrences=done + k), path, "measured by the launcher it joins", done)
+
+    def claimed(got: joins.JoinRequest) -> None:
+        done = position(list(store.read(warn=False))).completed
+        energy = f"measured by the launcher it joined ({got.holder})"
+        lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, energy, done)
+
     req = joins.request(path, k, trigger)
     logger.info(
         "%s is held by another launcher and the spec allows overlap (concurrency %d): asked it to run %d more "
@@ -283,7 +287,7 @@ def _join(
         k,
     )
     with _signals_to(cancel) as signum:
-        outcome = joins.wait_for(path, req, lambda: joins.holder_alive(path), lst.on_trial_end, cancel)
+        outcome = joins.wait_for(path, req, lambda: joins.holder_alive(path), lst.on_trial_end, cancel, claimed)
     if outcome.interrupted is not None:
         raise _interrupted(signum[0], path, outcome.interrupted)
     if outcome.holder_gone and outcome.left > 0:

@@ -178,6 +178,10 @@ class LiveRunView:
         )
         self.console.print(f"Energy: {escape(energy)}")
 
+    def on_more_recurrences(self, total: int) -> None:
+        if self.clock is not None:
+            self.clock.total = max(self.clock.total, total)
+
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
         # Most telling first: a narrow terminal cuts from the right.
         self.trial_text = f"bs={req.decision.batch_size}"
@@ -245,6 +249,10 @@ class PlainRunView:
             f"batch sizes {list(spec.batch_sizes)}; energy: {escape(energy)}"
         )
         self.clock = RunClock(spec.recurrences or done + 1, done)
+
+    def on_more_recurrences(self, total: int) -> None:
+        if self.clock is not None:
+            self.clock.total = max(self.clock.total, total)
 
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
         self._line(f"{trial_label(req, learning_rate)} started", req.recurrence)

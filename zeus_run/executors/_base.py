@@ -36,6 +36,9 @@ class RunListener(TrialListener, Protocol):
 
     def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None: ...
 
+    def on_more_recurrences(self, total: int) -> None:
+        """The run now goes to ``total`` recurrences (a trigger joined it, `zeus_run.joins`)."""
+
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None: ...
 
     def on_trial_end(self, record: TrialRecord) -> None: ...
@@ -45,6 +48,9 @@ class NullRunListener(NullListener):
     """Ignores everything."""
 
     def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
+        pass
+
+    def on_more_recurrences(self, total: int) -> None:
         pass
 
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
