@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,6 +49,23 @@ def wait_until(what: str, check, *procs: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def two_triggers(spec: Path, hold: Path, first_args: tuple[str, ...], slots_busy: int):
+    """A first trigger with ``slots_busy`` trials held in flight, then a second ``--next``; both killed if left."""
+    run_dir = spec.parent / "runs"
+    first = launch(spec, *first_args)
+    second = None
+    try:
+        wait_until(f"{slots_busy} trial(s) are in flight", lambda: in_flight(run_dir) == slots_busy, first)
+        second = launch(spec, "--next")
+        yield first, second
+    finally:
+        hold.write_text("go")
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+
+
 def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
 
@@ -56,21 +74,12 @@ def test_a_second_trigger_joins_and_its_recurrence_runs_beside_the_first(write_s
     hold = tmp_path / "go"
     spec = joined_spec(write_spec, hold)
     run_dir = spec.parent / "runs"
-    first = launch(spec, "--next")
-    second = None
-    try:
-        wait_until("the first trial is in flight", lambda: in_flight(run_dir) == 1, first)
-        second = launch(spec, "--next")
+    with two_triggers(spec, hold, ("--next",), 1) as (first, second):
         # The joiner's recurrence runs in the holder's second slot: two trials in flight at once.
         wait_until("the joined trial is in flight too", lambda: in_flight(run_dir) == 2, first, second)
         hold.write_text("go")
         _, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
         _, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
-    finally:
-        hold.write_text("go")
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
     assert first.returncode == 0, err1
     assert second.returncode == 0, err2
     assert "joined the launcher" in err2 and "recurrence(s) 2" in err2
@@ -91,21 +100,12 @@ def test_a_joiner_whose_holder_dies_takes_over_and_finishes(write_spec, tmp_path
     hold = tmp_path / "go"
     spec = joined_spec(write_spec, hold)
     run_dir = spec.parent / "runs"
-    first = launch(spec, "--next")
-    second = None
-    try:
-        wait_until("the first trial is in flight", lambda: in_flight(run_dir) == 1, first)
-        second = launch(spec, "--next")
+    with two_triggers(spec, hold, ("--next",), 1) as (first, second):
         wait_until("the joined trial is in flight too", lambda: in_flight(run_dir) == 2, first, second)
         first.send_signal(signal.SIGKILL)  # the launcher dies; its trials are left behind
         first.wait(timeout=STATE_TIMEOUT_S)
         hold.write_text("go")
         _, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
-    finally:
-        hold.write_text("go")
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
     assert second.returncode == 0, err2
     assert "let go of it" in err2 and "running them here" in err2
     recs = records(run_dir)
@@ -120,11 +120,8 @@ def test_a_joiner_interrupted_before_its_request_is_claimed_withdraws_it(write_s
     hold = tmp_path / "go"
     spec = joined_spec(write_spec, hold)
     run_dir = spec.parent / "runs"
-    first = launch(spec, "--next", "2")  # its own two recurrences fill both slots: nothing is claimed
-    second = None
-    try:
-        wait_until("both slots are busy", lambda: in_flight(run_dir) == 2, first)
-        second = launch(spec, "--next")
+    # The first trigger's own two recurrences fill both slots: nothing is claimed while they run.
+    with two_triggers(spec, hold, ("--next", "2"), 2) as (first, second):
         wait_until(
             "the request is written",
             lambda: (run_dir / "joins").is_dir() and any((run_dir / "joins").iterdir()),
@@ -135,11 +132,6 @@ def test_a_joiner_interrupted_before_its_request_is_claimed_withdraws_it(write_s
         _, err2 = second.communicate(timeout=STATE_TIMEOUT_S)
         hold.write_text("go")
         _, err1 = first.communicate(timeout=STATE_TIMEOUT_S)
-    finally:
-        hold.write_text("go")
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
     assert second.returncode == 130, err2
     assert "request was withdrawn" in err2
     assert first.returncode == 0, err1
