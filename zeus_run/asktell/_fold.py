@@ -30,7 +30,7 @@ from zeus_run.history import HISTORY_NAME, parse_history, read_history
 from zeus_run.ledger import Ledger
 
 #: Jobs whose fold one process keeps.
-MAX_JOBS = 32
+MAX_JOBS = 128
 #: Bytes before the fold's offset compared to tell an appended file from a rewritten one.
 _TAIL = 64
 
