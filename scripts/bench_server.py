@@ -12,7 +12,8 @@ memory every 1,000 trials: it should stay flat, apart from what one job's fold
 needs.
 
 Goals on the project's 2-core machine: report p99 under 20 ms at 8 clients; at
-least 500 reports per second; memory flat.
+least 500 reports per second; memory flat. ``--workers N`` runs the server
+with N processes (memory then counts them all).
 
 Run:  python scripts/bench_server.py                  (about two minutes)
       python scripts/bench_server.py --levels 1,8 --trials-per-level 200 --memory-trials 2000
@@ -50,9 +51,9 @@ energy: {{source: estimate, watts: 100, basis: wall-time}}
 """
 
 
-def start_server(root: Path) -> tuple[subprocess.Popen, str]:
+def start_server(root: Path, workers: int = 1) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zeus_run", "serve", "--root", str(root), "--port", "0"],
+        [sys.executable, "-m", "zeus_run", "serve", "--root", str(root), "--port", "0", "--workers", str(workers)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -69,11 +70,19 @@ def start_server(root: Path) -> tuple[subprocess.Popen, str]:
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of the server: its process and its worker processes (``--workers``)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(x) for x in f.read().split()]
+    except OSError:
+        children = []
+    total = 0.0
+    for p in [pid, *children]:
+        with open(f"/proc/{p}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+    return total
 
 
 def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue, epochs: int = 2) -> None:
@@ -143,6 +152,7 @@ def main() -> None:
     ap.add_argument("--trials-per-level", type=int, default=640, help="trials per level, split among the clients")
     ap.add_argument("--shared-job", action="store_true", help="all clients run one job (default: a job each)")
     ap.add_argument("--memory-trials", type=int, default=10_000, help="trials of the memory run (8 clients)")
+    ap.add_argument("--workers", type=int, default=1, help="the server's --workers (default 1)")
     ap.add_argument(
         "--epochs",
         type=int,
@@ -154,12 +164,15 @@ def main() -> None:
     mp.set_start_method("fork")
     with tempfile.TemporaryDirectory(prefix="zeus-bench-server-") as tmp:
         root = Path(tmp) / "root"
-        proc, url = start_server(root)
+        proc, url = start_server(root, args.workers)
         try:
             token = (root / ".serve.token").read_text().strip()
             client = ServerClient(url, token)
             levels = [int(x) for x in args.levels.split(",")]
-            print(f"zeus-run serve on {url}; {os.cpu_count()} CPUs; each trial: ask, {args.epochs} reports, finish")
+            print(
+                f"zeus-run serve --workers {args.workers} on {url}; {os.cpu_count()} CPUs; "
+                f"each trial: ask, {args.epochs} reports, finish"
+            )
             print("clients  trials   req/s  reports/s  ask p50  ask p99  report p50  report p99   (ms)")
             for n in levels:
                 jobs = [f"bench-n{n}"] if args.shared_job else [f"bench-n{n}-c{i}" for i in range(n)]

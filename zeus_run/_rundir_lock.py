@@ -68,7 +68,7 @@ def _lock(path: Path) -> int:
 
 
 #: Roles of holders that keep the lock only for a moment (`RunDir.open`'s ``wait`` waits for them).
-BRIEF_ROLES = ("ask", "tell", "expire")
+BRIEF_ROLES = ("ask", "tell", "expire", "register")
 #: Seconds a waiter retries even when ``.lock`` names a launcher: the holder writes its name
 #: just after it takes the lock, so for a moment ``.lock`` still names the one before.
 _NAME_LAG = 1.0

@@ -27,6 +27,14 @@ def serve_command(
     max_body: int = typer.Option(
         _DEFAULT_MAX_BODY, "--max-body", min=1024, help="Largest request body in bytes (larger: 413)."
     ),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        min=1,
+        max=64,
+        help="Processes that answer requests (Linux). More use more cores; a job stays consistent across them "
+        "(each ask and tell takes its run directory's lock). They stop together: if one dies, the server exits.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="One log line per request."),
 ) -> None:
     """Serve jobs over HTTP to training scripts that share no filesystem with zeus-run (pods, managed services).
@@ -43,6 +51,8 @@ def serve_command(
         zeus-run serve --root /srv/zeus-jobs
 
         zeus-run serve --root /srv/zeus-jobs --host 0.0.0.0 --token-file /run/secrets/zeus-token -v
+
+        zeus-run serve --root /srv/zeus-jobs --workers 2    # two processes: asks and tells on both cores
     """
     try:
         import fastapi  # noqa: F401
@@ -62,4 +72,4 @@ def serve_command(
     uv.handlers = list(logging.getLogger("zeus_run").handlers)
     uv.setLevel(logging.WARNING)
     uv.propagate = False
-    serve(ServeSettings(root=root, host=host, port=port, token_file=token_file, max_body=max_body))
+    serve(ServeSettings(root=root, host=host, port=port, token_file=token_file, max_body=max_body, workers=workers))

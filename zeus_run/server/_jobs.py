@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
 from zeus_run.rundir import SPEC_NAME, RunDir
@@ -101,7 +102,8 @@ class JobService:
                 "body.spec.name",
             )
         spec = dataclasses.replace(spec, run_dir=path)
-        with self._job_lock(name), RunDir.open(path) as rd:
+        # A brief holder, as an ask: another worker process may register or ask at the same moment.
+        with self._job_lock(name), RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
             diffs, _ = compatibility(path, spec)
             if diffs:
                 raise ApiError(

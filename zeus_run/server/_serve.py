@@ -9,11 +9,18 @@ under systemd, a Kubernetes Deployment or Docker's restart policy.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import socket
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from zeus_run.errors import UsageError
 from zeus_run.remote import DEFAULT_PORT
 from zeus_run.server._gate import DEFAULT_MAX_BODY
 from zeus_run.server._root import LOCAL_TOKEN_NAME, ServerRoot
@@ -44,6 +51,7 @@ class ServeSettings:
     port: int = DEFAULT_PORT
     token_file: Path | None = None
     max_body: int = DEFAULT_MAX_BODY
+    workers: int = 1
 
 
 def serve(settings: ServeSettings) -> None:
@@ -56,7 +64,6 @@ def serve(settings: ServeSettings) -> None:
     """
     import uvicorn
 
-    from zeus_run.errors import UsageError
     from zeus_run.server._app import create_app
     from zeus_run.server._jobs import JobService
 
@@ -89,9 +96,77 @@ def serve(settings: ServeSettings) -> None:
             timeout_keep_alive=KEEP_ALIVE_S,
             server_header=False,
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        with _workers(settings.workers) as parent:
+            uvicorn.Server(config).run(sockets=[sock])
+            if not parent:
+                os._exit(0)  # a worker: nothing of the parent's to clean up
     finally:
         root.close()
+
+
+@contextlib.contextmanager
+def _workers(n: int) -> Iterator[bool]:
+    """Fork ``n - 1`` workers that serve the same socket beside this process; yields whether this is the parent.
+
+    Each worker has its own jobs' state and takes each job's run-directory lock per ask and tell,
+    exactly as a ``zeus-run tell`` from another host does, so a job stays consistent across them.
+    They live and die together, with no supervisor of their own: a worker gets SIGTERM when the
+    parent exits (``PR_SET_PDEATHSIG``), and the parent stops (SIGTERM to itself) when a worker
+    exits, so whatever runs the server (systemd, a Deployment) restarts the whole of it.
+    """
+    if n <= 1:
+        yield True
+        return
+    if not sys.platform.startswith("linux"):
+        raise UsageError(f"--workers {n}: several worker processes need Linux; run one server per machine here.")
+    parent = os.getpid()
+    children: list[int] = []
+    stopping = threading.Event()
+    for _ in range(n - 1):
+        pid = os.fork()
+        if pid == 0:
+            _die_with(parent)
+            yield False
+            return
+        children.append(pid)
+    logger.info("zeus-run serve: %d worker processes (pids %s)", n, " ".join(map(str, [parent, *children])))
+
+    def watch() -> None:
+        while True:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                return
+            if pid in children and not stopping.is_set():
+                logger.error(
+                    "worker %d exited (%s); stopping the server so that what runs it restarts it whole",
+                    pid,
+                    os.waitstatus_to_exitcode(status),
+                )
+                os.kill(parent, signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="zeus-run serve workers", daemon=True).start()
+    try:
+        yield True
+    finally:
+        stopping.set()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel send this process SIGTERM when ``parent`` exits (and exit now if it already has)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _bind(host: str, port: int) -> socket.socket:
