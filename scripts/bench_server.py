@@ -7,8 +7,8 @@ with N concurrent clients (N = 1, 8, 32; each a process with the stdlib client
 trivial job: ask, two epoch reports (the second reaches the target, so the
 server says stop; ``--epochs E``: E reports), finish. Prints, per N, requests per second, reports per
 second and p50/p99 latency of ask and of report as the client sees them.
-Then it runs 10,000 trials in all (8 clients) and prints the server's resident
-memory every 1,000 trials: it should stay flat, apart from what one job's fold
+Then it runs 10,000 trials in all (8 clients) and prints the server's memory
+(PSS: a forked worker's shared pages count once) every 1,000 trials: it should stay flat, apart from what one job's fold
 needs.
 
 Goals on the project's 2-core machine: report p99 under 20 ms at 8 clients; at
@@ -70,7 +70,8 @@ def start_server(root: Path, workers: int = 1) -> tuple[subprocess.Popen, str]:
 
 
 def rss_mib(pid: int) -> float:
-    """Resident memory of the server: its process and its worker processes (``--workers``)."""
+    """Memory of the server: the proportional set size (PSS) of its process and its worker processes
+    (``--workers``), so pages a forked worker shares with the server count once; RSS where there is no PSS."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             children = [int(x) for x in f.read().split()]
@@ -78,11 +79,19 @@ def rss_mib(pid: int) -> float:
         children = []
     total = 0.0
     for p in [pid, *children]:
-        with open(f"/proc/{p}/status") as f:
+        total += _kib(f"/proc/{p}/smaps_rollup", "Pss:") or _kib(f"/proc/{p}/status", "VmRSS:") or 0.0
+    return total / 1024
+
+
+def _kib(path: str, key: str) -> float | None:
+    try:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) / 1024
-    return total
+                if line.startswith(key):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue, epochs: int = 2) -> None:
@@ -190,15 +199,15 @@ def main() -> None:
             step = max(8, args.memory_trials // 10)
             done = 0
             rss = [rss_mib(proc.pid)]
-            print(f"  after {done:6,d} trials: RSS {rss[-1]:6.1f} MiB")
+            print(f"  after {done:6,d} trials: PSS {rss[-1]:6.1f} MiB")
             while done < args.memory_trials:
                 run_level(url, token, jobs, 8, step // 8, args.epochs)
                 done += 8 * (step // 8)
                 rss.append(rss_mib(proc.pid))
-                print(f"  after {done:6,d} trials: RSS {rss[-1]:6.1f} MiB")
+                print(f"  after {done:6,d} trials: PSS {rss[-1]:6.1f} MiB")
             half = rss[len(rss) // 2 :]
             print(
-                f"RSS growth over the second half: {half[-1] - half[0]:+.1f} MiB (median {statistics.median(rss):.1f})"
+                f"PSS growth over the second half: {half[-1] - half[0]:+.1f} MiB (median {statistics.median(rss):.1f})"
             )
         finally:
             proc.terminate()
