@@ -7,9 +7,10 @@ job that waits on its disk holds one worker and no other job.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from fastapi import FastAPI, Path
+from fastapi import FastAPI, Path, Response
 
 from zeus_run import __version__
 from zeus_run.remote import API_PREFIX, HEALTH_PATH, OPENAPI_PATH
@@ -71,12 +72,12 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return await service.run(job, lambda: service.register(job, body.spec))
 
     @app.post(f"{v1}/jobs/{{job}}/trials")
-    async def ask(body: AskRequest | None = None, job: str = JOB) -> dict[str, Any]:
+    async def ask(body: AskRequest | None = None, job: str = JOB) -> Response:
         """Ask for the next trial: its batch size (learning rate, power limit, seed), token and lease.
 
         Several asks at once follow the concurrent rule of `concurrency: N`.
         """
-        return await service.run(job, lambda: service.ask(job, body.host if body else None))
+        return _json(await service.run(job, lambda: service.ask(job, body.host if body else None)))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/heartbeat", response_model=HeartbeatAnswer)
     async def heartbeat(body: Heartbeat | None = None, job: str = JOB, token: str = TOKEN) -> HeartbeatAnswer:
@@ -89,14 +90,14 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return await service.run(job, lambda: service.report(job, token, body), quick=True)
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/finish")
-    async def finish(body: Finish, job: str = JOB, token: str = TOKEN) -> dict[str, Any]:
+    async def finish(body: Finish, job: str = JOB, token: str = TOKEN) -> Response:
         """Close the trial; returns its history record. 410 for a late tell (its epochs stay on disk)."""
-        return await service.run(job, lambda: service.finish(job, token, body))
+        return _json(await service.run(job, lambda: service.finish(job, token, body)))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/fail")
-    async def fail(body: Fail, job: str = JOB, token: str = TOKEN) -> dict[str, Any]:
+    async def fail(body: Fail, job: str = JOB, token: str = TOKEN) -> Response:
         """Close the trial as failed, with its message; returns its history record."""
-        return await service.run(job, lambda: service.fail(job, token, body))
+        return _json(await service.run(job, lambda: service.fail(job, token, body)))
 
     @app.get(f"{v1}/jobs/{{job}}/history", response_model=History)
     async def history(job: str = JOB) -> History:
@@ -104,3 +105,9 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return History(job=job, records=await service.run(None, lambda: service.history(job)))
 
     return Gate(app, token, max_body)
+
+
+def _json(payload: dict[str, Any]) -> Response:
+    """A JSON answer encoded once (the engine's records and decisions are plain JSON already: FastAPI's own
+    encoding would walk them again)."""
+    return Response(json.dumps(payload, allow_nan=False).encode(), media_type="application/json")
