@@ -83,3 +83,19 @@ def test_record_rejects_unknown_stop_reason():
     data["stop_reason"] = "exploded"
     with pytest.raises(ValueError, match="stop_reason"):
         TrialRecord.from_json(data)
+
+
+def test_reading_what_was_appended_leaves_a_line_still_being_written_for_the_next_read(tmp_path):
+    path = tmp_path / "history.jsonl"
+    store = HistoryStore(path)
+    store.extend([rec(0), rec(1)])
+    records, offset = store.read_from(0)
+    assert [r.trial for r in records] == [0, 1] and offset == path.stat().st_size
+    line = (json.dumps(rec(2).to_json()) + "\n").encode()
+    with open(path, "ab") as f:
+        f.write(line[:10])  # a record half written
+    assert store.read_from(offset) == ([], offset)
+    with open(path, "ab") as f:
+        f.write(line[10:])
+    records, after = store.read_from(offset)
+    assert [r.trial for r in records] == [2] and after == path.stat().st_size

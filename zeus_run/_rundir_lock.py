@@ -92,6 +92,16 @@ def _lock_waiting(path: Path, wait: float) -> int:
         pause = min(pause * 2, 0.2)
 
 
+def is_held(path: Path) -> bool:
+    """Whether someone holds the run directory's lock now (taken and dropped at once to see)."""
+    try:
+        fd = _lock(path)
+    except RunDirBusy:
+        return True
+    os.close(fd)
+    return False
+
+
 def launcher_holds(path: Path) -> bool:
     """Whether ``.lock`` names a launcher (``zeus-run run``) as the holder, not a brief ask or tell."""
     words = _holder_words(path)

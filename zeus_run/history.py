@@ -109,6 +109,25 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
     return out
 
 
+def parse_appended(raw: bytes, label: str = "<history>") -> tuple[HistoryReadResult, int]:
+    """The records in the complete lines of ``raw`` (bytes appended to a history since an earlier read),
+    and how many bytes of ``raw`` they take.
+
+    A last line without its newline (still being written), or a last line that is no record
+    (a torn write, which the repair cuts), is left for the next read.
+
+    Raises:
+        HistoryError: A line before the last is not a record (its number counts from ``raw``'s start).
+    """
+    end = raw.rfind(b"\n") + 1
+    if end == 0:
+        return HistoryReadResult(), 0
+    records = parse_history(raw[:end], label, warn=False)
+    if records.torn is not None:
+        end = raw[:end].rstrip(b"\n").rfind(b"\n") + 1
+    return records, end
+
+
 def _ends_cleanly(f: BinaryIO) -> bool:
     """Whether the file ends with a record and its newline (read from its end: no need to read it whole)."""
     size = os.fstat(f.fileno()).st_size
@@ -151,6 +170,19 @@ class HistoryStore:
         if not os.path.lexists(self.path):
             return HistoryReadResult()
         return read_history(self.path, warn)
+
+    def read_from(self, offset: int) -> tuple[HistoryReadResult, int]:
+        """The records appended since byte ``offset`` (`parse_appended`), and the offset after them."""
+        if not os.path.lexists(self.path):
+            return HistoryReadResult(), offset
+        try:
+            with _fs.open_read(self.path) as f:
+                f.seek(offset)
+                raw = f.read()
+        except OSError as exc:
+            raise HistoryError(f"Cannot read history {str(self.path)!r}: {exc.strerror or exc}.") from exc
+        records, used = parse_appended(raw, str(self.path))
+        return records, offset + used
 
     def repair_tail(self) -> bool:
         """Make the file end cleanly so the next append starts on a fresh line.

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run import _fs
-from zeus_run.errors import RunDirBusy
 from zeus_run.history import HISTORY_NAME, HistoryStore
 from zeus_run.records import TrialRecord
 
@@ -165,7 +164,6 @@ class JoinDesk:
         self.on_more = on_more
         #: The trigger time of each recurrence run for a joiner.
         self.triggers: dict[int, str] = {}
-        self._lock = threading.Lock()
         self._holder = f"{os.getpid()}@{socket.gethostname() or '?'}"
 
     def claim(self) -> int:
@@ -176,33 +174,32 @@ class JoinDesk:
         except OSError:
             return 0
         added = 0
-        with self._lock:
-            for name in names:
-                req = _read(d / name)
-                if req is not None and _gone(req):
-                    withdraw(self.run_dir, req)  # a joiner that died waiting: nobody to run it for
-                    continue
-                target = d / name.replace(".json", _CLAIMED)
-                try:
-                    os.rename(d / name, target)  # the joiner's unlink and this rename: only one succeeds
-                except OSError:
-                    continue  # withdrawn meanwhile
-                if req is None or req.recurrences < 1:
-                    os.unlink(target)
-                    continue
-                granted = tuple(range(self.next, self.next + req.recurrences))
-                self.next += req.recurrences
-                for n in granted:
-                    self.triggers[n] = req.triggered_at
-                claimed = dataclasses.replace(req, granted=granted, holder=self._holder)
-                _fs.atomic_write(target, json.dumps(claimed.to_json()) + "\n")
-                logger.info(
-                    "a trigger from pid %d on %s joined this run: recurrence(s) %s run here for it",
-                    req.pid,
-                    req.host,
-                    _span(granted),
-                )
-                added += req.recurrences
+        for name in names:
+            req = _read(d / name)
+            if req is not None and _gone(req):
+                withdraw(self.run_dir, req)  # a joiner that died waiting: nobody to run it for
+                continue
+            target = d / name.replace(".json", _CLAIMED)
+            try:
+                os.rename(d / name, target)  # the joiner's unlink and this rename: only one succeeds
+            except OSError:
+                continue  # withdrawn meanwhile
+            if req is None or req.recurrences < 1:
+                os.unlink(target)
+                continue
+            granted = tuple(range(self.next, self.next + req.recurrences))
+            self.next += req.recurrences
+            for n in granted:
+                self.triggers[n] = req.triggered_at
+            claimed = dataclasses.replace(req, granted=granted, holder=self._holder)
+            _fs.atomic_write(target, json.dumps(claimed.to_json()) + "\n")
+            logger.info(
+                "a trigger from pid %d on %s joined this run: recurrence(s) %s run here for it",
+                req.pid,
+                req.host,
+                _span(granted),
+            )
+            added += req.recurrences
         if added:
             self.on_more(self.next - 1)
         return added
@@ -267,7 +264,7 @@ def wait_for(
         on_claim: Called once a launcher claimed the request (``granted`` set).
     """
     store = HistoryStore(run_dir / HISTORY_NAME)
-    seen = 0
+    offset = 0
     mine: list[TrialRecord] = []
     current = req
     announced = False
@@ -284,12 +281,11 @@ def wait_for(
                 )
                 on_claim(got)
                 announced = True
-        records = list(store.read(warn=False))
-        for r in records[seen:]:
+        records, offset = store.read_from(offset)  # what was appended since the last look
+        for r in records:
             if r.recurrence in current.granted:
                 mine.append(r)
                 on_record(r)
-        seen = len(records)
         ended = {r.recurrence for r in mine if r.reached}
         if current.granted and ended >= set(current.granted):
             forget(run_dir, current)
@@ -309,15 +305,3 @@ def wait_for(
             left = current.recurrences - len(ended)
             return JoinOutcome(current, mine, True, left)
         cancel.wait(POLL_S)
-
-
-def holder_alive(run_dir: Path) -> bool:
-    """Whether a launcher holds ``run_dir`` (takes and drops its lock to see)."""
-    from zeus_run._rundir_lock import _lock
-
-    try:
-        fd = _lock(run_dir)
-    except RunDirBusy:
-        return True
-    os.close(fd)
-    return False

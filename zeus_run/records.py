@@ -206,8 +206,9 @@ _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
 _INT_MIN.update(seen=0, draw=0, horizon=1)
-#: Number fields written as None when not finite (a required one reads back as infinity).
+#: Every field's name (`TrialRecord.to_json`).
 _FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
+#: Number fields written as None when not finite (a required one reads back as infinity).
 _FLOATS = tuple(f.name for f in dataclasses.fields(TrialRecord) if str(f.type).split(" ")[0] == "float")
 
 

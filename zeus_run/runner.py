@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run import joins
-from zeus_run._rundir_lock import launcher_holds
+from zeus_run._rundir_lock import is_held, launcher_holds
 from zeus_run.asktell._session import settle_asks
 from zeus_run.concurrent import SlotPool
 from zeus_run.contract import StopReason
@@ -275,8 +275,8 @@ def _join(
 
     def claimed(got: joins.JoinRequest) -> None:
         done = position(list(store.read(warn=False))).completed
-        energy = f"measured by the launcher it joined ({got.holder})"
-        lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, energy, done)
+        measured = f"measured by the launcher it joined ({got.holder})"
+        lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, measured, done)
 
     req = joins.request(path, k, trigger)
     logger.info(
@@ -287,7 +287,7 @@ def _join(
         k,
     )
     with _signals_to(cancel) as signum:
-        outcome = joins.wait_for(path, req, lambda: joins.holder_alive(path), lst.on_trial_end, cancel, claimed)
+        outcome = joins.wait_for(path, req, lambda: is_held(path), lst.on_trial_end, cancel, claimed)
     if outcome.interrupted is not None:
         raise _interrupted(signum[0], path, outcome.interrupted)
     if outcome.holder_gone and outcome.left > 0:

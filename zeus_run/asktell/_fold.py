@@ -26,7 +26,7 @@ from pathlib import Path
 from zeus_run import _fs
 from zeus_run.engine import Engine
 from zeus_run.errors import HistoryError
-from zeus_run.history import HISTORY_NAME, parse_history, read_history
+from zeus_run.history import HISTORY_NAME, parse_appended, read_history
 from zeus_run.ledger import Ledger
 
 #: Jobs whose fold one process keeps.
@@ -101,24 +101,16 @@ def _catch_up(history: Path, fold: JobFold) -> JobFold:
             fold = JobFold(fold.engine, Ledger(fold.engine))
         f.seek(fold.offset)
         new = f.read()
-    end = new.rfind(b"\n") + 1  # complete lines only (a torn last line waits for the repair)
-    if end == 0:
-        fold.file_id = file_id
-        return fold
-    chunk = new[:end]
     try:
-        records = parse_history(chunk, str(history), warn=False)
+        records, end = parse_appended(new, str(history))
     except HistoryError:
         read_history(history, warn=False)  # the same error, with the line number in the whole file
         raise
-    if records.torn is not None:  # a last line that is no record: left for the repair, as a full read leaves it
-        end = chunk.rstrip(b"\n").rfind(b"\n") + 1
-        chunk = chunk[:end]
     fold.ledger.extend(records)
     fold.recorded.update(r.trial for r in records)
     fold.file_id = file_id
     fold.offset += end
-    fold.tail = (fold.tail + chunk)[-_TAIL:]
+    fold.tail = (fold.tail + new[:end])[-_TAIL:]
     return fold
 
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,8 +54,6 @@ class JobService:
         self.workers = workers
         self._turns: dict[str, asyncio.Lock] = {}  # used on the event loop's thread only
         self._limiters: tuple[anyio.CapacityLimiter, anyio.CapacityLimiter] | None = None
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
 
     async def run(self, name: str | None, call: Callable[[], T], quick: bool = False) -> T:
         """Run ``call`` (a blocking method of this service) on a worker, after the job's earlier requests.
@@ -103,7 +99,7 @@ class JobService:
             )
         spec = dataclasses.replace(spec, run_dir=path)
         # A brief holder, as an ask: another worker process may register or ask at the same moment.
-        with self._job_lock(name), RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
+        with RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
             diffs, _ = compatibility(path, spec)
             if diffs:
                 raise ApiError(
@@ -132,24 +128,21 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        with self._job_lock(name):
-            decision = asktell.ask(path, host=host)
+        decision = asktell.ask(path, host=host)
         return decision.to_json()
 
     def heartbeat(self, name: str, token: str) -> float:
         from zeus_run import asktell
 
         path = self._existing(name)
-        with self._job_lock(name):
-            return float(asktell.heartbeat(path, token))
+        return float(asktell.heartbeat(path, token))
 
     def report(self, name: str, token: str, body: EpochReport) -> ReportAnswer:
         from zeus_run import asktell
 
         path = self._existing(name)
         metric = float("nan") if body.metric is None else body.metric
-        with self._job_lock(name):
-            reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy)
+        reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy)
         if reason is None:
             return ReportAnswer(stop=False, converged=False, reason=None, message="go on")
         converged = reason is StopReason.TARGET_REACHED
@@ -159,16 +152,14 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        with self._job_lock(name):
-            record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
+        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
         return record.to_json()
 
     def fail(self, name: str, token: str, body: Fail) -> dict[str, Any]:
         from zeus_run import asktell
 
         path = self._existing(name)
-        with self._job_lock(name):
-            record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message)
+        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message)
         return record.to_json()
 
     # -- helpers ---------------------------------------------------------------------
@@ -181,10 +172,3 @@ class JobService:
                 "unknown_job",
             )
         return path
-
-    @contextmanager
-    def _job_lock(self, name: str) -> Iterator[None]:
-        with self._locks_guard:
-            lock = self._locks.setdefault(name, threading.Lock())
-        with lock:
-            yield
