@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
+from tests.cli.test_join import wait_until
 from tests.server.helpers import ServerProcess
-from tests.server.test_server_jobs import CLIENTS_TIMEOUT_S, TOKEN, check_complete, clients, demo_spec, finish, records
+from tests.server.test_server_jobs import TOKEN, check_complete, clients, demo_spec, finish, records
 
 
 def start(tmp_path: Path, port: int = 0) -> ServerProcess:
@@ -25,13 +25,6 @@ def workers(pid: int) -> list[int]:
             return [int(x) for x in f.read().split()]
     except OSError:
         return []
-
-
-def wait_until(what: str, check) -> None:
-    deadline = time.monotonic() + CLIENTS_TIMEOUT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
