@@ -13,7 +13,7 @@ from tests.cli.test_run_cli import zeus
 from tests.test_faults import wait_for
 from zeus_run.asktell._lease import expires_at
 from zeus_run.errors import BUSY_EXIT_CODE, LEASE_EXPIRED_EXIT_CODE
-from zeus_run.rundir import read_running
+from zeus_run.rundir.store import read_running
 
 
 def write(tmp_path: Path, text: str) -> Path:

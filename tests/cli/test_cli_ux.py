@@ -352,7 +352,7 @@ def test_live_line_keeps_progress_whole_at_80_columns(write_spec):
     from rich.console import Console
 
     from zeus_run.cli._live import LiveRunView, make_run_view
-    from zeus_run.engine import TrialRequest
+    from zeus_run.engine.core import TrialRequest
     from zeus_run.optimizer import Decision
     from zeus_run.spec import load_spec
 

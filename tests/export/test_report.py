@@ -36,8 +36,8 @@ def test_report_is_self_contained_with_summary_tables_plot_and_audit(run_dir, tm
 def test_report_states_a_failed_audit(run_dir, tmp_path):
     import shutil
 
-    from zeus_run.jobs import load_job
-    from zeus_run.report import audit_text
+    from zeus_run.views.jobs import load_job
+    from zeus_run.views.report import audit_text
 
     copy = tmp_path / "edited"
     shutil.copytree(run_dir, copy)

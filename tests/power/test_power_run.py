@@ -15,10 +15,10 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
+from zeus_run.engine.runner import run_job
 from zeus_run.errors import PowerLimitPermissionError
 from zeus_run.optimizer.power_limit import best_power_limit
 from zeus_run.power import ProfileStore
-from zeus_run.runner import run_job
 from zeus_run.spec import parse_spec
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -128,7 +128,7 @@ def test_no_permission_stop_refuses_before_first_trial(tmp_path, monkeypatch):
 def test_restore_when_the_trial_raises(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     nv = FakeNvml([_gpu()])
-    import zeus_run.agent as agent
+    import zeus_run.trial.agent as agent
 
     def boom(*a, **k):
         runner_prof = a[4] if len(a) > 4 else k.get("profiler")
@@ -148,7 +148,7 @@ sys.path.insert(0, {tests!r})
 from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
 from zeus_run.errors import Interrupted
-from zeus_run.runner import run_job
+from zeus_run.engine.runner import run_job
 from zeus_run.spec import parse_spec
 spec = parse_spec(open({spec!r}).read())
 nv = FakeNvml([FakeGpu(min_mw=150_000, max_mw=300_000, limit_mw=250_000, power_fn=lambda t, l: min(l, 220.0))],

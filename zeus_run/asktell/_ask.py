@@ -1,10 +1,10 @@
 """``ask``: reserve the next trial of a job whose training someone else launches.
 
-The decision is the engine's (`zeus_run.engine.Ledger`), taken on the history
+The decision is the engine's (`zeus_run.engine.core.Ledger`), taken on the history
 folded so far with the other asks in flight, under the rule ``concurrency: N``
 uses: while pruning waits for a result, another ask gets the best known batch
 size. The ask is recorded in ``running.json`` with everything the engine
-decided (as a launcher records a trial in flight), so `zeus_run.replay.audit`
+decided (as a launcher records a trial in flight), so `zeus_run.engine.replay.audit`
 re-derives it, and the trial's directory gets the agent's ``plan.json``
 (`zeus-run exec` runs it).
 """
@@ -25,7 +25,7 @@ from zeus_run.contract import ASK_EXECUTOR, Env, TrialFiles
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy
 from zeus_run.executors._base import prepare
-from zeus_run.resume import choose_run_dir
+from zeus_run.rundir.resume import choose_run_dir
 from zeus_run.spec import JobSpec
 
 

@@ -44,9 +44,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from zeus_run.early_stop import EarlyStopRule
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer.early_stop import EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
         revision: 2 (current): exploration is valued over the recurrences left, and the robust
-            early stop (`zeus_run.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
+            early stop (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
             early stop (how runs recorded before revision 2 replay).
         """
         super().__init__(batch_sizes, default_batch_size, seed)

@@ -76,7 +76,7 @@ class OptimizerSettings:
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
         revision: Revision of ``zeus-voi``'s rules: 2 plans exploration over the recurrences
-            left and uses the robust early stop (`zeus_run.early_stop`); 1 is how runs recorded
+            left and uses the robust early stop (`zeus_run.optimizer.early_stop`); 1 is how runs recorded
             before revision 2 replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
     """
 
@@ -362,7 +362,7 @@ class JobSpec:
 
 
 #: Settings that change what the optimizer has learned. A history recorded
-#: under different values cannot be resumed (see `zeus_run.runner`).
+#: under different values cannot be resumed (see `zeus_run.engine.runner`).
 DECISION_FIELDS = (
     "batch_sizes",
     "default_batch_size",

@@ -1,7 +1,7 @@
 """Running several trials at once: the executor contract the engine drives, and three adapters.
 
-With ``concurrency: N`` the engine (`zeus_run.engine.Engine`) keeps up to N
-recurrences in flight through a `zeus_run.engine.TrialExecutor`, an object with
+With ``concurrency: N`` the engine (`zeus_run.engine.core.Engine`) keeps up to N
+recurrences in flight through a `zeus_run.engine.core.TrialExecutor`, an object with
 two methods::
 
     executor.start(request)        # begin the trial; return at once
@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, overload
 from zeus_run.records import TrialRecord
 
 if TYPE_CHECKING:
-    from zeus_run.engine import Executor, TrialRequest
+    from zeus_run.engine.core import Executor, TrialRequest
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ SlotExecutor = Callable[["TrialRequest", int], TrialRecord]
 
 
 class InOrder:
-    """A serial executor as a `zeus_run.engine.TrialExecutor`: trials run one at a time, in start order.
+    """A serial executor as a `zeus_run.engine.core.TrialExecutor`: trials run one at a time, in start order.
 
     ``start`` only queues the request; ``wait_any`` runs the oldest queued one.
     With one recurrence in flight this is exactly the serial loop.

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from zeus_run.optimizer import Observation
 from zeus_run.records import TrialRecord
 
 
@@ -66,6 +67,16 @@ def best_known(converged: dict[int, tuple[float, int]], default: int) -> int:
     return min(converged, key=lambda b: (converged[b][0] / converged[b][1], b))
 
 
-def observations(records: Iterable[TrialRecord]):
+def observation_of(record: TrialRecord) -> Observation | None:
+    """What the optimizer learns from a trial, or None if it learns nothing.
+
+    The one mapping from a record to an observation: records know nothing of the optimizer.
+    """
+    if not record.observed:
+        return None
+    return Observation(record.batch_size, record.cost, record.reached, record.probe is not False)
+
+
+def observations(records: Iterable[TrialRecord]) -> list[Observation]:
     """The optimizer's observations, in order."""
-    return [o for o in (r.observation for r in records) if o is not None]
+    return [o for o in (observation_of(r) for r in records) if o is not None]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
-from zeus_run.summary import EXPLORING_STAGES, Summary, recurrence_rows, summarize
+from zeus_run.views.summary import EXPLORING_STAGES, Summary, recurrence_rows, summarize
 
 if TYPE_CHECKING:
     from zeus_run.accounting import Accounting

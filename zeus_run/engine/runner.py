@@ -2,8 +2,8 @@
 
 This is the library API behind ``zeus-run run``; tests call `run_job` directly.
 `run_job` only orchestrates: the run directory is chosen and recovered by
-`zeus_run.resume`, trials are run by an executor (`zeus_run.executors`), and
-the engine (`zeus_run.engine`) decides what to run.
+`zeus_run.rundir.resume`, trials are run by an executor (`zeus_run.executors`), and
+the engine (`zeus_run.engine.core`) decides what to run.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zeus_run import joins
-from zeus_run._rundir_lock import is_held, launcher_holds
 from zeus_run.asktell._session import settle_asks
-from zeus_run.concurrent import SlotPool
 from zeus_run.contract import StopReason
 from zeus_run.energy import EnergySource
-from zeus_run.engine import Engine, TimedExecutor, TrialExecutor, TrialRequest
+from zeus_run.engine.concurrent import SlotPool
+from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
+from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.position import position
 from zeus_run.errors import Interrupted, RunDirBusy
 from zeus_run.executors import (
     EXECUTORS,
@@ -38,16 +38,16 @@ from zeus_run.executors import (
 )
 from zeus_run.executors._base import command, marker, now
 from zeus_run.export import LiveExports
-from zeus_run.history import HISTORY_NAME, HistoryStore
-from zeus_run.joins import JoinDesk
-from zeus_run.knobs import Knobs
-from zeus_run.position import position
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
-from zeus_run.resume import choose_run_dir, recover, request_of
-from zeus_run.rundir import RunDir, remove_if_unused
+from zeus_run.rundir import joins
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.joins import JoinDesk
+from zeus_run.rundir.lock import is_held, launcher_holds
+from zeus_run.rundir.resume import choose_run_dir, recover, request_of
+from zeus_run.rundir.store import RunDir, remove_if_unused
 from zeus_run.spec import JobSpec
-from zeus_run.trial import preflight, trial_environment
+from zeus_run.trial.run import preflight, trial_environment
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def run_job(
         except RunDirBusy:
             if next_recurrences is None or spec.concurrency < 2 or not launcher_holds(path):
                 raise
-            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.joins`).
+            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
             return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
         if created:  # a run that fails before recording anything leaves no empty run directory
             stack.callback(remove_if_unused, rd)

@@ -3,9 +3,9 @@
 Top: each job's saving so far against always running its default batch size,
 after every recurrence (cumulative cost of its recurrences against the default's
 mean cost times their number). Bottom: each job's saving of cost, energy and
-time over its whole history. Figures come from `zeus_run.summary` through
-`zeus_run.jobs.JobView`; matplotlib (the ``plot`` extra) is loaded as in
-`zeus_run.plot`.
+time over its whole history. Figures come from `zeus_run.views.summary` through
+`zeus_run.views.jobs.JobView`; matplotlib (the ``plot`` extra) is loaded as in
+`zeus_run.views.plot`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from itertools import accumulate
 from pathlib import Path
 
 from zeus_run.errors import UsageError
-from zeus_run.jobs import JobView
-from zeus_run.plot import DPI, load_matplotlib, plot_target
+from zeus_run.views.jobs import JobView
+from zeus_run.views.plot import DPI, load_matplotlib, plot_target
 
 #: Image size (unit: inches).
 FIGSIZE = (9.0, 8.0)

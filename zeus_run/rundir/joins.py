@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run import _fs
-from zeus_run.history import HISTORY_NAME, HistoryStore
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 
 logger = logging.getLogger(__name__)
 

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zeus_run.concurrent import Clocked
 from zeus_run.contract import StopReason
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
-from zeus_run.engine import Executor, TrialRequest
+from zeus_run.engine.concurrent import Clocked
+from zeus_run.engine.core import Executor, TrialRequest
+from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.ledger import Ledger
 from zeus_run.errors import ConvergenceError
-from zeus_run.knobs import Knobs
-from zeus_run.ledger import Ledger
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 
@@ -70,7 +70,7 @@ class AuditResult:
 def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[TrialRecord] = ()) -> AuditResult:
     """Check that re-folding the history reproduces every recorded decision.
 
-    A `zeus_run.engine.Ledger` is driven through the history: decisions are
+    A `zeus_run.engine.core.Ledger` is driven through the history: decisions are
     re-derived in the order their trials started, each after folding the
     records it had seen (``seen``; a record without it, as serial runs write,
     saw every record before it), with the trials then in flight. The engine's
@@ -89,7 +89,7 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
         knobs: The settings it was recorded under.
         in_flight: Trials still in flight when the history was read (``running.json``: a
             resumed launcher adopted them, or one is running), as records of their decision
-            (`zeus_run.resume.pending_records`). Their decisions are checked too, in start
+            (`zeus_run.rundir.resume.pending_records`). Their decisions are checked too, in start
             order, but they are never folded: the history has no outcome of theirs yet.
     """
     everything = [*records, *in_flight]
@@ -218,7 +218,7 @@ def empirical_paths(records: Sequence[TrialRecord], knobs: Knobs) -> dict[int, l
 
 
 class EmpiricalExecutor:
-    """Runs trials on recorded paths (an `zeus_run.engine.Executor`).
+    """Runs trials on recorded paths (an `zeus_run.engine.core.Executor`).
 
     The k-th trial of a batch size replays the k-th recorded trial of it (then
     they repeat in order). Under the recorded conditions (same threshold, eta,

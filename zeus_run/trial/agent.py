@@ -1,8 +1,8 @@
 """The trial agent: runs one trial next to its training script and leaves the outcome in the trial's directory.
 
-    python -m zeus_run.agent PLAN.json
+    python -m zeus_run.trial.agent PLAN.json
 
-The agent does, where the trial runs, everything `zeus_run.trial` does: it
+The agent does, where the trial runs, everything `zeus_run.trial.run` does: it
 starts the command in its own session, measures energy, reads epochs from the
 event log or the regex, and enforces the stop rules and the cost threshold
 locally, so no decision waits on a round trip to the launcher. The local
@@ -22,11 +22,11 @@ Files in the trial's directory (``AgentPlan.dir``):
                 knows the agent is gone, or cannot write where the launcher reads)
 ``epochs.jsonl``  one JSON line per counted epoch: ``epoch``, ``metric``, ``time`` (s),
                 ``energy`` (J), ``cost`` (J) since the trial started
-``outcome.json``  `zeus_run.trial.TrialOutcome` as JSON, written atomically when the
+``outcome.json``  `zeus_run.trial.run.TrialOutcome` as JSON, written atomically when the
                 trial is over: its presence means the trial is done
 ==============  ===================================================================
 
-Exit status of ``python -m zeus_run.agent``: 0 when the outcome was written,
+Exit status of ``python -m zeus_run.trial.agent``: 0 when the outcome was written,
 2 when the plan cannot be read, 3 when the command could not be started (the
 reason is on stderr and in ``outcome.json``'s ``message``).
 """
@@ -51,7 +51,7 @@ from typing import Any
 from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan, write_heartbeat
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError, ZeusRunError
-from zeus_run.trial import NullListener, TrialListener, TrialProfiler, run_trial
+from zeus_run.trial.run import NullListener, TrialListener, TrialProfiler, run_trial
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def run_agent(
         energy: Source of energy readings.
         listener: Receives output lines and epoch progress.
         cancel: When set, the trial is stopped promptly and reported as ``interrupted``.
-        profiler: Power-limit profiler (see `zeus_run.trial.run_trial`).
+        profiler: Power-limit profiler (see `zeus_run.trial.run.run_trial`).
         heartbeat: Keep the ``heartbeat`` file (an agent in the launcher's own process needs none).
 
     Raises:
@@ -306,11 +306,11 @@ def _signals_to(cancel: threading.Event) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m zeus_run.agent PLAN.json``."""
+    """``python -m zeus_run.trial.agent PLAN.json``."""
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="zeus-run agent: %(message)s")
     if len(args) != 1:
-        print("usage: python -m zeus_run.agent PLAN.json", file=sys.stderr)
+        print("usage: python -m zeus_run.trial.agent PLAN.json", file=sys.stderr)
         return 2
     try:
         plan = AgentPlan.from_json(json.loads(Path(args[0]).read_text(encoding="utf-8")))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from zeus_run.engine import Engine
+from zeus_run.engine.core import Engine
 from zeus_run.errors import HistoryError
 from zeus_run.objective import Objective, charge_for
 from zeus_run.optimizer import PowerLimitMeasurement, make_optimizer

@@ -8,7 +8,7 @@ import signal
 import threading
 from typing import Any
 
-from zeus_run.events import EpochEvent, RegexMetricReader
+from zeus_run.trial.events import EpochEvent, RegexMetricReader
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""Choosing a run directory, and picking a run up after a crash: the resume policy over `zeus_run.rundir` (storage).
+"""Choosing a run directory, and picking a run up after a crash: the resume policy over `zeus_run.rundir.store` (storage).
 
 * `choose_run_dir`: the spec's run directory, resumed when its stored spec
   agrees on every decision setting (`compatibility`); otherwise refused, or a
   sibling (the one an earlier ``--force`` started for this spec, if any).
   Without a stored spec the history itself is checked (`history_mismatches`):
-  a replay of every decision under `zeus_run.knobs.Knobs.from_spec`.
+  a replay of every decision under `zeus_run.engine.knobs.Knobs.from_spec`.
 * `recover`: read the history (cutting a torn tail) and, if the launcher died
   with trials in flight (``running.json`` is still there), let the executors
   adopt every trial that goes on or has already written its outcome, and record
@@ -24,14 +24,14 @@ from typing import Any
 
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles
 from zeus_run.cost import zeus_cost
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.replay import audit
 from zeus_run.errors import HistoryError, RunDirError
-from zeus_run.history import HISTORY_NAME, HistoryStore
-from zeus_run.knobs import Knobs
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
-from zeus_run.replay import audit
-from zeus_run.rundir import SPEC_NAME, RunDir, fresh_sibling, read_running, read_stored_spec
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running, read_stored_spec
 from zeus_run.spec import DECISION_FIELDS, JobSpec
 
 logger = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
 
     Decisions stay reproducible: a record's place in ``history.jsonl`` is the order
     it was folded in, and a concurrent record carries how many records its decision
-    had seen (``seen``) and the trials then in flight, so `zeus_run.replay.audit`
+    had seen (``seen``) and the trials then in flight, so `zeus_run.engine.replay.audit`
     re-derives each decision whatever order the adopted trials end in.
 
     Args:
@@ -303,7 +303,7 @@ def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
 
 def pending_records(path: Path, records: list[TrialRecord]) -> list[TrialRecord]:
     """The trials a run directory's ``running.json`` names that ``records`` do not hold yet, as records of
-    their decision (for `zeus_run.replay.audit`'s ``in_flight``)."""
+    their decision (for `zeus_run.engine.replay.audit`'s ``in_flight``)."""
     recorded = {r.trial for r in records}
     job = records[0].job if records else ""
     return [_marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]

@@ -1,7 +1,7 @@
 """A self-contained HTML report of one run directory, to mail or attach to a ticket.
 
-`write_report` renders, from the library's own views (`zeus_run.jobs.load_job`,
-`zeus_run.summary`, `zeus_run.plot.plot_history`, `zeus_run.replay.audit`):
+`write_report` renders, from the library's own views (`zeus_run.views.jobs.load_job`,
+`zeus_run.views.summary`, `zeus_run.views.plot.plot_history`, `zeus_run.engine.replay.audit`):
 the headline summary, the per-batch-size table, the recurrences, the plot
 embedded as a PNG ``data:`` URI, and the result of the decision audit. The file
 loads nothing from anywhere: no scripts, fonts, stylesheets or images outside it.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from zeus_run import _fs
 from zeus_run.errors import HistoryError
-from zeus_run.jobs import JobView, load_job, outcome_text
-from zeus_run.plot import PlotUnavailableError, plot_history
-from zeus_run.summary import Summary, recurrence_rows
+from zeus_run.views.jobs import JobView, load_job, outcome_text
+from zeus_run.views.plot import PlotUnavailableError, plot_history
+from zeus_run.views.summary import Summary, recurrence_rows
 
 _CSS = """
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 60em; }
@@ -110,7 +110,7 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
 
 def audit_text(job: JobView) -> tuple[bool, str]:
     """Whether the decision audit passed, and what it says."""
-    from zeus_run.replay import Knobs, audit
+    from zeus_run.engine.replay import Knobs, audit
 
     try:
         knobs = Knobs.from_run_dir(job.run_dir)
@@ -124,7 +124,7 @@ def audit_text(job: JobView) -> tuple[bool, str]:
 
 def plot_png(job: JobView) -> bytes | None:
     """The run's plot as PNG bytes, None without matplotlib."""
-    from zeus_run.jobs import default_batch_size_of
+    from zeus_run.views.jobs import default_batch_size_of
 
     with tempfile.TemporaryDirectory(prefix="zeus-run-report-") as tmp:
         try:

@@ -6,7 +6,7 @@ The engine knows nothing about processes or traces: an *executor* turns a
 far, so starting, resuming and replaying are one code path.
 
 Up to ``concurrency`` recurrences can be in flight (`Engine`); their trials
-run through a `TrialExecutor` (`zeus_run.concurrent` has adapters). Records
+run through a `TrialExecutor` (`zeus_run.engine.concurrent` has adapters). Records
 are folded in the order trials end, which is the order of ``history.jsonl``.
 With one recurrence in flight this is the serial loop: each decision has seen
 every record before it, and the records carry no concurrency fields.
@@ -26,7 +26,7 @@ The rule while several recurrences are in flight (the Zeus batch-size server's
   when the trial starts.
 
 Each concurrent record carries what its decision had seen (``seen``,
-``in_flight``, ``draw``, ``probe``), so `zeus_run.replay.audit` re-derives
+``in_flight``, ``draw``, ``probe``), so `zeus_run.engine.replay.audit` re-derives
 every decision exactly.
 """
 
@@ -37,14 +37,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from zeus_run.concurrent import InOrder
-from zeus_run.config_errors import unobserve_config_error
 from zeus_run.contract import StopReason
+from zeus_run.engine.concurrent import InOrder
+from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.request import TrialRequest
 from zeus_run.errors import ConvergenceError, ZeusRunError
-from zeus_run.ledger import Ledger
 from zeus_run.optimizer import BatchSizeOptimizer
 from zeus_run.records import TrialRecord
-from zeus_run.request import TrialRequest
+from zeus_run.trial.classify import unobserve_config_error
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ Executor = Callable[[TrialRequest], TrialRecord]
 
 @runtime_checkable
 class TrialExecutor(Protocol):
-    """Runs several trials at once for the engine (see `zeus_run.concurrent` for the contract and adapters).
+    """Runs several trials at once for the engine (see `zeus_run.engine.concurrent` for the contract and adapters).
 
     The engine calls both methods from one thread, starts at most
     ``concurrency`` trials before waiting, and waits only while one is in flight.
@@ -75,7 +75,7 @@ class TimedExecutor(TrialExecutor, Protocol):
         """`wait_any`, giving up after ``timeout`` seconds (None: never) with None."""
 
 
-#: How often a run with a free slot looks for triggers that joined it (unit: s; `zeus_run.joins`).
+#: How often a run with a free slot looks for triggers that joined it (unit: s; `zeus_run.rundir.joins`).
 JOIN_POLL_S = 0.5
 
 
@@ -153,10 +153,10 @@ class Engine:
             on_record: Called with each new record right after its trial ends, before
                 anything new starts (the runner persists it here).
             adopted: Trials in flight that a dead launcher started and that go on
-                (`zeus_run.resume.recover`): they are started again first (the executor
+                (`zeus_run.rundir.resume.recover`): they are started again first (the executor
                 takes each over), in trial order, and fill slots like any other.
             more: Asked, when a slot is free and every recurrence is started, for more
-                recurrences to run (triggers that joined the run, `zeus_run.joins`); returns
+                recurrences to run (triggers that joined the run, `zeus_run.rundir.joins`); returns
                 how many, added past ``recurrences``.
 
         Returns:
@@ -167,10 +167,10 @@ class Engine:
         Raises:
             ConvergenceError: The first recurrence did not converge, or a
                 recurrence used up ``max_tries`` (raised once the trials in flight have ended).
-            zeus_run.config_errors.ConfigurationError: A trial failed because of the spec
+            zeus_run.trial.classify.ConfigurationError: A trial failed because of the spec
                 (recorded as ``config_error``; raised once the trials in flight have ended).
             Exception: Whatever the executor raises, at once; trials it still runs are its own
-                to stop (see `zeus_run.concurrent`).
+                to stop (see `zeus_run.engine.concurrent`).
         """
         executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
         ledger = Ledger.from_history(self, history, adopted)

@@ -1,4 +1,4 @@
-"""Locking a run directory, waiting for brief holders, and naming the holder (`zeus_run.rundir.RunDir.open`).
+"""Locking a run directory, waiting for brief holders, and naming the holder (`zeus_run.rundir.store.RunDir.open`).
 
 The holder locks the directory itself (``flock`` on its fd; a lock file where
 directories cannot be locked) and writes ``.lock``: pid, host, since (UTC) and

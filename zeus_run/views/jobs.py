@@ -1,12 +1,12 @@
 """Many jobs at once: a run directory read as one job, and one line per job.
 
 `load_job` reads a run directory (real, simulated or replayed) into a `JobView`:
-its records, their `zeus_run.summary.Summary` and what a dashboard shows of it
+its records, their `zeus_run.views.summary.Summary` and what a dashboard shows of it
 (current batch size and power limit, the last recurrence and its outcome).
 `expand_run_dirs` turns command-line arguments (run directories, or folders
 holding them) into run directories; `job_rows` and `total_row` are the lines
 of ``zeus-run history runs/*``. Exporters (`zeus_run.export`) and the HTML
-report (`zeus_run.report`) read jobs through here too, so every view shows
+report (`zeus_run.views.report`) read jobs through here too, so every view shows
 the same figures.
 
 This module is imported by the command line's help, so it imports only the
@@ -25,9 +25,9 @@ from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
     from zeus_run.records import TrialRecord
-    from zeus_run.summary import Summary
+    from zeus_run.views.summary import Summary
 
-#: The history file's name in a run directory (`zeus_run.history.HISTORY_NAME`).
+#: The history file's name in a run directory (`zeus_run.rundir.history.HISTORY_NAME`).
 _HISTORY = "history.jsonl"
 
 
@@ -134,8 +134,8 @@ def load_job(run_dir: Path) -> JobView:
         HistoryError: No readable history.
         UsageError: The history has no trial yet.
     """
-    from zeus_run.history import read_history
-    from zeus_run.summary import summarize
+    from zeus_run.rundir.history import read_history
+    from zeus_run.views.summary import summarize
 
     records = tuple(read_history(run_dir))
     if not records:

@@ -7,8 +7,8 @@ Layout::
       history.jsonl      one JSON record per trial (append-only)
       trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
       running.json       present only while a trial runs (crash marker)
-      joins/             requests of --next triggers that joined the launcher (`zeus_run.joins`)
-      .lock              the holder: pid, host, since (UTC), role (`zeus_run._rundir_lock`)
+      joins/             requests of --next triggers that joined the launcher (`zeus_run.rundir.joins`)
+      .lock              the holder: pid, host, since (UTC), role (`zeus_run.rundir.lock`)
 
 The launcher holding a run locks the directory itself (``flock`` on its fd),
 which no one can delete from under it; ``.lock`` only names the holder. Run
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run import _fs
-from zeus_run._rundir_lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
 from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_from_json, markers_to_json
 from zeus_run.errors import RunDirError
-from zeus_run.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
 from zeus_run.spec import JobSpec
 from zeus_run.spec._yaml import YamlLimitError, load_yaml
 

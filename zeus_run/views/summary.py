@@ -11,7 +11,7 @@ replayed alike), so the CLI only renders and tests call these directly:
   the default batch size's mean (the figure that says what zeus-run saves per
   run from now on, which the whole-history total hides while exploration is
   young);
-* `recommend` (`zeus_run.recommend`): the setting to use (batch size, learning rate, power limit);
+* `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
 * `failure_reason`: a crashed trial's cause, from the tail of its log;
 * `summarize`: all of it, plus totals and savings against always running the default.
 """
@@ -24,8 +24,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from zeus_run.contract import StopReason, crash_cause
-from zeus_run.recommend import Belief, Recommendation, recommend
 from zeus_run.records import TrialRecord
+from zeus_run.views.recommend import Belief, Recommendation, recommend
 
 #: Recurrences in the steady-state figure (the most recent ones after exploration).
 STEADY_WINDOW = 5
@@ -171,7 +171,7 @@ class Summary:
         steady: `SteadyState`, None while exploring or before a recurrence after it.
         recommendation: `Recommendation`, None before anything converged.
         slow: Recurrences that ran slow across the board, not charged to a batch size
-            (recurrence -> slowdown; `zeus_run.early_stop`), when the optimizer's belief was given.
+            (recurrence -> slowdown; `zeus_run.optimizer.early_stop`), when the optimizer's belief was given.
         provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
         after_time, after_energy: Time and energy the scripts spent after the point they were
             judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
@@ -307,7 +307,7 @@ def steady_state(
 ) -> SteadyState | None:
     """Mean cost of the last ``window`` converged recurrences after exploration ended.
 
-    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.early_stop`) are left
+    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.optimizer.early_stop`) are left
     out, unless every recurrence after exploration was slow: the figure is about the
     batch size chosen, not about tonight's load.
 
@@ -374,7 +374,7 @@ def summarize(
         default_batch_size: b0; when None, the batch size of the first trial
             (zeus-run always starts there).
         steady_window: Recurrences in the steady-state figure.
-        belief: What the optimizer favours (`zeus_run.recommend.believed_best`), if known.
+        belief: What the optimizer favours (`zeus_run.views.recommend.believed_best`), if known.
     """
     if default_batch_size is None and records:
         default_batch_size = records[0].batch_size

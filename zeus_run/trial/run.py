@@ -6,7 +6,7 @@ in the launcher or in an agent beside the script. It needs only an energy
 source (and, optionally, a power-limit profiler) from its caller.
 
 The script runs in a session of its own, its environment marked with the
-trial's token (`zeus_run.proctree`). Its output is streamed, chunk by chunk and
+trial's token (`zeus_run.trial.proctree`). Its output is streamed, chunk by chunk and
 never blocking, to the trial's log file and to a listener. The launcher reads
 each finished epoch's metric (event log or regex), measures time and energy
 at every epoch boundary, and decides to stop the trial when the target is
@@ -47,12 +47,12 @@ from zeus_run import _fs
 from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
-from zeus_run.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
-from zeus_run.launch import preflight, trial_environment
-from zeus_run.meter import Meter
-from zeus_run.metric_regex import REGEX_LINE_LIMIT, BoundedRegex
-from zeus_run.proctree import ProcessTree
-from zeus_run.trial_log import TrialLog, log_tail
+from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
+from zeus_run.trial.launch import preflight, trial_environment
+from zeus_run.trial.log import TrialLog, log_tail
+from zeus_run.trial.meter import Meter
+from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, BoundedRegex
+from zeus_run.trial.proctree import ProcessTree
 
 logger = logging.getLogger(__name__)
 

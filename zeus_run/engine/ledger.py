@@ -1,9 +1,9 @@
 """What the engine knows at a point of the history: the records folded, and the trials in flight.
 
-One `Ledger` drives a run (`zeus_run.engine.Engine.run`), an audit
-(`zeus_run.replay.audit`) re-derives every recorded decision with one, and a
+One `Ledger` drives a run (`zeus_run.engine.core.Engine.run`), an audit
+(`zeus_run.engine.replay.audit`) re-derives every recorded decision with one, and a
 server keeps one per job between requests (`zeus_run.asktell._fold`,
-`Ledger.branch`). It applies the rules of `zeus_run.engine`: see there for
+`Ledger.branch`). It applies the rules of `zeus_run.engine.core`: see there for
 the concurrent rule.
 """
 
@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from zeus_run.early_stop import SLOWDOWN, Pace
+from zeus_run.engine.position import best_known, observation_of
+from zeus_run.engine.request import TrialRequest
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
-from zeus_run.position import best_known
+from zeus_run.optimizer.early_stop import SLOWDOWN, Pace
 from zeus_run.records import TrialRecord
-from zeus_run.request import TrialRequest
 
 if TYPE_CHECKING:
-    from zeus_run.engine import Engine
+    from zeus_run.engine.core import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class _Recurrence:
 class Ledger:
     """What the engine knows: the records folded so far, in the order trials ended, and the trials in flight.
 
-    The engine keeps one while it runs; `zeus_run.replay.audit` drives one through a
+    The engine keeps one while it runs; `zeus_run.engine.replay.audit` drives one through a
     recorded history to re-derive each decision at the point it was taken.
 
     Args:
@@ -85,7 +85,7 @@ class Ledger:
         Args:
             engine: The engine whose rule it applies.
             history: The records, in the order they were folded.
-            adopted: Trials a dead launcher started that go on (`zeus_run.resume.recover`), each
+            adopted: Trials a dead launcher started that go on (`zeus_run.rundir.resume.recover`), each
                 with the request it was started with; none of them is in ``history``.
         """
         ledger = cls(engine)
@@ -134,12 +134,12 @@ class Ledger:
         if record.attempt >= r.attempt:
             r.attempt = record.attempt + 1
         self._open.add(record.recurrence)
-        obs = record.observation
+        obs = observation_of(record)
         if obs is not None:
             early = record.stop_reason.early_stop
             robust = self.engine.optimizer.early_stop.robust
             if early and robust:
-                r.pending.append(obs)  # judged when the recurrence ends (`zeus_run.early_stop`)
+                r.pending.append(obs)  # judged when the recurrence ends (`zeus_run.optimizer.early_stop`)
             else:
                 self._observe(self._settle(record, obs, r) if robust and record.reached else obs)
             r.tries += 1
@@ -160,7 +160,7 @@ class Ledger:
         self.observed += 1
 
     def _settle(self, record: TrialRecord, obs: Observation, r: _Recurrence) -> Observation:
-        """What ``record``, which ends recurrence ``r``, teaches (robust rule; `zeus_run.early_stop`).
+        """What ``record``, which ends recurrence ``r``, teaches (robust rule; `zeus_run.optimizer.early_stop`).
 
         If it ran its epochs `SLOWDOWN` times slower than its batch size's median, the
         whole recurrence ran slow: its early stops are dropped and its own cost is taken
@@ -234,7 +234,7 @@ class Ledger:
 
     def failure(self, record: TrialRecord) -> ConvergenceError | None:
         """The error that ends the run after ``record``, if any: the first recurrence did not converge at b0."""
-        if record.recurrence != 1 or record.reached or record.observation is None:
+        if record.recurrence != 1 or record.reached or observation_of(record) is None:
             return None
         if record.batch_size != self.engine.optimizer.default_batch_size:
             return None  # a retry after a crash with several in flight may run another one: it is just a try

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from zeus_run.records import TrialRecord
-    from zeus_run.summary import BatchSizeStats
+    from zeus_run.views.summary import BatchSizeStats
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Belief:
     Attributes:
         batch_size: The batch size it treats as best (None: no belief yet, or a policy without one).
         slow: Recurrences that ran slow across the board and were not charged to a batch size
-            (`zeus_run.early_stop`): recurrence -> slowdown factor.
+            (`zeus_run.optimizer.early_stop`): recurrence -> slowdown factor.
     """
 
     batch_size: int | None
@@ -75,7 +75,7 @@ def recommend(
     winner whose mean is above the default's gives way to the default.
 
     Args:
-        stats: Per batch size statistics (`zeus_run.summary.batch_size_stats`).
+        stats: Per batch size statistics (`zeus_run.views.summary.batch_size_stats`).
         default_mean_cost: The default's mean converged cost (unit: J), if it converged.
         default_batch_size: b0.
         belief: The batch size the optimizer favours (`believed_best`), if known.
@@ -118,9 +118,9 @@ def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief
 
     Returns ``Belief(None)`` when the run directory has no readable settings (an old or copied history).
     """
+    from zeus_run.engine.ledger import Ledger
+    from zeus_run.engine.replay import Knobs
     from zeus_run.errors import HistoryError
-    from zeus_run.ledger import Ledger
-    from zeus_run.replay import Knobs
 
     try:
         knobs = Knobs.from_run_dir(run_dir)
