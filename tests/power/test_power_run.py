@@ -64,7 +64,11 @@ def test_profiles_first_trial_persists_and_reuses(tmp_path, monkeypatch):
     assert len(res.new) == 2 and all(r.reached for r in res.new)
     store = ProfileStore(tmp_path / "run")
     prof = store.get(32)
-    assert [m.power_limit for m in prof] == [300, 250, 200, 150]
+    # Two recurrences are a short horizon: the sweep walks down from the maximum and may stop
+    # once two limits in a row measured costlier than the best (on a loaded host the fake's
+    # throughput is noisy), so it holds the first three limits or all four.
+    limits = [m.power_limit for m in prof]
+    assert len(limits) >= 3 and limits == [300, 250, 200, 150][: len(limits)]
     expected = best_power_limit(prof, 0.5, 300.0)
     assert [r.power_limit for r in res.new] == [expected, expected]
     assert [r.energy_method for r in res.new] == ["counter", "counter"]
