@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zeus_run import _fs
+from zeus_run.contract import StopReason
 from zeus_run.errors import HistoryError
 from zeus_run.views.jobs import JobView, load_job, outcome_text
 from zeus_run.views.plot import PlotUnavailableError, plot_history
@@ -41,6 +42,20 @@ def _j(v: float | None) -> str:
         if abs(v) >= scale:
             return f"{v / scale:.2f} {unit}"
     return f"{v:.1f} J"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def reason_text(stop_reason: str) -> str:
+    """A stop reason as people read it (``cost_threshold``: "stopped early: ..."); unknown words as they are."""
+    if stop_reason == StopReason.TARGET_REACHED:
+        return "reached the target"
+    try:
+        return StopReason(stop_reason).description
+    except ValueError:
+        return stop_reason
 
 
 def _pct(v: float | None) -> str:
@@ -70,7 +85,7 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
     rows = [
         ("job", f"{job.name} ({job.kind})"),
         ("recurrences converged / trials", f"{s.recurrences} / {s.trials}"),
-        ("last trial", f"{job.last_ended.isoformat(timespec='seconds')}: {outcome_text(job)}"),
+        ("last trial", f"{job.last_ended.isoformat(timespec='seconds')}: {reason_text(outcome_text(job))}"),
         ("current batch size", str(job.batch_size) + (f" at {job.power_limit:g} W" if job.power_limit else "")),
         (
             "exploration",
@@ -78,7 +93,7 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
         ),
         (
             "default batch size",
-            f"{s.default_batch_size}: mean cost {_j(s.default_mean_cost)} over {s.default_runs} runs",
+            f"{s.default_batch_size}: mean cost {_j(s.default_mean_cost)} over {_runs(s.default_runs)}",
         ),
         (
             "whole history against the default",
@@ -96,7 +111,7 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             f"batch size {rec.batch_size}"
             + (f", learning rate {rec.learning_rate:g}" if rec.learning_rate is not None else "")
             + (f", power limit {rec.power_limit:g} W" if rec.power_limit is not None else "")
-            + f" (mean cost {_j(rec.mean_cost)} over {rec.runs} runs, {_pct(rec.savings)})"
+            + f" (mean cost {_j(rec.mean_cost)} over {_runs(rec.runs)}, {_pct(rec.savings)})"
             if rec
             else "-",
         ),
@@ -139,6 +154,7 @@ def plot_png(job: JobView) -> bytes | None:
 def render_report(job: JobView) -> str:
     """The report's HTML text."""
     s = job.summary
+    est = "~" if s.estimated else ""
     ok, audit = audit_text(job)
     png = plot_png(job)
     stats = [
@@ -150,7 +166,7 @@ def render_report(job: JobView) -> str:
             _j(b.std_cost),
             "-" if b.mean_epochs is None else f"{b.mean_epochs:.1f}",
             "-" if b.mean_time is None else f"{b.mean_time:.2f} s",
-            _j(b.mean_energy),
+            est + _j(b.mean_energy) if b.mean_energy is not None else "-",
             " ".join(
                 n
                 for n, on in (
@@ -169,9 +185,9 @@ def render_report(job: JobView) -> str:
             ",".join(r.stages),
             r.epochs,
             f"{r.time:.2f} s",
-            _j(r.energy),
+            ("~" if r.estimated else "") + _j(r.energy),
             _j(r.cost),
-            ", ".join(r.outcomes),
+            ", ".join(reason_text(o) for o in r.outcomes),
         )
         for r in recurrence_rows(job.records)
     ]

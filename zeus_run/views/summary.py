@@ -18,6 +18,7 @@ replayed alike), so the CLI only renders and tests call these directly:
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
@@ -54,7 +55,7 @@ class RecurrenceRow:
         stages: Optimizer stage of each trial.
         reasons: Each trial's failure cause (`failure_reason`), None where it did not fail.
         power_limit: Power limit of the last trial (unit: W), if one was set.
-        date: UTC date (``YYYY-MM-DD``) of the recurrence's trigger, or of its first trial's start.
+        date: UTC date and time of day (``YYYY-MM-DD HH:MMZ``) of the recurrence's trigger, or of its first trial's start.
         stage: The recurrence's stage: its first try's (a fallback after an exploring try still explored).
     """
 
@@ -250,8 +251,17 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
 
 
 def _date(record: TrialRecord) -> str | None:
+    """``YYYY-MM-DD HH:MMZ`` (UTC) of the record's trigger, or of its start; None without either."""
     stamp = record.triggered_at or record.started_at
-    return stamp[:10] if stamp else None
+    if not stamp:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp[:16]
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%MZ")
 
 
 def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
