@@ -34,6 +34,7 @@ ap.add_argument("--pid-file", default="")
 ap.add_argument("--ignore-stop", action="store_true")
 ap.add_argument("--spam", type=int, default=0)
 ap.add_argument("--hold", default="")
+ap.add_argument("--hang-bs", type=int, default=0, help="at this batch size, hang after epoch 1 (a timeout ends it)")
 args = ap.parse_args()
 
 trial = Trial.from_env(batch_size=1, max_epochs=10, target_metric=0.9)
@@ -70,5 +71,8 @@ while True:
     else:
         print(f"epoch {epoch} done", flush=True)
         keep = trial.report(metric)
+    if args.hang_bs and bs == args.hang_bs:
+        while True:
+            time.sleep(1)
     if not keep and not args.ignore_stop:
         break
