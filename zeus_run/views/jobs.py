@@ -128,6 +128,32 @@ class JobView:
         return self.last.power_limit
 
     @property
+    def path(self) -> str:
+        """The run directory's absolute path: what tells apart two run directories of one job name."""
+        return str(self.run_dir.resolve())
+
+    @property
+    def state(self) -> str:
+        """``running`` (a launcher holds the run directory and the job's recurrences are not all done),
+        ``finished`` (all done, or idle after a recurrence that reached the target) or ``failed``
+        (idle after a recurrence that did not reach it)."""
+        from zeus_run.errors import ZeusRunError
+        from zeus_run.rundir.lock import is_held, launcher_holds
+        from zeus_run.views.summary import recurrence_rows
+
+        horizon = self.knobs.horizon if self.knobs is not None else None
+        if horizon is not None and self.summary.recurrences >= horizon:
+            return "finished"
+        try:
+            held = is_held(self.run_dir) and launcher_holds(self.run_dir)
+        except (OSError, ZeusRunError):  # an unreadable directory holds no launcher we could see
+            held = False
+        if held:
+            return "running"
+        rows = recurrence_rows(self.records)
+        return "finished" if rows and rows[-1].reached else "failed"
+
+    @property
     def exploring(self) -> bool:
         """Whether exploration is still going."""
         return self.summary.exploration is not None and self.summary.exploration.exploring
