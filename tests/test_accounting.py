@@ -44,14 +44,28 @@ RECORDS = [
 
 
 def test_constant_rates_and_saving_against_the_default():
-    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400, price_per_kwh=0.5, currency="EUR"), 8)
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400, price_per_kwh=0.5, currency="EUR"), 2 * KWH)
     assert acc is not None
-    assert acc.carbon_kg == pytest.approx(4 * 0.4) and acc.money == pytest.approx(4 * 0.5)
-    # Two converged recurrences at b0's 2 kWh each.
-    assert acc.default_carbon_kg == pytest.approx(4 * 0.4) and acc.money_saving == pytest.approx(0.0)
+    assert acc.carbon_g == pytest.approx(4 * 400) and acc.money == pytest.approx(4 * 0.5)
+    # Two converged recurrences at the baseline's 2 kWh each.
+    assert acc.default_carbon_g == pytest.approx(4 * 400) and acc.money_saving == pytest.approx(0.0)
     lines = acc.lines()
-    assert lines[0].startswith("Carbon: 1.6 kgCO2e vs 1.6 kgCO2e") and "EUR" in lines[1]
-    assert account(RECORDS, AccountingSettings(), 8) is None
+    assert lines[0] == "Carbon: 1.6 kg CO2e; 0.0% less than always running the default (1.6 kg CO2e)"
+    assert lines[1] == "Money: 2.00 EUR; 0.0% less than always running the default (2.00 EUR)"
+    assert account(RECORDS, AccountingSettings(), 2 * KWH) is None
+    # A slow recurrence is out of the comparison, not of the totals.
+    slow = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400), 2 * KWH, slow={2})
+    assert slow is not None and slow.carbon_g == pytest.approx(1600) and slow.carbon_saving == pytest.approx(0.0)
+    assert slow.compared_carbon_g == pytest.approx(800) and slow.default_carbon_g == pytest.approx(800)
+
+
+def test_small_figures_read_with_a_prefix_and_no_exponent():
+    from zeus_run import _units
+
+    assert _units.carbon(7.457e-3) == "7.457 mg CO2e"
+    assert _units.carbon(1234.0) == "1.234 kg CO2e" and _units.carbon(12.3) == "12.3 g CO2e"
+    assert _units.money(0.0000123, "EUR") == "0.0000123 EUR" and _units.money(12.345, "USD") == "12.35 USD"
+    assert _units.quantity(27610.0, "J") == "27.61 kJ" and "e-" not in _units.carbon(2e-9)
 
 
 def test_time_series_charges_the_rate_in_force_at_each_start(tmp_path):
@@ -61,10 +75,10 @@ def test_time_series_charges_the_rate_in_force_at_each_start(tmp_path):
     assert rate.at("2025-12-31T00:00:00+00:00") == 500  # before the series: its first row
     assert rate.at("2026-01-01T11:59:59+00:00") == 500 and rate.at("2026-01-01T12:00:00+00:00") == 100
     assert rate.at(None) == 300  # no start time (simulated): the mean
-    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh="grid.csv"), 8, tmp_path)
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh="grid.csv"), 2 * KWH, base=tmp_path)
     assert acc is not None
-    assert acc.carbon_kg == pytest.approx((2 * 500 + 1 * 500 + 1 * 100) / 1000)
-    assert acc.default_carbon_kg == pytest.approx((2 * 500 + 2 * 500) / 1000)  # recurrence 2 started at 06:00
+    assert acc.carbon_g == pytest.approx(2 * 500 + 1 * 500 + 1 * 100)
+    assert acc.default_carbon_g == pytest.approx(2 * 500 + 2 * 500)  # recurrence 2 started at 06:00
     assert acc.carbon_saving == pytest.approx(1 - 1.6 / 2.0)
     assert Rate.of(350).at("2026-01-01T00:00:00Z") == 350
 
@@ -118,11 +132,12 @@ def sim_run(tmp_path):
 def test_history_shows_carbon_and_money(sim_run):
     res = CliRunner().invoke(app, ["history", str(sim_run)])
     assert res.exit_code == 0, res.output
-    assert "kgCO2e vs" in res.stdout and "USD vs" in res.stdout and "always running the default" in res.stdout
+    assert "g CO2e;" in res.stdout and "USD;" in res.stdout and "always running the default" in res.stdout
+    assert "e-0" not in res.stdout
     res = CliRunner().invoke(app, ["history", str(sim_run), "--format", "json"])
     acc = json.loads(res.stdout)["accounting"]
     energy = sum(t["energy"] for t in json.loads(res.stdout)["trials"])
-    assert acc["carbon_kg"] == pytest.approx(energy / J_PER_KWH * 0.35)
+    assert acc["carbon_g"] == pytest.approx(energy / J_PER_KWH * 350)
     assert acc["currency"] == "USD" and acc["money_saving"] is not None
 
 
@@ -141,6 +156,7 @@ def test_plot_title_shows_carbon_and_money(sim_run, tmp_path, monkeypatch):
 
     records = read_history(sim_run / "history.jsonl")
     acc = account(records, AccountingSettings(350, 0.12), None)
+    assert acc is not None and acc.carbon_g is not None
     seen: list[str] = []
     import matplotlib.figure
 
@@ -152,4 +168,4 @@ def test_plot_title_shows_carbon_and_money(sim_run, tmp_path, monkeypatch):
 
     monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", spy)
     plot_history(records, tmp_path / "p.png", accounting=acc)
-    assert (tmp_path / "p.png").is_file() and "kgCO2e" in seen[0] and "USD" in seen[0]
+    assert (tmp_path / "p.png").is_file() and "g CO2e" in seen[0] and "USD" in seen[0]

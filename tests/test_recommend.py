@@ -27,7 +27,7 @@ def test_says_why_the_optimizer_favours_another_batch_size():
     differ = recommend(batch_size_stats(recs), 101.0, 256, belief=256)
     assert differ is not None and differ.batch_size == 512
     assert differ.note is not None and "the optimizer now favours batch size 256" in differ.note
-    s = summarize(recs, 256, belief=Belief(256, {3: 2.1}))
+    s = summarize([*recs, rec(5, 512, 90.5)], 256, belief=Belief(256, {3: 2.1}))
     text = "\n".join(summary_lines(s, ascii_only=True))
     assert "the optimizer now favours batch size 256" in text
     assert "Slow recurrences" in text and "3 (2.1x)" in text

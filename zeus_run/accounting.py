@@ -12,9 +12,12 @@ row before the series begins). Records without a start time (simulated runs) are
 the series' mean. Nothing here touches the network: for live carbon intensity, write the CSV
 from your provider's data.
 
-The saving against the default is in the same units: each converged recurrence would have
-cost the default batch size's mean energy, charged at the rate in force when that recurrence
-started.
+The saving against the default is in the same units and over the same recurrences as every
+other saving (`zeus_run.views.baseline`): each converged recurrence outside the slow ones
+would have cost the baseline's energy (the default batch size at the default power limit),
+charged at the rate in force when that recurrence started; those recurrences' own trials are
+charged as they ran. Carbon is in grams of CO2e (unit: gCO2e), shown with a prefix
+(`zeus_run._units.carbon`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import bisect
 import csv
 import datetime as _dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zeus_run import _units
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
@@ -152,35 +156,39 @@ class Accounting:
 
     Attributes:
         currency: Currency code of the money figures.
-        carbon_kg: Total (unit: kgCO2e), or None without a carbon rate.
-        money: Total (unit: ``currency``), or None without a price.
-        default_carbon_kg: The default batch size's mean energy over the converged recurrences
-            (unit: kgCO2e), or None (no rate, or b0 never converged).
+        carbon_g: Total of every trial (unit: gCO2e), or None without a carbon rate.
+        money: Total of every trial (unit: ``currency``), or None without a price.
+        compared_carbon_g, compared_money: The same over the recurrences the saving compares
+            (slow recurrences left out).
+        default_carbon_g: What the default would have emitted over those recurrences (unit: gCO2e),
+            or None (no rate, or no baseline yet).
         default_money: The same in money.
     """
 
     currency: str
-    carbon_kg: float | None
+    carbon_g: float | None
     money: float | None
-    default_carbon_kg: float | None
+    default_carbon_g: float | None
     default_money: float | None
+    compared_carbon_g: float | None = None
+    compared_money: float | None = None
 
     @property
     def carbon_saving(self) -> float | None:
-        """``1 - carbon_kg / default_carbon_kg``."""
-        return _saving(self.carbon_kg, self.default_carbon_kg)
+        """``1 - compared_carbon_g / default_carbon_g``."""
+        return _saving(self.compared_carbon_g, self.default_carbon_g)
 
     @property
     def money_saving(self) -> float | None:
-        """``1 - money / default_money``."""
-        return _saving(self.money, self.default_money)
+        """``1 - compared_money / default_money``."""
+        return _saving(self.compared_money, self.default_money)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "currency": self.currency,
-            "carbon_kg": self.carbon_kg,
+            "carbon_g": self.carbon_g,
             "money": self.money,
-            "default_carbon_kg": self.default_carbon_kg,
+            "default_carbon_g": self.default_carbon_g,
             "default_money": self.default_money,
             "carbon_saving": self.carbon_saving,
             "money_saving": self.money_saving,
@@ -190,22 +198,34 @@ class Accounting:
         """Plain-text lines for the summary (no markup)."""
         out = []
         for name, total, default, saving, fmt in (
-            ("Carbon", self.carbon_kg, self.default_carbon_kg, self.carbon_saving, lambda v: f"{v:.4g} kgCO2e"),
-            ("Money", self.money, self.default_money, self.money_saving, lambda v: f"{v:.4g} {self.currency}"),
+            ("Carbon", self.carbon_g, self.default_carbon_g, self.carbon_saving, _units.carbon),
+            ("Money", self.money, self.default_money, self.money_saving, lambda v: _units.money(v, self.currency)),
         ):
             if total is None:
                 continue
             line = f"{name}: {fmt(total)}"
             if default is not None and saving is not None:
-                line += f" vs {fmt(default)} always running the default ({_pct(saving)})"
+                line += f"; {_pct(saving)} than always running the default ({fmt(default)})"
             out.append(line)
         return out
+
+    def subtitle(self) -> str:
+        """One short line for a plot's title: totals, and the saving against the default where known."""
+        parts = []
+        for total, saving, fmt in (
+            (self.carbon_g, self.carbon_saving, _units.carbon),
+            (self.money, self.money_saving, lambda v: _units.money(v, self.currency)),
+        ):
+            if total is not None:
+                parts.append(fmt(total) + (f" ({_pct(saving)} than the default)" if saving is not None else ""))
+        return "; ".join(parts)
 
 
 def account(
     records: Sequence[TrialRecord],
     settings: AccountingSettings,
-    default_batch_size: int | None,
+    default_energy: float | None,
+    slow: Collection[int] = (),
     base: Path | None = None,
 ) -> Accounting | None:
     """Carbon and money of ``records`` under ``settings`` (None when it sets no rate).
@@ -213,7 +233,9 @@ def account(
     Args:
         records: The history.
         settings: The ``accounting`` section.
-        default_batch_size: b0 (None: the first trial's batch size).
+        default_energy: Energy of one recurrence as the job ran before zeus-run (unit: J;
+            `zeus_run.views.baseline.Baseline.energy`), None before there is one.
+        slow: Slow recurrences, left out of the comparison (not of the totals).
         base: Folder that relative CSV paths start at.
 
     Raises:
@@ -221,28 +243,26 @@ def account(
     """
     if not settings.enabled:
         return None
-    if default_batch_size is None and records:
-        default_batch_size = records[0].batch_size
     carbon = Rate.of(settings.carbon_g_per_kwh, base) if settings.carbon_g_per_kwh is not None else None
     price = Rate.of(settings.price_per_kwh, base) if settings.price_per_kwh is not None else None
     starts: dict[int, str | None] = {}
     for r in records:
         starts.setdefault(r.recurrence, r.started_at)
-    converged = sorted({r.recurrence for r in records if r.reached})
-    b0 = [r.energy for r in records if r.reached and r.batch_size == default_batch_size]
-    b0_kwh = sum(b0) / len(b0) / J_PER_KWH if b0 else None
+    converged = sorted({r.recurrence for r in records if r.reached} - set(slow))
+    counted = [r for r in records if r.recurrence not in slow]
 
-    def total(rate: Rate | None, scale: float) -> tuple[float | None, float | None]:
+    def total(rate: Rate | None) -> tuple[float | None, float | None, float | None]:
         if rate is None:
-            return None, None
-        spent = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in records) * scale
-        if b0_kwh is None or not converged:
-            return spent, None
-        return spent, sum(b0_kwh * rate.at(starts[n]) for n in converged) * scale
+            return None, None, None
+        spent = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in records)
+        compared = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in counted)
+        if default_energy is None or not converged:
+            return spent, compared, None
+        return spent, compared, sum(default_energy / J_PER_KWH * rate.at(starts[n]) for n in converged)
 
-    carbon_kg, default_kg = total(carbon, 1e-3)
-    money, default_money = total(price, 1.0)
-    return Accounting(settings.currency, carbon_kg, money, default_kg, default_money)
+    carbon_g, compared_g, default_g = total(carbon)
+    money, compared_money, default_money = total(price)
+    return Accounting(settings.currency, carbon_g, money, default_g, default_money, compared_g, compared_money)
 
 
 def settings_from(raw: Mapping[str, Any] | None) -> AccountingSettings:
@@ -267,3 +287,14 @@ def _saving(value: float | None, baseline: float | None) -> float | None:
 
 def _pct(v: float) -> str:
     return f"{v * 100:.1f}% less" if v >= 0 else f"{-v * 100:.1f}% more"
+
+
+def read_settings(run_dir: Path) -> AccountingSettings:
+    """The ``accounting`` section of a run directory's ``spec.yaml`` (absent or unreadable: none)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((Path(run_dir) / "spec.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return AccountingSettings()
+    return settings_from(data.get("accounting") if isinstance(data, dict) else None)

@@ -156,6 +156,15 @@ class SlowdownCharge:
     default_batch_size: int
     profile: Callable[[], Sequence[PowerLimitMeasurement] | None] | None = None
 
+    def pace_cost(self, record: TrialRecord) -> float:
+        """``record``'s cost without the bound's penalty (its energy): what a slow recurrence is told by.
+
+        The penalty is charged for the time beyond the bound over the whole run, so per epoch it grows
+        with the epochs a run needs: a batch size's penalized cost per epoch is no measure of its pace
+        (`zeus_run.optimizer.early_stop.Pace`).
+        """
+        return zeus_cost(record.energy, record.time, self.objective.cost_eta, record.max_power)
+
     def __call__(self, history: Sequence[TrialRecord], record: TrialRecord) -> TrialRecord:
         if self.objective.kind != "max-slowdown" or record.stop_reason == "skipped" or not record.observed:
             return record

@@ -133,3 +133,18 @@ def test_the_docs_ask_tell_step_keeps_the_done_and_busy_exit_codes(tmp_path):
     assert zeus("ask", str(busy / "job.yaml"), "--format", "json").returncode == 0  # concurrency 1: one in flight
     r = run_step(busy)
     assert r.returncode == BUSY_EXIT_CODE == 75, r.stderr
+
+
+def test_tell_metric_records_one_epoch_per_value_and_judges_the_target(tmp_path):
+    """A shell user reports each epoch's metric with --metric (target 0.9; exponents accepted)."""
+    spec = write(tmp_path, spec_text())
+    a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    r = zeus("tell", a["run_dir"], a["token"], "--exit-code", "0", "--metric", "4.2e-01", "--metric", "0.95", "--json")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["metrics"] == [0.42, 0.95] and rec["epochs"] == 2 and rec["reached"] is True
+    b = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    low = json.loads(zeus("tell", b["run_dir"], b["token"], "--exit-code", "0", "--metric", "0.5", "--json").stdout)
+    assert low["metrics"] == [0.5] and low["reached"] is False
+    bad = zeus("tell", b["run_dir"], b["token"], "--metric", "high")
+    assert bad.returncode == 2 and "--metric" in bad.stderr and "Traceback" not in bad.stderr

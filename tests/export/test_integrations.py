@@ -7,9 +7,12 @@ and runs them; elsewhere each skips, saying what is missing.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
+import sys
 import urllib.request
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +182,63 @@ def test_report_renders_in_headless_chromium_with_title_and_plot(tmp_path):
         & (pixels[:, :, 2] < 0.1)
     )
     assert orange.sum() > 2000
+
+
+def test_mlflow_keeps_two_run_directories_of_one_job_apart_and_ends_the_parent(tmp_path):
+    """`export mlflow runs/demo srv/demo`: two parents (path in the run name and a tag), every trial of both."""
+    client_for("sqlite://")  # or skip
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = real_run(tmp_path, "alpha", 2)
+    (tmp_path / "srv").mkdir()
+    second = real_run(tmp_path / "srv", "alpha", 3)
+    assert first.name == second.name
+    done = zeus("export", "mlflow", str(first), str(second), "--tracking-uri", uri)
+    assert done.returncode == 0, done.stderr
+    assert "(2 run directory(ies))" in done.stderr
+    parents, children = read_back(uri)
+    assert len(parents) == 2
+    by_path = {p.data.tags["zeus_run.run_path"]: p for p in parents}
+    for run_dir in (first, second):
+        parent = by_path[str(run_dir.resolve())]
+        assert str(run_dir) in parent.info.run_name
+        job = load_job(run_dir)
+        assert {t.data.tags["zeus_run.trial_id"] for t in children[parent.info.run_id]} == {
+            trial_id(r) for r in job.records
+        }
+        # The job's recurrences are all done: the parent ended, FINISHED; its saving is every view's.
+        assert parent.info.status == "FINISHED"
+        assert parent.data.metrics.get("savings_cost") == job.summary.savings_cost
+    # More recurrences: the next export reopens the parent while it adds their trials, then ends it again.
+    real_run(tmp_path, "alpha", 4, run_dir=first)
+    again = zeus("export", "mlflow", str(first), "--tracking-uri", uri)
+    assert again.returncode == 0, again.stderr
+    parent = client_for(uri).get_run(by_path[str(first.resolve())].info.run_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials"] == load_job(first).summary.trials
+
+
+def test_mlflow_parent_of_a_simulated_run_has_the_same_saving_as_simulate(tmp_path):
+    client_for("sqlite://")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sim = simulated_run(tmp_path)
+    assert zeus("export", "mlflow", str(sim), "--tracking-uri", uri).returncode == 0
+    (parent,) = read_back(uri)[0]
+    job = load_job(sim)
+    assert parent.data.metrics["savings_cost"] == job.summary.savings_cost
+    assert parent.data.metrics["savings_energy"] == job.summary.savings_energy
+    assert parent.data.params["objective"] == "cost=0.5"
+
+
+def test_the_live_export_failure_hint_is_a_command_that_works(tmp_path):
+    from zeus_run.export import MlflowExporter, PrometheusExporter
+
+    client_for("sqlite://")
+    run_dir = real_run(tmp_path, "alpha", 1)
+    uri = f"sqlite:///{tmp_path / 'hint.db'}"
+    hint = MlflowExporter(uri, "hinted").command(run_dir)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(hint, shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert read_back(uri, "hinted")[0]
+    prom = PrometheusExporter(tmp_path / "out.prom").command(run_dir)
+    done = subprocess.run(prom, shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0 and (tmp_path / "out.prom").read_text().startswith("# HELP")

@@ -30,13 +30,16 @@ PROMQL = {
     "outcome",
     "quantity",
     "gpu",
+    "currency",
+    "run_dir",
 }
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")
-    return [load_job(real_run(tmp, "alpha", 3)), load_job(simulated_run(tmp))]
+    money = "accounting: {carbon_g_per_kwh: 350, price_per_kwh: 0.12, currency: EUR}"
+    return [load_job(real_run(tmp, "alpha", 3, export=money)), load_job(simulated_run(tmp))]
 
 
 def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -57,8 +60,9 @@ def test_metric_names_follow_prometheus_conventions():
         assert name.startswith("zeus_run_") and re.fullmatch(r"[a-z_]+", name), name
         assert (m.type == "counter") == name.endswith("_total"), name
         assert not re.search(r"_(kilo|mega)?(joule|second|watt)(_|$)", name), f"{name}: plural base units"
-        unitless = ("_batch_size", "_exploring", "_recurrences_total", "_trials_total", "_ratio")
-        assert re.search(r"_(joules|seconds|watts)(_total)?$", name) or name.endswith(unitless), name
+        unitless = ("_batch_size", "_exploring", "_recurrences_total", "_recurrences_open", "_trials_total", "_ratio")
+        money = name == "zeus_run_cost_total"  # the unit is the label `currency`
+        assert re.search(r"_(joules|seconds|watts|grams)(_total)?$", name) or name.endswith(unitless) or money, name
 
 
 def test_exposition_has_each_family_once_with_help_and_type_and_the_job_label(jobs):
@@ -134,3 +138,61 @@ def test_the_dashboard_check_catches_an_unknown_metric():
     assert metric_names('sum by (job_name) (zeus_run_energy_kilojoules{job_name=~"$job"})') == {
         "zeus_run_energy_kilojoules"
     }
+
+
+def test_two_run_directories_of_one_job_are_kept_apart(jobs, tmp_path):
+    """`export prometheus runs/demo srv/demo`: two sets of series, told apart by the run_dir label."""
+    import shutil
+
+    other = tmp_path / "srv" / jobs[0].run_dir.name
+    shutil.copytree(jobs[0].run_dir, other)
+    both = [jobs[0], load_job(other)]
+    samples = parse(exposition(both))
+    energy = {lab["run_dir"]: v for lab, v in samples["zeus_run_energy_joules_total"]}
+    assert energy == {
+        str(jobs[0].run_dir.resolve()): jobs[0].summary.total_energy,
+        str(other.resolve()): energy[str(other.resolve())],
+    }
+    assert {lab["job_name"] for lab, _ in samples["zeus_run_energy_joules_total"]} == {"alpha"}
+
+
+def test_counters_never_go_down_between_scrapes(tmp_path):
+    """Scrapes of every history prefix (each a state the run directory was in), a retry reaching the target among them."""
+    import shutil
+
+    from zeus_run.rundir.history import read_history
+
+    run = real_run(tmp_path, "mono", 4)
+    records = read_history(run)
+    retried = [
+        r.recurrence
+        for r in records
+        if not r.reached and any(o.reached and o.recurrence == r.recurrence for o in records)
+    ]
+    assert retried, "the run has no recurrence whose retry reached the target"
+    acc = "accounting: {carbon_g_per_kwh: 350, price_per_kwh: 0.12, currency: EUR}\n"
+    (run / "spec.yaml").write_text((run / "spec.yaml").read_text() + acc)
+    lines = (run / "history.jsonl").read_text().splitlines(keepends=True)
+    copy = tmp_path / "scrape" / "mono"
+    previous: dict[tuple[str, tuple], float] = {}
+    saw_open = False
+    for n in range(1, len(lines) + 1):
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(run, copy)
+        (copy / "history.jsonl").write_text("".join(lines[:n]))
+        scrape = parse(exposition([load_job(copy)]))
+        saw_open |= any(v > 0 for _, v in scrape.get("zeus_run_recurrences_open", []))
+        now = {
+            (name, tuple(sorted(lab.items()))): v
+            for name, rows in scrape.items()
+            if name.endswith("_total")
+            for lab, v in rows
+        }
+        for key, value in previous.items():
+            assert key in now and now[key] >= value, f"{key} went from {value} to {now.get(key)} at line {n}"
+        previous = now
+    assert saw_open  # a try that did not reach the target, before its retry did
+    names = {name for name, _ in previous}
+    assert {"zeus_run_carbon_grams_total", "zeus_run_cost_total"} <= names
+    assert any(dict(lab).get("currency") == "EUR" for name, lab in previous if name == "zeus_run_cost_total")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from zeus_run import _units
 from zeus_run.cli._render import Grid, fmt_energy, fmt_time
 from zeus_run.views.jobs import COLUMNS, JobView, job_rows, total_row
 
@@ -39,6 +40,8 @@ def _row_cells(row: dict[str, Any], estimated: bool) -> list[str]:
         fmt_energy(row["cost"]),
         _pct(row["saving_cost"]),
         steady,
+        "-" if row["carbon_g"] is None else _units.carbon(row["carbon_g"]),
+        "-" if row["money"] is None else _units.money(row["money"], row["currency"] or ""),
     ]
 
 
@@ -58,9 +61,12 @@ def jobs_grid(jobs: Sequence[JobView]) -> Grid:
             ("cost", "right"),
             ("vs default", "right"),
             ("steady state", "right"),
+            ("carbon", "right"),
+            ("money", "right"),
         ],
         caption="vs default: whole history against always running each job's default batch size; "
-        "steady state: mean cost per recurrence now (and its saving); ~: estimated energy",
+        "steady state: mean cost per recurrence now (and its saving); carbon and money: the spec's accounting "
+        "section (-: none); ~: estimated energy",
     )
     for job, row in zip(jobs, job_rows(jobs), strict=True):
         grid.add_row(*_row_cells(row, job.summary.estimated))

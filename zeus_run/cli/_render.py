@@ -316,8 +316,10 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             f"energy {fmt_energy(s.after_energy)}"
         )
     if s.savings_cost is not None:
+        counted = s.recurrences - len(s.slow)
+        span = f"{counted} recurrences" + (f", {len(s.slow)} slow one(s) left out" if s.slow else "")
         lines.append(
-            f"Whole history ({s.recurrences} recurrences, exploration included) against always running the default: "
+            f"Whole history ({span}, exploration included) against always running the default: "
             f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}{_rough(s)}"
         )
     else:
@@ -338,7 +340,9 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             lines.append(f"  ({escape(r.note)})")
     if s.slow:
         shown = ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items()))
-        lines.append(f"Slow recurrences (every batch size ran slower; not charged to the batch size that ran): {shown}")
+        lines.append(
+            "Slow recurrences (every batch size ran slower; out of every mean, saving and recommendation): " + shown
+        )
     lines.append(
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
     )
@@ -368,7 +372,13 @@ def _default_line(s: Summary) -> str:
         return f"Default batch size {s.default_batch_size}: never converged, so savings against it are unknown"
     rough = " (a single run: a rough baseline)" if s.default_runs == 1 else ""
     runs = "1 run" if s.default_runs == 1 else f"{s.default_runs} runs"
-    return f"Default batch size {s.default_batch_size}: mean cost {fmt_energy(s.default_mean_cost)} over {runs}{rough}"
+    b = s.baseline
+    at = f" at {b.power_limit:g} W (the default limit)" if b is not None and b.power_limit is not None else ""
+    scaled = f", {b.scaled} of them scaled from a lower limit" if b is not None and b.scaled else ""
+    return (
+        f"Default batch size {s.default_batch_size}{at}: mean cost {fmt_energy(s.default_mean_cost)} "
+        f"over {runs}{scaled}{rough}"
+    )
 
 
 def _pct(v: float | None) -> str:

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
 from zeus_run.views.jobs import many_jobs
-
-if TYPE_CHECKING:
-    from zeus_run.accounting import Accounting
-    from zeus_run.records import TrialRecord
 
 
 def default_batch_size_of(history_file: Path) -> int | None:
@@ -20,24 +15,6 @@ def default_batch_size_of(history_file: Path) -> int | None:
     from zeus_run.views.jobs import default_batch_size_of as of_run_dir
 
     return of_run_dir(history_file.parent)
-
-
-def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_size: int | None) -> Accounting | None:
-    """Carbon and money of a run, from the ``accounting`` section of its resolved spec (None: none set).
-
-    Raises:
-        zeus_run.accounting.AccountingError: A rate series named there cannot be read.
-    """
-    import yaml
-
-    from zeus_run.accounting import account, settings_from
-
-    try:
-        data = yaml.safe_load((history_file.parent / "spec.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    raw = data.get("accounting") if isinstance(data, dict) else None
-    return account(records, settings_from(raw), default_batch_size, history_file.parent)
 
 
 def profile_lines(run_dir: Path) -> list[str]:
@@ -87,7 +64,7 @@ def history_command(
     default batch size's mean and how many runs it rests on; the steady state
     (the last recurrences after exploration against the default); and the
     recommended batch size, learning rate and power limit; with an `accounting`
-    section in the spec, the carbon (kgCO2e) and money next to the default's.
+    section in the spec, the carbon (g CO2e, with a prefix) and money next to the default's.
 
     Example:
 
@@ -106,8 +83,8 @@ def history_command(
         write_records,
     )
     from zeus_run.rundir.history import read_history
-    from zeus_run.views.recommend import believed_best
-    from zeus_run.views.summary import failure_reason, summarize
+    from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
+    from zeus_run.views.summary import failure_reason
 
     setup_logging()
     if many_jobs(paths):
@@ -118,9 +95,8 @@ def history_command(
 
     expire_stale(hist.parent)  # asks whose lease ran out are recorded as infrastructure first
     records = read_history(hist)
-    b0 = default_batch_size_of(hist)
-    summary = summarize(records, b0, belief=believed_best(records, hist.parent))
-    money = accounting_of(hist, records, b0)
+    summary = summarize_run(records, knobs_of(hist.parent), default_batch_size_of(hist))
+    money = accounting_of(hist.parent, records, summary)
     if fmt is not Format.table:
         write_records(records, fmt.value, summary, money)
         return

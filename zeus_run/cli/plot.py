@@ -41,8 +41,9 @@ def plot_command(
 
         zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
     """
-    from zeus_run.cli.history import accounting_of, default_batch_size_of
+    from zeus_run.cli.history import default_batch_size_of
     from zeus_run.rundir.history import read_history
+    from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
     from zeus_run.views.plot import load_matplotlib, plot_history
 
     setup_logging()
@@ -58,6 +59,9 @@ def plot_command(
     load_matplotlib()  # a missing extra is reported before the history is read
     records = read_history(hist)
     b0 = default_batch_size_of(hist)
-    money = accounting_of(hist, records, b0)
-    out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money)
+    summary = summarize_run(records, knobs_of(hist.parent), b0)
+    money = accounting_of(hist.parent, records, summary)
+    out = plot_history(
+        records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money, summary=summary
+    )
     err_console().print(f"Plot written to {out}", markup=False)

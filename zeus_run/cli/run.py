@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,6 +16,11 @@ from zeus_run.cli._common import (
     out_console,
     setup_logging,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from zeus_run.records import TrialRecord
 
 
 @handle_errors
@@ -66,15 +73,12 @@ def run_command(
     directory busy (another launcher holds it and concurrency is 1; nothing
     was run), 128+N signal N.
     """
-    from zeus_run.accounting import account
     from zeus_run.cli._live import make_run_view
-    from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
+    from zeus_run.cli._render import history_table, print_grid
     from zeus_run.engine.runner import run_job
     from zeus_run.errors import UsageError
     from zeus_run.rundir.store import SPEC_NAME
     from zeus_run.spec import load_spec
-    from zeus_run.views.recommend import believed_best
-    from zeus_run.views.summary import summarize
 
     setup_logging(verbose, quiet)
     spec = load_spec(spec_path)
@@ -90,13 +94,21 @@ def run_command(
     if quiet:
         return
     records = result.records
-    summary = summarize(records, spec.default_batch_size, belief=believed_best(records, result.run_dir))
     out = out_console()
     print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
+    print_run_summary(out, records, result.run_dir, spec.default_batch_size)
+    err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
+
+
+def print_run_summary(out: Console, records: Sequence[TrialRecord], run_dir: Path, default_batch_size: int) -> None:
+    """The summary under ``run``'s table: per batch size, the savings (`zeus_run.views.jobs.summarize_run`), carbon."""
+    from zeus_run.cli._render import batch_size_table, can_encode, print_grid, summary_lines
+    from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
+
+    summary = summarize_run(records, knobs_of(run_dir), default_batch_size)
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)
-    money = account(records, spec.accounting, spec.default_batch_size, spec.source.parent if spec.source else None)
+    money = accounting_of(run_dir, records, summary)
     for line in money.lines() if money else ():
         out.print(line, markup=False)
-    err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")

@@ -213,9 +213,20 @@ def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
         title,
         [
             (col, "left" if col == "run" else "right")
-            for col in ("run", "cost (MJ)", "cost/Def", "energy/Def", "time/Def", "regret", "final bs", "final PL W")
+            for col in (
+                "run",
+                "cost (MJ)",
+                "cost/Def",
+                "energy/Def",
+                "time/Def",
+                "regret",
+                "saved",
+                "final bs",
+                "final PL W",
+            )
         ],
-        caption="regret: cost / Oracle - 1; Def: Default (b0 at max power limit)",
+        caption="regret: cost / Oracle - 1; Def: Default (b0 at max power limit, expected from the traces); "
+        "saved: cost saved against b0's simulated runs at the max limit, as `history` reports it",
     )
     d = first.default
     for r in results:
@@ -227,6 +238,7 @@ def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
             f"{js['energy_vs_default']:.3f}",
             f"{js['time_vs_default']:.3f}",
             f"{r.regret * 100:.1f}%",
+            _saved(js["saved"]["cost"]),
             str(r.final[0]),
             f"{r.final[1]:g}",
         )
@@ -239,6 +251,7 @@ def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
         "1.000",
         "1.000",
         f"{(d.cost / o.cost - 1) * 100:.1f}%",
+        "",
         str(d.batch_size),
         f"{d.power_limit:g}",
     )
@@ -249,6 +262,7 @@ def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
         f"{o.energy / d.energy:.3f}",
         f"{o.time / d.time:.3f}",
         "0.0%",
+        "",
         str(o.batch_size),
         f"{o.power_limit:g}",
     )
@@ -264,8 +278,16 @@ def result_table(results: list[SimResult], concurrency: int = 1) -> Grid:
             f"{(g / (h * o.cost) - 1) * 100:.1f}%",
             "",
             "",
+            "",
         )
     return table
+
+
+def _saved(v: float | None) -> str:
+    """A saving as ``history`` words it (`zeus_run.cli._render`)."""
+    if v is None:
+        return "-"
+    return f"{v * 100:.1f}% saved" if v >= 0 else f"{-v * 100:.1f}% more"
 
 
 def write_run_dir(path: Path, result: SimResult) -> None:
@@ -289,3 +311,22 @@ def write_run_dir(path: Path, result: SimResult) -> None:
         atomic_write(rd.spec_path, "# Simulated run (zeus-run simulate).\n" + yaml.safe_dump(spec, sort_keys=False))
         for rec in result.records:
             rd.history.append(rec)
+    _write_profiles(path, result)
+
+
+def _write_profiles(path: Path, result: SimResult) -> None:
+    """The traced power profiles of the batch sizes the run tried, as a real run stores its measured ones."""
+    from zeus_run.optimizer import PowerLimitMeasurement
+    from zeus_run.power import ProfileStore
+
+    t = result.table
+    store = ProfileStore(path, key=f"1 x {t.gpu} (trace)")
+    for bs in sorted({r.batch_size for r in result.records}):
+        i = t.index(bs)
+        profile = [
+            PowerLimitMeasurement(pl, float(t.avg_power[i, j]), 1.0 / float(t.time_per_epoch[i, j]))
+            for j, pl in enumerate(t.power_limits)
+            if not math.isnan(t.time_per_epoch[i, j])
+        ]
+        if profile:
+            store.put(bs, profile)

@@ -27,6 +27,12 @@ def tell_command(
         None, "--time", min=0.0, help="Time the trial ran (s), when nothing measured it; recorded as reported."
     ),
     message: str | None = typer.Option(None, "--message", "-m", help="A note for the record (e.g. why it failed)."),
+    metric: list[float] | None = typer.Option(
+        None,
+        "--metric",
+        help="The validation metric of one epoch; repeat it, in epoch order, once per epoch (for a script "
+        "that reported no epochs itself, e.g. a shell loop).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the record as JSON on stdout."),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
@@ -44,10 +50,14 @@ def tell_command(
         zeus-run tell runs/nightly 6f1c0a... --exit-code 0 --energy 5.2e6 --time 3600
 
         zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?
+
+        zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code 0 --metric 0.71 --metric 0.83 --metric 0.91
     """
-    from zeus_run.asktell import tell
+    from zeus_run.asktell import report_epoch, tell
 
     setup_logging(verbose, quiet)
+    for epoch, value in enumerate(metric or (), start=1):
+        report_epoch(run_dir, token, epoch, value)  # the per-epoch path `zeus_run.train` reports through
     record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message)
     if as_json:
         print(json.dumps(record.to_json()))

@@ -30,7 +30,11 @@ class TrialPlan:
         max_epochs: Epoch limit.
         target_metric: Converged when the metric reaches this.
         higher_is_better: Direction of the metric.
-        metric_regex: Regex read from the output, or None to read the event log.
+        metric_regex: Regex read from the output (or from ``metric_path``), or None to read the event log.
+        metric_key: ``jsonl`` source: the key of the metric in each JSON object line (of the output,
+            or of ``metric_path``).
+        metric_path: ``file`` source (or ``jsonl`` with a path): the file the script appends its
+            metric to; only lines added after the trial starts are read.
         eta: Cost knob.
         cost_threshold: Stop once the cost would exceed this (unit: J; inf: never).
         timeout: Wall-clock limit (unit: s), or None. Holds through every grace period.
@@ -54,6 +58,8 @@ class TrialPlan:
     target_metric: float
     higher_is_better: bool = True
     metric_regex: str | None = None
+    metric_key: str | None = None
+    metric_path: Path | None = None
     eta: float = 0.5
     cost_threshold: float = math.inf
     timeout: float | None = None
@@ -85,7 +91,7 @@ class TrialPlan:
     def from_json(cls, data: Mapping[str, Any]) -> TrialPlan:
         """The inverse of `to_json`."""
         d = dict(data)
-        for key in ("workdir", "log_path", "event_path", "stop_path", "profile_stop_path"):
+        for key in ("workdir", "log_path", "event_path", "stop_path", "profile_stop_path", "metric_path"):
             if d.get(key) is not None:
                 d[key] = Path(d[key])
         d["argv"] = tuple(d["argv"])
@@ -96,8 +102,14 @@ class TrialPlan:
 
     @property
     def prompt_on_target(self) -> bool:
-        """Whether the target and ``max_epochs`` stop the script promptly (regex mode, ``on_target: stop``)."""
-        return self.metric_regex is not None and self.on_target == "stop"
+        """Whether the target and ``max_epochs`` stop the script promptly (a metric read without the
+        event log, by regex, JSON lines or a file: the script does not know the target; ``on_target: stop``)."""
+        return self.reads_output_metric and self.on_target == "stop"
+
+    @property
+    def reads_output_metric(self) -> bool:
+        """Whether the metric comes from the script's output or a metric file, not from the event log."""
+        return self.metric_regex is not None or self.metric_key is not None or self.metric_path is not None
 
 
 @dataclass(frozen=True)

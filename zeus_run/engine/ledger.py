@@ -71,7 +71,7 @@ class Ledger:
         self._open: set[int] = set()  # started, not yet converged
         self._newest = 0  # the highest recurrence started
         #: Cost per epoch of converged tries (the robust early-stop rule's yardstick).
-        self.pace = Pace()
+        self.pace = Pace(measure=getattr(engine.charge, "pace_cost", None))
         #: Recurrences that ran slow across the board after an early stop -> slowdown (robust rule).
         self.slow: dict[int, float] = {}
         self._branched = False  # a `branch`: shares its tallies with the ledger it came from

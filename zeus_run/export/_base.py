@@ -51,6 +51,13 @@ class Exporter(abc.ABC):
             UsageError: The exporter's extra is not installed.
         """
 
+    @abc.abstractmethod
+    def command(self, run_dir: Path) -> str:
+        """The ``zeus-run export`` command line that does what this exporter does for ``run_dir``.
+
+        A live export's failure names it, so it must run as printed (every option the sink needs).
+        """
+
 
 class LiveExports:
     """The live exports of a running job (spec section ``export``), called after each trial ends.
@@ -107,12 +114,10 @@ class LiveExports:
                 logger.debug("export %s: %s", exporter.name, exporter.export([job]))
             except Exception as exc:  # any sink failure: warn and retry at the next trial
                 logger.warning(
-                    "export %s failed after trial %s (%s: %s); it is retried after the next trial, "
-                    "or run: zeus-run export %s %s",
+                    "export %s failed after trial %s (%s: %s); it is retried after the next trial, or run: %s",
                     exporter.name,
                     trial_id(record),
                     type(exc).__name__,
                     exc,
-                    exporter.name,
-                    self.run_dir,
+                    exporter.command(self.run_dir),
                 )

@@ -1,14 +1,20 @@
 """MLflow export: a parent run per job, a nested run per trial.
 
-The parent run (tags ``zeus_run.job`` and ``zeus_run.run_dir``, the run
-directory's name) carries the job's decision settings as params and its summary
+The parent run (named ``JOB (RUN_DIR)``; tags ``zeus_run.job``, ``zeus_run.run_dir``, the run
+directory's name, and ``zeus_run.run_path``, its absolute path, which tells apart two run
+directories of one job name) carries the job's decision settings as params and its summary
 as metrics: savings against the default (cost, energy, time), the steady
 state, the recommendation and the totals, each logged at step = the number of
 trials so far, so that re-exports draw them over time. Each trial's nested run
 carries batch size, learning rate, power limit, recurrence and try as params;
 stage, outcome, stop reason and kind as tags; energy, time, cost and epochs as
 metrics, and the validation metric after each epoch as the step series
-``metric``.
+``metric``. With an ``accounting`` section the parent also carries ``carbon_grams``,
+``money`` (tag ``zeus_run.currency``) and their savings.
+
+The parent run is RUNNING while a launcher runs the job, and ends FINISHED when its
+recurrences are all done or it stopped after one that reached the target (FAILED after one
+that did not); the next export after more trials reopens it (`zeus_run.views.jobs.JobView.state`).
 
 The trial's stable id (`zeus_run.export.trial_id`) is the tag
 ``zeus_run.trial_id``: an export adds only trials not yet there, so it can be
@@ -24,11 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from zeus_run.contract import StopReason
@@ -134,7 +142,16 @@ class MlflowExporter(Exporter):
                 added = sum(self._sync(client, exp_id, job) for job in jobs)
             except mlflow.exceptions.MlflowException as exc:
                 raise ExportError(f"MLflow at {self.tracking_uri} refused the export: {exc}") from None
-        return f"{added} new trial run(s) in experiment {self.experiment!r} at {self.tracking_uri} ({len(jobs)} job(s))"
+        return (
+            f"{added} new trial run(s) in experiment {self.experiment!r} at {self.tracking_uri} "
+            f"({len(jobs)} run directory(ies))"
+        )
+
+    def command(self, run_dir: Path) -> str:
+        return (
+            f"zeus-run export mlflow {shlex.quote(str(run_dir))} --tracking-uri {shlex.quote(self.tracking_uri)} "
+            f"--experiment {shlex.quote(self.experiment)}"
+        )
 
     def _experiment(self, client: Any) -> str:
         exp = client.get_experiment_by_name(self.experiment)
@@ -156,22 +173,33 @@ class MlflowExporter(Exporter):
             else:
                 done.add(tid)
         new = [r for r in job.records if trial_id(r) not in done]
+        if new:
+            _set_status(client, parent, "RUNNING")  # reopen a parent an earlier export ended
         for record in new:
             self._log_trial(client, exp_id, parent, record)
         self._log_summary(client, parent, job)
+        state = job.state
+        if state != "running":
+            _set_status(client, parent, state.upper(), int(job.last_ended.timestamp() * 1000))
         return len(new)
 
     def _parent(self, client: Any, exp_id: str, job: JobView) -> str:
+        for run in _search(client, exp_id, f"tags.`zeus_run.run_path` = '{_quote(job.path)}'"):
+            return str(run.info.run_id)
+        # A parent an export made before run paths were tagged: adopt it if it is untagged.
         key = f"tags.`zeus_run.job` = '{_quote(job.name)}' and tags.`zeus_run.run_dir` = '{_quote(job.run_dir.name)}'"
         for run in _search(client, exp_id, key + " and tags.`zeus_run.role` = 'job'"):
-            return str(run.info.run_id)
+            if "zeus_run.run_path" not in run.data.tags:
+                client.set_tag(run.info.run_id, "zeus_run.run_path", job.path)
+                return str(run.info.run_id)
         run = client.create_run(
             exp_id,
             start_time=_ms(job.records[0].started_at),
-            run_name=job.name,
+            run_name=f"{job.name} ({job.run_dir})",
             tags={
                 "zeus_run.job": job.name,
                 "zeus_run.run_dir": job.run_dir.name,
+                "zeus_run.run_path": job.path,
                 "zeus_run.role": "job",
                 "zeus_run.kind": job.kind,
                 **({"zeus_run.gpu": job.gpu} if job.gpu else {}),
@@ -253,14 +281,34 @@ class MlflowExporter(Exporter):
             "recommended_savings": s.recommendation.savings if s.recommendation else None,
             "batch_size": job.batch_size,
             "exploring": 1.0 if job.exploring else 0.0,
+            "slow_recurrences": len(s.slow),
         }
+        acc = job.accounting
+        if acc is not None:
+            values |= {
+                "carbon_grams": acc.carbon_g,
+                "carbon_savings": acc.carbon_saving,
+                "money": acc.money,
+                "money_savings": acc.money_saving,
+            }
         metrics = [Metric(k, float(v), now, step) for k, v in values.items() if v is not None]
         ex = s.exploration
         tags = {
             "exploration": "exploring" if job.exploring else f"over after recurrence {ex.ended_after}" if ex else "",
             "recommendation": _recommendation_text(job),
+            "zeus_run.currency": acc.currency if acc is not None and acc.money is not None else "",
         }
         client.log_batch(parent, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items() if v])
+
+
+def _set_status(client: Any, run_id: str, status: str, end_time: int | None = None) -> None:
+    """Set a parent run's status (RUNNING reopens it; FINISHED and FAILED end it at ``end_time``, unit: ms)."""
+    if client.get_run(run_id).info.status == status:
+        return
+    if status == "RUNNING":
+        client.update_run(run_id, status=status)
+    else:
+        client.set_terminated(run_id, status=status, end_time=end_time)
 
 
 def _search(client: Any, exp_id: str, filter_string: str) -> Iterator[Any]:
@@ -287,6 +335,7 @@ def _settings(job: JobView) -> dict[str, Any]:
     except HistoryError:
         return {}
     return {
+        "objective": k.goal.label,
         "default_batch_size": k.default_batch_size,
         "batch_sizes": ",".join(map(str, k.batch_sizes)),
         "eta": k.eta,

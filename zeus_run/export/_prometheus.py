@@ -1,8 +1,11 @@
 """Prometheus text exposition of run directories, for a textfile collector or a Pushgateway.
 
-Every metric carries the label ``job_name`` (and ``gpu`` where the trials
-recorded one) and follows Prometheus' naming conventions: base units
-(joules, seconds, watts, ratios in [0, 1]), ``_total`` for counters. `METRICS`
+Every metric carries the labels ``job_name`` and ``run_dir`` (the run directory's
+absolute path: two run directories of one job name are two sets of series), and ``gpu``
+where the trials recorded one, and follows Prometheus' naming conventions: base units
+(joules, seconds, watts, grams, ratios in [0, 1]). A ``_total`` counter counts what
+happened (trials, reached recurrences, energy spent) and never goes down from one export
+to the next; a state (recurrences still open, the current batch size) is a gauge. `METRICS`
 lists them; the Grafana dashboard in ``docs/`` reads only these names.
 """
 
@@ -40,14 +43,17 @@ METRICS = {
     m.name: m
     for m in (
         Metric("zeus_run_trials_total", "counter", "Trials run, by outcome (stop reason)."),
-        Metric("zeus_run_recurrences_total", "counter", "Recurrences, by outcome (reached, or not reached yet)."),
+        Metric("zeus_run_recurrences_total", "counter", "Recurrences that ended, by outcome (reached)."),
+        Metric("zeus_run_recurrences_open", "gauge", "Recurrences started that have not reached the target (yet)."),
         Metric("zeus_run_energy_joules_total", "counter", "Energy of every trial."),
         Metric("zeus_run_time_seconds_total", "counter", "Training time of every trial."),
         Metric(
             "zeus_run_cost_joules_total",
             "counter",
-            "Cost of every trial (eta x energy + (1 - eta) x max power x time).",
+            "Cost of every trial, by the job's objective (cost: eta x energy + (1 - eta) x max power x time).",
         ),
+        Metric("zeus_run_carbon_grams_total", "counter", "Carbon of every trial (gCO2e; the spec's accounting)."),
+        Metric("zeus_run_cost_total", "counter", "Money spent on the energy of every trial, by currency."),
         Metric("zeus_run_last_recurrence_energy_joules", "gauge", "Energy of the last recurrence, all its tries."),
         Metric("zeus_run_last_recurrence_time_seconds", "gauge", "Time of the last recurrence, all its tries."),
         Metric("zeus_run_last_recurrence_cost_joules", "gauge", "Cost of the last recurrence, all its tries."),
@@ -70,6 +76,11 @@ METRICS = {
             "gauge",
             "Saving of the steady state (last recurrences after exploration) against the default.",
         ),
+        Metric(
+            "zeus_run_accounting_savings_ratio",
+            "gauge",
+            "Saving of carbon and money against always running the default, by quantity (carbon, money).",
+        ),
         Metric("zeus_run_batch_size", "gauge", "Batch size of the last trial (the current one)."),
         Metric("zeus_run_power_limit_watts", "gauge", "GPU power limit of the last trial, where one was set."),
         Metric("zeus_run_exploring", "gauge", "1 while zeus-run still explores batch sizes, 0 once it is over."),
@@ -88,7 +99,7 @@ def _labels(labels: dict[str, str]) -> str:
 
 def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     s = job.summary
-    base = {"job_name": job.name}
+    base = {"job_name": job.name, "run_dir": job.path}
     if job.gpu:
         base["gpu"] = job.gpu
     out: list[tuple[str, dict[str, str], float]] = []
@@ -105,10 +116,17 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     rows = recurrence_rows(job.records)
     reached = sum(1 for row in rows if row.reached)
     add("zeus_run_recurrences_total", reached, outcome="reached")
-    add("zeus_run_recurrences_total", len(rows) - reached, outcome="not_reached")
+    add("zeus_run_recurrences_open", len(rows) - reached)
     add("zeus_run_energy_joules_total", s.total_energy)
     add("zeus_run_time_seconds_total", s.total_time)
     add("zeus_run_cost_joules_total", s.total_cost)
+    acc = job.accounting
+    if acc is not None:
+        add("zeus_run_carbon_grams_total", acc.carbon_g)
+        if acc.money is not None:
+            add("zeus_run_cost_total", acc.money, currency=acc.currency)
+        add("zeus_run_accounting_savings_ratio", acc.carbon_saving, quantity="carbon")
+        add("zeus_run_accounting_savings_ratio", acc.money_saving, quantity="money")
     if rows:
         add("zeus_run_last_recurrence_energy_joules", rows[-1].energy)
         add("zeus_run_last_recurrence_time_seconds", rows[-1].time)
@@ -118,7 +136,7 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     for quantity in ("cost", "energy", "time"):
         add("zeus_run_savings_ratio", getattr(s, f"savings_{quantity}"), quantity=quantity)
     if s.baseline_energy is not None:
-        add("zeus_run_energy_saved_joules", s.baseline_energy - s.total_energy)
+        add("zeus_run_energy_saved_joules", s.baseline_energy - s.compared_energy)
     add("zeus_run_steady_state_savings_ratio", s.steady.savings if s.steady else None)
     add("zeus_run_batch_size", job.batch_size)
     add("zeus_run_power_limit_watts", job.power_limit)
@@ -134,17 +152,8 @@ def _number(v: float) -> str:
 def exposition(jobs: Sequence[JobView]) -> str:
     """The text exposition format (0.0.4) of ``jobs``: each family once, its samples grouped under it.
 
-    Raises:
-        UsageError: Two jobs have the same name (their series would collide).
+    Two run directories of one job name are kept apart by their ``run_dir`` label.
     """
-    names: dict[str, Path] = {}
-    for j in jobs:
-        if j.name in names:
-            raise UsageError(
-                f"two run directories hold job {j.name!r} ({names[j.name]} and {j.run_dir}); their metrics would "
-                "collide: export one of them."
-            )
-        names[j.name] = j.run_dir
     by_name: dict[str, list[str]] = {name: [] for name in METRICS}
     for j in jobs:
         for name, labels, value in _samples(j):
@@ -163,8 +172,8 @@ def write_textfile(text: str, path: Path) -> None:
     _fs.atomic_write(path, text)
 
 
-def push(text: str, url: str, job_name: str) -> None:
-    """PUT ``text`` to a Pushgateway under the grouping key ``job="zeus-run", job_name=<job_name>``.
+def push(text: str, url: str, job_name: str, run_dir: str = "") -> None:
+    """PUT ``text`` to a Pushgateway under the grouping key ``job="zeus-run", job_name=<job_name>, run_dir=<run_dir>``.
 
     A PUT replaces the group's earlier push, so each push holds the job's current figures.
 
@@ -175,6 +184,8 @@ def push(text: str, url: str, job_name: str) -> None:
         raise UsageError(f"Pushgateway URL {url!r} must start with http:// or https://, e.g. http://localhost:9091.")
     key = base64.urlsafe_b64encode(job_name.encode()).decode()
     target = f"{url.rstrip('/')}/metrics/job/zeus-run/job_name@base64/{key}"
+    if run_dir:
+        target += f"/run_dir@base64/{base64.urlsafe_b64encode(run_dir.encode()).decode()}"
     request = urllib.request.Request(target, data=text.encode(), method="PUT", headers={"Content-Type": CONTENT_TYPE})
     try:
         with urllib.request.urlopen(request, timeout=PUSH_TIMEOUT) as response:
@@ -204,7 +215,13 @@ class PrometheusExporter(Exporter):
             done.append(f"written to {self.output}")
         if self.push_url is not None:
             for j in jobs:
-                push(exposition([j]), self.push_url, j.name)
+                push(exposition([j]), self.push_url, j.name, j.path)
             done.append(f"pushed to {self.push_url}")
         samples = sum(1 for line in text.splitlines() if not line.startswith("#"))
-        return f"{len(jobs)} job(s), {samples} sample(s) " + " and ".join(done)
+        return f"{len(jobs)} run directory(ies), {samples} sample(s) " + " and ".join(done)
+
+    def command(self, run_dir: Path) -> str:
+        """The command that does what this exporter does for ``run_dir`` (a failure's hint)."""
+        target = f" --push {self.push_url}" if self.push_url else ""
+        target += f" -o {self.output}" if self.output else ""
+        return f"zeus-run export prometheus {run_dir}{target or ' -o zeus_run.prom'}"

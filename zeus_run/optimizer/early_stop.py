@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -103,9 +103,20 @@ class EarlyStopRule:
 
 @dataclass
 class Pace:
-    """Cost per epoch of each batch size's converged tries: tells a slow recurrence from a bad batch size."""
+    """Cost per epoch of each batch size's converged tries: tells a slow recurrence from a bad batch size.
+
+    Attributes:
+        per_epoch: Batch size -> the recent converged tries' cost per epoch.
+        measure: A try's cost without what the objective adds for the whole run (``max-slowdown``'s
+            penalty grows with the number of epochs, so it is no pace: `zeus_run.objective.SlowdownCharge.pace_cost`);
+            None: the record's cost.
+    """
 
     per_epoch: dict[int, list[float]] = field(default_factory=dict)
+    measure: Callable[[TrialRecord], float] | None = None
+
+    def _cost(self, record: TrialRecord) -> float:
+        return record.cost if self.measure is None else self.measure(record)
 
     def slowdown(self, record: TrialRecord) -> float:
         """How many times slower than its batch size's median ``record`` ran its epochs (1.0: no history)."""
@@ -113,11 +124,12 @@ class Pace:
         if not past or record.epochs <= 0:
             return 1.0
         median = statistics.median(past)
-        return record.cost / record.epochs / median if median > 0 else 1.0
+        return self._cost(record) / record.epochs / median if median > 0 else 1.0
 
     def add(self, record: TrialRecord) -> None:
         """Learn from a converged try."""
-        if record.epochs > 0 and math.isfinite(record.cost):
+        cost = self._cost(record)
+        if record.epochs > 0 and math.isfinite(cost):
             past = self.per_epoch.setdefault(record.batch_size, [])
-            past.append(record.cost / record.epochs)
+            past.append(cost / record.epochs)
             del past[:-PACE_WINDOW]

@@ -29,7 +29,7 @@ PLACEHOLDERS = (
 )
 
 LR_SCALING_RULES = ("sqrt", "linear", "none")
-METRIC_SOURCES = ("events", "regex")
+METRIC_SOURCES = ("events", "regex", "jsonl", "file")
 ENERGY_SOURCES = ("auto", "nvml", "rapl", "estimate")
 #: What ``energy.include`` may count: GPUs (NVML), CPU packages and DRAM (RAPL).
 ENERGY_DOMAINS = ("gpu", "cpu", "dram")
@@ -106,9 +106,14 @@ class MetricSettings:
 
     Attributes:
         source: ``events`` (the training script uses `zeus_run.train` and writes
-            JSON lines to ``$ZEUS_EVENT_LOG``) or ``regex`` (each match of
-            ``regex`` in the script's output is one epoch's metric).
-        regex: Pattern with one capture group holding the metric (``regex`` mode).
+            JSON lines to ``$ZEUS_EVENT_LOG``), ``regex`` (each match of
+            ``regex`` in the script's output is one epoch's metric), ``jsonl`` (each
+            JSON object line of the output, or of ``path``, holding ``key`` is an epoch)
+            or ``file`` (each line the script appends to ``path`` is an epoch: its last
+            number, or ``regex``'s match).
+        regex: Pattern with one capture group holding the metric (``regex``; ``file`` optionally).
+        key: The metric's key in each JSON line (``jsonl``).
+        path: The file the script appends to (``file``; ``jsonl`` optionally), relative to ``workdir``.
         name: The metric's name in a training framework's logs (e.g. ``eval_accuracy``), for
             the Hugging Face and Lightning callbacks (`zeus_run.integrations`); None: theirs.
     """
@@ -116,6 +121,8 @@ class MetricSettings:
     source: str = "events"
     regex: str | None = None
     name: str | None = None
+    key: str | None = None
+    path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ _SECTION_KEYS = {
         "num_explorations",
         "revision",
     ),
-    "metric": ("source", "regex", "name"),
+    "metric": ("source", "regex", "name", "key", "path"),
     "energy": ("source", "watts", "gpus", "basis", "include"),
     "power_limit": (
         "enabled",
@@ -220,14 +220,35 @@ class Sections(Checker):
                     )
         if source == "regex" and regex is None:
             self.problem(
-                p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.]+)'"
+                p + "regex", None, "is required when metric.source is regex", r"e.g. regex: 'val_acc=([0-9.eE+-]+)'"
             )
         name = self.get(m, "name", p, None, self.str_())
         if name is not None and (not name.strip() or name != name.strip()):
             self.problem(
                 p + "name", name, "must be a metric's name as the framework logs it", "e.g. name: eval_accuracy"
             )
-        return MetricSettings(source=source, regex=regex, name=name)
+        key = self.get(m, "key", p, None, self.str_())
+        path = self.get(m, "path", p, None, self.str_())
+        if source == "jsonl" and not key:
+            self.problem(p + "key", key, "is required when metric.source is jsonl", "e.g. key: val_acc")
+        if source == "file" and not path:
+            self.problem(
+                p + "path",
+                path,
+                "is required when metric.source is file",
+                "e.g. path: metrics.txt (the file it appends to)",
+            )
+        if key is not None and source != "jsonl":
+            self.problem(p + "key", key, f"is read only by metric.source jsonl, not {source}", "Set source: jsonl")
+        if path is not None and source not in ("jsonl", "file"):
+            self.problem(
+                p + "path", path, f"is read only by metric.source file or jsonl, not {source}", "Set source: file"
+            )
+        if regex is not None and source not in ("regex", "file"):
+            self.problem(
+                p + "regex", regex, f"is read only by metric.source regex or file, not {source}", "Set source: regex"
+            )
+        return MetricSettings(source=source, regex=regex, name=name, key=key, path=path)
 
     def energy(self, m: Mapping, p: str) -> EnergySettings:
         gpus_raw = m.get("gpus")

@@ -1,9 +1,12 @@
 """Launcher-side readers of a trial's convergence signals.
 
-Two sources, one output (a metric value per finished epoch):
+Several sources, one output (a metric value per finished epoch):
 
 * `EventLogTail` follows the JSON-lines event log written by `zeus_run.train`.
 * `RegexMetricReader` matches a regex against each line of the script's output.
+* `JsonLinesMetricReader` reads one key of each JSON object line (``{"epoch": 3, "val_acc": 0.91}``).
+* `NumberLineReader` takes the last number of each line (a metric file the script appends to).
+* `FileMetricTail` follows a file the script appends to, with any of the line readers.
 
 Every field the script writes is untrusted. An invalid event (not JSON, not
 an object, a count that is not a whole number in range, nesting deep enough to
@@ -319,6 +322,112 @@ class RegexMetricReader:
                     )
             out.append(EpochEvent(self._epochs, metric))
         return out
+
+
+#: A number as scripts print it: signs, decimals and exponents (``-1.5``, ``4.2e-05``, ``.5``, ``nan``, ``inf``).
+NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
+#: `NUMBER` standing alone (not part of a word, a version or a longer number).
+_NUMBER_ALONE = re.compile(rf"(?<![\w.])({NUMBER})(?!\w|\.\d)", re.IGNORECASE)
+
+
+class NumberLineReader:
+    """The last number of each line is the next epoch's metric (a line without one is skipped)."""
+
+    def __init__(self) -> None:
+        self.malformed = 0
+        self._epochs = 0
+
+    def feed_line(self, line: bytes) -> list[EpochEvent]:
+        found = _NUMBER_ALONE.findall(line.decode("utf-8", "replace"))
+        if not found:
+            return []
+        self._epochs += 1
+        return [EpochEvent(self._epochs, parse_metric(found[-1]))]
+
+
+class JsonLinesMetricReader:
+    """Each JSON object line holding ``key`` is an epoch: its metric is that value, its number ``epoch`` if given.
+
+    Other lines (plain text, JSON without the key) are the script's other output and are skipped;
+    a ``key`` whose value is not a number is counted as malformed.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.malformed = 0
+        self.diverged = 0
+        self._epochs = 0
+
+    def feed_line(self, line: bytes) -> list[EpochEvent]:
+        text = line.strip()
+        if not text.startswith(b"{"):
+            return []
+        try:
+            ev = json.loads(text)
+        except (ValueError, RecursionError):
+            return []
+        if not isinstance(ev, dict) or self.key not in ev:
+            return []
+        try:
+            metric = parse_metric(ev[self.key])
+            epoch = parse_count(ev["epoch"], "epoch") if "epoch" in ev else self._epochs + 1
+        except InvalidEvent as exc:
+            self.malformed += 1
+            if self.malformed <= _WARN_FIRST:
+                logger.warning("skipping a JSON line from the script: %s", exc)
+            return []
+        self._epochs = epoch
+        self.diverged += math.isnan(metric)
+        return [EpochEvent(self._epochs, metric, _as_float(ev.get("time")))]
+
+
+class FileMetricTail:
+    """Follows a file the script appends to and reads its new lines with ``reader`` (a line reader above).
+
+    The same interface as `EventLogTail` (``poll``, ``finish``, ``malformed``, ``steps``) so a trial
+    reads either. A file that is not there yet reads as empty; a file that shrinks (rewritten from
+    the start) is read again from its start.
+    """
+
+    def __init__(self, path: str, reader: NumberLineReader | JsonLinesMetricReader | RegexMetricReader) -> None:
+        self.path = path
+        self.reader = reader
+        self.offset = 0
+        self.steps = 0
+        self._split = LineSplitter()
+
+    @property
+    def malformed(self) -> int:
+        return self.reader.malformed
+
+    def poll(self) -> list[EpochEvent]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return []
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
+            if st.st_size < self.offset:
+                self.offset = 0
+                self._split = LineSplitter()
+            chunk = os.pread(fd, 1 << 20, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        self.offset += len(chunk)
+        return [ev for line in self._split.feed(chunk) for ev in self.reader.feed_line(line)]
+
+    def finish(self) -> list[EpochEvent]:
+        out: list[EpochEvent] = []
+        while True:
+            before = self.offset
+            out += self.poll()
+            if self.offset == before:
+                break
+        return out + [ev for line in self._split.flush() for ev in self.reader.feed_line(line)]
 
 
 def remove_quietly(path: str) -> None:

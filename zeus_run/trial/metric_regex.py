@@ -1,14 +1,29 @@
-"""Reading the metric from a script's output with a user's regex, bounded in line length and time (`BoundedRegex`)."""
+"""Reading the metric from a script's output, bounded in line length and time (`BoundedRegex`).
+
+The reader is a user's regex (``metric.source: regex``) or the JSON-lines reader
+(``metric.source: jsonl`` without a ``path``: one JSON object per epoch on stdout).
+"""
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zeus_run.trial.events import EpochEvent, RegexMetricReader
+from zeus_run.trial.events import (
+    EpochEvent,
+    EventLogTail,
+    FileMetricTail,
+    JsonLinesMetricReader,
+    NumberLineReader,
+    RegexMetricReader,
+)
+
+if TYPE_CHECKING:
+    from zeus_run.contract import TrialPlan
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +51,11 @@ class BoundedRegex:
     Elsewhere only the length bound holds.
     """
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, reader: JsonLinesMetricReader | None = None, what: str | None = None) -> None:
         self.pattern = pattern
-        self.reader = RegexMetricReader(pattern)
+        self.reader: RegexMetricReader | JsonLinesMetricReader = reader or RegexMetricReader(pattern)
+        #: How messages name the source (``metric.regex '...'``, ``metric.key 'val_acc'``).
+        self.what = what or f"metric.regex {pattern!r}"
         self.lines = 0
         self.hits = 0
         self.slow = 0
@@ -120,13 +137,42 @@ class BoundedRegex:
 
     def no_match_note(self) -> str:
         shown = "\n".join(f"  | {line}" for line in self.recent) or "  (no output)"
-        return (
-            f"metric.regex {self.pattern!r} matched none of the script's {self.lines} output line(s); "
-            f"its last lines:\n{shown}"
-        )
+        return f"{self.what} matched none of the script's {self.lines} output line(s); its last lines:\n{shown}"
 
     def check_progress(self) -> None:
         """Warn once, early, when many lines went by without a match."""
         if not self.warned and self.hits == 0 and self.lines >= NO_MATCH_LINES:
             self.warned = True
-            logger.warning("%s\nFix metric.regex in the job spec, or the trial runs to its end.", self.no_match_note())
+            logger.warning(
+                "%s\nFix the metric section of the job spec, or the trial runs to its end.", self.no_match_note()
+            )
+
+
+def metric_readers(plan: TrialPlan) -> tuple[EventLogTail | FileMetricTail | None, BoundedRegex | None]:
+    """The trial's metric readers: a file to follow (the event log or a metric file), or the output's lines.
+
+    * ``events``: the event log (`EventLogTail`);
+    * ``regex``: the regex over the output; ``jsonl``: the key of each JSON object line of the output;
+    * ``file`` (or ``jsonl`` with a path): the lines the script appends to ``metric_path`` after the
+      trial starts, read with the regex, the key, or else as the last number of each line.
+    """
+    if plan.metric_path is not None:
+        reader: NumberLineReader | JsonLinesMetricReader | RegexMetricReader
+        if plan.metric_key is not None:
+            reader = JsonLinesMetricReader(plan.metric_key)
+        elif plan.metric_regex is not None:
+            reader = RegexMetricReader(plan.metric_regex)
+        else:
+            reader = NumberLineReader()
+        tail = FileMetricTail(str(plan.metric_path), reader)
+        try:
+            tail.offset = os.stat(plan.metric_path).st_size  # lines an earlier trial appended are not this one's
+        except OSError:
+            pass
+        return tail, None
+    if plan.metric_key is not None:
+        what = f"metric.key {plan.metric_key!r} (JSON lines)"
+        return None, BoundedRegex("", JsonLinesMetricReader(plan.metric_key), what)
+    if plan.metric_regex is not None:
+        return None, BoundedRegex(plan.metric_regex)
+    return EventLogTail(str(plan.event_path)), None

@@ -51,7 +51,7 @@ from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove
 from zeus_run.trial.launch import preflight, trial_environment
 from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
-from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, BoundedRegex
+from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, metric_readers
 from zeus_run.trial.proctree import ProcessTree
 
 logger = logging.getLogger(__name__)
@@ -146,11 +146,14 @@ class _TrialRun:
         self.stop_reason: StopReason | None = None
         self.counted: tuple[float, float, float] | None = None  # (time, energy, cost) at the judged boundary
         self.prev_cost = 0.0  # cost at the previous epoch boundary
-        self.tail = EventLogTail(str(plan.event_path)) if plan.metric_regex is None else None
-        self.regex = BoundedRegex(plan.metric_regex) if plan.metric_regex is not None else None
+        self.tail, self.regex = metric_readers(plan)
         self.splitter = LineSplitter()
-        # Step counts come from the event log even when the metric is read by regex.
-        self.steps_tail = self.tail if self.tail is not None or profiler is None else EventLogTail(str(plan.event_path))
+        # Step counts come from the event log even when the metric is read otherwise.
+        self.steps_tail: EventLogTail | None = None
+        if isinstance(self.tail, EventLogTail):
+            self.steps_tail = self.tail
+        elif profiler is not None:
+            self.steps_tail = EventLogTail(str(plan.event_path))
         self._profile_signalled = False
         self.notes: list[str] = []
         # The stop sequence: when SIGTERM and SIGKILL are due (monotonic; None: not scheduled).
@@ -338,7 +341,7 @@ class _TrialRun:
         if self.tail is not None:
             for ev in self.tail.poll():
                 self._on_epoch(ev, meter)
-        elif self.steps_tail is not None:
+        if self.steps_tail is not None and self.steps_tail is not self.tail:
             self.steps_tail.poll()
 
     def _judge(self, meter: Meter, tree: ProcessTree) -> None:

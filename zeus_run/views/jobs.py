@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
+    from zeus_run.accounting import Accounting
+    from zeus_run.engine.knobs import Knobs
     from zeus_run.records import TrialRecord
     from zeus_run.views.summary import Summary
 
@@ -96,6 +98,8 @@ class JobView:
         kind: ``real``, ``simulated`` or ``replayed`` (the first record's).
         gpu: GPU model(s) the trials measured, or None where unknown.
         last_ended: End of the last trial (UTC), or the history file's last change for records without times.
+        accounting: Carbon and money (`zeus_run.accounting`), None where the spec sets no rate.
+        knobs: The run's settings (None where its spec.yaml cannot be read).
     """
 
     run_dir: Path
@@ -105,6 +109,8 @@ class JobView:
     kind: str
     gpu: str | None
     last_ended: datetime
+    accounting: Accounting | None = None
+    knobs: Knobs | None = None
 
     @property
     def last(self) -> TrialRecord:
@@ -122,9 +128,82 @@ class JobView:
         return self.last.power_limit
 
     @property
+    def path(self) -> str:
+        """The run directory's absolute path: what tells apart two run directories of one job name."""
+        return str(self.run_dir.resolve())
+
+    @property
+    def state(self) -> str:
+        """``running`` (a launcher holds the run directory and the job's recurrences are not all done),
+        ``finished`` (all done, or idle after a recurrence that reached the target) or ``failed``
+        (idle after a recurrence that did not reach it)."""
+        from zeus_run.errors import ZeusRunError
+        from zeus_run.rundir.lock import is_held, launcher_holds
+        from zeus_run.views.summary import recurrence_rows
+
+        horizon = self.knobs.horizon if self.knobs is not None else None
+        if horizon is not None and self.summary.recurrences >= horizon:
+            return "finished"
+        try:
+            held = is_held(self.run_dir) and launcher_holds(self.run_dir)
+        except (OSError, ZeusRunError):  # an unreadable directory holds no launcher we could see
+            held = False
+        if held:
+            return "running"
+        rows = recurrence_rows(self.records)
+        return "finished" if rows and rows[-1].reached else "failed"
+
+    @property
     def exploring(self) -> bool:
         """Whether exploration is still going."""
         return self.summary.exploration is not None and self.summary.exploration.exploring
+
+
+def knobs_of(run_dir: Path) -> Knobs | None:
+    """The run's settings from its ``spec.yaml`` (None where there is none or it cannot be read)."""
+    from zeus_run.engine.knobs import Knobs
+    from zeus_run.errors import HistoryError
+
+    try:
+        return Knobs.from_run_dir(run_dir)
+    except HistoryError:
+        return None
+
+
+def summarize_run(
+    records: Sequence[TrialRecord], knobs: Knobs | None, default_batch_size: int | None = None
+) -> Summary:
+    """The summary every view shows of a run: `zeus_run.views.summary.summarize` under the run's settings.
+
+    With ``knobs`` the optimizer's belief and the slow recurrences come from folding the
+    history as the engine does, and the baseline is b0 at the maximum power limit of its
+    profile, costed by the run's objective (`zeus_run.views.baseline`). ``run``'s summary,
+    ``history``, ``report``, the exports and ``simulate`` all call this.
+    """
+    from zeus_run.views.recommend import belief_of
+    from zeus_run.views.summary import summarize
+
+    if knobs is None:
+        return summarize(records, default_batch_size)
+    return summarize(
+        records,
+        knobs.default_batch_size if default_batch_size is None else default_batch_size,
+        belief=belief_of(records, knobs),
+        objective=knobs.goal,
+        profile=knobs.default_profile,
+    )
+
+
+def accounting_of(run_dir: Path, records: Sequence[TrialRecord], summary: Summary) -> Accounting | None:
+    """Carbon and money of a run, from its spec's ``accounting`` section, against the summary's baseline.
+
+    Raises:
+        zeus_run.accounting.AccountingError: A rate series named there cannot be read.
+    """
+    from zeus_run.accounting import account, read_settings
+
+    base = summary.baseline
+    return account(records, read_settings(run_dir), base.energy if base else None, summary.slow, run_dir)
 
 
 def load_job(run_dir: Path) -> JobView:
@@ -133,14 +212,15 @@ def load_job(run_dir: Path) -> JobView:
     Raises:
         HistoryError: No readable history.
         UsageError: The history has no trial yet.
+        zeus_run.accounting.AccountingError: A rate series the spec names cannot be read.
     """
     from zeus_run.rundir.history import read_history
-    from zeus_run.views.summary import summarize
 
     records = tuple(read_history(run_dir))
     if not records:
         raise UsageError(f"run directory {str(run_dir)!r} has no trials yet; run it first.")
-    summary = summarize(records, default_batch_size_of(run_dir))
+    knobs = knobs_of(run_dir)
+    summary = summarize_run(records, knobs, default_batch_size_of(run_dir))
     gpus = sorted({str(g.get("name")) for r in records for g in (r.provenance or {}).get("gpus") or [] if g})
     return JobView(
         run_dir=run_dir,
@@ -150,6 +230,8 @@ def load_job(run_dir: Path) -> JobView:
         kind=records[0].kind,
         gpu=",".join(gpus) or None,
         last_ended=_last_ended(run_dir, records),
+        accounting=accounting_of(run_dir, records, summary),
+        knobs=knobs,
     )
 
 
@@ -189,15 +271,20 @@ COLUMNS = (
     "saving_time",
     "steady_cost",
     "steady_saving",
+    "carbon_g",
+    "saving_carbon",
+    "money",
+    "currency",
+    "saving_money",
     "run_dir",
 )
 
 
 def job_rows(jobs: Sequence[JobView]) -> list[dict[str, Any]]:
-    """One row per job (`COLUMNS`): units J and s, savings as fractions against the default."""
+    """One row per job (`COLUMNS`): units J, s and gCO2e, savings as fractions against the default."""
     rows = []
     for j in jobs:
-        s = j.summary
+        s, acc = j.summary, j.accounting
         rows.append(
             {
                 "job": j.name,
@@ -217,6 +304,11 @@ def job_rows(jobs: Sequence[JobView]) -> list[dict[str, Any]]:
                 "saving_time": s.savings_time,
                 "steady_cost": s.steady.mean_cost if s.steady else None,
                 "steady_saving": s.steady.savings if s.steady else None,
+                "carbon_g": acc.carbon_g if acc else None,
+                "saving_carbon": acc.carbon_saving if acc else None,
+                "money": acc.money if acc else None,
+                "currency": acc.currency if acc and acc.money is not None else None,
+                "saving_money": acc.money_saving if acc else None,
                 "run_dir": str(j.run_dir),
             }
         )
@@ -227,18 +319,18 @@ def total_row(jobs: Sequence[JobView]) -> dict[str, Any]:
     """The total over ``jobs`` (`COLUMNS`): sums, and savings against every job's default together.
 
     A job without a default baseline (no converged default run yet) counts in the
-    sums but not in the savings.
+    sums but not in the savings. Money is summed only when every job with a price has
+    the same currency (else None).
     """
     s = [j.summary for j in jobs]
     saving: dict[str, float | None] = {}
     for key in ("cost", "energy", "time"):
-        pairs = [
-            (getattr(x, f"total_{key}"), getattr(x, f"baseline_{key}"))
-            for x in s
-            if getattr(x, f"baseline_{key}") is not None
-        ]
-        base = sum(b for _, b in pairs)
-        saving[key] = 1.0 - sum(t for t, _ in pairs) / base if pairs and base > 0 else None
+        saving[key] = _pooled([(getattr(x, f"compared_{key}"), getattr(x, f"baseline_{key}")) for x in s])
+    accs = [j.accounting for j in jobs if j.accounting is not None]
+    carbon = [a for a in accs if a.carbon_g is not None]
+    priced = [a for a in accs if a.money is not None]
+    currencies = {a.currency for a in priced}
+    one_currency = len(currencies) == 1
     return {
         "job": "total",
         "kind": "",
@@ -257,5 +349,17 @@ def total_row(jobs: Sequence[JobView]) -> dict[str, Any]:
         "saving_time": saving["time"],
         "steady_cost": None,
         "steady_saving": None,
+        "carbon_g": sum(a.carbon_g or 0.0 for a in carbon) if carbon else None,
+        "saving_carbon": _pooled([(a.compared_carbon_g, a.default_carbon_g) for a in carbon]),
+        "money": sum(a.money or 0.0 for a in priced) if one_currency else None,
+        "currency": next(iter(currencies)) if one_currency else None,
+        "saving_money": _pooled([(a.compared_money, a.default_money) for a in priced]) if one_currency else None,
         "run_dir": "",
     }
+
+
+def _pooled(pairs: Sequence[tuple[float | None, float | None]]) -> float | None:
+    """``1 - sum(value) / sum(baseline)`` over the pairs that have both (None when none has)."""
+    both = [(v, b) for v, b in pairs if v is not None and b is not None]
+    base = sum(b for _, b in both)
+    return 1.0 - sum(v for v, _ in both) / base if both and base > 0 else None

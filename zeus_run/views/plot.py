@@ -90,6 +90,7 @@ def plot_history(
     default_batch_size: int | None = None,
     title: str | None = None,
     accounting: Accounting | None = None,
+    summary: Summary | None = None,
 ) -> Path:
     """Draw the run's three panels into ``path``.
 
@@ -99,6 +100,8 @@ def plot_history(
         default_batch_size: b0 (default: the first trial's batch size).
         title: Figure title (default: the job name and the headline figures).
         accounting: Carbon and money, shown under the title next to the default's.
+        summary: The run's summary (`zeus_run.views.jobs.summarize_run`: the savings every view
+            shows); None: summarized here from ``records`` alone.
 
     Returns:
         The path written.
@@ -111,7 +114,7 @@ def plot_history(
     if not records:
         raise UsageError("the history has no trials yet; there is nothing to plot.")
     figure_cls, canvas_cls = load_matplotlib()
-    summary = summarize(records, default_batch_size)
+    summary = summary or summarize(records, default_batch_size)
     fig = figure_cls(figsize=FIGSIZE, dpi=DPI, layout="constrained")
     canvas_cls(fig)
     ax_cost, ax_bs, ax_dist = fig.subplots(3, 1, height_ratios=[1.2, 1.0, 1.0])
@@ -120,9 +123,8 @@ def plot_history(
     _batch_size_panel(ax_bs, records, summary)
     _distribution_panel(ax_dist, records, summary, unit, scale)
     head = title or _title(records, summary)
-    if accounting is not None and accounting.lines():
-        head += "\n" + "; ".join(accounting.lines())
-    fig.suptitle(head, fontsize=12)
+    subtitle = accounting.subtitle() if accounting is not None else ""
+    fig.suptitle(head + (f"\n{subtitle}" if subtitle else ""), fontsize=12)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=DPI)
     return out
@@ -166,13 +168,14 @@ def _cost_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, unit: str, 
     if s.default_mean_cost is not None:
         ax.axhline(s.default_mean_cost / scale, color=_DEFAULT, linestyle="--", linewidth=1.2)
         runs = "1 run" if s.default_runs == 1 else f"{s.default_runs} runs"
+        at = f" at {s.baseline.power_limit:g} W" if s.baseline and s.baseline.power_limit else ""
         handles.append(
             Line2D(
                 [],
                 [],
                 color=_DEFAULT,
                 linestyle="--",
-                label=f"default bs {s.default_batch_size}: {s.default_mean_cost / scale:.3g} {unit}, mean of {runs}",
+                label=f"default bs {s.default_batch_size}{at}: {s.default_mean_cost / scale:.3g} {unit}, mean of {runs}",
             )
         )
     if s.exploration is not None and s.exploration.ended_after:

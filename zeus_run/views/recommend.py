@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from zeus_run.engine.knobs import Knobs
     from zeus_run.records import TrialRecord
     from zeus_run.views.summary import BatchSizeStats
 
@@ -118,7 +119,6 @@ def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief
 
     Returns ``Belief(None)`` when the run directory has no readable settings (an old or copied history).
     """
-    from zeus_run.engine.ledger import Ledger
     from zeus_run.engine.replay import Knobs
     from zeus_run.errors import HistoryError
 
@@ -127,6 +127,13 @@ def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief
     except HistoryError as exc:
         logger.debug("no optimizer belief: %s", exc)
         return Belief(None)
+    return belief_of(records, knobs)
+
+
+def belief_of(records: Sequence[TrialRecord], knobs: Knobs) -> Belief:
+    """What the optimizer favours after folding ``records`` under ``knobs``, and the slow recurrences it saw."""
+    from zeus_run.engine.ledger import Ledger
+
     recurrences = max((r.recurrence for r in records), default=0) + 1
     engine = knobs.engine(recurrences)
     ledger = Ledger.from_history(engine, records)

@@ -15,9 +15,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from zeus_run import _fs
+from zeus_run import _fs, _units
 from zeus_run.contract import StopReason
 from zeus_run.errors import HistoryError
+from zeus_run.objective import PENALTY_WEIGHT
 from zeus_run.views.jobs import JobView, load_job, outcome_text
 from zeus_run.views.plot import PlotUnavailableError, plot_history
 from zeus_run.views.summary import Summary, recurrence_rows
@@ -36,12 +37,24 @@ def _e(value: object) -> str:
 
 
 def _j(v: float | None) -> str:
-    if v is None:
-        return "-"
-    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.2f} {unit}"
-    return f"{v:.1f} J"
+    return "-" if v is None else _units.quantity(v, "J")
+
+
+def cost_formula(job: JobView) -> str:
+    """What the report's costs are, for the run's objective (`zeus_run.objective`)."""
+    goal = job.knobs.goal if job.knobs is not None else None
+    if goal is None:
+        return "costs in joules (cost = eta x energy + (1 - eta) x max power x time)"
+    if goal.kind == "cost":
+        return f"costs in joules (cost = {goal.eta:g} x energy + {1 - goal.eta:g} x max power x time)"
+    if goal.kind == "energy":
+        return "costs in joules (cost = energy)"
+    if goal.kind == "time":
+        return "costs in joules (cost = max power x time)"
+    return (
+        f"costs in joules (max-slowdown {goal.factor:g}: cost = energy + {PENALTY_WEIGHT:g} x max power x the time "
+        f"beyond {goal.factor:g} x the default batch size's time at the max power limit)"
+    )
 
 
 def _runs(n: int) -> str:
@@ -92,8 +105,11 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             "still exploring" if job.exploring else f"over after recurrence {ex.ended_after}" if ex else "-",
         ),
         (
-            "default batch size",
-            f"{s.default_batch_size}: mean cost {_j(s.default_mean_cost)} over {_runs(s.default_runs)}",
+            "default (before zeus-run)",
+            f"batch size {s.default_batch_size}"
+            + (f" at {s.baseline.power_limit:g} W" if s.baseline and s.baseline.power_limit else "")
+            + f": mean cost {_j(s.default_mean_cost)} over {_runs(s.default_runs)}"
+            + (f" ({s.baseline.scaled} scaled from a lower power limit)" if s.baseline and s.baseline.scaled else ""),
         ),
         (
             "whole history against the default",
@@ -120,6 +136,16 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             f"energy {'~' if s.estimated else ''}{_j(s.total_energy)}, time {s.total_time:.2f} s, cost {_j(s.total_cost)}",
         ),
     ]
+    if s.slow:
+        rows.append(
+            (
+                "slow recurrences (left out of every mean and saving)",
+                ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items())),
+            )
+        )
+    acc = job.accounting
+    if acc is not None:
+        rows += [(line.split(": ", 1)[0].lower(), line.split(": ", 1)[1]) for line in acc.lines()]
     return rows
 
 
@@ -128,7 +154,7 @@ def audit_text(job: JobView) -> tuple[bool, str]:
     from zeus_run.engine.replay import Knobs, audit
 
     try:
-        knobs = Knobs.from_run_dir(job.run_dir)
+        knobs = job.knobs or Knobs.from_run_dir(job.run_dir)
     except HistoryError as exc:
         return False, f"not checked: {exc}"
     result = audit(job.records, knobs)
@@ -144,7 +170,11 @@ def plot_png(job: JobView) -> bytes | None:
     with tempfile.TemporaryDirectory(prefix="zeus-run-report-") as tmp:
         try:
             path = plot_history(
-                job.records, Path(tmp) / "plot.png", default_batch_size=default_batch_size_of(job.run_dir)
+                job.records,
+                Path(tmp) / "plot.png",
+                default_batch_size=default_batch_size_of(job.run_dir),
+                accounting=job.accounting,
+                summary=job.summary,
             )
         except PlotUnavailableError:
             return None
@@ -202,7 +232,7 @@ def render_report(job: JobView) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f"<p>Run directory {_e(job.run_dir)}; costs in joules (cost = eta x energy + (1 - eta) x max power x time).</p>",
+        f"<p>Run directory {_e(job.run_dir)}; {_e(cost_formula(job))}.</p>",
         "<h2>Summary</h2>",
         _table(None, summary_rows(job), left=2),
         "<h2>Decision audit</h2>",

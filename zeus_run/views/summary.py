@@ -13,7 +13,11 @@ replayed alike), so the CLI only renders and tests call these directly:
   young);
 * `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
 * `failure_reason`: a crashed trial's cause, from the tail of its log;
-* `summarize`: all of it, plus totals and savings against always running the default.
+* `summarize`: all of it, plus totals and savings against always running the default
+  (`zeus_run.views.baseline`: the default batch size at the default power limit).
+
+Slow recurrences (the machine ran slow: `zeus_run.optimizer.early_stop`) are out of every
+mean, the recommendation, the steady state and the savings; `Summary.slow` lists them.
 """
 
 from __future__ import annotations
@@ -23,10 +27,16 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from zeus_run.contract import StopReason, crash_cause
 from zeus_run.records import TrialRecord
+from zeus_run.views.baseline import Baseline, baseline, saving
 from zeus_run.views.recommend import Belief, Recommendation, recommend
+
+if TYPE_CHECKING:
+    from zeus_run.objective import Objective
+    from zeus_run.records import PowerLimitMeasurement
 
 #: Recurrences in the steady-state figure (the most recent ones after exploration).
 STEADY_WINDOW = 5
@@ -159,10 +169,14 @@ class Summary:
         total_time, total_energy, total_cost: Sums over all trials (units: s, J, J).
         best_batch_size: Batch size with the lowest mean cost among converged trials.
         default_batch_size: b0, if known.
-        default_mean_cost/energy/time: Mean over b0's own converged trials.
+        default_mean_cost/energy/time: A recurrence as the job ran before zeus-run (`baseline`: b0
+            at the default power limit, over b0's converged runs outside slow recurrences).
         default_runs: How many converged runs of b0 those means rest on.
-        baseline_cost/energy/time: What always running b0 would have cost for these recurrences.
-        savings_cost/energy/time: ``1 - total / baseline`` (None without converged b0 trials).
+        baseline_cost/energy/time: What always running the default would have cost for the
+            recurrences the savings compare (converged, not slow).
+        compared_cost/energy/time: What those recurrences cost, all their tries (units: J, J, s).
+        savings_cost/energy/time: ``1 - compared / baseline`` (None without a baseline).
+        baseline: The `Baseline` itself (None before b0 converged).
         estimated: Whether energy figures are estimates.
         chosen: Batch size of the final trial of each converged recurrence, in order.
         interrupted: Trials cut short by the launcher's own interruption.
@@ -195,6 +209,10 @@ class Summary:
     savings_cost: float | None = None
     savings_energy: float | None = None
     savings_time: float | None = None
+    compared_cost: float = 0.0
+    compared_energy: float = 0.0
+    compared_time: float = 0.0
+    baseline: Baseline | None = None
     estimated: bool = False
     chosen: tuple[int, ...] = field(default_factory=tuple)
     interrupted: int = 0
@@ -264,11 +282,14 @@ def _date(record: TrialRecord) -> str | None:
     return when.strftime("%Y-%m-%d %H:%MZ")
 
 
-def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
-    """Per batch size tried, ascending: trials, converged runs, and their means and spread."""
+def batch_size_stats(records: Sequence[TrialRecord], slow: Collection[int] = ()) -> list[BatchSizeStats]:
+    """Per batch size tried, ascending: trials, converged runs, and their means and spread.
+
+    Trials not observed, and trials of the recurrences in ``slow``, are left out.
+    """
     by_bs: dict[int, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        if r.stop_reason.observed:
+        if r.stop_reason.observed and r.observed and r.recurrence not in slow:
             by_bs[r.batch_size].append(r)
     out = []
     for bs in sorted(by_bs):
@@ -338,7 +359,7 @@ def steady_state(
         first=recent[0].recurrence,
         last=recent[-1].recurrence,
         mean_cost=mean,
-        savings=_savings(mean, default_mean_cost),
+        savings=saving(mean, default_mean_cost),
         batch_sizes=tuple(row.final_batch_size for row in recent),
         skipped=skipped if quiet is not after else 0,
     )
@@ -376,6 +397,8 @@ def summarize(
     default_batch_size: int | None = None,
     steady_window: int = STEADY_WINDOW,
     belief: Belief | None = None,
+    objective: Objective | None = None,
+    profile: Sequence[PowerLimitMeasurement] = (),
 ) -> Summary:
     """Totals, per-batch-size statistics, exploration, steady state, recommendation and savings.
 
@@ -384,60 +407,74 @@ def summarize(
         default_batch_size: b0; when None, the batch size of the first trial
             (zeus-run always starts there).
         steady_window: Recurrences in the steady-state figure.
-        belief: What the optimizer favours (`zeus_run.views.recommend.believed_best`), if known.
+        belief: What the optimizer favours and which recurrences ran slow
+            (`zeus_run.views.recommend.believed_best`), if known.
+        objective: What the job's cost charges (`baseline` re-costs b0's runs scaled to the max limit).
+        profile: b0's power profile (`baseline`; empty: b0's runs as they ran).
     """
     if default_batch_size is None and records:
         default_batch_size = records[0].batch_size
+    slow = dict(belief.slow) if belief else {}
     rows = recurrence_rows(records)
-    stats = batch_size_stats(records)
+    stats = batch_size_stats(records, slow)
     converged_rows = [row for row in rows if row.reached]
-    n_rec = len(converged_rows)
-    total_cost = sum(r.spent_cost for r in records)
-    total_energy = sum(r.energy for r in records)
-    total_time = sum(r.time for r in records)
+    counted = [r for r in records if r.recurrence not in slow]
+    n_counted = sum(1 for row in converged_rows if row.recurrence not in slow)
+    totals = {"cost": sum(r.spent_cost for r in records), "energy": 0.0, "time": 0.0}
+    totals["energy"], totals["time"] = sum(r.energy for r in records), sum(r.time for r in records)
+    compared = {
+        "cost": sum(r.spent_cost for r in counted),
+        "energy": sum(r.energy for r in counted),
+        "time": sum(r.time for r in counted),
+    }
     with_cost = [s for s in stats if s.mean_cost is not None]
     best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
-    base = [r for r in records if r.reached and r.batch_size == default_batch_size]
+    base = baseline(records, default_batch_size, objective=objective, profile=profile, slow=slow)
     means: dict[str, float | None] = {"cost": None, "energy": None, "time": None}
     baselines: dict[str, float | None] = dict(means)
     savings: dict[str, float | None] = dict(means)
-    if base and n_rec:
-        for key, total in (("cost", total_cost), ("energy", total_energy), ("time", total_time)):
-            mean = sum(getattr(r, key) for r in base) / len(base)
-            means[key] = mean
-            baselines[key] = mean * n_rec
-            savings[key] = _savings(total, mean * n_rec)
+    if base is not None and n_counted:
+        for key in means:
+            means[key] = getattr(base, key)
+            baselines[key] = getattr(base, key) * n_counted
+            savings[key] = base.saving(key, compared[key], n_counted)
+    elif base is not None:
+        means = {key: getattr(base, key) for key in means}
     exploration = exploration_status(records)
     return Summary(
         trials=len(records),
-        recurrences=n_rec,
-        total_time=total_time,
-        total_energy=total_energy,
-        total_cost=total_cost,
+        recurrences=len(converged_rows),
+        total_time=totals["time"],
+        total_energy=totals["energy"],
+        total_cost=totals["cost"],
         best_batch_size=best,
         default_batch_size=default_batch_size,
         default_mean_cost=means["cost"],
         default_mean_energy=means["energy"],
         default_mean_time=means["time"],
-        default_runs=len(base),
+        default_runs=base.runs if base else 0,
         baseline_cost=baselines["cost"],
         baseline_energy=baselines["energy"],
         baseline_time=baselines["time"],
         savings_cost=savings["cost"],
         savings_energy=savings["energy"],
         savings_time=savings["time"],
+        compared_cost=compared["cost"],
+        compared_energy=compared["energy"],
+        compared_time=compared["time"],
+        baseline=base,
         estimated=any(r.estimated for r in records),
         chosen=tuple(row.final_batch_size for row in converged_rows),
         interrupted=sum(1 for r in records if r.stop_reason is StopReason.INTERRUPTED),
         recurrence_costs=tuple(row.cost for row in rows),
         by_batch_size=tuple(stats),
         exploration=exploration,
-        steady=steady_state(rows, exploration, means["cost"], steady_window, belief.slow if belief else ()),
+        steady=steady_state(rows, exploration, means["cost"], steady_window, slow),
         recommendation=recommend(stats, means["cost"], default_batch_size, belief.batch_size if belief else None),
         provenance=provenance(records),
         after_time=sum(r.after_time or 0.0 for r in records),
         after_energy=sum(r.after_energy or 0.0 for r in records),
-        slow=dict(belief.slow) if belief else {},
+        slow=slow,
     )
 
 
@@ -451,9 +488,3 @@ def _std(values: Sequence[float]) -> float | None:
         return None
     m = sum(values) / len(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-
-
-def _savings(value: float, baseline: float | None) -> float | None:
-    if baseline is None or baseline <= 0 or not math.isfinite(value):
-        return None
-    return 1.0 - value / baseline

@@ -1,0 +1,139 @@
+"""One baseline for every saving: run's summary, history, report, Prometheus and simulate agree to the digit.
+
+The run is simulated on the paper's traces with power limits (cifar100 on a V100: the default batch
+size 1024 runs at 175 W, not the 250 W maximum), so the baseline must scale b0's runs to the
+maximum limit (`zeus_run.views.baseline`). A planted slow recurrence (the last one again, twice as
+slow) changes no mean, no recommendation and no saving; it is listed. MLflow's figure is checked in
+tests/export/test_integrations.py (marker ``integrations``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from zeus_run.cli import app
+from zeus_run.export import exposition
+from zeus_run.rundir.history import read_history
+from zeus_run.views.jobs import load_job
+
+pytestmark = pytest.mark.usefixtures("traces_dir")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory) -> tuple[Path, dict]:
+    from tests.conftest import TRACES
+
+    if not (TRACES / "summary_train.csv").exists():
+        pytest.skip("../shared/traces is not beside this checkout")
+    out = tmp_path_factory.mktemp("baseline") / "runs"
+    args = ["simulate", "cifar100", "--traces", str(TRACES), "--gpu", "v100", "--horizon", "30"]
+    res = CliRunner().invoke(app, [*args, "--run-dir", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (run,) = out.iterdir()
+    return run, json.loads(res.stdout)
+
+
+def _pct(text: str, what: str) -> str:
+    m = re.search(rf"{what} (\d+\.\d)% (saved|more)", text)
+    assert m, f"no {what} saving in {text!r}"
+    return m.group(1) + ("" if m.group(2) == "saved" else "-")
+
+
+def views(run: Path) -> dict[str, object]:
+    """The cost and energy saving as each view shows it: exact where the view is a number, else its text."""
+    from zeus_run.cli.run import print_run_summary
+    from zeus_run.views.report import render_report
+
+    out: dict[str, object] = {}
+    job = load_job(run)
+    hist = CliRunner().invoke(app, ["history", str(run), "--format", "json"])
+    assert hist.exit_code == 0, hist.output
+    summary = json.loads(hist.stdout)["summary"]
+    out["history"] = (summary["savings_cost"], summary["savings_energy"])
+    table = CliRunner().invoke(app, ["history", str(run)])
+    line = next(ln for ln in table.stdout.splitlines() if ln.startswith("Whole history"))
+    out["history table"] = (_pct(line, "cost"), _pct(line, "energy"))
+    buf = io.StringIO()
+    records = read_history(run)
+    print_run_summary(Console(file=buf, width=400), records, run, records[0].batch_size)
+    line = next(ln for ln in buf.getvalue().splitlines() if ln.startswith("Whole history"))
+    out["run summary"] = (_pct(line, "cost"), _pct(line, "energy"))
+    html = render_report(job)
+    row = re.search(r"whole history against the default</td><td class=l>([^<]*)<", html)
+    assert row, "no whole-history row in the report"
+    out["report"] = (_pct(row.group(1), "cost"), _pct(row.group(1), "energy"))
+    prom = dict(re.findall(r'^zeus_run_savings_ratio\{[^}]*quantity="(\w+)"\} (\S+)$', exposition([job]), re.M))
+    out["prometheus"] = (float(prom["cost"]), float(prom["energy"]))
+    out["summary"] = (job.summary.savings_cost, job.summary.savings_energy)
+    return out
+
+
+def _agree(seen: dict[str, object], saved: dict) -> None:
+    exact = (saved["cost"], saved["energy"])
+    shown = tuple(f"{abs(v) * 100:.1f}" + ("" if v >= 0 else "-") for v in exact)
+    for name in ("history", "prometheus", "summary"):
+        assert seen[name] == exact, name
+    for name in ("history table", "run summary", "report"):
+        assert seen[name] == shown, name
+
+
+def test_every_view_gives_the_same_saving_against_b0_at_the_max_limit(sim):
+    run, sim_json = sim
+    job = load_job(run)
+    base = job.summary.baseline
+    assert base is not None and base.power_limit == 250 and base.scaled == base.runs  # b0 ran at 175 W
+    assert {r.power_limit for r in job.records if r.batch_size == 1024} == {175}
+    _agree(views(run), sim_json["saved"])
+    # Scaled to 250 W, b0 takes less time than it took at 175 W: the time saving is not understated.
+    b0 = [r for r in job.records if r.batch_size == 1024 and r.reached]
+    assert base.time < sum(r.time for r in b0) / len(b0)
+
+
+def test_a_planted_slow_recurrence_changes_no_mean_recommendation_or_saving(sim, tmp_path):
+    run, sim_json = sim
+    before = load_job(run).summary
+    slow = tmp_path / run.name
+    shutil.copytree(run, slow)
+    records = read_history(slow)
+    last = records[-1]
+    planted = dataclasses.replace(
+        last, recurrence=last.recurrence + 1, trial=last.trial + 1, time=last.time * 2, energy=last.energy * 2
+    )
+    planted = dataclasses.replace(planted, cost=last.cost * 2)
+    with open(slow / "history.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(planted.to_json()) + "\n")
+    after = load_job(slow).summary
+    assert after.slow.keys() == {planted.recurrence}
+    assert after.by_batch_size == before.by_batch_size
+    assert after.recommendation == before.recommendation
+    assert after.baseline == before.baseline
+    assert (after.savings_cost, after.savings_energy) == (before.savings_cost, before.savings_energy)
+    assert after.total_energy > before.total_energy  # spent, and listed
+    _agree(views(slow), sim_json["saved"])
+    text = CliRunner().invoke(app, ["history", str(slow)]).stdout
+    assert "Slow recurrences" in text and f"{planted.recurrence} (2.0x)" in text
+    assert "1 slow one(s) left out" in text
+
+
+def test_max_slowdown_calls_no_noise_free_recurrence_slow(tmp_path):
+    from tests.conftest import TRACES
+
+    out = tmp_path / "runs"
+    args = ["simulate", "imagenet", "--traces", str(TRACES), "--gpu", "v100", "--horizon", "70"]
+    res = CliRunner().invoke(app, [*args, "--objective", "max-slowdown=1.1", "--run-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    (run,) = out.iterdir()
+    job = load_job(run)
+    assert job.summary.slow == {}  # 24 of 70 were called slow when the pace included the bound's penalty
+    from zeus_run.views.report import render_report
+
+    assert "max-slowdown 1.1: cost = energy + 10 x max power" in render_report(job)
