@@ -174,7 +174,3 @@ class KeyReused(UsageError):
 
 class EpochOutOfOrder(UsageError):
     """An epoch report names an epoch lower than one already reported for the trial."""
-
-
-class PathNotAllowed(SpecError):
-    """A spec registered through the server names a file outside its run directory and the allowed directories."""

@@ -37,12 +37,13 @@ def earlier_answer(events: Path, epoch: int, stamped: str | None) -> tuple[StopR
     lines = [_event(line) for line in data.splitlines()]
     last, at = 0, -1
     for i, ev in enumerate(lines):
-        if ev.get("event") != "epoch" or not isinstance(ev.get("epoch"), int):
+        n = ev.get("epoch")
+        if ev.get("event") != "epoch" or not isinstance(n, int):
             continue
-        if same_key(ev.get("key"), stamped, f"epoch {ev['epoch']}"):
+        if same_key(ev.get("key"), stamped, f"epoch {n}"):
             return (_answer_after(lines, i),)
-        if ev["epoch"] >= last:
-            last, at = ev["epoch"], i
+        if n >= last:
+            last, at = n, i
     if at >= 0 and epoch == last:  # the last epoch again: a retry whose answer was lost
         return (_answer_after(lines, at),)
     if epoch < last:

@@ -103,7 +103,7 @@ def tell(
         KeyReused: ``key`` closed this ask with other contents.
     """
     path = Path(run_dir)
-    told = {"exit_code": exit_code, "energy": energy, "time": time, "message": message}
+    told: dict[str, object] = {"exit_code": exit_code, "energy": energy, "time": time, "message": message}
     stamped = None if key is None else stamp(key, "tell", {"token": token, **told})
     with open_session(path, role="tell") as s:
         s.expire()

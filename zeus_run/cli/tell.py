@@ -28,6 +28,12 @@ def tell_command(
     ),
     message: str | None = typer.Option(None, "--message", "-m", help="A note for the record (e.g. why it failed)."),
     as_json: bool = typer.Option(False, "--json", help="Print the record as JSON on stdout."),
+    idempotency_key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        help="A key of your choice (a UUID) for this request: run the same command with the same key again "
+        "(a retry after a lost answer) and it answers as the first did instead of doing it twice.",
+    ),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:
@@ -43,12 +49,12 @@ def tell_command(
 
         zeus-run tell runs/nightly 6f1c0a... --exit-code 0 --energy 5.2e6 --time 3600
 
-        zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?
+        zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $? --idempotency-key "$ZEUS_ASK_TOKEN"
     """
     from zeus_run.asktell import tell
 
     setup_logging(verbose, quiet)
-    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message)
+    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message, key=idempotency_key)
     if as_json:
         print(json.dumps(record.to_json()))
     else:
