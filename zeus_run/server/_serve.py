@@ -69,7 +69,7 @@ def serve(settings: ServeSettings) -> None:
 
     from zeus_run.server._app import create_app
     from zeus_run.server._jobs import JobService
-    from zeus_run.server._uvicorn import QuietServer
+    from zeus_run.server._uvicorn import QuietServer, catch_early_signals
 
     check_bind(settings.host, settings.token_file is not None)
     token = read_token_file(settings.token_file) if settings.token_file else None
@@ -87,6 +87,7 @@ def serve(settings: ServeSettings) -> None:
             ) from None
         allowed = tuple(Path(os.path.abspath(p)) for p in settings.allow_paths)
         app = create_app(JobService(root, allowed=allowed), token, settings.max_body)
+        pending = catch_early_signals()
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         logger.info(
@@ -102,7 +103,7 @@ def serve(settings: ServeSettings) -> None:
             server_header=False,
         )
         with _workers(settings.workers) as (parent, lost):
-            server = QuietServer(config)
+            server = QuietServer(config, pending)
             server.run(sockets=[sock])
             if not parent:
                 os._exit(0)  # a worker: nothing of the parent's to clean up

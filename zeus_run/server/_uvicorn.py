@@ -17,10 +17,28 @@ from types import FrameType
 import uvicorn
 
 
+def catch_early_signals() -> list[int]:
+    """Hold SIGINT and SIGTERM from now until a `QuietServer` runs (it then stops at once): a signal that
+    comes between ``listening on ...`` and uvicorn's start must not kill the process."""
+    pending: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    return pending
+
+
 class QuietServer(uvicorn.Server):
-    """A `uvicorn.Server` that does not raise its stop signal again; `stopped_by` names it (None: none)."""
+    """A `uvicorn.Server` that does not raise its stop signal again; `stopped_by` names it (None: none).
+
+    Args:
+        config: uvicorn's configuration.
+        pending: Signals caught before it ran (`catch_early_signals`).
+    """
 
     stopped_by: str | None = None
+
+    def __init__(self, config: uvicorn.Config, pending: list[int] | None = None) -> None:
+        super().__init__(config)
+        self._pending = pending if pending is not None else []
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.stopped_by = self.stopped_by or signal.Signals(sig).name
@@ -32,6 +50,8 @@ class QuietServer(uvicorn.Server):
             yield
             return
         original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in self._pending:
+            self.handle_exit(sig, None)
         try:
             yield
         finally:
