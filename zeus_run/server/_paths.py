@@ -5,7 +5,9 @@ commands later read (``zeus-run history`` reads the accounting CSVs, an MLflow
 export writes its store). So every file such a spec names must lie inside
 the job's run directory (``ROOT/JOB``; relative paths start there) or inside a
 directory the operator allows (``zeus-run serve --allow-path DIR``), reached
-without ``..`` and without a symbolic link below that directory. Checked:
+without ``..`` and without a symbolic link below that directory. The spec is
+checked as sent, before it is validated (validation looks for the files, and
+its answer would tell a client which files exist). Checked:
 
 * ``accounting.carbon_g_per_kwh`` and ``accounting.price_per_kwh`` when they name a CSV;
 * ``export.mlflow.tracking_uri`` when it names a local store (``file:``, ``sqlite:``, a path);
@@ -21,17 +23,17 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from zeus_run.server._errors import ApiError
-from zeus_run.spec import JobSpec
 
 _SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".ipynb")
 
 
-def check_paths(spec: JobSpec, job_dir: Path, allowed: Sequence[Path] = ()) -> None:
-    """Refuse a spec that names a file outside ``job_dir`` and ``allowed``.
+def check_paths(spec: Mapping[str, Any], job_dir: Path, allowed: Sequence[Path] = ()) -> None:
+    """Refuse a spec (its settings as sent) that names a file outside ``job_dir`` and ``allowed``.
 
     Raises:
         ApiError: 422 ``path_not_allowed`` naming every such field (the first in ``field``).
@@ -52,20 +54,33 @@ def check_paths(spec: JobSpec, job_dir: Path, allowed: Sequence[Path] = ()) -> N
         )
 
 
-def named_files(spec: JobSpec) -> Iterator[tuple[str, str]]:
-    """``(field, path)`` for each file the spec names."""
+def named_files(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(field, path)`` for each file the spec (its settings as sent) names; values of the wrong type are left
+    to the spec's validation."""
+    accounting = _section(spec, "accounting")
     for name in ("carbon_g_per_kwh", "price_per_kwh"):
-        value = getattr(spec.accounting, name)
-        if isinstance(value, str):
-            yield f"accounting.{name}", value
-    if spec.export.mlflow is not None:
-        store = _local_store(spec.export.mlflow.tracking_uri)
-        if store is not None:
-            yield "export.mlflow.tracking_uri", store
-    argv = shlex.split(spec.command[0]) if spec.shell and spec.command else list(spec.command)
+        if isinstance(accounting.get(name), str):
+            yield f"accounting.{name}", accounting[name]
+    uri = _section(_section(spec, "export"), "mlflow").get("tracking_uri")
+    store = _local_store(uri) if isinstance(uri, str) else None
+    if store is not None:
+        yield "export.mlflow.tracking_uri", store
+    command = spec.get("command")
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = command.split()
+    else:
+        argv = [a for a in command if isinstance(a, str)] if isinstance(command, list) else []
     for i, arg in enumerate(argv):
         if arg.endswith(_SCRIPT_SUFFIXES) or ".." in PurePosixPath(arg).parts:
             yield f"command[{i}]", arg
+
+
+def _section(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = doc.get(name)
+    return value if isinstance(value, Mapping) else {}
 
 
 def outside(value: str, base: Path, allowed: Sequence[Path]) -> str | None:

@@ -29,6 +29,7 @@ from zeus_run.rundir.store import SPEC_NAME, RunDir
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths
 from zeus_run.spec import parse_spec
+from zeus_run.spec._yaml import YamlLimitError, load_yaml
 
 #: Stored-spec keys that say where the spec came from, not what it sets.
 _NOT_SETTINGS = frozenset({"source", "run_dir"})
@@ -49,6 +50,7 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
     import yaml
 
     text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
+    check_paths(_settings(spec_doc), path, allowed)  # first: validation would look for the files
     # SpecError: the same problems, in the same words, as `zeus-run check`; relative paths start at the job
     spec = parse_spec(text, source=path / SPEC_NAME)
     if spec.name != name:
@@ -59,7 +61,6 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
             "invalid_field",
             "body.spec.name",
         )
-    check_paths(spec, path, allowed)
     spec = dataclasses.replace(spec, run_dir=path)
     # A brief holder, as an ask: another worker process may register or ask at the same moment.
     with RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
@@ -78,6 +79,18 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
         if stored is None or changed:
             rd.save_spec(spec)
     return {"job": name, "spec": spec.to_dict(), "created": stored is None, "changed": changed}
+
+
+def _settings(spec_doc: str | dict[str, Any]) -> dict[str, Any]:
+    """The settings as sent (a YAML text parsed within the spec's limits); {} if it is no mapping (validation
+    then says why)."""
+    if isinstance(spec_doc, dict):
+        return spec_doc
+    try:
+        data = load_yaml(spec_doc).data
+    except YamlLimitError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def changed_settings(stored: dict[str, Any], new: dict[str, Any]) -> list[str]:
