@@ -154,3 +154,26 @@ def test_the_client_says_at_once_which_server_it_cannot_reach_and_gives_up_after
     monkeypatch.setenv("ZEUS_SERVER_TIMEOUT", "soon")
     with pytest.raises(ServerError, match="ZEUS_SERVER_TIMEOUT"):
         ServerClient(f"http://127.0.0.1:{port}", "t")
+
+
+def test_delete_releases_a_lost_ask_as_infrastructure(server):
+    client = server.client()
+    client.register("leases", TRIAL_SPEC.replace("lease: 1", "lease: 600"))
+    lost = client.ask("leases")
+    with pytest.raises(ServerError) as busy:
+        client.ask("leases", wait_s=0)
+    assert busy.value.code == "busy"
+    record = client.cancel("leases", lost["token"])
+    assert record["stop_reason"] == "infrastructure" and not record["observed"]
+    assert "DELETE" in record["message"]
+    again = client.ask("leases")
+    assert (again["recurrence"], again["try"]) == (1, 2)
+    with pytest.raises(ServerError) as twice:
+        client.cancel("leases", lost["token"])
+    assert (twice.value.status, twice.value.code) == (409, "already_told")
+    with pytest.raises(ServerError) as unknown:
+        client.cancel("leases", "no-such-token")
+    assert (unknown.value.status, unknown.value.code) == (404, "unknown_trial")
+    with pytest.raises(ServerError) as late:
+        client.report("leases", lost["token"], 1, 0.5, 1.0, 1.0)
+    assert late.value.status == 410
