@@ -118,10 +118,10 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
     with open_session(path, spec, role="ask") as s:
         if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)
+        s.expire()  # first: a retry of an ask whose lease ran out asks anew
         again = next((m for m in s.asks if same_key(m.request_key, stamped, "an ask")), None)
         if again is not None:
             return _asked_again(s, spec, again)
-        s.expire()
         return _reserve(s, spec, host or socket.gethostname(), stamped)
 
 
