@@ -177,3 +177,53 @@ def test_delete_releases_a_lost_ask_as_infrastructure(server):
     with pytest.raises(ServerError) as late:
         client.report("leases", lost["token"], 1, 0.5, 1.0, 1.0)
     assert late.value.status == 410
+
+
+def test_a_real_fault_is_a_500_and_its_traceback_is_logged_once(tmp_path, caplog):
+    """Driven in-process through the ASGI interface: a route whose call raises something that is no library
+    error."""
+    import asyncio
+
+    from zeus_run.server._app import create_app
+    from zeus_run.server._jobs import JobService
+    from zeus_run.server._root import ServerRoot
+
+    root = ServerRoot(tmp_path / "root")
+    service = JobService(root)
+
+    def broken() -> list[str]:
+        raise RuntimeError("disk on fire")
+
+    service.jobs = broken  # type: ignore[method-assign]
+    app = create_app(service, "t" * 20)
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/jobs",
+        "raw_path": b"/v1/jobs",
+        "query_string": b"",
+        "headers": [(b"authorization", b"Bearer " + b"t" * 20)],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 1),
+        "client": ("127.0.0.1", 2),
+        "root_path": "",
+    }
+    try:
+        with caplog.at_level(logging.INFO):
+            asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    finally:
+        root.close()
+    assert sent[0]["status"] == 500
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["code"] == "internal" and "disk on fire" not in body["error"]
+    logged = [r for r in caplog.records if r.exc_info]
+    assert len(logged) == 1 and "disk on fire" in str(logged[0].exc_info[1])
