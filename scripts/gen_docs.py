@@ -288,9 +288,14 @@ def spec_page() -> str:
 
 
 def api_page() -> str:
-    from zeus_run.server._app import create_app
+    import tempfile
 
-    schema = create_app(None, "x" * 32).app.openapi()  # type: ignore[arg-type]
+    from zeus_run.server._app import create_app
+    from zeus_run.server._jobs import JobService
+    from zeus_run.server._root import ServerRoot
+
+    with tempfile.TemporaryDirectory() as tmp:
+        schema = create_app(JobService(ServerRoot(Path(tmp) / "root")), "x" * 32).app.openapi()
     lines = [
         "# Server API reference",
         "",

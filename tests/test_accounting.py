@@ -85,7 +85,7 @@ def test_time_series_charges_the_rate_in_force_at_each_start(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "needle"),
-    [("2026-01-01T00:00:00Z,1\nyesterday,5\n", ":2:"), ("t,v\n", "no timestamp"), ("2026-01-01,-3\n", ":1:")],
+    [("2026-01-01T00:00:00Z,1\nyesterday,5\n", "line 2:"), ("t,v\n", "no timestamp"), ("2026-01-01,-3\n", "line 1:")],
 )
 def test_bad_series_names_the_line(tmp_path, text, needle):
     p = tmp_path / "s.csv"
@@ -169,3 +169,17 @@ def test_plot_title_shows_carbon_and_money(sim_run, tmp_path, monkeypatch):
     monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", spy)
     plot_history(records, tmp_path / "p.png", accounting=acc)
     assert (tmp_path / "p.png").is_file() and "g CO2e" in seen[0] and "USD" in seen[0]
+
+
+def test_history_on_a_file_that_is_no_csv_prints_no_line_of_it(sim_run):
+    """A spec that points `accounting` at some other file (a secret, say): `history` names the file and the line
+    number, never what the line holds."""
+    (sim_run / "secret.csv").write_text("2026-01-01T00:00:00Z,1\nroot:x:0:0:TOPSECRET-LINE:/root:/bin/bash\n")
+    spec = yaml.safe_load((sim_run / "spec.yaml").read_text())
+    spec["accounting"] = {"carbon_g_per_kwh": "secret.csv"}
+    (sim_run / "spec.yaml").write_text(yaml.safe_dump(spec))
+    for fmt in ("table", "json", "csv"):
+        res = CliRunner().invoke(app, ["history", str(sim_run), "--format", fmt])
+        assert res.exit_code == 2 and "Traceback" not in res.output
+        assert "'secret.csv', line 2" in res.output
+        assert "TOPSECRET" not in res.output and "root:x" not in res.output

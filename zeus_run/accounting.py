@@ -78,7 +78,7 @@ class Rate:
     def of(cls, value: float | str, base: Path | None = None) -> Rate:
         """A constant, or the series in the CSV at ``value`` (relative to ``base``)."""
         if isinstance(value, str):
-            return read_series(Path(value) if base is None else base / value)
+            return read_series(Path(value) if base is None else base / value, shown=value)
         return cls((), (float(value),))
 
     def at(self, started_at: str | None) -> float:
@@ -91,39 +91,58 @@ class Rate:
         return self.values[max(i, 0)]
 
 
-def read_series(path: Path) -> Rate:
+def read_series(path: Path, shown: str | None = None) -> Rate:
     """A ``timestamp,value`` CSV as a `Rate`.
+
+    Args:
+        path: The CSV.
+        shown: How errors name it (default: ``path``); the spec's own value, relative to the job.
+
+    NOTE: an error names the file and the line number, never the line's content: a spec may point at
+    a file that is no CSV (a server client's spec, say), and no line of it must reach the screen.
 
     Raises:
         AccountingError: Missing, unreadable or malformed (naming the line).
     """
+    name = repr(str(path) if shown is None else shown)
     try:
         with open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except OSError as exc:
         raise AccountingError(
-            f"Cannot read the rate series {str(path)!r}: {exc}. Write a CSV of timestamp,value rows."
+            f"Cannot read the rate series {name}: {exc.strerror or type(exc).__name__}. Write a CSV of "
+            "timestamp,value rows."
+        ) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise AccountingError(
+            f"The rate series {name} is not a CSV of UTF-8 text ({type(exc).__name__}). Write a CSV of "
+            "timestamp,value rows."
         ) from None
     points: list[tuple[float, float]] = []
     for n, row in enumerate(rows[:MAX_ROWS], start=1):
         if not row or not "".join(row).strip():
             continue
+        why = f"{len(row)} columns, not 2"
         try:
             if len(row) != 2:
-                raise ValueError(f"{len(row)} columns")
-            t, v = _seconds(row[0]), float(row[1])
+                raise ValueError(why)
+            why = "the first column is not an ISO-8601 time or a number of seconds"
+            t = _seconds(row[0])
+            why = "the second column is not a non-negative number"
+            v = float(row[1])
             if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"value {row[1]!r} is not a non-negative number")
-        except ValueError as exc:
+                raise ValueError(why)
+        except ValueError:
             if n == 1 and not _is_time(row[0]):
                 continue  # a header row
             raise AccountingError(
-                f"{path}:{n}: {','.join(row)!r} is not timestamp,value ({exc}); write e.g. 2026-01-01T00:00:00Z,350"
+                f"The rate series {name}, line {n}: not a timestamp,value row ({why}); write e.g. "
+                "2026-01-01T00:00:00Z,350"
             ) from None
         points.append((t, v))
     if not points:
         raise AccountingError(
-            f"The rate series {str(path)!r} has no timestamp,value rows; write e.g. 2026-01-01T00:00:00Z,350"
+            f"The rate series {name} has no timestamp,value rows; write e.g. 2026-01-01T00:00:00Z,350"
         )
     points.sort()
     return Rate(tuple(p[0] for p in points), tuple(p[1] for p in points))

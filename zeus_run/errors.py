@@ -166,3 +166,11 @@ class JobComplete(ZeusRunError):
     """An ask found every recurrence of the spec's ``recurrences`` done: there is nothing to ask for."""
 
     exit_code = JOB_COMPLETE_EXIT_CODE
+
+
+class KeyReused(UsageError):
+    """A request repeats an idempotency key that an earlier, different request already used."""
+
+
+class EpochOutOfOrder(UsageError):
+    """An epoch report names an epoch lower than one already reported for the trial."""

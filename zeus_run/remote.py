@@ -13,13 +13,19 @@ server's ``/v1`` API (`API_PREFIX`; the schema is served at `OPENAPI_PATH`):
 ``POST /v1/jobs/{job}/trials/{t}/finish``  tell: the trial ended (energy and time if measured)
 ``POST /v1/jobs/{job}/trials/{t}/fail``    tell: the trial failed, with its message
 ``GET  /v1/jobs/{job}/history``            the job's trial records
+``DELETE /v1/jobs/{job}/trials/{t}``       release an ask that will never be told
 =========================================  =====================================================
 
 Every request but the health check carries ``Authorization: Bearer TOKEN``.
 Errors are JSON ``{"error": "...", "field": "...", "code": "..."}``; the client
 raises `ServerError` with them. While the server cannot be reached (or answers
 502/503/504), a request is retried with exponential backoff up to
-``retry_s`` seconds, so a client rides out a server restart.
+``retry_s`` seconds (``ZEUS_SERVER_TIMEOUT``, default 120), so a client rides
+out a server restart; the first failure is logged at once (WARNING) with the
+URL and why, and a connection attempt gives up after `CONNECT_TIMEOUT_S`.
+Ask, report, finish and fail carry an ``Idempotency-Key`` that every retry of
+the same call repeats, so a request the server applied before it died is
+answered as it was (the same trial, the same record), never applied twice.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from typing import Any
 
 from zeus_run.contract import Env
@@ -52,6 +59,8 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 5.0
 #: Socket timeout of one request (unit: s).
 REQUEST_TIMEOUT_S = 60.0
+#: Longest wait for a connection to open (unit: s): an unreachable server is reported within it.
+CONNECT_TIMEOUT_S = 5.0
 #: Statuses that mean "the server is not there right now": retried like a refused connection.
 RETRY_STATUSES = frozenset({502, 503, 504})
 #: Lease assumed for a trial asked elsewhere (``ZEUS_SERVER_TRIAL``) until the server says (unit: s).
@@ -97,16 +106,35 @@ def job_path(job: str, *rest: str) -> str:
     return f"{API_PREFIX}/jobs/" + "/".join(parts)
 
 
+def retry_s_from_env() -> float:
+    """``ZEUS_SERVER_TIMEOUT`` (unit: s), or `DEFAULT_RETRY_S`.
+
+    Raises:
+        ServerError: It is set to something other than a non-negative number.
+    """
+    text = os.environ.get(Env.SERVER_TIMEOUT, "").strip()
+    if not text:
+        return DEFAULT_RETRY_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise ServerError(0, f"{Env.SERVER_TIMEOUT} = {text!r}: give the seconds to keep retrying, e.g. 120.")
+    return value
+
+
 class ServerClient:
     """A connection to ``zeus-run serve`` (one keep-alive connection per thread).
 
     Args:
         url: ``http://host:port`` or ``https://host`` (behind a TLS proxy).
         token: Bearer token (None: only the health check works).
-        retry_s: How long a request retries an unreachable server (unit: s).
+        retry_s: How long a request retries an unreachable server (unit: s; None: ``ZEUS_SERVER_TIMEOUT``,
+            default 120).
     """
 
-    def __init__(self, url: str, token: str | None = None, retry_s: float = DEFAULT_RETRY_S) -> None:
+    def __init__(self, url: str, token: str | None = None, retry_s: float | None = None) -> None:
         parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ServerError(0, f"ZEUS_SERVER = {url!r} is not an http(s) URL. Set it like http://zeus-server:7787.")
@@ -116,8 +144,9 @@ class ServerClient:
         self._port = parsed.port or (443 if self._https else 80)
         self._base = parsed.path.rstrip("/")
         self._token = token
-        self.retry_s = retry_s
+        self.retry_s = retry_s_from_env() if retry_s is None else retry_s
         self._local = threading.local()
+        self._unreachable = False  # an outage is being retried (warned of once)
 
     @classmethod
     def from_env(cls) -> ServerClient | None:
@@ -146,9 +175,10 @@ class ServerClient:
         """
         deadline = time.monotonic() + (self.retry_s if wait_s is None else wait_s)
         pause = BACKOFF_FIRST_S
+        key = new_key()  # one ask, however many tries: a lost answer is answered again, not asked twice
         while True:
             try:
-                return self.request("POST", job_path(job, "trials"), {"host": host} if host else {})
+                return self.request("POST", job_path(job, "trials"), {"host": host} if host else {}, key=key)
             except ServerError as exc:
                 if exc.code != "busy" or time.monotonic() + pause > deadline:
                     raise
@@ -164,24 +194,31 @@ class ServerClient:
     ) -> dict[str, Any]:
         """Report one epoch (cumulative time and energy since training began); the answer has ``stop``."""
         body = {"epoch": epoch, "metric": metric, "time": time_s, "energy": energy_j}
-        return self.request("POST", job_path(job, "trials", token, "epochs"), body)
+        return self.request("POST", job_path(job, "trials", token, "epochs"), body, key=new_key())
 
     def finish(
         self, job: str, token: str, time_s: float | None = None, energy_j: float | None = None, exit_code: int = 0
     ) -> dict[str, Any]:
         body = {"time": time_s, "energy": energy_j, "exit_code": exit_code}
-        return self.request("POST", job_path(job, "trials", token, "finish"), body)
+        return self.request("POST", job_path(job, "trials", token, "finish"), body, key=new_key())
 
     def fail(self, job: str, token: str, message: str, exit_code: int = 1) -> dict[str, Any]:
         body = {"message": message[:2000], "exit_code": exit_code}
-        return self.request("POST", job_path(job, "trials", token, "fail"), body)
+        return self.request("POST", job_path(job, "trials", token, "fail"), body, key=new_key())
+
+    def cancel(self, job: str, token: str) -> dict[str, Any]:
+        """Release an ask that will never be told (recorded as infrastructure); returns its record."""
+        return self.request("DELETE", job_path(job, "trials", token))
 
     def history(self, job: str) -> list[dict[str, Any]]:
         return self.request("GET", job_path(job, "history"))["records"]
 
     # -- transport -------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, key: str | None = None) -> Any:
         """Send one request, retrying with backoff while the server is unreachable.
+
+        Args:
+            key: Idempotency key, sent with every try (``Idempotency-Key``).
 
         Raises:
             ServerError: The server answered 4xx/5xx, or stayed unreachable for ``retry_s``.
@@ -192,6 +229,8 @@ class ServerClient:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
+        if key is not None:
+            headers["Idempotency-Key"] = key
         deadline = time.monotonic() + self.retry_s
         pause = BACKOFF_FIRST_S
         while True:
@@ -203,11 +242,24 @@ class ServerClient:
             else:
                 why = f"HTTP {status}"
                 if status not in RETRY_STATUSES:
+                    if self._unreachable:
+                        self._unreachable = False
+                        logger.warning("zeus-run server at %s answers again", self.url)
                     return _answer(status, payload)
             if time.monotonic() + pause > deadline:
                 raise ServerError(
                     status,
-                    f"The zeus-run server at {self.url} is unreachable ({why}); gave up after {self.retry_s:g} s.",
+                    f"The zeus-run server at {self.url} is unreachable ({why}); gave up after {self.retry_s:g} s "
+                    f"({Env.SERVER_TIMEOUT}).",
+                )
+            if not self._unreachable:
+                self._unreachable = True
+                logger.warning(
+                    "cannot reach the zeus-run server at %s (%s); retrying for up to %g s (%s)",
+                    self.url,
+                    why,
+                    self.retry_s,
+                    Env.SERVER_TIMEOUT,
                 )
             logger.info("zeus-run server at %s unreachable (%s); retrying in %.2f s", self.url, why, pause)
             time.sleep(pause * random.uniform(0.5, 1.0))
@@ -237,7 +289,10 @@ class ServerClient:
         if conn is None or fresh:
             self._drop()
             cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = cls(self._host, self._port, timeout=REQUEST_TIMEOUT_S)
+            conn = cls(self._host, self._port, timeout=CONNECT_TIMEOUT_S)
+            conn.connect()  # within CONNECT_TIMEOUT_S; then each answer may take REQUEST_TIMEOUT_S
+            if conn.sock is not None:
+                conn.sock.settimeout(REQUEST_TIMEOUT_S)
             self._local.conn = conn
         return conn
 
@@ -250,6 +305,11 @@ class ServerClient:
     def close(self) -> None:
         """Close this thread's connection."""
         self._drop()
+
+
+def new_key() -> str:
+    """A fresh idempotency key for one request (its retries repeat it)."""
+    return uuid.uuid4().hex
 
 
 def _answer(status: int, payload: bytes) -> Any:

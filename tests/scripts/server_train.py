@@ -7,7 +7,8 @@ epoch and stops when the server says so. Batch size B reaches the target after
 ``NEEDS[B]`` epochs (0: never).
 
 Options: --trials N (at most N trials, default: until complete);
---epoch-time S (sleep per epoch); --ready-file F (touched after the first ask).
+--epoch-time S (sleep per epoch); --ready-file F (touched after the first ask);
+--fail-first (the first trial fails after its first epoch: told with ``fail``).
 """
 
 import argparse
@@ -25,6 +26,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--trials", type=int, default=0)
 ap.add_argument("--epoch-time", type=float, default=0.0)
 ap.add_argument("--ready-file", default="")
+ap.add_argument("--fail-first", action="store_true")
 args = ap.parse_args()
 
 done = 0
@@ -45,6 +47,10 @@ while not args.trials or done < args.trials:
         metric = 0.95 if need and epoch >= need else 0.5
         if not trial.report(metric):
             break
+        if args.fail_first and not done:
+            break
+    if args.fail_first and not done and trial.remote is not None:
+        trial.remote.fail("RuntimeError: boom", exit_code=1)
     trial.close()
     print(
         f"trial bs={trial.batch_size} epochs={trial.epoch} stop={trial.remote and trial.remote.stop_reason}", flush=True

@@ -94,9 +94,12 @@ def test_three_clients_run_the_demo_job_through_the_server_to_ten_recurrences_an
     server = start(tmp_path)
     try:
         client = server.client(TOKEN)
-        resolved = client.register("demo", demo_spec(10))
-        assert resolved["recurrences"] == 10 and Path(resolved["run_dir"]) == server.root / "demo"
-        assert client.register("demo", demo_spec(10)) == resolved  # the same spec again: a no-op
+        first = client.register("demo", demo_spec(10))
+        resolved = first["spec"]
+        assert first["created"] and first["changed"] == []
+        assert resolved["recurrences"] == 10 and resolved["run_dir"] == "demo"  # relative to the root
+        again = client.register("demo", demo_spec(10))  # the same spec again: a no-op
+        assert again == {**first, "created": False}
         outs = finish(clients(server.url, 3))
         assert sum("job complete" in o for o in outs) == 3
         run_dir = server.root / "demo"

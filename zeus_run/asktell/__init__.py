@@ -13,10 +13,12 @@ for a moment (`zeus_run.asktell._session`), an ask that is never told back
 expires after its lease (`zeus_run.asktell._lease`), and decisions follow the
 rule ``concurrency: N`` uses, so ``zeus-run replay`` audits an ask/tell history
 like any other. ``zeus-run exec`` runs a command under the trial agent
-(`run_ask`), and `Job` is the Python API.
+(`run_ask`), `cancel` releases an ask that will never be told, and
+`Job` is the Python API.
 """
 
 from zeus_run.asktell._ask import Ask, ask
+from zeus_run.asktell._cancel import cancel
 from zeus_run.asktell._exec import Target, exit_code_of, run_ask, target_of
 from zeus_run.asktell._job import AskedTrial, Job
 from zeus_run.asktell._tell import Measured, expire, heartbeat, report_epoch, tell
@@ -32,6 +34,7 @@ __all__ = [
     "Target",
     "UnknownToken",
     "ask",
+    "cancel",
     "exit_code_of",
     "expire",
     "heartbeat",

@@ -12,21 +12,25 @@ re-derives it, and the trial's directory gets the agent's ``plan.json``
 from __future__ import annotations
 
 import dataclasses
-import math
+import json
 import os
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zeus_run.asktell._keys import same_key, stamp
+from zeus_run.asktell._lease import expires_at
 from zeus_run.asktell._session import Session, open_session, resolve_job
-from zeus_run.contract import ASK_EXECUTOR, Env, TrialFiles
+from zeus_run.contract import ASK_EXECUTOR, Env, RunningMarker, TrialFiles
 from zeus_run.energy import EstimatedEnergy
-from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy
+from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy, RunDirError
 from zeus_run.executors._base import prepare
 from zeus_run.rundir.resume import choose_run_dir
 from zeus_run.spec import JobSpec
+from zeus_run.trial.agent import AgentPlan
 
 
 @dataclass(frozen=True)
@@ -93,13 +97,15 @@ class Ask:
         return out
 
 
-def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None = None) -> Ask:
+def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None = None, key: str | None = None) -> Ask:
     """Reserve the next trial of a job.
 
     Args:
         job: A job spec (YAML) or a run directory that has one.
         run_dir: The run directory, if not the spec's ``run_dir``.
         host: The host the ask is for (default: this one); shown in the expiry message.
+        key: Idempotency key (`zeus_run.asktell._keys`): an ask in flight made with the same key is
+            answered again (the same trial) instead of asking anew.
 
     Raises:
         SpecError, UsageError: The spec is invalid or ``job`` names nothing usable.
@@ -107,18 +113,71 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
         RunDirBusy: A launcher holds the run directory, or ``concurrency`` asks are already in flight
             (or every recurrence left is).
         JobComplete: Every one of the spec's ``recurrences`` is done (``recurrences: null``: never).
+        KeyReused: ``key`` made an ask in flight for another host.
     """
+    stamped = None if key is None else stamp(key, "ask", {"host": host})
     spec, path = resolve_job(job, run_dir)
     if not Path(job).is_dir():  # a spec: its history must have been recorded under its settings
         path, _ = choose_run_dir(spec, path, new=False, force=False)
     with open_session(path, spec, role="ask") as s:
         if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)
-        s.expire()
-        return _reserve(s, spec, host or socket.gethostname())
+        s.expire()  # first: a retry of an ask whose lease ran out asks anew
+        again = next((m for m in s.asks if same_key(m.request_key, stamped, "an ask")), None)
+        if again is not None:
+            return _asked_again(s, spec, again)
+        return _reserve(s, spec, host or socket.gethostname(), stamped)
 
 
-def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
+def _asked_again(s: Session, spec: JobSpec, marker: RunningMarker) -> Ask:
+    """The answer to a retried ask: the trial it made, as it was answered (its lease as it now stands)."""
+    tdir = Path(marker.trial_dir or "")
+    try:
+        plan = AgentPlan.from_json(json.loads((tdir / TrialFiles.PLAN).read_text(encoding="utf-8"))).trial
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunDirError(
+            f"The trial of this ask (recurrence {marker.recurrence} try {marker.attempt}) has no readable "
+            f"{TrialFiles.PLAN} ({type(exc).__name__}); ask with a new key."
+        ) from None
+    return _answer(spec, s.rd.path, marker, plan.argv, plan.env, expires_at(marker, spec.lease), plan.workdir)
+
+
+def _answer(
+    spec: JobSpec,
+    run_dir: Path,
+    marker: RunningMarker,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    expires: float,
+    workdir: str | Path,
+) -> Ask:
+    """The ask's answer from its marker and its trial's command and environment."""
+    return Ask(
+        token=marker.token or "",
+        run_dir=run_dir,
+        trial_dir=Path(marker.trial_dir or ""),
+        recurrence=marker.recurrence,
+        attempt=marker.attempt,
+        trial=marker.trial,
+        batch_size=marker.batch_size,
+        learning_rate=marker.learning_rate,
+        power_limit=None,
+        seed=marker.seed if marker.seed is not None else spec.seed,
+        cost_threshold=marker.cost_threshold,
+        max_epochs=spec.max_epochs,
+        target_metric=spec.target_metric,
+        higher_is_better=spec.higher_is_better,
+        stage=marker.stage,
+        detail=marker.detail,
+        command=list(argv),
+        env=dict(env),
+        lease_s=marker.lease if marker.lease is not None else spec.lease,
+        expires_at=expires,
+        workdir=Path(workdir).absolute(),
+    )
+
+
+def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None = None) -> Ask:
     if len(s.asks) >= spec.concurrency:
         oldest = min(s.asks, key=lambda m: m.trial)
         raise RunDirBusy(
@@ -178,32 +237,10 @@ def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
         draw=request.draw,
         probe=request.probe,
         detail=request.decision.detail,
+        request_key=stamped,
     )
     s.add(marker)
-    threshold = None if math.isinf(request.cost_threshold) else request.cost_threshold
-    return Ask(
-        token=token,
-        run_dir=s.rd.path,
-        trial_dir=tdir,
-        recurrence=request.recurrence,
-        attempt=request.attempt,
-        trial=request.trial,
-        batch_size=request.decision.batch_size,
-        learning_rate=prepared.learning_rate,
-        power_limit=None,
-        seed=prepared.seed,
-        cost_threshold=threshold,
-        max_epochs=spec.max_epochs,
-        target_metric=spec.target_metric,
-        higher_is_better=spec.higher_is_better,
-        stage=request.decision.stage,
-        detail=request.decision.detail,
-        command=list(plan.trial.argv),
-        env=dict(plan.trial.env),
-        lease_s=lease,
-        expires_at=now + lease,
-        workdir=Path(plan.trial.workdir).absolute(),
-    )
+    return _answer(spec, s.rd.path, marker, plan.trial.argv, plan.trial.env, now + lease, plan.trial.workdir)
 
 
 def _retry_reason(s: Session, recurrence: int) -> str:

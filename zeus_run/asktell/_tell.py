@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run import _fs
+from zeus_run.asktell._epochs import earlier_answer
+from zeus_run.asktell._keys import same_key, stamp
 from zeus_run.asktell._lease import ask_provenance, expires_at
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, write_heartbeat
@@ -78,6 +80,7 @@ def tell(
     time: float | None = None,
     message: str | None = None,
     measured: Measured | None = None,
+    key: str | None = None,
 ) -> TrialRecord:
     """Close an ask: record its trial and fold it.
 
@@ -89,24 +92,33 @@ def tell(
         time: Time it ran (unit: s), when nothing measured it; marked as reported.
         message: A note for the record (e.g. the exception that ended it).
         measured: Time and energy measured in the trial's own process.
+        key: Idempotency key (`zeus_run.asktell._keys`): a tell that repeats the one that closed
+            the ask, with the same key, returns its record again instead of `AlreadyTold`.
 
     Raises:
         LeaseExpired: The ask's lease had expired: it was recorded as an infrastructure failure,
             this tell is refused, and what it reported is kept in the trial's directory.
         AlreadyTold: The ask was already told.
         UnknownToken: The run directory has no such ask.
+        KeyReused: ``key`` closed this ask with other contents.
     """
     path = Path(run_dir)
+    told: dict[str, object] = {"exit_code": exit_code, "energy": energy, "time": time, "message": message}
+    stamped = None if key is None else stamp(key, "tell", {"token": token, **told})
     with open_session(path, role="tell") as s:
         s.expire()
         marker = _find(s, token)
         if isinstance(marker, TrialRecord):
-            _refuse(s, token, marker, {"exit_code": exit_code, "energy": energy, "time": time, "message": message})
+            if same_key((marker.provenance or {}).get("tell_key"), stamped, "a tell"):
+                return marker  # a retry of the tell that closed it: its answer again
+            _refuse(s, token, marker, told)
         assert isinstance(marker, RunningMarker)
         record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured))
         request = request_of(marker, s.spec)
         engine = s.ledger().engine
         record, spec_fault = engine.settle(request, record, s.history, stamp=True)
+        if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
+            record = dataclasses.replace(record, provenance={**(record.provenance or {}), "tell_key": stamped})
         s.record(record, marker)
         if spec_fault is not None:
             logger.error("%s", spec_fault)
@@ -137,6 +149,7 @@ def report_epoch(
     *,
     time: float | None = None,
     energy: float | None = None,
+    key: str | None = None,
 ) -> StopReason | None:
     """Record one validated epoch of an ask's trial (durably) and say whether to stop; renews the lease.
 
@@ -147,19 +160,32 @@ def report_epoch(
         metric: Its validation metric.
         time: Time since the trial began (unit: s), if the caller measures it (else: since the ask).
         energy: Energy since the trial began (unit: J), if the caller measures it (else: the spec's estimate).
+        key: Idempotency key (`zeus_run.asktell._keys`), kept in the epoch's line of the events.
+
+    An epoch already reported (a retry, with or without its key) is not recorded again: the
+    answer is the one it got then.
 
     Returns:
         Why to stop (the target, ``max_epochs``, the cost threshold), or None to go on.
 
     Raises:
         LeaseExpired, UnknownToken: As `heartbeat`.
+        EpochOutOfOrder: ``epoch`` is lower than the last epoch reported.
+        KeyReused: ``key`` was used for another report.
     """
     path = Path(run_dir)
     spec = spec_of(path)
     marker, _ = _in_flight(path, token)
     tdir = Path(marker.trial_dir or "")
+    request = {"token": token, "epoch": int(epoch), "metric": float(metric), "time": time, "energy": energy}
+    stamped = None if key is None else stamp(key, "epoch", request)
+    earlier = earlier_answer(tdir / TrialFiles.EVENTS, int(epoch), stamped)
+    if earlier is not None:
+        return earlier[0]
     now = _time.time()
     event: dict[str, object] = {"event": "epoch", "epoch": int(epoch), "metric": float(metric), "time": now}
+    if stamped is not None:
+        event["key"] = stamped
     if time is not None:
         event["elapsed"] = float(time)
     if energy is not None:
@@ -195,7 +221,7 @@ def _find(s: Session, token: str) -> RunningMarker | TrialRecord:
 
 def _refuse(s: Session, token: str, record: TrialRecord, reported: dict[str, object]) -> None:
     what = f"recurrence {record.recurrence} try {record.attempt} (trial #{record.trial})"
-    if (record.provenance or {}).get("lease_expired"):
+    if _released(record):
         tdir = s.rd.path / "trials" / TrialFiles.dir_name(record.recurrence, record.attempt)
         with contextlib.suppress(OSError):
             _fs.atomic_write(tdir / LATE_TELL_NAME, json.dumps({**reported, "token": token, "at": _time.time()}) + "\n")
@@ -211,6 +237,12 @@ def _refuse(s: Session, token: str, record: TrialRecord, reported: dict[str, obj
     )
 
 
+def _released(record: TrialRecord) -> bool:
+    """Whether the ask's record is an expiry or a cancel (not a tell): a later tell is too late."""
+    prov = record.provenance or {}
+    return bool(prov.get("lease_expired") or prov.get("cancelled"))
+
+
 def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
     """The ask in flight with this token and its lease, read without the lock."""
     spec_lease = spec_of(path).lease
@@ -218,7 +250,7 @@ def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
     if marker is None:
         records = list(HistoryStore(path / HISTORY_NAME).read(warn=False)) if (path / HISTORY_NAME).is_file() else []
         done = next((r for r in records if (r.provenance or {}).get("ask_token") == token), None)
-        if done is not None and (done.provenance or {}).get("lease_expired"):
+        if done is not None and _released(done):
             raise LeaseExpired(
                 f"token = {token!r}: the lease of recurrence {done.recurrence} try {done.attempt} expired; it is "
                 "recorded as an infrastructure failure (exit code 3). Stop this trial and ask again."

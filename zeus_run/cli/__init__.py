@@ -15,6 +15,7 @@ import typer
 
 from zeus_run import __version__
 from zeus_run.cli.ask import ask_command
+from zeus_run.cli.cancel import cancel_command
 from zeus_run.cli.check import check_command
 from zeus_run.cli.exec_ import exec_command
 from zeus_run.cli.export import export_command
@@ -69,11 +70,12 @@ app.command("ask")(ask_command)
 app.command("exec")(exec_command)
 app.command("tell")(tell_command)
 app.command("heartbeat")(heartbeat_command)
+app.command("cancel")(cancel_command)
 app.command("serve")(serve_command)
 
 COMMANDS = (
     *("run", "history", "plot", "check", "simulate", "replay", "export", "report"),
-    *("ask", "exec", "tell", "heartbeat", "serve"),
+    *("ask", "exec", "tell", "heartbeat", "cancel", "serve"),
 )
 
 

@@ -38,6 +38,12 @@ def ask_command(
         case_sensitive=False,
         help="text (for people), json (one object), or env (`export` lines for `eval` in a shell step).",
     ),
+    idempotency_key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        help="A key of your choice (a UUID) for this request: run the same command with the same key again "
+        "(a retry after a lost answer) and it answers as the first did instead of doing it twice.",
+    ),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:
@@ -62,11 +68,13 @@ def ask_command(
         eval "$(zeus-run ask job.yaml --format env)" && zeus-run exec -- python train.py --bs "$ZEUS_BATCH_SIZE"
 
         zeus-run ask runs/nightly --format json
+
+        zeus-run ask runs/nightly --format env --idempotency-key "$PIPELINE_RUN_ID"   (safe to retry)
     """
     from zeus_run.asktell import ask
 
     setup_logging(verbose, quiet)
-    a = ask(job, run_dir=run_dir)
+    a = ask(job, run_dir=run_dir, key=idempotency_key)
     if fmt is AskFormat.json:
         print(json.dumps(a.to_json(), indent=1))
     elif fmt is AskFormat.env:

@@ -83,12 +83,15 @@ def history_command(
         write_records,
     )
     from zeus_run.rundir.history import read_history
+    from zeus_run.views.in_flight import in_flight_lines
     from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
     from zeus_run.views.summary import failure_reason
 
     setup_logging()
     if many_jobs(paths):
         _history_of_jobs(paths, fmt)
+        return
+    if fmt is Format.table and _nothing_recorded_yet(paths[0]):
         return
     hist = run_dir_history(paths[0])
     from zeus_run.asktell._session import expire_stale
@@ -120,6 +123,23 @@ def history_command(
         out.print(line, markup=False)
     for line in profile_lines(hist.parent):
         out.print(line, markup=False)
+    for line in in_flight_lines(hist.parent):
+        out.print(line, markup=False)
+
+
+def _nothing_recorded_yet(path: Path) -> bool:
+    """For a run directory with no history yet: say so, list its asks in flight, and return True."""
+    from zeus_run.rundir.history import HISTORY_NAME
+    from zeus_run.rundir.store import SPEC_NAME
+    from zeus_run.views.in_flight import in_flight_lines
+
+    if not path.is_dir() or (path / HISTORY_NAME).exists() or not (path / SPEC_NAME).is_file():
+        return False
+    out = out_console()
+    out.print(f"No trial recorded yet in {path}.", markup=False)
+    for line in in_flight_lines(path) or ["No ask in flight either."]:
+        out.print(line, markup=False)
+    return True
 
 
 def _history_of_jobs(paths: list[Path], fmt: Format) -> None:

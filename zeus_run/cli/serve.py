@@ -35,7 +35,13 @@ def serve_command(
         help="Processes that answer requests (Linux). More use more cores; a job stays consistent across them "
         "(each ask and tell takes its run directory's lock). They stop together: if one dies, the server exits.",
     ),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="One log line per request."),
+    allow_path: list[Path] = typer.Option(
+        [],
+        "--allow-path",
+        help="A directory outside the jobs whose files a registered spec may name (accounting CSVs, export "
+        "stores, scripts); repeatable. Without it, a spec may name files only inside its own run directory.",
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="One log line per request (and per refusal)."),
 ) -> None:
     """Serve jobs over HTTP to training scripts that share no filesystem with zeus-run (pods, managed services).
 
@@ -43,7 +49,8 @@ def serve_command(
     run directory under --root, exactly as `zeus-run run` writes it, so `history`,
     `plot` and `replay` work on it. Clients set ZEUS_SERVER=http://HOST:PORT, the
     token (ZEUS_SERVER_TOKEN or ZEUS_SERVER_TOKEN_FILE) and ZEUS_SERVER_JOB. A
-    second server on the same root is refused (exit code 75). Put TLS in front
+    second server on the same root is refused (exit code 75). SIGINT/SIGTERM stop it
+    with a line in the log and exit code 0. Put TLS in front
     with a reverse proxy (README, "The batch-size server").
 
     Example:
@@ -53,6 +60,8 @@ def serve_command(
         zeus-run serve --root /srv/zeus-jobs --host 0.0.0.0 --token-file /run/secrets/zeus-token -v
 
         zeus-run serve --root /srv/zeus-jobs --workers 2    # two processes: asks and tells on both cores
+
+        zeus-run serve --root /srv/zeus-jobs --allow-path /srv/grid-data   # specs may name CSVs there
     """
     try:
         import fastapi  # noqa: F401
@@ -72,4 +81,14 @@ def serve_command(
     uv.handlers = list(logging.getLogger("zeus_run").handlers)
     uv.setLevel(logging.WARNING)
     uv.propagate = False
-    serve(ServeSettings(root=root, host=host, port=port, token_file=token_file, max_body=max_body, workers=workers))
+    serve(
+        ServeSettings(
+            root=root,
+            host=host,
+            port=port,
+            token_file=token_file,
+            max_body=max_body,
+            workers=workers,
+            allow_paths=tuple(allow_path),
+        )
+    )

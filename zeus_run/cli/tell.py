@@ -34,6 +34,12 @@ def tell_command(
         "that reported no epochs itself, e.g. a shell loop).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the record as JSON on stdout."),
+    idempotency_key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        help="A key of your choice (a UUID) for this request: run the same command with the same key again "
+        "(a retry after a lost answer) and it answers as the first did instead of doing it twice.",
+    ),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:
@@ -49,7 +55,7 @@ def tell_command(
 
         zeus-run tell runs/nightly 6f1c0a... --exit-code 0 --energy 5.2e6 --time 3600
 
-        zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?
+        zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $? --idempotency-key "$ZEUS_ASK_TOKEN"
 
         zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code 0 --metric 0.71 --metric 0.83 --metric 0.91
     """
@@ -58,7 +64,7 @@ def tell_command(
     setup_logging(verbose, quiet)
     for epoch, value in enumerate(metric or (), start=1):
         report_epoch(run_dir, token, epoch, value)  # the per-epoch path `zeus_run.train` reports through
-    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message)
+    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message, key=idempotency_key)
     if as_json:
         print(json.dumps(record.to_json()))
     else:

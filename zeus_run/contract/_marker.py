@@ -48,6 +48,8 @@ class RunningMarker:
         lease: Ask/tell (``executor`` ``ask``): seconds the ask lives without a heartbeat or a tell.
         asked_at: Ask/tell: when it was asked (Unix time, unit: s).
         host: Ask/tell: the host that asked.
+        request_key: Ask/tell: the ask's idempotency key and request fingerprint (`zeus_run.asktell._keys`),
+            kept with the ask it made so that a retried ask gets the same trial back.
     """
 
     recurrence: int
@@ -81,6 +83,7 @@ class RunningMarker:
     lease: float | None = None
     asked_at: float | None = None
     host: str | None = None
+    request_key: str | None = None
 
     #: Fields that name the decision: a trial taken over must agree on each of them.
     DECISION: ClassVar[tuple[str, ...]] = (

@@ -47,6 +47,8 @@ class Env:
     #: A job spec file the `zeus_run.train.Trial` helper registers before it asks (the same spec
     #: again is a no-op), as the seeds' client registers its job.
     SERVER_SPEC = "ZEUS_SERVER_SPEC"
+    #: How long a request keeps retrying a server it cannot reach (unit: s; default 120).
+    SERVER_TIMEOUT = "ZEUS_SERVER_TIMEOUT"
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -3,18 +3,23 @@
 Routes are ``async``: each awaits its job's turn and runs the blocking call on
 one of the service's workers (`zeus_run.server._jobs.JobService.run`), so a
 job that waits on its disk holds one worker and no other job.
+
+Ask, report, finish and fail take an ``Idempotency-Key`` header: a retry with
+the same key is answered as the request it repeats (2xx), across a restart.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from fastapi import FastAPI, Path, Response
+from fastapi import FastAPI, Header, Path, Response
 
 from zeus_run import __version__
+from zeus_run.errors import UsageError
 from zeus_run.remote import API_PREFIX, HEALTH_PATH, OPENAPI_PATH
-from zeus_run.server import _errors
+from zeus_run.server import _docs, _errors
+from zeus_run.server._answers import AskAnswer, Registered, TrialRecord
+from zeus_run.server._errors import ApiError
 from zeus_run.server._gate import DEFAULT_MAX_BODY, Gate
 from zeus_run.server._jobs import JobService
 from zeus_run.server._models import (
@@ -31,9 +36,16 @@ from zeus_run.server._models import (
     RegisterJob,
     ReportAnswer,
 )
+from zeus_run.server._public import Publisher
 
 JOB = Path(description="Job name: the run directory ROOT/JOB ([A-Za-z0-9._-], not starting with '.').")
 TOKEN = Path(description="The trial token from the ask.")
+KEY = Header(
+    None,
+    alias="Idempotency-Key",
+    description="A key of your choice (a UUID) for this request; send the same key to retry it. A retry of a "
+    "request that was applied gets its answer again; the same key with another body is 409 key_reused.",
+)
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 409, 410, 413, 422)}
 
 
@@ -49,8 +61,15 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         redoc_url=None,
         responses=_ERRORS,
     )
-    _errors.install(app)
+    publisher = Publisher(service.root.path)
+    _errors.install(app, publisher)
+    _docs.install(app)
     v1 = API_PREFIX
+
+    def _json(payload: dict[str, Any]) -> Response:
+        """A JSON answer encoded once (the engine's records and decisions are plain JSON already: FastAPI's own
+        encoding would walk them again), its paths relative to the root."""
+        return Response(publisher.payload(payload), media_type="application/json")
 
     @app.get(HEALTH_PATH, response_model=Health)
     def health() -> Health:
@@ -62,22 +81,25 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         """The jobs (run directories) under the root."""
         return Jobs(jobs=await service.run(None, service.jobs))
 
-    @app.put(f"{v1}/jobs/{{job}}")
-    async def register(body: RegisterJob, job: str = JOB) -> dict[str, Any]:
+    @app.put(f"{v1}/jobs/{{job}}", response_model=Registered)
+    async def register(body: RegisterJob, job: str = JOB) -> Response:
         """Register a job from its spec, validated as `zeus-run check` does; the same spec again is a no-op.
 
-        A changed spec that would invalidate the history is refused (409), as `zeus-run run` refuses it.
-        Returns the resolved spec.
+        A changed spec is applied where `zeus-run run` would resume the job with it (`recurrences`, `lease`,
+        `command`, `accounting`, `export` ...; `changed` lists them), and refused (409 spec_conflict, naming
+        the fields) where `run` would need --force. Files the spec names must lie inside the job's run
+        directory or an --allow-path directory (else 422 path_not_allowed).
         """
-        return await service.run(job, lambda: service.register(job, body.spec))
+        return _json(await service.run(job, lambda: service.register(job, body.spec)))
 
-    @app.post(f"{v1}/jobs/{{job}}/trials")
-    async def ask(body: AskRequest | None = None, job: str = JOB) -> Response:
+    @app.post(f"{v1}/jobs/{{job}}/trials", response_model=AskAnswer)
+    async def ask(body: AskRequest | None = None, job: str = JOB, key: str | None = KEY) -> Response:
         """Ask for the next trial: its batch size (learning rate, power limit, seed), token and lease.
 
         Several asks at once follow the concurrent rule of `concurrency: N`.
         """
-        return _json(await service.run(job, lambda: service.ask(job, body.host if body else None)))
+        k = _key(key)
+        return _json(await service.run(job, lambda: service.ask(job, body.host if body else None, k)))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/heartbeat", response_model=HeartbeatAnswer)
     async def heartbeat(body: Heartbeat | None = None, job: str = JOB, token: str = TOKEN) -> HeartbeatAnswer:
@@ -85,19 +107,34 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return HeartbeatAnswer(expires_at=await service.run(job, lambda: service.heartbeat(job, token), quick=True))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/epochs", response_model=ReportAnswer)
-    async def report(body: EpochReport, job: str = JOB, token: str = TOKEN) -> ReportAnswer:
-        """Report one epoch. On disk (fsynced) before the answer, which says whether to stop."""
-        return await service.run(job, lambda: service.report(job, token, body), quick=True)
+    async def report(body: EpochReport, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> ReportAnswer:
+        """Report one epoch. On disk (fsynced) before the answer, which says whether to stop.
 
-    @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/finish")
-    async def finish(body: Finish, job: str = JOB, token: str = TOKEN) -> Response:
+        The last epoch again (a retry) is answered as before and not recorded twice; a lower epoch is 409.
+        """
+        k = _key(key)
+        return await service.run(job, lambda: service.report(job, token, body, k), quick=True)
+
+    @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/finish", response_model=TrialRecord)
+    async def finish(body: Finish, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
         """Close the trial; returns its history record. 410 for a late tell (its epochs stay on disk)."""
-        return _json(await service.run(job, lambda: service.finish(job, token, body)))
+        k = _key(key)
+        return _json(await service.run(job, lambda: service.finish(job, token, body, k)))
 
-    @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/fail")
-    async def fail(body: Fail, job: str = JOB, token: str = TOKEN) -> Response:
+    @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/fail", response_model=TrialRecord)
+    async def fail(body: Fail, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
         """Close the trial as failed, with its message; returns its history record."""
-        return _json(await service.run(job, lambda: service.fail(job, token, body)))
+        k = _key(key)
+        return _json(await service.run(job, lambda: service.fail(job, token, body, k)))
+
+    @app.delete(f"{v1}/jobs/{{job}}/trials/{{token}}", response_model=TrialRecord)
+    async def cancel(job: str = JOB, token: str = TOKEN) -> Response:
+        """Release an ask that will never be told (its answer was lost, its pod is gone), as `zeus-run cancel`.
+
+        It is recorded as an infrastructure failure, as an expired lease is, and its recurrence is asked
+        again. Returns its record; 409 already_told if it was closed, 404 for an unknown token.
+        """
+        return _json(await service.run(job, lambda: service.cancel(job, token)))
 
     @app.get(f"{v1}/jobs/{{job}}/history", response_model=History)
     async def history(job: str = JOB) -> History:
@@ -107,7 +144,17 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
     return Gate(app, token, max_body)
 
 
-def _json(payload: dict[str, Any]) -> Response:
-    """A JSON answer encoded once (the engine's records and decisions are plain JSON already: FastAPI's own
-    encoding would walk them again)."""
-    return Response(json.dumps(payload, allow_nan=False).encode(), media_type="application/json")
+def _key(key: str | None) -> str | None:
+    """The request's idempotency key, checked.
+
+    Raises:
+        ApiError: 400 for a key that is not 1-200 printable characters.
+    """
+    if key is None:
+        return None
+    from zeus_run.asktell._keys import check_key
+
+    try:
+        return check_key(key)
+    except UsageError as exc:
+        raise ApiError(400, str(exc), "bad_idempotency_key", "header.Idempotency-Key") from None

@@ -3,9 +3,11 @@
 * malformed JSON: 400 ``malformed_json``, naming the line and column;
 * an unknown field: 422 ``unknown_field``; a missing, mistyped or out-of-range
   one: 422 ``invalid_field``; both name the field (``body.epoch``);
-* the library's errors map by type (`STATUS_OF`), with their own message;
+* the library's errors map by type (`STATUS_OF`), with their own message in
+  HTTP's words (`zeus_run.server._public`: no server paths, no exit codes),
+  logged as one line (shown with ``-v``), and the connection stays open;
 * anything unexpected: 500 ``internal`` with one line; the traceback goes to
-  the server's log only.
+  the server's log only, once (`zeus_run.server._gate`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from zeus_run.errors import (
     AlreadyTold,
+    EpochOutOfOrder,
     JobComplete,
+    KeyReused,
     LeaseExpired,
     RunDirBusy,
     SpecError,
@@ -28,10 +32,13 @@ from zeus_run.errors import (
     UsageError,
     ZeusRunError,
 )
+from zeus_run.server._public import Publisher, redact
 from zeus_run.server._root import JOB_NAME_RULE as _JOB_RULE
 from zeus_run.server._root import JobNameError
 
 logger = logging.getLogger(__name__)
+#: Refusals are logged with the requests (shown with ``zeus-run serve -v``).
+refusals = logging.getLogger("zeus_run.server.access")
 
 
 class ApiError(Exception):
@@ -53,6 +60,8 @@ STATUS_OF: list[tuple[type[Exception], int, str]] = [
     (LeaseExpired, 410, "lease_expired"),
     (AlreadyTold, 409, "already_told"),
     (UnknownToken, 404, "unknown_trial"),
+    (KeyReused, 409, "key_reused"),
+    (EpochOutOfOrder, 409, "epoch_out_of_order"),
     (UsageError, 409, "refused"),
     (ZeusRunError, 409, "refused"),
 ]
@@ -62,8 +71,14 @@ def answer(status: int, message: str, code: str, field: str | None = None) -> JS
     return JSONResponse({"error": message, "field": field, "code": code}, status_code=status)
 
 
-def install(app: FastAPI) -> None:
-    """Install the error handlers on ``app``."""
+def install(app: FastAPI, publisher: Publisher) -> None:
+    """Install the error handlers on ``app``.
+
+    NOTE: Starlette re-raises whatever reaches a handler of ``Exception`` after answering it
+    (its server-error layer), which logs a traceback and drops a kept-alive connection; so the
+    library's errors have a handler of their own type (answered, not re-raised), and only a
+    real fault reaches ``Exception``.
+    """
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -71,7 +86,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> JSONResponse:
-        return answer(exc.status, str(exc), exc.code, exc.field)
+        return _refused(request, answer(exc.status, publisher.text(str(exc)), exc.code, exc.field))
+
+    @app.exception_handler(ZeusRunError)
+    async def _library(request: Request, exc: ZeusRunError) -> JSONResponse:
+        return _refused(request, library_answer(exc, publisher))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -85,16 +104,25 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return library_answer(exc)
+        return library_answer(exc, publisher)  # its traceback is logged once, by the gate
 
 
-def library_answer(exc: BaseException) -> JSONResponse:
+def library_answer(exc: BaseException, publisher: Publisher) -> JSONResponse:
     """The answer to a library error (or, unexpected, a 500 whose traceback only the log sees)."""
     for exc_type, status, code in STATUS_OF:
         if isinstance(exc, exc_type):
-            return answer(status, str(exc), code)
-    logger.error("internal error", exc_info=exc)
+            return answer(status, publisher.text(str(exc)), code, getattr(exc, "field", None))
     return answer(500, f"Internal server error ({type(exc).__name__}); the server's log has the details.", "internal")
+
+
+def _refused(request: Request, response: JSONResponse) -> JSONResponse:
+    """``response``, logged as one line (with ``zeus-run serve -v``)."""
+    if refusals.isEnabledFor(logging.INFO):
+        body = bytes(response.body).decode("utf-8", "replace")
+        refusals.info(
+            "%s %s refused: %d %s", request.method, redact(request.url.path), response.status_code, body[:300]
+        )
+    return response
 
 
 def validation_answer(errors: Any) -> JSONResponse:

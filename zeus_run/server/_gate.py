@@ -2,9 +2,12 @@
 
 A plain ASGI middleware (no per-request task or copy, unlike Starlette's
 ``BaseHTTPMiddleware``). It answers 401 without a valid bearer token (except
-for the health check), 413 for a body over the limit (by ``Content-Length``
-or by counting a chunked body), and logs one line per request on the
-``zeus_run.server.access`` logger (shown with ``zeus-run serve -v``).
+for the health check and the ``/docs`` page, which holds no data), 413 for a
+body over the limit (by ``Content-Length`` or by counting a chunked body),
+and logs one line per request on the ``zeus_run.server.access`` logger (shown
+with ``zeus-run serve -v``) with trial tokens cut to a short id
+(`zeus_run.server._public.redact`). A fault that escapes the application is
+logged here, once, with its traceback, and never reaches uvicorn.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from zeus_run.remote import HEALTH_PATH
+from zeus_run.server._public import redact
 from zeus_run.server._security import tokens_equal
 
 access_log = logging.getLogger("zeus_run.server.access")
+logger = logging.getLogger(__name__)
+#: The paths anyone may read: liveness and the API's documentation page (it fetches the schema with a token).
+PUBLIC_PATHS = frozenset({HEALTH_PATH, "/docs"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,6 +65,10 @@ class Gate:
 
         try:
             await self._handle(scope, receive, logged_send)
+        except Exception as exc:  # a real fault: answered 500 by the app already, or here
+            logger.error("internal error on %s %s", scope["method"], redact(scope["path"]), exc_info=exc)
+            if not status[0]:
+                await _reply(logged_send, 500, "Internal server error; the server's log has the details.", "internal")
         finally:
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client") or ("?", 0)
@@ -65,14 +76,14 @@ class Gate:
                     "%s %s %s %d %.1f ms",
                     client[0],
                     scope["method"],
-                    scope["path"],
+                    redact(scope["path"]),
                     status[0],
                     (time.perf_counter() - start) * 1e3,
                 )
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
-        if scope["path"] != HEALTH_PATH and not self._authorized(headers.get(b"authorization", b"")):
+        if scope["path"] not in PUBLIC_PATHS and not self._authorized(headers.get(b"authorization", b"")):
             await _reply(
                 send,
                 401,

@@ -16,19 +16,18 @@ Few workers also keep the threads from fighting over the interpreter lock.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
-from zeus_run.rundir.store import SPEC_NAME, RunDir
+from zeus_run.rundir.store import SPEC_NAME
+from zeus_run.server import _faults, _register
 from zeus_run.server._errors import ApiError
 from zeus_run.server._models import EpochReport, Fail, Finish, ReportAnswer
 from zeus_run.server._root import ServerRoot
@@ -47,11 +46,16 @@ class JobService:
 
     Args:
         root: The locked server root.
+        allowed: Directories outside the jobs whose files a spec may name (``--allow-path``).
+
+    Every call that changes a job takes the request's idempotency key (None: none), which the
+    library keeps with the change (`zeus_run.asktell._keys`).
     """
 
-    def __init__(self, root: ServerRoot, workers: int = WORKERS) -> None:
+    def __init__(self, root: ServerRoot, workers: int = WORKERS, allowed: Sequence[Path] = ()) -> None:
         self.root = root
         self.workers = workers
+        self.allowed = tuple(allowed)
         self._turns: dict[str, asyncio.Lock] = {}  # used on the event loop's thread only
         self._limiters: tuple[anyio.CapacityLimiter, anyio.CapacityLimiter] | None = None
 
@@ -80,38 +84,10 @@ class JobService:
         return [name for name in self.root.jobs() if (self.root.path / name / SPEC_NAME).is_file()]
 
     def register(self, name: str, spec_doc: str | dict[str, Any]) -> dict[str, Any]:
-        """Validate ``spec_doc`` and make (or check) the job's run directory; returns the resolved spec."""
-        import yaml
-
-        from zeus_run.rundir.resume import compatibility
-        from zeus_run.spec import parse_spec
-
-        path = self.root.job_dir(name)
-        text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
-        spec = parse_spec(text)  # SpecError: the same problems, in the same words, as `zeus-run check`
-        if spec.name != name:
-            raise ApiError(
-                422,
-                f"spec.name = {spec.name!r} differs from the job name {name!r} in the URL. "
-                f"Register it as {job_path(spec.name)} or set name: {name}.",
-                "invalid_field",
-                "body.spec.name",
-            )
-        spec = dataclasses.replace(spec, run_dir=path)
-        # A brief holder, as an ask: another worker process may register or ask at the same moment.
-        with RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
-            diffs, _ = compatibility(path, spec)
-            if diffs:
-                raise ApiError(
-                    409,
-                    f"Job {name!r} is registered with another spec, and its history would not follow from this "
-                    f"one: {'; '.join(diffs)}. Register it under a new name to start afresh.",
-                    "spec_conflict",
-                    "body.spec",
-                )
-            if rd.stored_spec() is None:
-                rd.save_spec(spec)
-        return spec.to_dict()
+        """Validate ``spec_doc`` and make, keep or update the job's run directory (`zeus_run.server._register`)."""
+        answer = _register.register(self.root.job_dir(name), name, spec_doc, self.allowed)
+        _faults.after_effect("register")
+        return answer
 
     def history(self, name: str) -> list[dict[str, Any]]:
         from zeus_run.rundir.history import read_history
@@ -124,11 +100,12 @@ class JobService:
         )
 
     # -- trials ----------------------------------------------------------------------
-    def ask(self, name: str, host: str | None) -> dict[str, Any]:
+    def ask(self, name: str, host: str | None, key: str | None = None) -> dict[str, Any]:
         from zeus_run import asktell
 
         path = self._existing(name)
-        decision = asktell.ask(path, host=host)
+        decision = asktell.ask(path, host=host, key=key)
+        _faults.after_effect("ask")
         return decision.to_json()
 
     def heartbeat(self, name: str, token: str) -> float:
@@ -137,29 +114,40 @@ class JobService:
         path = self._existing(name)
         return float(asktell.heartbeat(path, token))
 
-    def report(self, name: str, token: str, body: EpochReport) -> ReportAnswer:
+    def report(self, name: str, token: str, body: EpochReport, key: str | None = None) -> ReportAnswer:
         from zeus_run import asktell
 
         path = self._existing(name)
         metric = float("nan") if body.metric is None else body.metric
-        reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy)
+        reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy, key=key)
+        _faults.after_effect("report")
         if reason is None:
             return ReportAnswer(stop=False, converged=False, reason=None, message="go on")
         converged = reason is StopReason.TARGET_REACHED
         return ReportAnswer(stop=True, converged=converged, reason=reason.value, message=reason.description)
 
-    def finish(self, name: str, token: str, body: Finish) -> dict[str, Any]:
+    def finish(self, name: str, token: str, body: Finish, key: str | None = None) -> dict[str, Any]:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
+        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time, key=key)
+        _faults.after_effect("finish")
         return record.to_json()
 
-    def fail(self, name: str, token: str, body: Fail) -> dict[str, Any]:
+    def fail(self, name: str, token: str, body: Fail, key: str | None = None) -> dict[str, Any]:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message)
+        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message, key=key)
+        _faults.after_effect("fail")
+        return record.to_json()
+
+    def cancel(self, name: str, token: str) -> dict[str, Any]:
+        """Release an ask that will never be told: recorded as ``infrastructure`` (`zeus_run.asktell.cancel`)."""
+        from zeus_run import asktell
+
+        record = asktell.cancel(self._existing(name), token, reason="DELETE through the server")
+        _faults.after_effect("cancel")
         return record.to_json()
 
     # -- helpers ---------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 The socket is bound here (``--port 0``: any free port), before uvicorn
 starts, so the address logged (``listening on http://HOST:PORT``) is the real
-one. SIGINT/SIGTERM stop it gracefully; a SIGKILL loses nothing, since every
-answered request is already on disk. There is no supervisor here: run it
+one. SIGINT/SIGTERM stop it gracefully, with a line in the log and exit status
+0; a SIGKILL loses nothing, since every answered request is already on disk. There is no supervisor here: run it
 under systemd, a Kubernetes Deployment or Docker's restart policy.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.errors import UsageError
+from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.remote import DEFAULT_PORT
 from zeus_run.server._gate import DEFAULT_MAX_BODY
 from zeus_run.server._root import LOCAL_TOKEN_NAME, ServerRoot
@@ -44,6 +44,8 @@ class ServeSettings:
         port: Port to bind (0: any free port).
         token_file: File holding the bearer token (None: loopback only, with a generated token).
         max_body: Largest request body (unit: bytes).
+        workers: Processes that answer requests.
+        allow_paths: Directories outside the jobs whose files a registered spec may name (``--allow-path``).
     """
 
     root: Path
@@ -52,6 +54,7 @@ class ServeSettings:
     token_file: Path | None = None
     max_body: int = DEFAULT_MAX_BODY
     workers: int = 1
+    allow_paths: tuple[Path, ...] = ()
 
 
 def serve(settings: ServeSettings) -> None:
@@ -66,6 +69,7 @@ def serve(settings: ServeSettings) -> None:
 
     from zeus_run.server._app import create_app
     from zeus_run.server._jobs import JobService
+    from zeus_run.server._uvicorn import QuietServer, catch_early_signals
 
     check_bind(settings.host, settings.token_file is not None)
     token = read_token_file(settings.token_file) if settings.token_file else None
@@ -81,7 +85,9 @@ def serve(settings: ServeSettings) -> None:
                 f"Cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}. "
                 "Choose another --port (0: any free one) or --host."
             ) from None
-        app = create_app(JobService(root), token, settings.max_body)
+        allowed = tuple(Path(os.path.abspath(p)) for p in settings.allow_paths)
+        app = create_app(JobService(root, allowed=allowed), token, settings.max_body)
+        pending = catch_early_signals()
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         logger.info(
@@ -96,17 +102,22 @@ def serve(settings: ServeSettings) -> None:
             timeout_keep_alive=KEEP_ALIVE_S,
             server_header=False,
         )
-        with _workers(settings.workers) as parent:
-            uvicorn.Server(config).run(sockets=[sock])
+        with _workers(settings.workers) as (parent, lost):
+            server = QuietServer(config, pending)
+            server.run(sockets=[sock])
             if not parent:
                 os._exit(0)  # a worker: nothing of the parent's to clean up
+        if lost.is_set():
+            raise ZeusRunError("A worker process exited, so the server stopped; restart it (its log says why).")
+        logger.info("zeus-run serve: stopped (%s); every answered request is on disk", server.stopped_by or "exit")
     finally:
         root.close()
 
 
 @contextlib.contextmanager
-def _workers(n: int) -> Iterator[bool]:
-    """Fork ``n - 1`` workers that serve the same socket beside this process; yields whether this is the parent.
+def _workers(n: int) -> Iterator[tuple[bool, threading.Event]]:
+    """Fork ``n - 1`` workers that serve the same socket beside this process; yields whether this is the parent,
+    and an event set when a worker died (the server then stops with an error).
 
     Each worker has its own jobs' state and takes each job's run-directory lock per ask and tell,
     exactly as a ``zeus-run tell`` from another host does, so a job stays consistent across them.
@@ -114,8 +125,9 @@ def _workers(n: int) -> Iterator[bool]:
     parent exits (``PR_SET_PDEATHSIG``), and the parent stops (SIGTERM to itself) when a worker
     exits, so whatever runs the server (systemd, a Deployment) restarts the whole of it.
     """
+    lost = threading.Event()
     if n <= 1:
-        yield True
+        yield True, lost
         return
     if not sys.platform.startswith("linux"):
         raise UsageError(f"--workers {n}: several worker processes need Linux; run one server per machine here.")
@@ -126,7 +138,7 @@ def _workers(n: int) -> Iterator[bool]:
         pid = os.fork()
         if pid == 0:
             _die_with(parent)
-            yield False
+            yield False, lost
             return
         children.append(pid)
     logger.info("zeus-run serve: %d worker processes (pids %s)", n, " ".join(map(str, [parent, *children])))
@@ -138,6 +150,7 @@ def _workers(n: int) -> Iterator[bool]:
             except ChildProcessError:
                 return
             if pid in children and not stopping.is_set():
+                lost.set()
                 logger.error(
                     "worker %d exited (%s); stopping the server so that what runs it restarts it whole",
                     pid,
@@ -148,7 +161,7 @@ def _workers(n: int) -> Iterator[bool]:
 
     threading.Thread(target=watch, name="zeus-run serve workers", daemon=True).start()
     try:
-        yield True
+        yield True, lost
     finally:
         stopping.set()
         for pid in children:

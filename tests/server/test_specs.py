@@ -1,0 +1,124 @@
+"""Specs registered through the server: changed as `zeus-run run` lets them change, and naming only files inside
+the job (or an --allow-path directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from tests.server.helpers import ServerProcess
+from tests.server.test_security import raw
+from zeus_run.errors import RunDirError
+from zeus_run.remote import ServerError
+from zeus_run.rundir.resume import choose_run_dir
+from zeus_run.rundir.store import SPEC_NAME
+from zeus_run.spec import parse_spec
+
+BASE = {
+    "name": "job",
+    "command": ["python", "train.py", "--bs", "{batch_size}"],
+    "batch_sizes": [8, 16],
+    "default_batch_size": 16,
+    "target_metric": 0.9,
+    "recurrences": 1,
+    "lease": 600,
+    "energy": {"source": "estimate", "watts": 100, "basis": "wall-time"},
+}
+
+#: (change, the fields the answer names): each applied or refused as `run` would on the same run directory.
+CHANGES = [
+    ({"recurrences": 3}, ["recurrences"]),
+    ({"lease": 30}, ["lease"]),
+    ({"command": ["python", "train2.py", "--bs", "{batch_size}"]}, ["command"]),
+    ({"accounting": {"carbon_g_per_kwh": 300}}, ["accounting.carbon_g_per_kwh"]),
+    ({"export": {"prometheus": {"push": "http://pushgateway:9091"}}}, ["export.prometheus"]),
+    ({"eta": 0.7}, ["eta"]),  # a decision setting: `run` needs --force
+    ({"batch_sizes": [8, 16, 32]}, ["batch_sizes"]),  # the same
+]
+
+
+def one_trial(client) -> None:
+    """Give the job a history: one trial that reaches the target."""
+    asked = client.ask("job")
+    client.report("job", asked["token"], 1, 0.95, 1.0, 10.0)
+    client.finish("job", asked["token"], 1.0, 10.0)
+
+
+@pytest.mark.parametrize(("change", "fields"), CHANGES, ids=[next(iter(c)) for c, _ in CHANGES])
+def test_a_changed_spec_is_applied_or_refused_exactly_as_run_would(server, change, fields):
+    client = server.client()
+    client.register("job", BASE)
+    one_trial(client)
+    run_dir = server.root / "job"
+    new = {**BASE, **change}
+    try:  # what `zeus-run run` decides on this run directory, asked before the server changes anything
+        choose_run_dir(parse_spec(yaml.safe_dump(new), source=run_dir / SPEC_NAME), run_dir, new=False, force=False)
+        run_resumes = True
+    except RunDirError:
+        run_resumes = False
+    before = (run_dir / SPEC_NAME).read_text()
+    try:
+        answer = client.register("job", new)
+    except ServerError as exc:
+        assert not run_resumes, f"run would resume, the server refused: {exc}"
+        assert (exc.status, exc.code) == (409, "spec_conflict")
+        assert exc.field == f"body.spec.{fields[0]}" and fields[0] in str(exc) and "--force" in str(exc)
+        assert (run_dir / SPEC_NAME).read_text() == before  # nothing changed
+        return
+    assert run_resumes, f"run would need --force, the server applied {answer['changed']}"
+    assert answer["changed"] == fields and not answer["created"]
+    stored = yaml.safe_load((run_dir / SPEC_NAME).read_text())
+    for key, value in change.items():
+        assert stored[key] == value or all(stored[key][k] == v for k, v in value.items())
+    assert client.register("job", new)["changed"] == []  # the same again: nothing to change
+    if "recurrences" in change:
+        assert client.ask("job")["recurrence"] == 2  # before: "All 1 recurrences are done"
+    if "lease" in change:
+        assert client.register("job", {**new, "recurrences": 2})["changed"] == ["recurrences"]
+        assert client.ask("job")["lease_s"] == 30
+
+
+def test_a_spec_that_names_a_file_outside_the_job_gets_422_naming_the_field(server, tmp_path):
+    client = server.client()
+    client.register("job", BASE)
+    job_dir = server.root / "job"
+    os.symlink("/etc/hosts", job_dir / "link.csv")
+    refused = {
+        "absolute": ({"accounting": {"carbon_g_per_kwh": "/etc/passwd"}}, "accounting.carbon_g_per_kwh"),
+        "dot-dot": ({"accounting": {"price_per_kwh": "../other/prices.csv"}}, "accounting.price_per_kwh"),
+        "link": ({"accounting": {"carbon_g_per_kwh": "link.csv"}}, "accounting.carbon_g_per_kwh"),
+        "export": (
+            {"export": {"mlflow": {"tracking_uri": "sqlite:////var/lib/mlflow.db"}}},
+            "export.mlflow.tracking_uri",
+        ),
+        "script": ({"command": ["python", "/opt/elsewhere/train.py"]}, "command[1]"),
+    }
+    for case, (change, field) in refused.items():
+        status, body = raw(server, "PUT", "/v1/jobs/job", json.dumps({"spec": {**BASE, **change}}).encode())
+        assert (status, body["code"], body["field"]) == (422, "path_not_allowed", f"body.spec.{field}"), case
+        assert str(server.root) not in body["error"]
+    linked = {**BASE, "accounting": {"carbon_g_per_kwh": "link.csv"}}
+    assert "symbolic link" in raw(server, "PUT", "/v1/jobs/job", json.dumps({"spec": linked}).encode())[1]["error"]
+    (job_dir / "grid.csv").write_text("2026-01-01T00:00:00Z,300\n")
+    inside = {**BASE, "accounting": {"carbon_g_per_kwh": "grid.csv"}}  # relative: inside the job
+    assert client.register("job", inside)["changed"] == ["accounting.carbon_g_per_kwh"]
+
+
+def test_allow_path_lets_a_spec_name_files_in_that_directory(tmp_path):
+    allowed = tmp_path / "grid-data"
+    allowed.mkdir()
+    proc = ServerProcess(tmp_path / "root", extra=("--allow-path", str(allowed), "--allow-path", str(tmp_path / "x")))
+    try:
+        proc.wait_ready()
+        client = proc.client()
+        (allowed / "grid.csv").write_text("2026-01-01T00:00:00Z,300\n")
+        spec = {**BASE, "accounting": {"carbon_g_per_kwh": str(allowed / "grid.csv")}}
+        assert client.register("job", spec)["created"]
+        with pytest.raises(ServerError) as exc:
+            client.register("job", {**BASE, "accounting": {"carbon_g_per_kwh": str(tmp_path / "grid.csv")}})
+        assert exc.value.code == "path_not_allowed"
+    finally:
+        proc.stop()

@@ -1,0 +1,65 @@
+"""The schemas of the server's answers, for the OpenAPI document (`zeus_run.server._app`).
+
+The ask, finish, fail and cancel routes send the engine's own JSON (encoded
+once, not through these models), so the models here describe it and allow
+more fields than they name: a newer engine may add some.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class AskAnswer(_Open):
+    """The next trial (``POST /v1/jobs/{job}/trials``): `zeus_run.asktell.Ask` as JSON."""
+
+    token: str = Field(description="The trial's token: report, finish, fail and heartbeat name it.")
+    recurrence: int = Field(description="1-based recurrence number.")
+    attempt: int = Field(description="1-based try within the recurrence (also as `try`).")
+    trial: int = Field(description="0-based trial number in the job.")
+    batch_size: int = Field(description="Batch size to train with.")
+    learning_rate: float | None = Field(description="Learning rate scaled for the batch size, if the job has one.")
+    seed: int = Field(description="The trial's seed.")
+    cost_threshold: float | None = Field(description="Early-stop threshold (unit: J), null if none.")
+    max_epochs: int
+    target_metric: float | None
+    higher_is_better: bool
+    stage: str = Field(description="The optimizer stage that chose the batch size.")
+    detail: str = Field(description="Why it chose it.")
+    lease_s: float = Field(description="The lease (unit: s): renew it with a report or a heartbeat.")
+    expires_at: float = Field(description="When the lease runs out unless renewed (Unix time, unit: s).")
+    run_dir: str = Field(description="The job's run directory, relative to the server's root.")
+    trial_dir: str = Field(description="The trial's directory, relative to the server's root.")
+
+
+class TrialRecord(_Open):
+    """A trial's history record (finish, fail, cancel), as ``zeus-run history --format json`` prints it."""
+
+    job: str
+    recurrence: int
+    attempt: int
+    trial: int
+    batch_size: int
+    epochs: int
+    time: float = Field(description="Unit: s.")
+    energy: float = Field(description="Unit: J.")
+    cost: float = Field(description="Zeus cost (unit: J).")
+    reached: bool = Field(description="The target metric was reached.")
+    stop_reason: str = Field(description="Why it ended (a zeus-run stop reason).")
+    observed: bool = Field(description="Whether the optimizer learns from it.")
+    metrics: list[float | None] = Field(description="The metric after each epoch.")
+
+
+class Registered(BaseModel):
+    """A job registered (``PUT /v1/jobs/{job}``)."""
+
+    job: str
+    spec: dict[str, Any] = Field(description="The resolved spec (every default filled in).")
+    created: bool = Field(description="The job is new.")
+    changed: list[str] = Field(description="Settings this spec changed and that now apply (empty: none).")

@@ -1,0 +1,114 @@
+"""A job's files stay inside the job: the files a spec registered through the server may name.
+
+A client that registers a spec decides which files the operator's own
+commands later read (``zeus-run history`` reads the accounting CSVs, an MLflow
+export writes its store). So every file such a spec names must lie inside
+the job's run directory (``ROOT/JOB``; relative paths start there) or inside a
+directory the operator allows (``zeus-run serve --allow-path DIR``), reached
+without ``..`` and without a symbolic link below that directory. The spec is
+checked as sent, before it is validated (validation looks for the files, and
+its answer would tell a client which files exist). Checked:
+
+* ``accounting.carbon_g_per_kwh`` and ``accounting.price_per_kwh`` when they name a CSV;
+* ``export.mlflow.tracking_uri`` when it names a local store (``file:``, ``sqlite:``, a path);
+* the scripts in ``command``: arguments ending in ``.py``, ``.sh``, ``.bash`` or
+  ``.ipynb``, and any argument with a ``..`` part (an interpreter such as
+  ``/usr/bin/python3`` is not a file the spec brings, and is left alone).
+
+``workdir`` is not checked: it does not apply on the server (the client runs
+the script where it is).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from zeus_run.server._errors import ApiError
+
+_SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".ipynb")
+
+
+def check_paths(spec: Mapping[str, Any], job_dir: Path, allowed: Sequence[Path] = ()) -> None:
+    """Refuse a spec (its settings as sent) that names a file outside ``job_dir`` and ``allowed``.
+
+    Raises:
+        ApiError: 422 ``path_not_allowed`` naming every such field (the first in ``field``).
+    """
+    problems = []
+    for field, value in named_files(spec):
+        why = outside(value, job_dir, allowed)
+        if why is not None:
+            problems.append((field, f"{field} = {value[:200]!r}: {why}"))
+    if problems:
+        raise ApiError(
+            422,
+            "; ".join(p[1] for p in problems)
+            + ". A job registered through the server may name files only inside its run directory (relative "
+            "paths start there) or a directory the operator allows with `zeus-run serve --allow-path DIR`.",
+            "path_not_allowed",
+            "body.spec." + problems[0][0],
+        )
+
+
+def named_files(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(field, path)`` for each file the spec (its settings as sent) names; values of the wrong type are left
+    to the spec's validation."""
+    accounting = _section(spec, "accounting")
+    for name in ("carbon_g_per_kwh", "price_per_kwh"):
+        if isinstance(accounting.get(name), str):
+            yield f"accounting.{name}", accounting[name]
+    uri = _section(_section(spec, "export"), "mlflow").get("tracking_uri")
+    store = _local_store(uri) if isinstance(uri, str) else None
+    if store is not None:
+        yield "export.mlflow.tracking_uri", store
+    command = spec.get("command")
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = command.split()
+    else:
+        argv = [a for a in command if isinstance(a, str)] if isinstance(command, list) else []
+    for i, arg in enumerate(argv):
+        if arg.endswith(_SCRIPT_SUFFIXES) or ".." in PurePosixPath(arg).parts:
+            yield f"command[{i}]", arg
+
+
+def _section(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = doc.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def outside(value: str, base: Path, allowed: Sequence[Path]) -> str | None:
+    """Why ``value`` (relative to ``base``) is not a file inside ``base`` or an allowed directory; None if it is."""
+    if ".." in PurePosixPath(value).parts:
+        return "'..' is not allowed in a path"
+    full = Path(os.path.normpath(value if os.path.isabs(value) else base / value))
+    tops = [Path(f(top)) for top in (base, *allowed) for f in (os.path.normpath, os.path.realpath)]
+    for top in tops:  # NOTE: links above a directory are the operator's: compared as written and resolved
+        if full != top and top not in full.parents:
+            continue
+        here = top
+        for part in full.relative_to(top).parts:
+            here = here / part
+            if os.path.islink(here):
+                return f"{here.relative_to(top)} is a symbolic link, which the server does not follow"
+        return None
+    return "outside the job's run directory and every --allow-path directory"
+
+
+def _local_store(uri: str) -> str | None:
+    """The local path an MLflow tracking URI names (None: a remote server)."""
+    if uri.startswith(("http://", "https://", "databricks", "postgresql", "mysql", "mssql")):
+        return None
+    if uri.startswith("sqlite:///"):
+        return uri.removeprefix("sqlite:///") or "."  # sqlite:////abs is absolute, sqlite:///rel relative
+    if uri.startswith("file://"):
+        return uri.removeprefix("file://") or "/"
+    if uri.startswith("file:"):
+        return uri.removeprefix("file:")
+    return uri if "://" not in uri else None

@@ -1,0 +1,107 @@
+"""Registering a job: a spec in, its run directory made or brought up to date, as ``zeus-run run`` would.
+
+``PUT /v1/jobs/{job}`` with a spec:
+
+* a new job: the spec is validated (as ``zeus-run check``) and saved in ``ROOT/JOB``;
+* the same spec again: nothing changes;
+* a changed spec: `zeus_run.rundir.resume.compatibility` decides, the rule ``zeus-run
+  run`` resumes a run directory by. Where ``run`` would resume (``recurrences``,
+  ``lease``, ``command``, ``accounting``, ``export:`` ...), the new spec is saved
+  and every later ask follows it; the answer lists the fields that changed.
+  Where ``run`` would need ``--force`` (a decision setting: ``eta``,
+  ``batch_sizes``, ...), 409 ``spec_conflict`` names the differing fields and
+  nothing changes.
+
+Every file the spec names must stay inside the job (`zeus_run.server._paths`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from zeus_run.asktell._session import LOCK_WAIT
+from zeus_run.remote import job_path
+from zeus_run.rundir.resume import compatibility
+from zeus_run.rundir.store import SPEC_NAME, RunDir
+from zeus_run.server._errors import ApiError
+from zeus_run.server._paths import check_paths
+from zeus_run.spec import parse_spec
+from zeus_run.spec._yaml import YamlLimitError, load_yaml
+
+#: Stored-spec keys that say where the spec came from, not what it sets.
+_NOT_SETTINGS = frozenset({"source", "run_dir"})
+
+
+def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Sequence[Path] = ()) -> dict[str, Any]:
+    """Validate ``spec_doc`` and make, keep or update the run directory ``path`` of job ``name``.
+
+    Returns:
+        ``{"job", "spec", "created", "changed"}``: the resolved spec, whether the job is new, and
+        the settings this spec changed (dotted names; empty when it was already the job's spec).
+
+    Raises:
+        SpecError: The spec is invalid.
+        ApiError: Its name is not the job's (422), it names a file outside the job (422), or it
+            changes a decision setting of a job with history (409).
+    """
+    import yaml
+
+    text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
+    check_paths(_settings(spec_doc), path, allowed)  # first: validation would look for the files
+    # SpecError: the same problems, in the same words, as `zeus-run check`; relative paths start at the job
+    spec = parse_spec(text, source=path / SPEC_NAME)
+    if spec.name != name:
+        raise ApiError(
+            422,
+            f"spec.name = {spec.name!r} differs from the job name {name!r} in the URL. "
+            f"Register it as {job_path(spec.name)} or set name: {name}.",
+            "invalid_field",
+            "body.spec.name",
+        )
+    spec = dataclasses.replace(spec, run_dir=path)
+    # A brief holder, as an ask: another worker process may register or ask at the same moment.
+    with RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
+        diffs, _ = compatibility(path, spec)  # what `zeus-run run` resumes by
+        if diffs:
+            raise ApiError(
+                409,
+                f"Job {name!r} has history under another spec, and `zeus-run run` would not resume it with this "
+                f"one without --force: {'; '.join(diffs)}. Keep those settings, or register the new spec under a "
+                "new job name to start afresh.",
+                "spec_conflict",
+                "body.spec." + diffs[0].split(":", 1)[0].split(" ", 1)[0],
+            )
+        stored = rd.stored_spec()
+        changed = [] if stored is None else changed_settings(stored, spec.to_dict())
+        if stored is None or changed:
+            rd.save_spec(spec)
+    return {"job": name, "spec": spec.to_dict(), "created": stored is None, "changed": changed}
+
+
+def _settings(spec_doc: str | dict[str, Any]) -> dict[str, Any]:
+    """The settings as sent (a YAML text parsed within the spec's limits); {} if it is no mapping (validation
+    then says why)."""
+    if isinstance(spec_doc, dict):
+        return spec_doc
+    try:
+        data = load_yaml(spec_doc).data
+    except YamlLimitError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def changed_settings(stored: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The settings (``recurrences``, ``export.mlflow`` ...) in which ``new`` differs from ``stored``."""
+    out = []
+    for key in [k for k in new if k not in _NOT_SETTINGS] + [k for k in stored if k not in new]:
+        if key in _NOT_SETTINGS:
+            continue
+        old_v, new_v = stored.get(key), new.get(key)
+        if isinstance(old_v, dict) and isinstance(new_v, dict):
+            out += [f"{key}.{sub}" for sub in dict.fromkeys([*new_v, *old_v]) if old_v.get(sub) != new_v.get(sub)]
+        elif old_v != new_v:
+            out.append(key)
+    return out
