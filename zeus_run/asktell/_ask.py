@@ -89,13 +89,15 @@ class Ask:
         return out
 
 
-def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None = None) -> Ask:
+def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None = None, plan: bool = True) -> Ask:
     """Reserve the next trial of a job.
 
     Args:
         job: A job spec (YAML) or a run directory that has one.
         run_dir: The run directory, if not the spec's ``run_dir``.
         host: The host the ask is for (default: this one); shown in the expiry message.
+        plan: Write the agent's ``plan.json`` into the trial's directory, for ``zeus-run exec``. A server's
+            asks write none: their trial directory is made by the first report or heartbeat, if any.
 
     Raises:
         SpecError, UsageError: The spec is invalid or ``job`` names nothing usable.
@@ -111,10 +113,10 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
         if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)
         s.expire()
-        return _reserve(s, spec, host or socket.gethostname())
+        return _reserve(s, spec, host or socket.gethostname(), plan)
 
 
-def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
+def _reserve(s: Session, spec: JobSpec, host: str, write_plan: bool) -> Ask:
     if len(s.asks) >= spec.concurrency:
         oldest = min(s.asks, key=lambda m: m.trial)
         raise RunDirBusy(
@@ -143,14 +145,15 @@ def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
         why = _retry_reason(s, recurrence)
         decision = dataclasses.replace(request.decision, detail=f"{request.decision.detail}; {why}".strip("; "))
         request = dataclasses.replace(request, decision=decision)
-    tdir = s.rd.trial_dir(request.recurrence, request.attempt)
-    for name in TrialFiles.AGENT_FILES:  # an earlier ask of the same try left them (it expired)
-        _remove(tdir / name)
+    tdir = s.rd.trial_path(request.recurrence, request.attempt)
+    if os.path.isdir(tdir):  # an earlier ask of the same try left its files (it expired)
+        for name in TrialFiles.AGENT_FILES:
+            _remove(tdir / name)
     now = time.time()
     lease = spec.lease
     heartbeat = tdir / TrialFiles.HEARTBEAT
     placeholder = EstimatedEnergy(spec.energy.watts)  # the trial is measured where it runs
-    prepared = prepare(spec, s.rd, request, placeholder, profiling=False)
+    prepared = prepare(spec, s.rd, request, placeholder, profiling=False, make_dir=write_plan)
     token = prepared.running.token or ""
     extra = {
         Env.RUN_DIR: str(s.rd.path.absolute()),
@@ -161,7 +164,8 @@ def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
     plan = dataclasses.replace(
         prepared.plan, trial=dataclasses.replace(prepared.plan.trial, env={**prepared.plan.trial.env, **extra})
     )
-    plan.write()
+    if write_plan:
+        plan.write()
     marker = dataclasses.replace(
         prepared.running,
         executor=ASK_EXECUTOR,

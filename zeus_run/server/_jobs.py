@@ -128,7 +128,7 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        decision = asktell.ask(path, host=host)
+        decision = asktell.ask(path, host=host, plan=False)  # no plan.json: exec runs no server trial
         return decision.to_json()
 
     def heartbeat(self, name: str, token: str) -> float:
@@ -152,14 +152,14 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
+        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time, compact=True)
         return record.to_json()
 
     def fail(self, name: str, token: str, body: Fail) -> dict[str, Any]:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message)
+        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message, compact=True)
         return record.to_json()
 
     # -- helpers ---------------------------------------------------------------------
