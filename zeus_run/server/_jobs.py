@@ -32,6 +32,7 @@ from zeus_run.rundir.store import SPEC_NAME, RunDir
 from zeus_run.server._errors import ApiError
 from zeus_run.server._models import EpochReport, Fail, Finish, ReportAnswer
 from zeus_run.server._root import ServerRoot
+from zeus_run.server._specdoc import with_command
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class JobService:
         from zeus_run.spec import parse_spec
 
         path = self.root.job_dir(name)
+        spec_doc = with_command(spec_doc)  # the server launches nothing: `command` may be left out
         text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
         spec = parse_spec(text)  # SpecError: the same problems, in the same words, as `zeus-run check`
         if spec.name != name:
