@@ -125,6 +125,7 @@ class Driver:
         if self.kind == "v1":
             spec = {
                 "name": job,
+                "command": ["true"],  # launched by nothing: the clients are the trials
                 **settings,
                 "max_epochs": epochs + 1,
                 "eta": 0.5,

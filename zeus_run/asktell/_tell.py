@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run import _fs
-from zeus_run.asktell._lease import ask_provenance, expires_at
+from zeus_run.asktell._lease import ask_provenance, has_expired
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, write_heartbeat
 from zeus_run.cost import zeus_cost
@@ -237,7 +237,7 @@ def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
         if done is not None:
             raise AlreadyTold(f"token = {token!r}: recurrence {done.recurrence} try {done.attempt} was already told.")
         raise UnknownToken(f"token = {token!r}: {str(path)!r} has no ask in flight with this token.")
-    if expires_at(marker, spec_lease) < _time.time():
+    if has_expired(marker, spec_lease, _time.time()):
         raise LeaseExpired(
             f"token = {token!r}: the lease of recurrence {marker.recurrence} try {marker.attempt} has expired; the "
             "next ask or tell records it as an infrastructure failure (exit code 3). Stop this trial and ask again."
