@@ -294,6 +294,8 @@ def versus(args: argparse.Namespace) -> None:
         try:
             token = (root / ".serve.token").read_text().strip()
             servers = {"zeus-run": ("v1", zr_url, token), "zeus": ("zeus", zeus_url, "")}
+            wheres = {"zeus-run": root, "zeus": db}
+            registered = {"zeus-run": 0, "zeus": 0}  # bytes the jobs take before their first trial
             print(
                 f"zeus-run serve --workers {args.workers} on {zr_url}; Zeus 0.16 (SQLite, 1 process) on {zeus_url}; "
                 f"{os.cpu_count()} CPUs; {args.runs} run(s), alternating; each trial: ask, E reports, end"
@@ -322,18 +324,21 @@ def versus(args: argparse.Namespace) -> None:
                         for name in order:
                             kind, url, tok = servers[name]
                             jobs = [f"bench-r{run}e{epochs}n{n}c{i}" for i in range(n)]
+                            before = disk_bytes(wheres[name])[0]
                             for job in jobs:
                                 Driver(kind, url, tok).register(job, epochs)
+                            registered[name] += disk_bytes(wheres[name])[0] - before
                             r = run_level(url, tok, jobs, n, max(1, args.trials_per_level // n), epochs, kind=kind)
                             trials[name] += int(r["trials"])
                             results.setdefault((name, epochs, n), []).append(r)
                             print(_row(name, epochs, r), flush=True)
             _summary(results, epochs_list, levels)
-            for name, where in (("zeus-run", root), ("zeus", db)):
+            for name, where in wheres.items():
                 size, entries = disk_bytes(where)
                 print(
-                    f"disk, {name}: {size / max(trials[name], 1):,.0f} bytes per trial ({size / 1e6:.1f} MB, "
-                    f"{entries} files and directories, {trials[name]:,} trials)"
+                    f"disk, {name}: {(size - registered[name]) / max(trials[name], 1):,.0f} bytes per trial "
+                    f"({size / 1e6:.1f} MB in {entries} files and directories for {trials[name]:,} trials, of which "
+                    f"{registered[name] / 1e6:.2f} MB the registered jobs took before their first trial)"
                 )
             history = sum(os.stat(p).st_size for p in root.glob("*/history.jsonl"))
             print(f"  zeus-run's history alone: {history / max(trials['zeus-run'], 1):,.0f} bytes per trial")
