@@ -28,12 +28,13 @@ import os
 import secrets
 import threading
 import time
-from typing import Any
+from typing import Any, overload
 
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.contract import StopReason
 from zeus_run.errors import AlreadyTold, LeaseExpired
 from zeus_run.rundir.history import HISTORY_NAME, read_history
@@ -208,8 +209,11 @@ class ZeusProtocol:
         return ZeusReportResponse(stop_train=True, converged=answer.converged, message=message)
 
     def end(self, trial: ZeusTrialId) -> None:
-        """The client's process ended (its ``atexit``): a trial still in flight failed; a told one stays told."""
-        token = self._token(trial.job_id, trial.trial_number, trial.batch_size)
+        """The client's process ended (its ``atexit``): a trial still in flight failed; one not in flight (told
+        at its stop, or expired) is left as it is, without reading the history."""
+        token = self._token(trial.job_id, trial.trial_number, trial.batch_size, in_flight_only=True)
+        if token is None:
+            return
         with contextlib.suppress(AlreadyTold, LeaseExpired):
             self.service.fail(
                 trial.job_id,
@@ -223,7 +227,7 @@ class ZeusProtocol:
         keeps its history (the name is free again)."""
         path = self._job(name)
         dest_dir = self.service.root.path / DELETED_NAME
-        with RunDir.open(path, wait=30.0, role="delete", scan_trials=False) as rd:
+        with RunDir.open(path, wait=LOCK_WAIT, role="delete", scan_trials=False) as rd:
             asks = [m for m in rd.running_trials() or [] if m.asked]
             if asks:
                 raise ApiError(
@@ -249,8 +253,13 @@ class ZeusProtocol:
         with self._lock:
             self._tokens.pop((name, number), None)
 
-    def _token(self, name: str, number: int, batch_size: int) -> str:
-        """The token of trial ``number`` (1-based) of job ``name``: remembered, or its marker, or its record."""
+    @overload
+    def _token(self, name: str, number: int, batch_size: int) -> str: ...
+    @overload
+    def _token(self, name: str, number: int, batch_size: int, in_flight_only: bool) -> str | None: ...
+    def _token(self, name: str, number: int, batch_size: int, in_flight_only: bool = False) -> str | None:
+        """The token of trial ``number`` (1-based) of job ``name``: remembered, or its marker, or its record
+        (``in_flight_only``: None rather than look in the history)."""
         with self._lock:
             hit = self._tokens.get((name, number))
         if hit is None:
@@ -258,6 +267,8 @@ class ZeusProtocol:
             marker = next((m for m in read_running(path) or [] if m.asked and m.trial == number - 1), None)
             if marker is not None and marker.token:
                 hit = (marker.token, marker.batch_size)
+            elif in_flight_only:
+                return None
             else:
                 record = self._record(name, number)
                 token = ((record or {}).get("provenance") or {}).get("ask_token")
