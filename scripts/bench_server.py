@@ -17,6 +17,15 @@ with N processes (memory then counts them all).
 
 Run:  python scripts/bench_server.py                  (about two minutes)
       python scripts/bench_server.py --levels 1,8 --trials-per-level 200 --memory-trials 2000
+
+``--versus-zeus`` runs the same workload against Zeus 0.16's own server
+(`scripts/bench_zeus.py`: its venv, made as ``.venv-zeus-bso`` if missing,
+its SQLite tables, the shared client loop), alternating which server goes
+first, for each of ``--levels`` and ``--epochs-list``, ``--runs`` times; it
+prints each run, the median and spread per level, and disk per trial:
+
+      python scripts/bench_server.py --versus-zeus --runs 5
+      python scripts/bench_server.py --versus-zeus --runs 5 --workers 2
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scripts.bench_zeus import DEFAULT_VENV, ZEUS_PACKAGES, Driver, disk_bytes, make_venv, start_zeus  # noqa: E402
 from zeus_run.remote import ServerClient  # noqa: E402
 
 SPEC = """
@@ -119,12 +129,46 @@ def client_loop(url: str, token: str, job: str, trials: int, out: mp.Queue, epoc
     out.put((asks, reports, requests))
 
 
+def driver_loop(kind: str, url: str, token: str, job: str, trials: int, out: mp.Queue, epochs: int = 2) -> None:
+    """`client_loop` with `bench_zeus.Driver` (the same client code for zeus-run's API and Zeus's)."""
+    client = Driver(kind, url, token)
+    asks: list[float] = []
+    reports: list[float] = []
+    requests = 0
+    for _ in range(trials):
+        t = time.perf_counter()
+        trial = client.ask(job)
+        asks.append(time.perf_counter() - t)
+        requests += 2  # the ask and the end
+        for epoch in range(1, epochs + 1):
+            t = time.perf_counter()
+            stop = client.report(trial, epoch, 0.95 if epoch == epochs else 0.5)
+            reports.append(time.perf_counter() - t)
+            requests += 1
+            if stop:
+                break
+        client.end(trial, epochs)
+    out.put((asks, reports, requests))
+
+
 def run_level(
-    url: str, token: str, jobs: list[str], clients: int, trials_each: int, epochs: int = 2
+    url: str, token: str, jobs: list[str], clients: int, trials_each: int, epochs: int = 2, kind: str | None = None
 ) -> dict[str, float]:
+    """``clients`` processes, each running ``trials_each`` trials of its job (``kind``: with `bench_zeus.Driver`)."""
     out: mp.Queue = mp.Queue()
     procs = [
-        mp.Process(target=client_loop, args=(url, token, jobs[i % len(jobs)], trials_each, out, epochs))
+        mp.Process(
+            target=client_loop if kind is None else driver_loop,
+            args=(
+                *(() if kind is None else (kind,)),
+                url,
+                token,
+                jobs[i % len(jobs)],
+                trials_each,
+                out,
+                epochs,
+            ),
+        )
         for i in range(clients)
     ]
     t0 = time.perf_counter()
@@ -169,8 +213,26 @@ def main() -> None:
         help="epoch reports per trial (default 2: the target is reached at the second; a trial that trains "
         "longer reports more often per ask and tell)",
     )
+    ap.add_argument(
+        "--versus-zeus",
+        action="store_true",
+        help="side by side with Zeus 0.16's own batch-size server, alternating, for each of --levels and "
+        "--epochs-list (no memory run)",
+    )
+    ap.add_argument("--epochs-list", default="2,10", help="--versus-zeus: epochs per trial to run (default 2,10)")
+    ap.add_argument("--runs", type=int, default=1, help="--versus-zeus: rounds; the order alternates (default 1)")
+    ap.add_argument(
+        "--zeus-python",
+        type=Path,
+        default=None,
+        help=f"--versus-zeus: python of a venv with {' '.join(ZEUS_PACKAGES)} (default: {DEFAULT_VENV.name}/bin/python, "
+        "made if missing)",
+    )
     args = ap.parse_args()
     mp.set_start_method("fork")
+    if args.versus_zeus:
+        versus(args)
+        return
     with tempfile.TemporaryDirectory(prefix="zeus-bench-server-") as tmp:
         root = Path(tmp) / "root"
         proc, url = start_server(root, args.workers)
@@ -212,6 +274,115 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+ROW = "{:<9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10}"
+
+
+def versus(args: argparse.Namespace) -> None:
+    """zeus-run and Zeus 0.16's server side by side: the same jobs and clients, alternating which goes first."""
+    levels = [int(x) for x in args.levels.split(",")]
+    epochs_list = [int(x) for x in args.epochs_list.split(",")]
+    python = args.zeus_python or make_venv()
+    results: dict[tuple[str, int, int], list[dict[str, float]]] = {}
+    trials = {"zeus-run": 0, "zeus": 0}
+    with tempfile.TemporaryDirectory(prefix="zeus-bench-versus-") as tmp:
+        root, db = Path(tmp) / "root", Path(tmp) / "zeus" / "bso.db"
+        db.parent.mkdir()
+        zr_proc, zr_url = start_server(root, args.workers)
+        zeus_proc, zeus_url = start_zeus(python, db)
+        try:
+            token = (root / ".serve.token").read_text().strip()
+            servers = {"zeus-run": ("v1", zr_url, token), "zeus": ("zeus", zeus_url, "")}
+            wheres = {"zeus-run": root, "zeus": db}
+            registered = {"zeus-run": 0, "zeus": 0}  # bytes the jobs take before their first trial
+            print(
+                f"zeus-run serve --workers {args.workers} on {zr_url}; Zeus 0.16 (SQLite, 1 process) on {zeus_url}; "
+                f"{os.cpu_count()} CPUs; {args.runs} run(s), alternating; each trial: ask, E reports, end"
+            )
+            print(
+                ROW.format(
+                    "server",
+                    "epochs",
+                    "clients",
+                    "trials",
+                    "req/s",
+                    "reports/s",
+                    "ask p50",
+                    "ask p99",
+                    "report p50",
+                    "report p99",
+                )
+                + "   (ms)"
+            )
+            turn = 0
+            for run in range(args.runs):
+                for epochs in epochs_list:
+                    for n in levels:
+                        order = ["zeus-run", "zeus"] if turn % 2 == 0 else ["zeus", "zeus-run"]
+                        turn += 1
+                        for name in order:
+                            kind, url, tok = servers[name]
+                            jobs = [f"bench-r{run}e{epochs}n{n}c{i}" for i in range(n)]
+                            before = disk_bytes(wheres[name])[0]
+                            for job in jobs:
+                                Driver(kind, url, tok).register(job, epochs)
+                            registered[name] += disk_bytes(wheres[name])[0] - before
+                            r = run_level(url, tok, jobs, n, max(1, args.trials_per_level // n), epochs, kind=kind)
+                            trials[name] += int(r["trials"])
+                            results.setdefault((name, epochs, n), []).append(r)
+                            print(_row(name, epochs, r), flush=True)
+            _summary(results, epochs_list, levels)
+            for name, where in wheres.items():
+                size, entries = disk_bytes(where)
+                print(
+                    f"disk, {name}: {(size - registered[name]) / max(trials[name], 1):,.0f} bytes per trial "
+                    f"({size / 1e6:.1f} MB in {entries} files and directories for {trials[name]:,} trials, of which "
+                    f"{registered[name] / 1e6:.2f} MB the registered jobs took before their first trial)"
+                )
+            history = sum(os.stat(p).st_size for p in root.glob("*/history.jsonl"))
+            print(f"  zeus-run's history alone: {history / max(trials['zeus-run'], 1):,.0f} bytes per trial")
+        finally:
+            for proc in (zr_proc, zeus_proc):
+                proc.terminate()
+                proc.wait(30)
+
+
+def _row(name: str, epochs: int, r: dict[str, float]) -> str:
+    return ROW.format(
+        name,
+        epochs,
+        int(r["clients"]),
+        int(r["trials"]),
+        f"{r['req_s']:.0f}",
+        f"{r['reports_s']:.0f}",
+        f"{r['ask_p50']:.1f}",
+        f"{r['ask_p99']:.1f}",
+        f"{r['report_p50']:.1f}",
+        f"{r['report_p99']:.1f}",
+    )
+
+
+def _summary(
+    results: dict[tuple[str, int, int], list[dict[str, float]]], epochs_list: list[int], levels: list[int]
+) -> None:
+    """Per level: each figure's median over the runs [min-max], and zeus-run against Zeus."""
+    keys = ("req_s", "ask_p50", "ask_p99", "report_p50", "report_p99")
+    print("\nmedian over runs [min-max]; ratio: zeus-run / Zeus (req/s: higher is better; latency: lower)")
+    for epochs in epochs_list:
+        for n in levels:
+            zr, ze = results.get(("zeus-run", epochs, n)), results.get(("zeus", epochs, n))
+            if not zr or not ze:
+                continue
+            print(f"  {epochs:2d} epochs, {n:2d} clients:")
+            for key in keys:
+                a = [r[key] for r in zr]
+                b = [r[key] for r in ze]
+                print(
+                    f"    {key:<10}  zeus-run {statistics.median(a):8.1f} [{min(a):.1f}-{max(a):.1f}]"
+                    f"   Zeus {statistics.median(b):8.1f} [{min(b):.1f}-{max(b):.1f}]"
+                    f"   ratio {statistics.median(a) / max(statistics.median(b), 1e-9):5.2f}"
+                )
 
 
 if __name__ == "__main__":

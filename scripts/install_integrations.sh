@@ -4,7 +4,9 @@
 #   - promtool (Debian's prometheus package), prometheus-pushgateway and chromium
 #     from Debian packages (apt-get, as root; skipped with a note where apt-get
 #     cannot run: the tests needing them then skip and say why);
-#   - MLflow, the optional extra `.[mlflow]`, into .venv.
+#   - MLflow, the optional extra `.[mlflow]`, into .venv;
+#   - Zeus 0.16 (`zeus==0.16.0`: its batch-size client, which the server's Zeus
+#     protocol test drives unchanged), into .venv.
 # Usage: scripts/install_integrations.sh   (from anywhere; idempotent)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,4 +40,7 @@ done
 .venv/bin/pip install -q -e '.[test,mlflow]' ||
     echo "install_integrations: pip install '.[mlflow]' failed; the MLflow tests will skip" >&2
 .venv/bin/python -c 'import mlflow; print("install_integrations: mlflow", mlflow.__version__)' 2>/dev/null || true
+.venv/bin/pip install -q 'zeus==0.16.0' ||
+    echo "install_integrations: pip install zeus==0.16.0 failed; the Zeus client test will skip" >&2
+.venv/bin/python -c 'import zeus.optimizer.batch_size.client, importlib.metadata as m; print("install_integrations: zeus", m.version("zeus"))' 2>/dev/null || true
 exit 0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The integration tests (marker `integrations`): exports against a real MLflow
+# The integration tests (marker `integrations`): Zeus 0.16's batch-size client against
+# `zeus-run serve`, exports against a real MLflow
 # store and tracking server, promtool, a Prometheus Pushgateway, and the HTML
 # report in headless Chromium. They are not in .ci/run: installing MLflow and the
 # Debian packages and starting the servers would take .ci/run past its budget.

@@ -97,7 +97,14 @@ class Ask:
         return out
 
 
-def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None = None, key: str | None = None) -> Ask:
+def ask(
+    job: str | Path,
+    *,
+    run_dir: str | Path | None = None,
+    host: str | None = None,
+    key: str | None = None,
+    plan: bool = True,
+) -> Ask:
     """Reserve the next trial of a job.
 
     Args:
@@ -106,6 +113,8 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
         host: The host the ask is for (default: this one); shown in the expiry message.
         key: Idempotency key (`zeus_run.asktell._keys`): an ask in flight made with the same key is
             answered again (the same trial) instead of asking anew.
+        plan: Write the agent's ``plan.json`` into the trial's directory, for ``zeus-run exec``. A server's
+            asks write none: their trial directory is made by the first report or heartbeat, if any.
 
     Raises:
         SpecError, UsageError: The spec is invalid or ``job`` names nothing usable.
@@ -126,12 +135,16 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
         again = next((m for m in s.asks if same_key(m.request_key, stamped, "an ask")), None)
         if again is not None:
             return _asked_again(s, spec, again)
-        return _reserve(s, spec, host or socket.gethostname(), stamped)
+        return _reserve(s, spec, host or socket.gethostname(), stamped, plan)
 
 
 def _asked_again(s: Session, spec: JobSpec, marker: RunningMarker) -> Ask:
     """The answer to a retried ask: the trial it made, as it was answered (its lease as it now stands)."""
     tdir = Path(marker.trial_dir or "")
+    if not os.path.lexists(tdir / TrialFiles.PLAN):
+        # A server's ask writes no plan (its client is the running script, which needs no command):
+        # the answer again is the same trial, without a command to run.
+        return _answer(spec, s.rd.path, marker, (), {}, expires_at(marker, spec.lease), spec.workdir)
     try:
         plan = AgentPlan.from_json(json.loads((tdir / TrialFiles.PLAN).read_text(encoding="utf-8"))).trial
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -177,7 +190,7 @@ def _answer(
     )
 
 
-def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None = None) -> Ask:
+def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_plan: bool) -> Ask:
     if len(s.asks) >= spec.concurrency:
         oldest = min(s.asks, key=lambda m: m.trial)
         raise RunDirBusy(
@@ -206,14 +219,15 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None = None) -
         why = _retry_reason(s, recurrence)
         decision = dataclasses.replace(request.decision, detail=f"{request.decision.detail}; {why}".strip("; "))
         request = dataclasses.replace(request, decision=decision)
-    tdir = s.rd.trial_dir(request.recurrence, request.attempt)
-    for name in TrialFiles.AGENT_FILES:  # an earlier ask of the same try left them (it expired)
-        _remove(tdir / name)
+    tdir = s.rd.trial_path(request.recurrence, request.attempt)
+    if os.path.isdir(tdir):  # an earlier ask of the same try left its files (it expired)
+        for name in TrialFiles.AGENT_FILES:
+            _remove(tdir / name)
     now = time.time()
     lease = spec.lease
     heartbeat = tdir / TrialFiles.HEARTBEAT
     placeholder = EstimatedEnergy(spec.energy.watts)  # the trial is measured where it runs
-    prepared = prepare(spec, s.rd, request, placeholder, profiling=False)
+    prepared = prepare(spec, s.rd, request, placeholder, profiling=False, make_dir=write_plan)
     token = prepared.running.token or ""
     extra = {
         Env.RUN_DIR: str(s.rd.path.absolute()),
@@ -224,7 +238,8 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None = None) -
     plan = dataclasses.replace(
         prepared.plan, trial=dataclasses.replace(prepared.plan.trial, env={**prepared.plan.trial.env, **extra})
     )
-    plan.write()
+    if write_plan:
+        plan.write()
     marker = dataclasses.replace(
         prepared.running,
         executor=ASK_EXECUTOR,

@@ -41,6 +41,15 @@ def expires_at(marker: RunningMarker, default_lease: float) -> float:
     return last_sign_of_life(marker) + (marker.lease if marker.lease is not None else default_lease)
 
 
+def has_expired(marker: RunningMarker, default_lease: float, now: float) -> bool:
+    """Whether the ask's lease ran out by ``now``. An ask younger than its lease has not expired whatever its
+    files say, so its trial's files are looked at only past that (each report and ask checks every ask)."""
+    lease = marker.lease if marker.lease is not None else default_lease
+    if (marker.asked_at or 0.0) + lease >= now:
+        return False
+    return last_sign_of_life(marker) + lease < now
+
+
 def expired_record(spec: JobSpec, marker: RunningMarker, now: float) -> TrialRecord:
     """The record of an ask whose lease ran out: its decision, ``infrastructure``, not observed."""
     lease = marker.lease if marker.lease is not None else spec.lease

@@ -26,7 +26,7 @@ from typing import overload
 import yaml
 
 from zeus_run.asktell._fold import JobFold, folded
-from zeus_run.asktell._lease import expired_record, expires_at
+from zeus_run.asktell._lease import expired_record, has_expired
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
@@ -158,7 +158,7 @@ class Session:
         t = time.time() if now is None else now
         out = []
         for m in list(self.asks):
-            if expires_at(m, self.spec.lease) < t:
+            if has_expired(m, self.spec.lease, t):
                 record = expired_record(self.spec, m, t)
                 logger.warning(
                     "recurrence %d try %d (ask from %s): %s", m.recurrence, m.attempt, m.host or "?", record.message
@@ -245,7 +245,8 @@ def expire_stale(path: Path) -> list[TrialRecord]:
         return []
     try:
         spec = spec_of(path)
-        if all(expires_at(m, spec.lease) >= time.time() for m in asks):
+        now = time.time()
+        if not any(has_expired(m, spec.lease, now) for m in asks):
             return []
         with open_session(path, spec, role="expire") as s:
             return s.expire()

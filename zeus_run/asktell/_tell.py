@@ -30,7 +30,7 @@ from pathlib import Path
 from zeus_run import _fs
 from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
-from zeus_run.asktell._lease import ask_provenance, expires_at
+from zeus_run.asktell._lease import ask_provenance, has_expired
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, write_heartbeat
 from zeus_run.cost import zeus_cost
@@ -81,6 +81,7 @@ def tell(
     message: str | None = None,
     measured: Measured | None = None,
     key: str | None = None,
+    compact: bool = False,
 ) -> TrialRecord:
     """Close an ask: record its trial and fold it.
 
@@ -94,6 +95,9 @@ def tell(
         measured: Time and energy measured in the trial's own process.
         key: Idempotency key (`zeus_run.asktell._keys`): a tell that repeats the one that closed
             the ask, with the same key, returns its record again instead of `AlreadyTold`.
+        compact: Once the record is in the history, remove the trial's directory if it holds only what the
+            record was built from (``events.jsonl``, ``heartbeat``: a server's trial), so a trial leaves
+            one history line on disk.
 
     Raises:
         LeaseExpired: The ask's lease had expired: it was recorded as an infrastructure failure,
@@ -122,6 +126,8 @@ def tell(
         s.record(record, marker)
         if spec_fault is not None:
             logger.error("%s", spec_fault)
+        if compact:
+            _compact(Path(marker.trial_dir or ""))
         return record
 
 
@@ -137,7 +143,12 @@ def heartbeat(run_dir: str | Path, token: str) -> float:
     """
     path = Path(run_dir)
     marker, lease = _in_flight(path, token)
-    write_heartbeat(Path(marker.trial_dir or "") / TrialFiles.HEARTBEAT)
+    tdir = Path(marker.trial_dir or "")
+    try:
+        write_heartbeat(tdir / TrialFiles.HEARTBEAT)
+    except FileNotFoundError:  # a server's ask makes no trial directory until it is needed
+        _make_trial_dir(tdir)
+        write_heartbeat(tdir / TrialFiles.HEARTBEAT)
     return _time.time() + lease
 
 
@@ -258,7 +269,7 @@ def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
         if done is not None:
             raise AlreadyTold(f"token = {token!r}: recurrence {done.recurrence} try {done.attempt} was already told.")
         raise UnknownToken(f"token = {token!r}: {str(path)!r} has no ask in flight with this token.")
-    if expires_at(marker, spec_lease) < _time.time():
+    if has_expired(marker, spec_lease, _time.time()):
         raise LeaseExpired(
             f"token = {token!r}: the lease of recurrence {marker.recurrence} try {marker.attempt} has expired; the "
             "next ask or tell records it as an infrastructure failure (exit code 3). Stop this trial and ask again."
@@ -406,9 +417,40 @@ def _where(tdir: Path) -> dict[str, object]:
 
 def _append_durably(path: Path, events: list[dict[str, object]]) -> None:
     data = "".join(json.dumps(ev) + "\n" for ev in events).encode()
-    fd = _fs.open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    try:
+        fd = _fs.open_fd(path, flags)
+    except FileNotFoundError:  # the first report of a server's ask: its trial directory is made now
+        _make_trial_dir(path.parent)
+        fd = _fs.open_fd(path, flags)
     try:
         _fs.write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _make_trial_dir(tdir: Path) -> None:
+    """Create a trial's directory (and ``trials/``), following no link."""
+    for part in (tdir.parent, tdir):
+        _fs.make_dir(part)
+
+
+#: What a trial told through the server leaves in its directory, all of it in its record once told.
+_COMPACTED = frozenset({TrialFiles.EVENTS, TrialFiles.HEARTBEAT})
+
+
+def _compact(tdir: Path) -> None:
+    """Remove a told trial's directory if it holds nothing but `_COMPACTED` (the record, fsynced, has it all)."""
+    try:
+        names = os.listdir(tdir)
+    except OSError:
+        return  # never made (no report), or already gone
+    if not set(names) <= _COMPACTED:
+        return  # an agent's files, a plan, output: kept as `zeus-run run` keeps them
+    try:
+        for name in names:
+            os.remove(tdir / name)
+        os.rmdir(tdir)
+    except OSError as exc:
+        logger.info("kept the trial directory %s: %s", tdir, exc.strerror or exc)

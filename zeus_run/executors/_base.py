@@ -197,12 +197,16 @@ def prepare(
     energy: EnergySource,
     profiling: bool,
     extra_env: Mapping[str, str] | None = None,
+    make_dir: bool = True,
 ) -> PreparedTrial:
-    """Build a trial's plan: command, environment (the ``ZEUS_*`` contract, then ``extra_env``), stop rules, files."""
+    """Build a trial's plan: command, environment (the ``ZEUS_*`` contract, then ``extra_env``), stop rules, files.
+
+    ``make_dir=False`` names the trial's directory without creating it (a server's ask: the first report does).
+    """
     bs = req.decision.batch_size
     lr = learning_rate_for(spec, bs)
     seed = spec.seed + req.observed
-    tdir = rd.trial_dir(req.recurrence, req.attempt)
+    tdir = rd.trial_dir(req.recurrence, req.attempt) if make_dir else rd.trial_path(req.recurrence, req.attempt)
     argv, env = command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
     env.update(
         {

@@ -198,13 +198,17 @@ class RunDir:
         """
         return read_running(self.path)
 
+    def trial_path(self, recurrence: int, attempt: int) -> Path:
+        """The directory of one trial (not created)."""
+        return self.path / TRIALS_NAME / TrialFiles.dir_name(recurrence, attempt)
+
     def trial_dir(self, recurrence: int, attempt: int) -> Path:
         """The directory of one trial, created if needed (never through a link).
 
         Raises:
             RunDirError: It is a link or cannot be created.
         """
-        d = self.path / TRIALS_NAME / TrialFiles.dir_name(recurrence, attempt)
+        d = self.trial_path(recurrence, attempt)
         for part in (d.parent, d):
             try:
                 _fs.make_dir(part)

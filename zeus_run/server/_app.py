@@ -17,7 +17,7 @@ from fastapi import FastAPI, Header, Path, Response
 from zeus_run import __version__
 from zeus_run.errors import UsageError
 from zeus_run.remote import API_PREFIX, HEALTH_PATH, OPENAPI_PATH
-from zeus_run.server import _docs, _errors
+from zeus_run.server import _docs, _errors, _zeus_compat
 from zeus_run.server._answers import AskAnswer, Registered, TrialRecord
 from zeus_run.server._errors import ApiError
 from zeus_run.server._gate import DEFAULT_MAX_BODY, Gate
@@ -141,6 +141,7 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         """The job's trial records, oldest first (as `zeus-run history JOB_DIR --format json`)."""
         return History(job=job, records=await service.run(None, lambda: service.history(job)))
 
+    _zeus_compat.install(app, service)  # Zeus 0.16's batch-size protocol under /zeus/<token>/
     return Gate(app, token, max_body)
 
 

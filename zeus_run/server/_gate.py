@@ -35,6 +35,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Largest request body the server reads (unit: bytes). A spec is a page; a report is a line.
 DEFAULT_MAX_BODY = 64 * 1024
+#: The Zeus protocol's routes (`zeus_run.server._zeus_compat`): ``/zeus/<token>/...``.
+ZEUS_PREFIX = "/zeus"
+
+
+def strip_token(scope: Scope) -> str | None:
+    """For a ``/zeus/<token>/...`` request (Zeus's client sends no header): the token given, with the path
+    rewritten to ``/zeus/...``, which is what routing and the access log see. None for any other path."""
+    path: str = scope["path"]
+    if not path.startswith(ZEUS_PREFIX + "/"):
+        return None
+    given, _, rest = path[len(ZEUS_PREFIX) + 1 :].partition("/")
+    scope["path"] = f"{ZEUS_PREFIX}/{rest}"
+    scope["raw_path"] = scope["path"].encode()
+    return given
 
 
 class Gate:
@@ -83,7 +97,12 @@ class Gate:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
-        if scope["path"] not in PUBLIC_PATHS and not self._authorized(headers.get(b"authorization", b"")):
+        in_path = strip_token(scope)  # Zeus's client: the token is in the path, which is logged without it
+        if in_path is not None:
+            authorized = tokens_equal(in_path, self.token)
+        else:
+            authorized = scope["path"] in PUBLIC_PATHS or self._authorized(headers.get(b"authorization", b""))
+        if not authorized:
             await _reply(
                 send,
                 401,

@@ -104,7 +104,7 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        decision = asktell.ask(path, host=host, key=key)
+        decision = asktell.ask(path, host=host, key=key, plan=False)  # no plan.json: a server's client runs the trial
         _faults.after_effect("ask")
         return decision.to_json()
 
@@ -130,7 +130,9 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time, key=key)
+        record = asktell.tell(
+            path, token, exit_code=body.exit_code, energy=body.energy, time=body.time, key=key, compact=True
+        )
         _faults.after_effect("finish")
         return record.to_json()
 
@@ -138,7 +140,7 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message, key=key)
+        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message, key=key, compact=True)
         _faults.after_effect("fail")
         return record.to_json()
 

@@ -49,6 +49,9 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
     """
     import yaml
 
+    from zeus_run.server._specdoc import with_command
+
+    spec_doc = with_command(spec_doc)  # the server launches nothing: `command` may be left out
     text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
     check_paths(_settings(spec_doc), path, allowed)  # first: validation would look for the files
     # SpecError: the same problems, in the same words, as `zeus-run check`; relative paths start at the job
