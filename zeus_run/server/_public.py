@@ -55,7 +55,7 @@ class Publisher:
 
 
 _TRIAL_TOKEN = re.compile(r"(/trials/)([^/]+)")
-_SERVER_TOKEN = re.compile(r"^/zeus/[^/]+")
+_SERVER_TOKEN = re.compile(r"^/zeus/[^/]+(?=/)")  # a token still in the path (the gate strips it first)
 #: Characters of a trial token shown in the log (enough to tell trials apart, too few to use).
 SHORT_ID = 6
 
