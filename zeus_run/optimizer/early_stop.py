@@ -108,16 +108,20 @@ class Pace:
     per_epoch: dict[int, list[float]] = field(default_factory=dict)
 
     def slowdown(self, record: TrialRecord) -> float:
-        """How many times slower than its batch size's median ``record`` ran its epochs (1.0: no history)."""
+        """How many times slower than its batch size's median ``record`` ran its epochs.
+
+        1.0 (no evidence) without history, or when its epochs were not timed (read in one
+        burst at the script's exit: ``TrialRecord.epoch_timing``).
+        """
         past = self.per_epoch.get(record.batch_size)
-        if not past or record.epochs <= 0:
+        if not past or record.epochs <= 0 or not record.epochs_timed:
             return 1.0
         median = statistics.median(past)
         return record.cost / record.epochs / median if median > 0 else 1.0
 
     def add(self, record: TrialRecord) -> None:
-        """Learn from a converged try."""
-        if record.epochs > 0 and math.isfinite(record.cost):
+        """Learn from a converged try (one whose epochs were not timed teaches no pace)."""
+        if record.epochs > 0 and math.isfinite(record.cost) and record.epochs_timed:
             past = self.per_epoch.setdefault(record.batch_size, [])
             past.append(record.cost / record.epochs)
             del past[:-PACE_WINDOW]
