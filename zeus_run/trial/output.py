@@ -41,7 +41,7 @@ PTY_SIZE = (50, 200)
 _COMPLETE = re.compile(
     rb"\x1b\[[0-?]*[ -/]*[@-~]"
     rb"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)"
-    rb"|\x1b[ -/]*[0-~]"
+    rb"|\x1b(?![\[\]PX^_])[ -/]*[0-~]"
 )
 #: Longest unfinished escape sequence held back for the next chunk; longer is not an escape sequence.
 _HOLD_LIMIT = 4096
