@@ -23,6 +23,7 @@ from zeus_run.trial.classify import _epoch_time
         ([0.3, 0.6, 0.9, 1.2, 1.5], 1.6, None),  # line-timed epochs
         ([6.0, 6.0], 6.0, None),  # two lines are not "several epochs"
         ([0.05, 0.05, 0.06], 0.07, None),  # a script with no start-up time to speak of
+        ([1.5, 1.5, 1.5], 1.5, None),  # ... or a slow start-up on a loaded machine
         ([2.0, 2.0, 2.0], 12.0, None),  # epochs printed together long before the exit (then saving)
         ([1.0, 3.0, 3.0, 3.0], 3.0, None),  # the first epoch came on its own
         ([], 5.0, None),

@@ -82,7 +82,7 @@ def test_an_unflushed_python_script_is_read_epoch_by_epoch(tmp_path):
 
 def test_output_held_until_the_exit_is_marked_burst_and_says_why(tmp_path):
     # The spec's env turns Python's buffering back on: every line reaches zeus-run at the exit.
-    p = agent_plan(tmp_path, "--quiet", "1.2", "--ack-wait", "0.3", env={"PYTHONUNBUFFERED": ""})
+    p = agent_plan(tmp_path, "--quiet", "2.2", "--ack-wait", "0.3", env={"PYTHONUNBUFFERED": ""})
     out = in_process(p)
     assert acked(p) == 0  # nothing was read while it ran
     assert out.epochs == 3 and out.epoch_timing == "burst"
@@ -101,7 +101,7 @@ def test_stdout_pty_reads_a_program_that_buffers_into_a_pipe_line_by_line(tmp_pa
 
 
 def test_the_same_program_through_a_pipe_is_a_burst(tmp_path):
-    p = agent_plan(tmp_path, "--stdio", "c", "--quiet", "1.2", "--ack-wait", "0.3")
+    p = agent_plan(tmp_path, "--stdio", "c", "--quiet", "2.2", "--ack-wait", "0.3")
     out = as_agent(p)
     assert acked(p) == 0 and out.epochs == 3 and out.epoch_timing == "burst"
 

@@ -42,8 +42,8 @@ MIN_READINGS = 3
 #: Most seconds between the first and the last metric line of a burst (one buffer's flush, read
 #: in a few reads on a loaded machine).
 WINDOW = 0.25
-#: Fewest seconds the script ran before the burst (start-up alone takes less).
-MIN_QUIET = 1.0
+#: Fewest seconds the script ran before the burst (start-up alone takes less, even on a loaded machine).
+MIN_QUIET = 2.0
 #: A burst ends at most this share of the trial's time (or `WINDOW`) before the main process exited:
 #: a large program tears down for a while after flushing its output.
 TAIL_SHARE = 0.2

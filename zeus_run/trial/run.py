@@ -6,13 +6,13 @@ in the launcher or in an agent beside the script. It needs only an energy
 source (and, optionally, a power-limit profiler) from its caller.
 
 The script runs in a session of its own, its environment marked with the
-trial's token (`zeus_run.trial.proctree`). Its output (stdout and stderr, through a
-pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk and
-never blocking, to the trial's log file and to a listener; when every metric line
-arrives in one burst at the exit, the outcome says so (`zeus_run.trial.burst`). The launcher reads
-each finished epoch's metric (event log or regex), measures time and energy
-at every epoch boundary, and decides to stop the trial when the target is
-reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
+trial's token (`zeus_run.trial.proctree`). Its output (stdout and stderr, through
+a pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk
+and never blocking, to the trial's log file and to a listener; when every metric
+line arrives in one burst at the exit, the outcome says so (`zeus_run.trial.burst`).
+The launcher reads each finished epoch's metric (event log or regex),
+measures time and energy at every epoch boundary, and decides to stop the
+trial when the target is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
 the last epoch's cost) would exceed the threshold or already has, the timeout
 passes, or it is cancelled. Cost is counted up to that decision.
 
@@ -212,12 +212,13 @@ class _TrialRun:
                 )
             except OSError as exc:
                 raise LaunchError(f"Could not start {p.argv[0]!r}: {exc}. Fix `command` in the job spec.") from exc
+            fd = out.started(proc)
             if tree is None:
                 tree = ProcessTree("", proc.pid)  # the process group only
             tree.attach(proc.pid)
             try:
                 with self.regex if self.regex is not None else contextlib.nullcontext():
-                    exit_code, end = self._watch(proc, out, log, meter, tree)
+                    exit_code, end = self._watch(proc, fd, out, log, meter, tree)
             finally:
                 if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
                     tree.sweep()
@@ -231,9 +232,8 @@ class _TrialRun:
         return self._outcome(exit_code, end)
 
     def _watch(
-        self, proc: subprocess.Popen, out: OutputChannel, log: TrialLog, meter: Meter, tree: ProcessTree
+        self, proc: subprocess.Popen, fd: int, out: OutputChannel, log: TrialLog, meter: Meter, tree: ProcessTree
     ) -> tuple[int, tuple[float, float, float]]:
-        fd = out.started(proc)
         os.set_blocking(fd, False)
         sel = selectors.DefaultSelector()
         sel.register(fd, selectors.EVENT_READ)
