@@ -75,6 +75,7 @@ EXAMPLES: dict[str, Any] = {
     "metric.regex": "val_acc=([0-9.]+)",
     "metric.name": "eval_accuracy",
     "metric.key": "val_acc",
+    "stdout": "pty",
     "metric.path": "metrics.jsonl",
     "energy.source": "estimate",
     "energy.watts": 65,

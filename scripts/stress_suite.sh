@@ -12,7 +12,8 @@
 #   scripts/stress_suite.sh 1 -m "not slurm"      # once, without the real-Slurm tests
 #
 # The real-Slurm tests need a cluster named by ZEUS_SLURM_CONF (see scripts/slurm_dev.sh);
-# without one they skip.
+# without one they skip. pytest runs without PYTHONUNBUFFERED, as on users' machines, cron
+# and Slurm (a development machine that sets it for every process would hide buffered output).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ for _ in 1 2; do
     (while :; do :; done) &
     hogs+=($!)
 done
-echo "stress_suite: $n run(s) of pytest $* beside 2 CPU hogs (pids ${hogs[*]}) on $(nproc) core(s)"
+echo "stress_suite: $n run(s) of pytest $* beside 2 CPU hogs (pids ${hogs[*]}) on $(nproc) core(s), PYTHONUNBUFFERED unset"
 
 # pytest's counts line ("823 passed, 2 skipped in 400.1s"), whatever -q or -r options were given.
 counts() { grep -E '[0-9]+ (passed|failed|errors?)( |,|$)' "$1" | tail -n 1 | sed -E 's/^=+ *//; s/ *=+$//'; }
@@ -45,7 +46,7 @@ green=0
 for ((i = 1; i <= n; i++)); do
     log=$(mktemp -t stress-suite-XXXXXX.log)
     t0=$SECONDS
-    if "$python" -m pytest "${quiet[@]}" -p no:cacheprovider "$@" >"$log" 2>&1; then
+    if env -u PYTHONUNBUFFERED "$python" -m pytest "${quiet[@]}" -p no:cacheprovider "$@" >"$log" 2>&1; then
         green=$((green + 1))
         echo "run $i/$n: green in $((SECONDS - t0)) s: $(counts "$log")"
         rm -f "$log"

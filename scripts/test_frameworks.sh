@@ -15,4 +15,4 @@ cd "$(dirname "$0")/.."
 .venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/pip install -q "torch==${ZEUS_TORCH_VERSION:-2.13.0}"
 .venv/bin/pip install -q -e '.[test,hf,lightning]'
 .venv/bin/python -c 'import torch, transformers, lightning; print(f"test_frameworks: torch {torch.__version__}, transformers {transformers.__version__}, lightning {lightning.__version__}")'
-exec .venv/bin/python -m pytest -q -m frameworks "$@"
+exec env -u PYTHONUNBUFFERED .venv/bin/python -m pytest -q -m frameworks "$@"

@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_integrations.sh
-exec .venv/bin/python -m pytest -q -m integrations "$@"
+exec env -u PYTHONUNBUFFERED .venv/bin/python -m pytest -q -m integrations "$@"

@@ -22,6 +22,10 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # them where readable, making results depend on the host); RAPL tests point the variable at a
 # fake tree. Set here, before any test starts a subprocess, so agents inherit it.
 os.environ["ZEUS_RUN_POWERCAP_ROOT"] = str(Path(tempfile.mkdtemp(prefix="zeus-run-tests-")) / "no-powercap")
+# NOTE: users' machines, cron and Slurm do not set PYTHONUNBUFFERED; some development machines set it
+# for every process, which hides a script's buffered output (issue 26). The suite runs without it:
+# dropped here, before any test (or session fixture) runs zeus-run in-process or starts a subprocess.
+os.environ.pop("PYTHONUNBUFFERED", None)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ KINDS = ("real", "simulated", "replayed")
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
 #: Fields written only when set (absent: None), so records read as they did before these existed.
-OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported")
+OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing")
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -94,6 +94,10 @@ class TrialRecord:
         reported: Ask/tell: the figures that were reported to ``zeus-run tell`` (``--energy``,
             ``--time``) rather than measured, e.g. ``energy time``. None: everything measured
             (or estimated, as ``estimated`` says).
+        epoch_timing: ``burst`` when every epoch's metric arrived at once at the script's exit
+            (its output was held in a buffer, `zeus_run.trial.burst`): ``time`` and ``cost`` are
+            what the trial cost, but its epochs were not timed, so its time per epoch means
+            nothing. None: each epoch was measured when it was read.
     """
 
     job: str
@@ -138,10 +142,16 @@ class TrialRecord:
     probe: bool | None = None
     horizon: int | None = None
     reported: str | None = None
+    epoch_timing: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
             object.__setattr__(self, "stop_reason", StopReason.parse(self.stop_reason))
+
+    @property
+    def epochs_timed(self) -> bool:
+        """Whether each epoch was measured when it ended (not read in one burst at the exit: ``epoch_timing``)."""
+        return self.epoch_timing is None
 
     @property
     def spent_cost(self) -> float:

@@ -83,6 +83,14 @@ def test_beta_must_be_positive(beta):
     assert "greater than 0" in p.why and "null" in p.fix
 
 
+def test_stdout_is_a_pipe_or_a_pty():
+    assert parse_spec(GOOD).stdout == "pipe"
+    assert parse_spec(GOOD + "stdout: pty\n").stdout == "pty"
+    p = one(GOOD + "stdout: tty\n", "stdout")
+    assert p.value == "tty" and p.why == "must be one of pipe, pty" and p.line == 6
+    assert p.fix.startswith("Did you mean 'pty'? pty runs the command on a pseudo-terminal")
+
+
 def test_beta_null_disables_early_stopping():
     assert parse_spec(GOOD + "beta: null\n").beta is None
 

@@ -24,6 +24,7 @@ from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import read_running
 from zeus_run.trial.agent import AgentPlan, run_plan
+from zeus_run.trial.burst import BurstWarning
 from zeus_run.trial.run import TrialListener
 
 #: ``zeus-run exec``'s exit codes besides 2 (usage), 3 (lease expired) and 75 (busy).
@@ -94,7 +95,9 @@ def run_ask(
     if command:
         plan = dataclasses.replace(plan, trial=dataclasses.replace(plan.trial, argv=tuple(command), shell=False))
     status = run_plan(plan, cancel, listener)
-    return tell(target.run_dir, target.token, message=None if status == 0 else f"the agent exited with {status}")
+    record = tell(target.run_dir, target.token, message=None if status == 0 else f"the agent exited with {status}")
+    BurstWarning().check(record)  # an exec is one trial: once per run
+    return record
 
 
 def exit_code_of(record: TrialRecord) -> int:

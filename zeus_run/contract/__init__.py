@@ -27,11 +27,13 @@ from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles
 from zeus_run.contract._process import process_start_time
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
-from zeus_run.contract._trial import TrialOutcome, TrialPlan, crash_cause, exit_text
+from zeus_run.contract._trial import BURST_TIMING, STDOUT_MODES, TrialOutcome, TrialPlan, crash_cause, exit_text
 
 __all__ = [
     "ASK_EXECUTOR",
+    "BURST_TIMING",
     "RUNNING_NAME",
+    "STDOUT_MODES",
     "STOP_REASONS",
     "Env",
     "RunningMarker",

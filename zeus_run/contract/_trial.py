@@ -13,6 +13,11 @@ from typing import Any
 
 from zeus_run.contract._reasons import StopReason
 
+#: Where a trial's stdout and stderr go (`TrialPlan.stdout`, the spec's ``stdout``).
+STDOUT_MODES = ("pipe", "pty")
+#: ``epoch_timing`` of a trial whose epochs all arrived at once at its exit (`zeus_run.trial.burst`).
+BURST_TIMING = "burst"
+
 # -- a trial in and out ---------------------------------------------------------------------
 
 
@@ -46,6 +51,8 @@ class TrialPlan:
         on_target: Regex mode: ``stop`` (prompt stop at the target) or ``wait``.
         token: The trial's process marker (``ZEUS_TRIAL_TOKEN``); empty: none.
         profile_stop_path: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``), if profiling.
+        stdout: Where the script's stdout and stderr go: ``pipe``, or ``pty`` (a pseudo-terminal,
+            for programs that buffer their output when it is not a terminal; `zeus_run.trial.output`).
     """
 
     argv: tuple[str, ...]
@@ -70,6 +77,7 @@ class TrialPlan:
     on_target: str = "stop"
     token: str = ""
     profile_stop_path: Path | None = None
+    stdout: str = "pipe"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as strings, an infinite threshold as None)."""
@@ -133,6 +141,8 @@ class TrialOutcome:
         malformed: Malformed event or output lines ignored.
         power_limit: GPU power limit chosen for this trial (unit: W), None if none was.
         cause: One line naming why a failed trial failed (`crash_cause`), None if it did not fail.
+        epoch_timing: `BURST_TIMING` when every epoch's metric arrived at once at the script's exit
+            (its output was held in a buffer: `zeus_run.trial.burst`); None: timed as read.
     """
 
     epochs: int
@@ -151,11 +161,12 @@ class TrialOutcome:
     malformed: int = 0
     power_limit: float | None = None
     cause: str | None = None
+    epoch_timing: str | None = None
 
     #: The outcome's fields a history record carries as they are (`record_fields`).
     RECORDED = (
         *("epochs", "time", "energy", "max_power", "cost", "reached", "stop_reason", "metrics", "exit_code"),
-        *("ended", "after_time", "after_energy", "power_limit", "cause"),
+        *("ended", "after_time", "after_energy", "power_limit", "cause", "epoch_timing"),
     )
 
     def record_fields(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir
 from zeus_run.spec import JobSpec, substitute
 from zeus_run.trial.agent import AgentPlan
+from zeus_run.trial.burst import BurstWarning
 from zeus_run.trial.proctree import new_token
 from zeus_run.trial.run import NullListener, TrialListener
 
@@ -91,6 +92,8 @@ class RealExecutor(ABC):
         self.cancel = cancel
         self.power = power
         self.provenance = provenance(energy)
+        #: Warns once per run when a trial's epochs arrived in one burst at its exit (buffered output).
+        self.burst = BurstWarning()
 
     @abstractmethod
     def __call__(self, req: TrialRequest) -> TrialRecord:
@@ -235,6 +238,7 @@ def prepare(
     trial = TrialPlan(
         argv=argv,
         shell=spec.shell,
+        stdout=spec.stdout,
         workdir=spec.workdir,
         env=env,
         log_path=tdir / TrialFiles.OUTPUT,

@@ -156,7 +156,9 @@ class LocalExecutor(RealExecutor):
                     f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
                     message,
                 )
-        return to_record(self.spec, self.rd, req, prepared, out, energy, message, self.provenance)
+        record = to_record(self.spec, self.rd, req, prepared, out, energy, message, self.provenance)
+        self.burst.check(record)
+        return record
 
     def _adopted(self, req: TrialRequest, old: RunningMarker, energy: EnergySource) -> TrialRecord | None:
         """The record of an adopted trial from its written outcome (None: it is not the trial asked for now)."""
@@ -175,7 +177,9 @@ class LocalExecutor(RealExecutor):
         self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
         logger.info("recurrence %d try %d: taken over from its outcome", req.recurrence, req.attempt)
         message = _prepend("taken over from a launcher that died after it ended", outcome.message)
-        return to_record(self.spec, self.rd, req, prepared, outcome, energy, message, self.provenance)
+        record = to_record(self.spec, self.rd, req, prepared, outcome, energy, message, self.provenance)
+        self.burst.check(record)
+        return record
 
     @staticmethod
     def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:

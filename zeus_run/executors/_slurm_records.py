@@ -32,6 +32,7 @@ from zeus_run.trial.agent import (
     EPOCHS_NAME,
     read_agent_info,
 )
+from zeus_run.trial.burst import BurstWarning
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class _Records:
     energy: EnergySource
     _rd: RunDir
     _infra: list[str]
+    burst: BurstWarning
 
     def _check_infra_streak(self) -> None:
         if len(self._infra) <= self.settings.infra_retries:
@@ -102,6 +104,7 @@ class _Records:
         )
         message = "; ".join(n for n in notes if n) or None
         record = to_record(self.spec, self._rd, job.req, job.prepared, outcome, self.energy, message, where)
+        self.burst.check(record)
         measured = agent.get("energy") or {}
         return dataclasses.replace(
             record,

@@ -119,17 +119,21 @@ class Pace:
         return record.cost if self.measure is None else self.measure(record)
 
     def slowdown(self, record: TrialRecord) -> float:
-        """How many times slower than its batch size's median ``record`` ran its epochs (1.0: no history)."""
+        """How many times slower than its batch size's median ``record`` ran its epochs.
+
+        1.0 (no evidence) without history, or when its epochs were not timed (read in one
+        burst at the script's exit: ``TrialRecord.epoch_timing``).
+        """
         past = self.per_epoch.get(record.batch_size)
-        if not past or record.epochs <= 0:
+        if not past or record.epochs <= 0 or not record.epochs_timed:
             return 1.0
         median = statistics.median(past)
         return self._cost(record) / record.epochs / median if median > 0 else 1.0
 
     def add(self, record: TrialRecord) -> None:
-        """Learn from a converged try."""
+        """Learn from a converged try (one whose epochs were not timed teaches no pace)."""
         cost = self._cost(record)
-        if record.epochs > 0 and math.isfinite(cost):
+        if record.epochs > 0 and math.isfinite(cost) and record.epochs_timed:
             past = self.per_epoch.setdefault(record.batch_size, [])
             past.append(cost / record.epochs)
             del past[:-PACE_WINDOW]

@@ -107,12 +107,12 @@ class Checker:
 
         return check
 
-    def choice(self, options: tuple[str, ...]) -> Callable[[str, Any], Any]:
+    def choice(self, options: tuple[str, ...], fix: str = "") -> Callable[[str, Any], Any]:
         def check(field: str, v: Any) -> Any:
             if v not in options:
                 close = difflib.get_close_matches(str(v), options, n=1)
                 hint = f"Did you mean {close[0]!r}? " if close else ""
-                self.problem(field, v, f"must be one of {', '.join(options)}", f"{hint}".strip())
+                self.problem(field, v, f"must be one of {', '.join(options)}", f"{hint}{fix}".strip())
                 return None
             return v
 

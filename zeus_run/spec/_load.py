@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from zeus_run.contract import STDOUT_MODES
 from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
@@ -40,6 +41,7 @@ _TOP_KEYS = (
     "name",
     "command",
     "shell",
+    "stdout",
     "workdir",
     "env",
     "batch_sizes",
@@ -148,6 +150,17 @@ class _Validator(Sections):
             name = None
         shell = g(d, "shell", "", False, self.bool_())
         command = self.command(d.get("command"), bool(shell))
+        stdout = g(
+            d,
+            "stdout",
+            "",
+            "pipe",
+            self.choice(
+                STDOUT_MODES,
+                fix="pty runs the command on a pseudo-terminal, for a program that holds its output in a buffer "
+                "when it is not on a terminal; pipe (the default) otherwise",
+            ),
+        )
         batch_sizes = self.batch_sizes(d.get("batch_sizes"))
         default_bs = g(
             d,
@@ -240,6 +253,7 @@ class _Validator(Sections):
             name=name,
             command=command,
             shell=shell,
+            stdout=stdout,
             workdir=workdir,
             env=env,
             batch_sizes=batch_sizes,

@@ -287,6 +287,8 @@ class JobSpec:
         name: Job name; names the default run directory.
         command: argv of the training script, with ``{placeholders}``.
         shell: Run ``command`` (a single string) through ``/bin/sh -c``.
+        stdout: Where the script's stdout and stderr go: ``pipe``, or ``pty`` (a pseudo-terminal,
+            for a program that buffers its output when it is not on a terminal).
         workdir: Working directory of the training script.
         env: Extra environment variables (values may hold placeholders).
         batch_sizes: Feasible batch sizes, sorted ascending.
@@ -321,6 +323,7 @@ class JobSpec:
     default_batch_size: int
     target_metric: float
     shell: bool = False
+    stdout: str = "pipe"
     workdir: Path = Path(".")
     env: Mapping[str, str] = field(default_factory=dict)
     learning_rate: float | None = None

@@ -4,6 +4,9 @@
 * `zeus_run.trial.launch`: the trial's environment and the checks before the first trial.
 * `zeus_run.trial.meter`: time, energy and cost since the trial started.
 * `zeus_run.trial.log`: the trial's output log.
+* `zeus_run.trial.output`: where the script's output goes (a pipe, or a pseudo-terminal: ``stdout: pty``).
+* `zeus_run.trial.burst`: epochs read in one burst at the script's exit (its output was buffered).
+* `zeus_run.trial.listen`: what a running trial tells its caller.
 * `zeus_run.trial.events` and `zeus_run.trial.metric_regex`: the convergence readers.
 * `zeus_run.trial.proctree`: the trial's processes, found, measured and swept away.
 * `zeus_run.trial.agent`: the same, next to the script (``python -m zeus_run.trial.agent PLAN.json``).

@@ -77,8 +77,12 @@ def config_error(record: TrialRecord, *history: Sequence[TrialRecord]) -> str | 
 
 
 def _epoch_time(history: Iterable[TrialRecord], batch_size: int) -> float | None:
-    """Median time of one epoch of ``batch_size``'s real trials that read metrics (unit: s), or None if none did."""
-    times = [r.time / r.epochs for r in history if r.kind == "real" and r.batch_size == batch_size and r.metrics]
+    """Median time of one epoch of ``batch_size``'s real trials that timed their epochs (unit: s), or None if none did."""
+    times = [
+        r.time / r.epochs
+        for r in history
+        if r.kind == "real" and r.batch_size == batch_size and r.metrics and r.epochs_timed
+    ]
     return statistics.median(times) if times else None
 
 

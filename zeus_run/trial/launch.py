@@ -1,4 +1,8 @@
-"""Starting a trial's command: its environment (`trial_environment`) and the checks before the first trial (`preflight`)."""
+"""Starting a trial's command: its environment (`trial_environment`) and the checks before the first trial (`preflight`).
+
+Every door that launches a script (``run``, the Slurm agent, ``exec``) builds the
+script's environment here, and only here.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +21,33 @@ _INTERPRETERS = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|zsh|perl|ruby|n
 #: launcher that itself runs inside a trial does not pass its own on.
 CONTRACT_VARS = Env.names()
 
+#: Variables every trial gets unless the spec's ``env`` sets them. Python
+#: block-buffers stdout into a pipe: without ``PYTHONUNBUFFERED`` a script that
+#: prints without flushing delivers every epoch at its exit, and zeus-run can
+#: neither time its epochs nor stop it at the target (README, "The training script").
+TRIAL_DEFAULTS = {"PYTHONUNBUFFERED": "1"}
+#: Added under ``stdout: pty`` unless the spec's ``env`` sets them: a terminal
+#: that asks for no colours or cursor movement (the log keeps text, not screen updates).
+PTY_DEFAULTS = {"TERM": "dumb"}
 
-def trial_environment(additions: Mapping[str, str], token: str = "") -> dict[str, str]:
-    """The script's complete environment: the launcher's, without its own trial contract, plus ``additions``."""
+
+def trial_environment(additions: Mapping[str, str], token: str = "", stdout: str = "pipe") -> dict[str, str]:
+    """The script's complete environment.
+
+    The launcher's own, without its trial contract; then `TRIAL_DEFAULTS` (and
+    `PTY_DEFAULTS` when ``stdout`` is ``pty``); then ``additions`` (the ``ZEUS_*``
+    contract and the spec's ``env``, which may override a default, e.g.
+    ``PYTHONUNBUFFERED: ""`` to leave Python's buffering on); then the trial's token.
+
+    Args:
+        additions: Variables the trial plan adds (`zeus_run.contract.TrialPlan.env`).
+        token: The trial's process marker (``ZEUS_TRIAL_TOKEN``); empty: none.
+        stdout: The trial's output channel, ``pipe`` or ``pty`` (`zeus_run.contract.TrialPlan.stdout`).
+    """
     env = {k: v for k, v in os.environ.items() if k not in CONTRACT_VARS}
+    env.update(TRIAL_DEFAULTS)
+    if stdout == "pty":
+        env.update(PTY_DEFAULTS)
     env.update(additions)
     if token:
         env[Env.TRIAL_TOKEN] = token

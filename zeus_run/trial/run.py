@@ -6,11 +6,13 @@ in the launcher or in an agent beside the script. It needs only an energy
 source (and, optionally, a power-limit profiler) from its caller.
 
 The script runs in a session of its own, its environment marked with the
-trial's token (`zeus_run.trial.proctree`). Its output is streamed, chunk by chunk and
-never blocking, to the trial's log file and to a listener. The launcher reads
-each finished epoch's metric (event log or regex), measures time and energy
-at every epoch boundary, and decides to stop the trial when the target is
-reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
+trial's token (`zeus_run.trial.proctree`). Its output (stdout and stderr, through
+a pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk
+and never blocking, to the trial's log file and to a listener; when every metric
+line arrives in one burst at the exit, the outcome says so (`zeus_run.trial.burst`).
+The launcher reads each finished epoch's metric (event log or regex),
+measures time and energy at every epoch boundary, and decides to stop the
+trial when the target is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
 the last epoch's cost) would exceed the threshold or already has, the timeout
 passes, or it is cancelled. Cost is counted up to that decision.
 
@@ -41,17 +43,19 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Protocol
 
 from zeus_run import _fs
 from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
+from zeus_run.trial import burst
 from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
 from zeus_run.trial.launch import preflight, trial_environment
+from zeus_run.trial.listen import NullListener, TrialListener, TrialProfiler
 from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, metric_readers
+from zeus_run.trial.output import OutputChannel
 from zeus_run.trial.proctree import ProcessTree
 
 logger = logging.getLogger(__name__)
@@ -62,46 +66,6 @@ _READS_PER_TICK = 16  # at most 1 MiB of output per tick, so a flood cannot star
 
 #: Seconds to read a script's remaining output after its main process exited.
 DRAIN_TIME = 2.0
-
-
-class TrialListener(Protocol):
-    """Receives live progress of a trial (the CLI renders it)."""
-
-    def on_output(self, line: str) -> None: ...
-
-    def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None: ...
-
-    def on_tick(self, time: float, energy: float, cost: float) -> None: ...
-
-
-class NullListener:
-    """Ignores everything."""
-
-    def on_output(self, line: str) -> None:
-        pass
-
-    def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None:
-        pass
-
-    def on_tick(self, time: float, energy: float, cost: float) -> None:
-        pass
-
-
-class TrialProfiler(Protocol):
-    """What the launcher needs from a power-limit profiler (see `zeus_run.power.JitProfiler`)."""
-
-    done: bool
-    chosen: float | None
-
-    def start(self) -> None: ...
-
-    def on_iters_per_epoch(self, iters: int) -> None: ...
-
-    def observe(self, steps: int, script_time: float | None, time: float, energy: float) -> None: ...
-
-    def abandon(self, why: str) -> None: ...
-
-    def account(self, time: float, energy: float) -> tuple[float, float]: ...
 
 
 def run_trial(
@@ -142,6 +106,8 @@ class _TrialRun:
         self.listener = listener
         self.cancel = cancel
         self.metrics: list[float] = []
+        self.arrivals: list[float] = []  # when each metric line was read (s since the start; regex mode)
+        self.exited_at = 0.0  # when the main process was seen to exit (s since the start)
         self.reached = False
         self.stop_reason: StopReason | None = None
         self.counted: tuple[float, float, float] | None = None  # (time, energy, cost) at the judged boundary
@@ -206,6 +172,7 @@ class _TrialRun:
             self.listener.on_output(line.decode("utf-8", "replace")[:4096])
             if self.regex is not None:
                 for ev in self.regex.feed_line(line):
+                    self.arrivals.append(time.monotonic() - meter.t0)
                     self._on_epoch(ev, meter)
         if self.regex is not None:
             self.regex.check_progress()
@@ -213,7 +180,7 @@ class _TrialRun:
     # -- the process -----------------------------------------------------------------
     def run(self) -> TrialOutcome:
         p = self.plan
-        env = trial_environment(p.env, p.token)
+        env = trial_environment(p.env, p.token, p.stdout)
         preflight(p.argv, p.workdir, env, p.shell)
         for path in (p.event_path, p.stop_path, p.profile_stop_path):
             if path is not None and os.path.lexists(path):  # left by an earlier attempt
@@ -229,6 +196,7 @@ class _TrialRun:
         tree = ProcessTree(p.token) if p.token else None
         if tree is not None:
             self.energy.track(tree.cpu_seconds)
+        out = OutputChannel(p.stdout)
         try:
             if self.profiler is not None:
                 self.profiler.start()
@@ -240,26 +208,26 @@ class _TrialRun:
                     cwd=str(p.workdir),
                     env=env,
                     stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
+                    stdout=out.child,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     bufsize=0,
                 )
             except OSError as exc:
                 raise LaunchError(f"Could not start {p.argv[0]!r}: {exc}. Fix `command` in the job spec.") from exc
+            fd = out.started(proc)
             if tree is None:
                 tree = ProcessTree("", proc.pid)  # the process group only
             tree.attach(proc.pid)
             try:
                 with self.regex if self.regex is not None else contextlib.nullcontext():
-                    exit_code, end = self._watch(proc, log, meter, tree)
+                    exit_code, end = self._watch(proc, fd, out, log, meter, tree)
             finally:
                 if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
                     tree.sweep()
                     proc.wait()
-                if proc.stdout is not None:
-                    proc.stdout.close()
         finally:
+            out.close()
             self.energy.track(None)
             log.close()
         if log.error:
@@ -267,10 +235,8 @@ class _TrialRun:
         return self._outcome(exit_code, end)
 
     def _watch(
-        self, proc: subprocess.Popen, log: TrialLog, meter: Meter, tree: ProcessTree
+        self, proc: subprocess.Popen, fd: int, out: OutputChannel, log: TrialLog, meter: Meter, tree: ProcessTree
     ) -> tuple[int, tuple[float, float, float]]:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
         os.set_blocking(fd, False)
         sel = selectors.DefaultSelector()
         sel.register(fd, selectors.EVENT_READ)
@@ -279,7 +245,7 @@ class _TrialRun:
             while True:
                 if not eof:
                     if sel.select(timeout=_TICK):
-                        eof = self._pump(fd, log, meter)
+                        eof = self._pump(fd, out, log, meter)
                         if eof:
                             sel.unregister(fd)
                 else:
@@ -294,11 +260,13 @@ class _TrialRun:
                 self._judge(meter, tree)
             # The main process exited (by itself or stopped): this is the end of the trial.
             end = meter.freeze()
+            self.exited_at = time.monotonic() - meter.t0
             left = tree.sweep()  # whatever it left behind (daemons, children holding the output open)
             if left:
                 logger.info("killed %d process(es) the script left running: %s", len(set(left)), sorted(set(left)))
             if not eof:
-                self._drain(fd, sel, log, meter)
+                self._drain(fd, sel, out, log, meter)
+            self._take(out.rest(), log, meter)
             self._handle_lines(self.splitter.flush(), meter)
             if self.tail is not None:
                 for ev in self.tail.finish():
@@ -307,8 +275,8 @@ class _TrialRun:
         finally:
             sel.close()
 
-    def _pump(self, fd: int, log: TrialLog, meter: Meter) -> bool:
-        """Read what output is there (bounded). Returns True at end of file."""
+    def _pump(self, fd: int, out: OutputChannel, log: TrialLog, meter: Meter) -> bool:
+        """Read what output is there (bounded). Returns True at end of file (a pty: EIO once nobody holds it)."""
         for _ in range(_READS_PER_TICK):
             try:
                 chunk = os.read(fd, _READ_CHUNK)
@@ -318,11 +286,15 @@ class _TrialRun:
                 return True
             if not chunk:
                 return True
-            log.write(chunk)
-            self._handle_lines(self.splitter.feed(chunk), meter)
+            self._take(out.clean(chunk), log, meter)
         return False
 
-    def _drain(self, fd: int, sel: selectors.BaseSelector, log: TrialLog, meter: Meter) -> None:
+    def _take(self, data: bytes, log: TrialLog, meter: Meter) -> None:
+        if data:
+            log.write(data)
+            self._handle_lines(self.splitter.feed(data), meter)
+
+    def _drain(self, fd: int, sel: selectors.BaseSelector, out: OutputChannel, log: TrialLog, meter: Meter) -> None:
         """Read the output left in the pipe, for at most `DRAIN_TIME` (a process outside the trial may hold it open)."""
         end = time.monotonic() + DRAIN_TIME
         while True:
@@ -334,7 +306,7 @@ class _TrialRun:
                     DRAIN_TIME,
                 )
                 return
-            if sel.select(timeout=min(left, _TICK)) and self._pump(fd, log, meter):
+            if sel.select(timeout=min(left, _TICK)) and self._pump(fd, out, log, meter):
                 return
 
     def _poll_events(self, meter: Meter) -> None:
@@ -456,6 +428,9 @@ class _TrialRun:
                 self.splitter.overlong,
             )
         cause = crash_cause(reason, message, exit_code)
+        timing = burst.epoch_timing(self.arrivals, self.exited_at)
+        if timing is not None:
+            self.notes.append(burst.note(len(self.arrivals), self.arrivals[-1] - self.arrivals[0]))
         if self.notes:
             message = "; ".join([*self.notes, *([message] if message else [])])
         decided = self.counted is not None
@@ -476,14 +451,17 @@ class _TrialRun:
             malformed=malformed,
             power_limit=self.profiler.chosen if self.profiler is not None else None,
             cause=cause,
+            epoch_timing=timing,
         )
 
 
 __all__ = [
     "DRAIN_TIME",
+    "NullListener",
     "TrialListener",
     "TrialOutcome",
     "TrialPlan",
+    "TrialProfiler",
     "preflight",
     "run_trial",
     "trial_environment",
