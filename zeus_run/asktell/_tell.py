@@ -30,7 +30,15 @@ from pathlib import Path
 from zeus_run import _fs
 from zeus_run.asktell._lease import ask_provenance, expires_at
 from zeus_run.asktell._session import Session, open_session, spec_of
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, write_heartbeat
+from zeus_run.contract import (
+    RunningMarker,
+    StopReason,
+    TrialFiles,
+    TrialOutcome,
+    crash_cause,
+    exit_text,
+    write_heartbeat,
+)
 from zeus_run.cost import zeus_cost
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
 from zeus_run.executors._base import now
@@ -41,6 +49,7 @@ from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import read_agent_info, read_outcome
 from zeus_run.trial.events import EventLogTail
+from zeus_run.trial.log import log_tail
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +87,7 @@ def tell(
     time: float | None = None,
     message: str | None = None,
     measured: Measured | None = None,
+    log: str | Path | None = None,
 ) -> TrialRecord:
     """Close an ask: record its trial and fold it.
 
@@ -89,6 +99,8 @@ def tell(
         time: Time it ran (unit: s), when nothing measured it; marked as reported.
         message: A note for the record (e.g. the exception that ended it).
         measured: Time and energy measured in the trial's own process.
+        log: The script's output (a file), when it failed: its tail goes into the record, where the
+            classifier (`zeus_run.trial.classify`) tells an environment error from a crash of the batch size.
 
     Raises:
         LeaseExpired: The ask's lease had expired: it was recorded as an infrastructure failure,
@@ -97,6 +109,8 @@ def tell(
         UnknownToken: The run directory has no such ask.
     """
     path = Path(run_dir)
+    if log is not None and exit_code not in (None, 0):
+        message = "; ".join(filter(None, [message, f"{exit_text(exit_code)}; last output:\n{log_tail(Path(log))}"]))
     with open_session(path, role="tell") as s:
         s.expire()
         marker = _find(s, token)

@@ -27,6 +27,12 @@ def tell_command(
         None, "--time", min=0.0, help="Time the trial ran (s), when nothing measured it; recorded as reported."
     ),
     message: str | None = typer.Option(None, "--message", "-m", help="A note for the record (e.g. why it failed)."),
+    log: Path | None = typer.Option(
+        None,
+        "--log",
+        help="The script's output (a file). When it failed, its tail is recorded, and an environment error "
+        "(ModuleNotFoundError, a missing command) is told apart from a crash of the batch size.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the record as JSON on stdout."),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
@@ -43,12 +49,13 @@ def tell_command(
 
         zeus-run tell runs/nightly 6f1c0a... --exit-code 0 --energy 5.2e6 --time 3600
 
-        zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?
+        python train.py 2>&1 | tee train.log; zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" \
+            --exit-code ${PIPESTATUS[0]} --log train.log
     """
     from zeus_run.asktell import tell
 
     setup_logging(verbose, quiet)
-    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message)
+    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message, log=log)
     if as_json:
         print(json.dumps(record.to_json()))
     else:
