@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from tests.cli.test_run_cli import FAKE, history, spec_text, zeus
-from tests.conftest import PYTHON
 from zeus_run.engine.core import Ledger
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.records import TrialRecord
