@@ -106,3 +106,24 @@ def test_the_training_helper_stays_light_with_the_python_api_in_the_package():
         text=True,
     )
     assert r.stdout.strip() == "False"
+
+
+def test_a_told_crash_is_the_batch_sizes_and_a_told_import_error_is_the_environments(tmp_path):
+    spec = write(tmp_path, spec_text())
+    a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    # Told long after the ask (as after a slow start): timing is no evidence; only the exit code is.
+    r = zeus("tell", a["run_dir"], a["token"], "--exit-code", "1", "--time", "3600", "--json")
+    assert r.returncode == 0, r.stderr
+    crashed = json.loads(r.stdout)
+    assert crashed["stop_reason"] == "crashed" and crashed["observed"] is True
+    b = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    log = tmp_path / "train.log"
+    log.write_text(
+        "Traceback (most recent call last):\n  File 'train.py'\nModuleNotFoundError: No module named 'torchvision'\n"
+    )
+    r = zeus("tell", b["run_dir"], b["token"], "--exit-code", "1", "--log", str(log), "--json")
+    assert r.returncode == 0, r.stderr
+    env = json.loads(r.stdout)
+    assert env["stop_reason"] == "environment_error" and env["observed"] is False
+    assert env["cause"] == "ModuleNotFoundError: No module named 'torchvision'"
+    assert "pip install torchvision" in r.stderr and "the environment, not the batch size" in r.stderr
