@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from tests.cli.test_run_cli import FAKE, history, spec_text, zeus
+from tests.conftest import PYTHON
 from zeus_run.engine.core import Ledger
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.records import TrialRecord
@@ -217,3 +218,21 @@ def test_a_missing_interpreter_under_a_shell_is_an_environment_error(write_spec)
     assert "python3.99-missing" in r.stderr and "the environment, not the batch size" in r.stderr
     (rec,) = history(spec)
     assert rec["stop_reason"] == "environment_error" and "python3.99-missing" in rec["cause"]
+
+
+def test_a_callbacks_wrong_metric_name_is_a_spec_error(write_spec, tmp_path):
+    # What the Hugging Face and Lightning callbacks do at each evaluation, without either framework.
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from zeus_run.integrations._driver import Driver\n"
+        "driver = Driver(metric='eval_f1', prefix='eval_')\n"
+        "driver.evaluated({'eval_accuracy': 0.5, 'eval_loss': 0.3})\n"
+    )
+    text = spec_text()
+    start = text.index("command:")
+    spec = write_spec(text[:start] + f'command: ["{PYTHON}", "{script}"]' + text[text.index("\n", start) :])
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 2, r.stderr
+    assert "metric.name" in r.stderr and "eval_f1" in r.stderr and "not the batch size" in r.stderr
+    (rec,) = history(spec)
+    assert rec["stop_reason"] == "config_error" and rec["observed"] is False
