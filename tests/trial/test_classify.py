@@ -43,6 +43,16 @@ ROWS = [
     (TRACEBACK.format(line="x = [0] * n", error="MemoryError"), 1, "crashed", (), [], Verdict.CRASHED),
     ("", -9, "crashed", (), [], Verdict.CRASHED),
     ("ValueError: loss is NaN", 1, "crashed", (0.3,), [], Verdict.CRASHED),
+    ("No module named 'apex', using native AMP\n" + OOM, 1, "crashed", (), [], Verdict.CRASHED),  # the last error
+    (
+        IMPORT + "\nDuring handling of the above exception, another exception occurred:\n" + OOM,
+        1,
+        "crashed",
+        (),
+        [],
+        Verdict.CRASHED,
+    ),
+    ("sh: 1: nvidia-smi: not found\n" + OOM, 127, "crashed", (), [], Verdict.CRASHED),
     ("RuntimeError: boom", 1, "crashed", (), [], Verdict.CRASHED),
     (None, 1, "crashed", (), [], Verdict.CRASHED),  # a bare tell: only the exit code
     # the environment: the script could not start

@@ -121,8 +121,11 @@ _METRIC_NOT_FOUND = re.compile(r"MetricNotFound\b:?\s*['\"]?(?P<what>.*?)['\"]?\
 #: Any line that names an error (as `zeus_run.contract.crash_cause` finds them).
 _ERROR_LINE = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b|(?:ERROR|Error|FATAL|Fatal)\b|"
-    r"Killed\b|Segmentation fault|CUDA error)"
+    r"(?:[\w.]*\.)?MetricNotFound\b|Killed\b|Segmentation fault|CUDA error)"
 )
+#: Last lines of the output where a start failure without an exception (a shell's ``not found``,
+#: ``python: can't open file``) is looked for: such a message is the last thing the program says.
+LAST_WORDS = 3
 
 
 def _tail_lines(tail: str | None) -> list[str]:
@@ -134,10 +137,15 @@ def _last_error(lines: Sequence[str]) -> str | None:
 
 
 def _environment(lines: Sequence[str], exit_code: int | None) -> tuple[str, str] | None:
-    """``(cause, fix)`` when the tail shows the script could not start, else None."""
+    """``(cause, fix)`` when the tail shows the script could not start, else None.
+
+    Only the last error decides: a crash (out of memory) after an import warning stays a crash.
+    """
     last = _last_error(lines)
-    m = _PY_START.match(last) if last is not None else None
-    if m is not None and last is not None:
+    if last is not None:
+        m = _PY_START.match(last)
+        if m is None:
+            return None
         kind = m["kind"]
         if kind == "ModuleNotFoundError":
             missing = _NO_MODULE.search(last)
@@ -146,7 +154,7 @@ def _environment(lines: Sequence[str], exit_code: int | None) -> tuple[str, str]
         if kind == "ImportError":
             return last, "Install or repair the package it names (a missing library or a version mismatch)"
         return last, "Fix the script's syntax"
-    for line in reversed(lines):
+    for line in reversed(lines[-LAST_WORDS:]):
         if (missing := _NO_MODULE.search(line)) is not None and line.split(":")[-1].strip().startswith("No module"):
             name = missing["name"]
             return line, f"Install {name}, or fix the module name in `command`"
@@ -161,9 +169,9 @@ def _environment(lines: Sequence[str], exit_code: int | None) -> tuple[str, str]
 
 def _spec_in_tail(lines: Sequence[str], exit_code: int | None) -> tuple[str, str] | None:
     """``(cause, fix)`` when the tail shows the spec is wrong (argparse, a callback's missing metric), else None."""
-    for line in reversed(lines):
-        if (m := _METRIC_NOT_FOUND.search(line)) is not None:
-            return m["what"] or line, "Set `metric.name` in the job spec to a metric the evaluation logs"
+    last = _last_error(lines)
+    if last is not None and (m := _METRIC_NOT_FOUND.search(last)) is not None:
+        return m["what"] or last, "Set `metric.name` in the job spec to a metric the evaluation logs"
     if exit_code == USAGE_EXIT_CODE and any(ln.startswith("usage:") for ln in lines):
         error = next((m for ln in reversed(lines) if (m := _ARGPARSE_ERROR.match(ln)) is not None), None)
         what = error["what"] if error is not None else "it printed its usage"
