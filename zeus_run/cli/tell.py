@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from zeus_run.cli._common import QuietOption, VerboseOption, handle_errors, setup_logging
-from zeus_run.contract import StopReason
 
 RunDirArgument = typer.Argument(..., metavar="RUN_DIR", help="The run directory the ask named (ZEUS_RUN_DIR).")
 TokenArgument = typer.Argument(..., metavar="TOKEN", help="The ask's token (ZEUS_ASK_TOKEN).")
@@ -42,9 +41,8 @@ def tell_command(
     agent's outcome under `zeus-run exec`), with --energy/--time when nothing measured them
     (marked in the record as reported, not measured), and fold it into the history.
 
-    Exit codes: 0 recorded; 2 usage error, unknown token, already told, or recorded as a spec or
-    environment error (the script could not start, or no metric was readable: fix it, then ask
-    again); 3 too late: the lease
+    Exit codes: 0 recorded (a spec or environment error too: it is recorded as not observed, and
+    the error says what to fix); 2 usage error, unknown token, or already told; 3 too late: the lease
     had expired, the trial is recorded as an infrastructure failure and this tell is refused
     (what it reported is kept in the trial directory as late_tell.json); 75 busy.
 
@@ -67,8 +65,6 @@ def tell_command(
             f"{record.stop_reason} after {record.epochs} epoch(s), cost {record.cost:.4g} J"
             + (f" ({record.reported} reported)" if record.reported else "")
         )
-    if not record.observed and record.stop_reason in (StopReason.CONFIG_ERROR, StopReason.ENVIRONMENT_ERROR):
-        raise typer.Exit(2)  # recorded; the reason and the fix were logged
 
 
 @handle_errors
