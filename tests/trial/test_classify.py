@@ -246,3 +246,16 @@ def test_a_callbacks_wrong_metric_name_is_a_spec_error(write_spec, tmp_path):
     assert "metric.name" in r.stderr and "eval_f1" in r.stderr and "not the batch size" in r.stderr
     (rec,) = history(spec)
     assert rec["stop_reason"] == "config_error" and rec["observed"] is False
+
+
+def test_the_new_fields_round_trip_and_old_records_read_as_before():
+    new = dataclasses.replace(
+        CUT_LATE, stop_reason="environment_error", observed=False, after_metrics=(0.4, float("nan"))
+    )
+    data = new.to_json()
+    assert data["stop_reason"] == "environment_error" and data["after_metrics"] == [0.4, None]
+    back = TrialRecord.from_json(data)
+    assert back.stop_reason == "environment_error" and back.after_metrics[0] == 0.4
+    old = BASE.to_json()
+    assert "after_metrics" not in old  # written only when set: older readers see the same line
+    assert TrialRecord.from_json(old) == BASE
