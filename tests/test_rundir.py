@@ -212,6 +212,43 @@ def test_second_launcher_is_refused_after_the_lock_file_is_deleted(write_spec):
     assert [(x["recurrence"], x["attempt"]) for x in recs] == [(1, 1)]
 
 
+HOLDER = """
+import os, sys, time
+from zeus_run.rundir.store import RunDir
+rd = RunDir.open(sys.argv[1])
+if os.fork() == 0:  # a child forked just before the kill: it shares the locked directory until it lets go
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.01)
+    os._exit(0)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_launchers_lock_still_held_by_its_child_is_waited_for(tmp_path, monkeypatch):
+    run, release = tmp_path / "run", tmp_path / "release"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run), str(release)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    finally:
+        proc.kill()  # kill -9 of the launcher; its child lives on with the lock
+        proc.wait()
+    from zeus_run.rundir import lock
+
+    seen = lock._holder_dead
+
+    def dead(words: list[str]) -> bool:
+        release.touch()  # the child lets go only once the resume was refused at least once
+        return seen(words)
+
+    monkeypatch.setattr(lock, "_holder_dead", dead)
+    try:
+        with RunDir.open(run):  # the resume waits for the dead launcher's child rather than being refused
+            pass
+    finally:
+        release.touch()  # the child ends whatever happened
+
+
 # -- writes that fail ---------------------------------------------------------------------------
 
 

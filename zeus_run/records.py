@@ -26,7 +26,7 @@ KINDS = ("real", "simulated", "replayed")
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
 #: Fields written only when set (absent: None), so records read as they did before these existed.
-OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing")
+OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing", "after_metrics")
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -70,6 +70,8 @@ class TrialRecord:
         after_time: Time between the point the trial was judged at (target, early stop)
             and the script's exit: saving, uploading (unit: s). Not part of ``cost``.
         after_energy: Energy in that time (unit: J). Not part of ``cost``.
+        after_metrics: Metrics the script reported after the stop decision, while it finished
+            (not counted; evidence that the metric can be read). None: none came.
         provenance: Where it ran: ``zeus_run`` version, ``host``, ``gpus`` (name, uuid),
             ``slurm_job_id`` when there is one.
         started_at: ISO-8601 start time (real trials).
@@ -127,6 +129,7 @@ class TrialRecord:
     ended: str | None = None
     after_time: float | None = None
     after_energy: float | None = None
+    after_metrics: tuple[float, ...] | None = None
     provenance: dict[str, Any] | None = None
     started_at: str | None = None
     triggered_at: str | None = None
@@ -166,6 +169,8 @@ class TrialRecord:
         if self.in_flight is not None:
             out["in_flight"] = list(self.in_flight)
         out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]
+        if self.after_metrics is not None:
+            out["after_metrics"] = [m if math.isfinite(m) else None for m in self.after_metrics]
         out["stop_reason"] = str(self.stop_reason)
         for key in _FLOATS:
             v = out[key]

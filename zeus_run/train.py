@@ -45,8 +45,9 @@ ZEUS_LEASE              ask/tell: the lease (seconds)
 
 Under ask/tell without ``zeus-run exec`` (nothing else watches the script),
 `Trial` renews the ask's lease itself: it rewrites ``ZEUS_HEARTBEAT`` every
-quarter lease (at most every 30 s) until `close`, and writes a ``start`` event
-so that ``zeus-run tell`` counts the time from there.
+quarter lease (at most every 30 s) until `close`. It writes a ``start`` event
+(under any launcher) so that ``zeus-run tell`` counts the time from there, and the
+launcher knows the script can answer a stop.
 
 Event lines are JSON objects, each with the script's ``time`` (Unix seconds):
 
@@ -169,11 +170,12 @@ class Trial:
         self._iters_per_epoch_sent = False
         self._beats = threading.Event()
         self._beater: threading.Thread | None = None
+        # The script can now answer a stop (the launcher starts an early stop's grace from here). When the
+        # process began: a trial told back without an agent counts its time from there, as an agent
+        # (`zeus-run exec`) counts from the script's start, imports included.
+        began = process_start_time()
+        self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
         if heartbeat_file:  # ask/tell: renew the ask's lease while the trial lives
-            # When the process began: a trial told back without an agent counts its time from
-            # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
-            began = process_start_time()
-            self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
             interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
             self._beater = threading.Thread(
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True

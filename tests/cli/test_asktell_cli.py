@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.asktell.test_asktell_api import spec_text
 from tests.cli.test_run_cli import zeus
-from tests.test_faults import wait_for
+from zeus_run.asktell import expire
 from zeus_run.asktell._lease import expires_at
 from zeus_run.errors import BUSY_EXIT_CODE, LEASE_EXPIRED_EXIT_CODE
 from zeus_run.rundir.store import read_running
@@ -62,12 +61,15 @@ def test_json_ask_then_tell_with_reported_figures(tmp_path):
 
 
 def test_a_late_tell_is_refused_with_exit_code_3_and_kept(tmp_path):
-    spec = write(tmp_path, spec_text(lease=1))
+    spec = write(tmp_path, spec_text(lease=600))
     a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
     heartbeat = Path(a["trial_dir"]) / "heartbeat"
     assert zeus("heartbeat", a["run_dir"], a["token"]).returncode == 0 and heartbeat.exists()
+    # Nothing renews it now: the lease runs out. Rather than wait out a lease short enough for a test
+    # (which a loaded machine outlasts before the heartbeat even starts), expire it as of its end.
     (marker,) = read_running(Path(a["run_dir"]))
-    wait_for(lambda: expires_at(marker, 1) < time.time(), timeout=60)  # nothing renews it now
+    (expired,) = expire(a["run_dir"], now=expires_at(marker, 600) + 1)
+    assert expired.stop_reason == "infrastructure"
     r = zeus("tell", a["run_dir"], a["token"], "--exit-code", "0", "--energy", "5", "--time", "1")
     assert r.returncode == LEASE_EXPIRED_EXIT_CODE, r.stderr
     assert "too late" in r.stderr and "Traceback" not in r.stderr
@@ -148,3 +150,24 @@ def test_tell_metric_records_one_epoch_per_value_and_judges_the_target(tmp_path)
     assert low["metrics"] == [0.5] and low["reached"] is False
     bad = zeus("tell", b["run_dir"], b["token"], "--metric", "high")
     assert bad.returncode == 2 and "--metric" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_told_crash_is_the_batch_sizes_and_a_told_import_error_is_the_environments(tmp_path):
+    spec = write(tmp_path, spec_text())
+    a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    # Told long after the ask (as after a slow start): timing is no evidence; only the exit code is.
+    r = zeus("tell", a["run_dir"], a["token"], "--exit-code", "1", "--time", "3600", "--json")
+    assert r.returncode == 0, r.stderr
+    crashed = json.loads(r.stdout)
+    assert crashed["stop_reason"] == "crashed" and crashed["observed"] is True
+    b = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    log = tmp_path / "train.log"
+    log.write_text(
+        "Traceback (most recent call last):\n  File 'train.py'\nModuleNotFoundError: No module named 'torchvision'\n"
+    )
+    r = zeus("tell", b["run_dir"], b["token"], "--exit-code", "1", "--log", str(log), "--json")
+    assert r.returncode == 0, r.stderr  # recorded; the error says what to fix
+    env = json.loads(r.stdout)
+    assert env["stop_reason"] == "environment_error" and env["observed"] is False
+    assert env["cause"] == "ModuleNotFoundError: No module named 'torchvision'"
+    assert "pip install torchvision" in r.stderr and "the environment, not the batch size" in r.stderr

@@ -235,14 +235,26 @@ def test_every_command_has_help_with_an_example():
     assert r.returncode == 0 and r.stdout.startswith("zeus-run ")
 
 
-def test_a_spec_that_fails_at_start_leaves_no_run_directory(tmp_path):
+@pytest.mark.parametrize("run_dir", ["runs", "runs/nightly/job"])
+def test_a_spec_that_fails_at_start_leaves_no_run_directory(tmp_path, run_dir):
     spec = tmp_path / "job.yaml"
     spec.write_text(
-        spec_text().replace("energy: {source: estimate, watts: 100, basis: wall-time}", "energy: {source: nvml}")
+        spec_text()
+        .replace("energy: {source: estimate, watts: 100, basis: wall-time}", "energy: {source: nvml}")
+        .replace("run_dir: runs", f"run_dir: {run_dir}")
     )
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 2 and "nvml" in r.stderr.lower(), r.stderr
-    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "runs").exists()  # nor the parents it created for it
+
+
+def test_a_run_dir_that_is_a_file_is_a_usage_error(write_spec, tmp_path):
+    spec = write_spec(spec_text())
+    (tmp_path / "notes.txt").write_text("mine\n")
+    r = zeus("run", str(spec), "--run-dir", str(tmp_path / "notes.txt"), "--no-output")
+    assert r.returncode == 2, r.stderr
+    assert "--run-dir" in r.stderr and "is not a directory" in r.stderr and "internal error" not in r.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
 
 
 def test_history_csv_writes_provenance_as_json(tmp_path):

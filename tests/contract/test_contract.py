@@ -21,7 +21,7 @@ from zeus_run.contract import (
 
 def test_stop_reasons_carry_their_behaviour():
     unobserved = {r.value for r in StopReason if not r.observed}
-    assert unobserved == {"interrupted", "infrastructure", "config_error"}
+    assert unobserved == {"interrupted", "infrastructure", "config_error", "environment_error"}
     assert {r.value for r in StopReason if r.finishing} == {"target_reached", "max_epochs"}
     assert {r.value for r in StopReason if r.early_stop} == {"cost_threshold", "skipped"}
     assert {r.value for r in StopReason if r.judged} == {"target_reached", "max_epochs", "cost_threshold", "skipped"}

@@ -13,6 +13,7 @@ from tests.power.test_power_run import REPO, _spec
 from zeus_run.energy import NvmlEnergy
 from zeus_run.engine.runner import run_job
 from zeus_run.errors import PowerLimitPermissionError
+from zeus_run.power import ProfileStore
 from zeus_run.power._zeusd import ZeusdClient, ZeusdError, ZeusdPermissionError, zeusd_socket
 from zeus_run.spec import parse_spec
 
@@ -35,7 +36,13 @@ def test_run_sets_profiles_and_restores_limits_through_zeusd_without_root(tmp_pa
         res = run_job(spec, energy=energy)
     assert res.new[0].reached and res.new[0].power_limit is not None
     sets = [int(p["power_limit_mw"]) for path, p in zd.requests if path == "/gpu/set_power_limit"]
-    assert sets[:5] == [250_000, 300_000, 250_000, 200_000, 150_000]  # probe, then the profile
+    # The probe, then the sweep from the top: with one recurrence the sweep may end before the lowest
+    # limit once two limits measured costlier than the best (`sweep_more`); on a loaded machine the
+    # measured throughputs differ, so how far it goes is the measurement's, not this test's.
+    swept = [int(m.power_limit * 1000) for m in ProfileStore(tmp_path / "run").get(32)]
+    assert len(swept) >= 3 and swept == [300_000, 250_000, 200_000, 150_000][: len(swept)]
+    assert sets[: 1 + len(swept)] == [250_000, *swept]
+    assert sets[1 + len(swept)] == int(res.new[0].power_limit * 1000)  # the choice, set through zeusd
     assert sets[-1] == 250_000 and nv.gpus[0].limit_mw == 250_000  # restored through zeusd
     assert all(p["gpu_ids"] == "0" and p["block"] == "true" for _, p in zd.requests)
     assert nv.gpus[0].persistence == 0  # persistence mode put back too

@@ -311,3 +311,29 @@ def test_a_value_the_yaml_reader_refuses_names_its_field_not_yaml(line, field):
     found = problems(GOOD + line + "\n")
     assert [p.field for p in found] == [field]
     assert found[0].line == len(GOOD.splitlines()) + 1 + line.count("\n")
+
+
+def _laughs_in_command_block() -> str:
+    items = ['&l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    items += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    block = "command:\n  - python\n  - train.py\n" + "".join(f"  - {item}\n" for item in items)
+    return GOOD.replace('command: ["python", "train.py", "--bs", "{batch_size}"]\n', block)
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        (_laughs_in_command_block(), "command"),  # a billion laughs written inside `command`, one item a line
+        (GOOD.replace("[32, 64, 128]", "[" * 5000 + "32" + "]" * 5000), "batch_sizes"),  # libyaml's own limit
+        (
+            GOOD.replace(
+                "batch_sizes: [32, 64, 128]\n", "batch_sizes:\n" + "".join("  " * i + "-\n" for i in range(1, 40))
+            ),
+            "batch_sizes",
+        ),
+    ],
+    ids=["billion-laughs-command-block", "batch-sizes-5000-deep", "batch-sizes-block-deep"],
+)
+def test_a_hostile_value_names_its_field(text, field):
+    found = problems(text)
+    assert [p.field for p in found] == [field], [p.render() for p in found]

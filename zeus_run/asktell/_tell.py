@@ -32,7 +32,15 @@ from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
 from zeus_run.asktell._lease import ask_provenance, has_expired
 from zeus_run.asktell._session import Session, open_session, spec_of
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, write_heartbeat
+from zeus_run.contract import (
+    RunningMarker,
+    StopReason,
+    TrialFiles,
+    TrialOutcome,
+    crash_cause,
+    exit_text,
+    write_heartbeat,
+)
 from zeus_run.cost import zeus_cost
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
 from zeus_run.executors._base import now
@@ -43,6 +51,7 @@ from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import read_agent_info, read_outcome
 from zeus_run.trial.events import EventLogTail
+from zeus_run.trial.log import log_tail
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +91,7 @@ def tell(
     measured: Measured | None = None,
     key: str | None = None,
     compact: bool = False,
+    log: str | Path | None = None,
 ) -> TrialRecord:
     """Close an ask: record its trial and fold it.
 
@@ -98,6 +108,8 @@ def tell(
         compact: Once the record is in the history, remove the trial's directory if it holds only what the
             record was built from (``events.jsonl``, ``heartbeat``: a server's trial), so a trial leaves
             one history line on disk.
+        log: The script's output (a file), when it failed: its tail goes into the record, where the
+            classifier (`zeus_run.trial.classify`) tells an environment error from a crash of the batch size.
 
     Raises:
         LeaseExpired: The ask's lease had expired: it was recorded as an infrastructure failure,
@@ -107,6 +119,8 @@ def tell(
         KeyReused: ``key`` closed this ask with other contents.
     """
     path = Path(run_dir)
+    if log is not None and exit_code not in (None, 0):
+        message = "; ".join(filter(None, [message, f"{exit_text(exit_code)}; last output:\n{log_tail(Path(log))}"]))
     told: dict[str, object] = {"exit_code": exit_code, "energy": energy, "time": time, "message": message}
     stamped = None if key is None else stamp(key, "tell", {"token": token, **told})
     with open_session(path, role="tell") as s:

@@ -33,6 +33,7 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     StopReason.SKIPPED: ("skipped", "bright_black"),
     StopReason.INFRASTRUCTURE: ("infra", "red"),
     StopReason.CONFIG_ERROR: ("config-error", "red"),
+    StopReason.ENVIRONMENT_ERROR: ("env-error", "red"),
 }
 
 #: Longest failure reason shown in a table cell (the full text is in the log and in --format json).

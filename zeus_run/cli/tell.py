@@ -33,6 +33,12 @@ def tell_command(
         help="The validation metric of one epoch; repeat it, in epoch order, once per epoch (for a script "
         "that reported no epochs itself, e.g. a shell loop).",
     ),
+    log: Path | None = typer.Option(
+        None,
+        "--log",
+        help="The script's output (a file). When it failed, its tail is recorded, and an environment error "
+        "(ModuleNotFoundError, a missing command) is told apart from a crash of the batch size.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the record as JSON on stdout."),
     idempotency_key: str | None = typer.Option(
         None,
@@ -47,7 +53,8 @@ def tell_command(
     agent's outcome under `zeus-run exec`), with --energy/--time when nothing measured them
     (marked in the record as reported, not measured), and fold it into the history.
 
-    Exit codes: 0 recorded; 2 usage error, unknown token, or already told; 3 too late: the lease
+    Exit codes: 0 recorded (a spec or environment error too: it is recorded as not observed, and
+    the error says what to fix); 2 usage error, unknown token, or already told; 3 too late: the lease
     had expired, the trial is recorded as an infrastructure failure and this tell is refused
     (what it reported is kept in the trial directory as late_tell.json); 75 busy.
 
@@ -58,13 +65,18 @@ def tell_command(
         zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $? --idempotency-key "$ZEUS_ASK_TOKEN"
 
         zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code 0 --metric 0.71 --metric 0.83 --metric 0.91
+
+        python train.py 2>&1 | tee train.log; zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" \
+            --exit-code ${PIPESTATUS[0]} --log train.log
     """
     from zeus_run.asktell import report_epoch, tell
 
     setup_logging(verbose, quiet)
     for epoch, value in enumerate(metric or (), start=1):
         report_epoch(run_dir, token, epoch, value)  # the per-epoch path `zeus_run.train` reports through
-    record = tell(run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message, key=idempotency_key)
+    record = tell(
+        run_dir, token, exit_code=exit_code, energy=energy, time=time, message=message, key=idempotency_key, log=log
+    )
     if as_json:
         print(json.dumps(record.to_json()))
     else:

@@ -42,8 +42,14 @@ class StopReason(str, enum.Enum):
     SKIPPED = ("skipped", "could not run one epoch under the cost threshold", "judged early")
     CONFIG_ERROR = (
         "config_error",
-        "the spec is wrong (no metric was ever read, or the script rejected its arguments); "
+        "the spec is wrong (no metric was ever readable, or the script rejected its arguments); "
         "not fed to the optimizer, retried once the spec is fixed",
+        "unobserved",
+    )
+    ENVIRONMENT_ERROR = (
+        "environment_error",
+        "the script could not start (a missing module, an import or syntax error, a missing script or "
+        "interpreter); not fed to the optimizer, retried once the environment is fixed",
         "unobserved",
     )
     INFRASTRUCTURE = (

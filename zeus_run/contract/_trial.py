@@ -137,6 +137,8 @@ class TrialOutcome:
         after_time: Time from the decision to stop to the script's exit (unit: s), None without a decision.
         after_energy: Energy in that time (unit: J), None without a decision.
         metrics: Metric after each counted epoch.
+        after_metrics: Metrics read after the stop decision, while the script finished (not
+            counted; evidence that the metric is readable). None: none.
         message: Explanation for failures (log tail) and notes.
         malformed: Malformed event or output lines ignored.
         power_limit: GPU power limit chosen for this trial (unit: W), None if none was.
@@ -162,11 +164,12 @@ class TrialOutcome:
     power_limit: float | None = None
     cause: str | None = None
     epoch_timing: str | None = None
+    after_metrics: tuple[float, ...] | None = None
 
     #: The outcome's fields a history record carries as they are (`record_fields`).
     RECORDED = (
         *("epochs", "time", "energy", "max_power", "cost", "reached", "stop_reason", "metrics", "exit_code"),
-        *("ended", "after_time", "after_energy", "power_limit", "cause", "epoch_timing"),
+        *("ended", "after_time", "after_energy", "power_limit", "cause", "epoch_timing", "after_metrics"),
     )
 
     def record_fields(self) -> dict[str, Any]:
@@ -183,6 +186,8 @@ class TrialOutcome:
         """A JSON-ready dict."""
         out = dataclasses.asdict(self)
         out["metrics"] = list(self.metrics)
+        if self.after_metrics is not None:
+            out["after_metrics"] = list(self.after_metrics)
         out["stop_reason"] = str(self.stop_reason)
         return out
 
@@ -197,6 +202,8 @@ class TrialOutcome:
         names = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in data.items() if k in names}
         d["metrics"] = tuple(d.get("metrics") or ())
+        if d.get("after_metrics") is not None:
+            d["after_metrics"] = tuple(d["after_metrics"])
         d["stop_reason"] = StopReason.parse(d.get("stop_reason", ""))
         return cls(**d)
 

@@ -44,7 +44,7 @@ from zeus_run.engine.request import TrialRequest
 from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer
 from zeus_run.records import TrialRecord
-from zeus_run.trial.classify import unobserve_config_error
+from zeus_run.trial.classify import judge
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Engine:
             record = dataclasses.replace(record, horizon=request.horizon)
         if self.charge is not None:
             record = self.charge(before, record)
-        return unobserve_config_error(record, before)
+        return judge(record, before)
 
     def run(
         self,
@@ -167,8 +167,9 @@ class Engine:
         Raises:
             ConvergenceError: The first recurrence did not converge, or a
                 recurrence used up ``max_tries`` (raised once the trials in flight have ended).
-            zeus_run.trial.classify.ConfigurationError: A trial failed because of the spec
-                (recorded as ``config_error``; raised once the trials in flight have ended).
+            zeus_run.trial.classify.ConfigurationError: A trial failed because of the spec (recorded as
+                ``config_error``) or its environment (``environment_error``, `TrialEnvironmentError`);
+                raised once the trials in flight have ended.
             Exception: Whatever the executor raises, at once; trials it still runs are its own
                 to stop (see `zeus_run.engine.concurrent`).
         """

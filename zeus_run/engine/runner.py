@@ -45,7 +45,7 @@ from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held, launcher_holds
 from zeus_run.rundir.resume import choose_run_dir, recover, request_of
-from zeus_run.rundir.store import RunDir, remove_if_unused
+from zeus_run.rundir.store import RunDir, first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -120,6 +120,7 @@ def run_job(
     cancel = cancel or threading.Event()
     executor_class = EXECUTORS[spec.executor.kind]
     created = not path.exists() or not any(path.iterdir())
+    creates = first_missing(path)  # parents this run creates too (`runs/` of `runs/job`)
     with contextlib.ExitStack() as stack:
         try:
             rd = stack.enter_context(RunDir.open(path))
@@ -129,7 +130,7 @@ def run_job(
             # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
             return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
         if created:  # a run that fails before recording anything leaves no empty run directory
-            stack.callback(remove_if_unused, rd)
+            stack.callback(remove_if_unused, rd, creates)
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
         recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))

@@ -74,22 +74,48 @@ BRIEF_ROLES = ("ask", "tell", "expire", "register")
 _NAME_LAG = 1.0
 
 
+#: Seconds a waiter retries while ``.lock`` names a holder that is dead on this host. NOTE: a killed
+#: launcher's lock lives on in any process that still shares its open directory: a child it had
+#: just forked holds it until the child closes its descriptors before exec, which on a loaded host
+#: can be a while after the launcher itself was reaped (``kill -9``, then resume at once).
+DEAD_HOLDER_WAIT = 10.0
+
+
 def _lock_waiting(path: Path, wait: float) -> int:
-    """`_lock`, retried for up to ``wait`` seconds while the holder is a brief one (backing off to 0.2 s)."""
-    deadline = time.monotonic() + wait
-    pause = 0.01
+    """`_lock`, retried for up to ``wait`` seconds while the holder is a brief one (backing off to 0.2 s),
+    and for up to `DEAD_HOLDER_WAIT` seconds while the named holder is dead (what it left is letting go)."""
     started = time.monotonic()
+    deadline = started + wait
+    pause = 0.01
     while True:
         try:
             return _lock(path)
         except RunDirBusy:
             now = time.monotonic()
-            role = _holder_words(path)[3:4]
-            brief = bool(role) and role[0] in BRIEF_ROLES
-            if now >= deadline or not (brief or now - started < _NAME_LAG):
+            words = _holder_words(path)
+            brief = words[3:4] != [] and words[3] in BRIEF_ROLES
+            dead = _holder_dead(words)
+            until = max(deadline, started + DEAD_HOLDER_WAIT) if dead else deadline
+            if now >= until or not (brief or dead or now - started < _NAME_LAG):
                 raise
-        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        time.sleep(min(pause, max(until - time.monotonic(), 0.0)))
         pause = min(pause * 2, 0.2)
+
+
+def _holder_dead(words: list[str]) -> bool:
+    """Whether ``.lock``'s words name a process of this host that no longer exists."""
+    if len(words) < 2 or words[1] != (socket.gethostname() or "?") or not words[0].isdigit():
+        return False
+    pid = int(words[0])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 def is_held(path: Path) -> bool:

@@ -67,6 +67,12 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
         HistoryError: The existing history is damaged.
     """
     base = Path(run_dir).absolute() if run_dir is not None else spec.run_dir.absolute()
+    if base.exists() and not base.is_dir():
+        what = "--run-dir" if run_dir is not None else "run_dir"
+        raise RunDirError(
+            f"{what} = {str(base)!r}: it exists and is not a directory. Give {what} the path of a directory "
+            "(it is created if it does not exist)."
+        )
     if new:
         return fresh_sibling(base), False
     try:

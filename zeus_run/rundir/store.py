@@ -260,10 +260,21 @@ def fresh_sibling(base: Path) -> Path:
     raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
 
 
-def remove_if_unused(rd: RunDir) -> None:
+def first_missing(path: Path) -> Path | None:
+    """The topmost of ``path`` and its parents that does not exist yet (what creating ``path`` creates), or None."""
+    missing = None
+    for p in (path, *path.parents):
+        if os.path.lexists(p):
+            return missing
+        missing = p
+    return missing
+
+
+def remove_if_unused(rd: RunDir, created: Path | None = None) -> None:
     """Remove a run directory this launcher created, if nothing was recorded in it (a run that failed at start).
 
     Only zeus-run's own files may be there: the lock, the spec, empty trial directories.
+    The parents it created along with it (up to ``created``, `first_missing`) go too while empty.
     """
     if (rd.path / HISTORY_NAME).exists() or os.path.lexists(rd.path / RUNNING_NAME):
         return
@@ -277,6 +288,10 @@ def remove_if_unused(rd: RunDir) -> None:
                 return
         shutil.rmtree(rd.path)
         logger.debug("removed %s: nothing was recorded in it", rd.path)
+        parent = rd.path.parent
+        while created is not None and created != rd.path and (parent == created or created in parent.parents):
+            os.rmdir(parent)  # only while empty: OSError otherwise, and the rest stays
+            parent = parent.parent
     except OSError as exc:
         logger.debug("could not remove the unused run directory %s: %s", rd.path, exc)
 

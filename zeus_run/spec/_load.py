@@ -113,6 +113,8 @@ def parse_spec(text: str, source: Path | None = None) -> JobSpec:
         # A syntax error's line may be past the real mistake; a refused value's line is its own.
         syntax = exc.why.startswith("not valid YAML")
         field, value = ("(yaml)", None) if syntax else field_at_line(text, exc.line)
+        if exc.field is not None and (field in ("(yaml)", "(top level)") or not field.startswith(exc.field)):
+            field = exc.field  # the top-level field whose value breaks the limit
         raise SpecError(label, [SpecProblem(field, value, exc.why, "Fix the file at that line", exc.line)]) from None
     if not isinstance(doc.data, dict):
         raise SpecError(

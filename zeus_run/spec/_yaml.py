@@ -47,12 +47,14 @@ class YamlLimitError(ValueError):
     Attributes:
         line: 1-based line of the problem, if known.
         why: What is wrong.
+        field: The top-level field whose value breaks the limit, if known.
     """
 
-    def __init__(self, why: str, line: int | None = None) -> None:
+    def __init__(self, why: str, line: int | None = None, field: str | None = None) -> None:
         super().__init__(why)
         self.why = why
         self.line = line
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -193,9 +195,16 @@ def load_yaml(text: str) -> YamlDocument:
     return doc
 
 
+_TOO_DEEP = f"mappings and lists are nested more than {MAX_DEPTH} levels deep"
+
+
 def _check_events(text: str) -> None:
-    """Count events and nesting depth without building anything (the parser is iterative)."""
+    """Count events and nesting depth without building anything (the parser is iterative).
+
+    The top-level key being read is tracked, so that a refusal names its field.
+    """
     depth = 0
+    top = _TopKey()
     parser = _Loader(text)
     try:
         for count, event in enumerate(_events(parser)):
@@ -203,17 +212,53 @@ def _check_events(text: str) -> None:
                 raise YamlLimitError(
                     f"the document has more than {MAX_EVENTS:,} YAML nodes; a job spec has a few dozen",
                     _line(event),
+                    top.key,
                 )
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                top.start(depth, event)
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise YamlLimitError(
-                        f"mappings and lists are nested more than {MAX_DEPTH} levels deep", _line(event)
-                    )
+                    raise YamlLimitError(_TOO_DEEP, _line(event), top.key)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
+                top.ended(depth)
+            else:
+                top.item(depth, event)
+    except yaml.YAMLError as exc:
+        # libyaml refuses very deep nesting itself, before the events reach the count above.
+        why = str(getattr(exc, "problem", "") or exc)
+        if "nesting depth" not in why:
+            raise
+        mark = getattr(exc, "problem_mark", None)
+        raise YamlLimitError(_TOO_DEEP, mark.line + 1 if mark is not None else None, top.key) from None
     finally:
         parser.dispose()
+
+
+class _TopKey:
+    """Which top-level key of the document's mapping the events are under (None: none, or not a mapping)."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self._mapping = False
+        self._expect_key = True
+
+    def start(self, depth: int, event: yaml.Event) -> None:
+        if depth == 0:
+            self._mapping = isinstance(event, yaml.MappingStartEvent)
+        elif depth == 1 and self._mapping and self._expect_key:
+            self.key = None  # a complex key
+
+    def ended(self, depth: int) -> None:
+        if depth == 1 and self._mapping:
+            self._expect_key = not self._expect_key
+
+    def item(self, depth: int, event: yaml.Event) -> None:
+        if depth != 1 or not self._mapping:
+            return
+        if self._expect_key:
+            self.key = str(getattr(event, "value", "")) if isinstance(event, yaml.ScalarEvent) else None
+        self._expect_key = not self._expect_key
 
 
 def _line(item: Any) -> int | None:
@@ -235,9 +280,25 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def _check_graph(root: yaml.Node) -> None:
-    """Refuse recursive aliases, and alias expansion that is too large or too deep (iteratively)."""
+    """Refuse recursive aliases, and alias expansion that is too large or too deep (iteratively).
+
+    The values of a top-level mapping are checked one by one, in order, so that a refusal names its field.
+    """
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
+    if isinstance(root, yaml.MappingNode):
+        for key, value in root.value:
+            try:
+                _check_value(value, size, depth)
+            except YamlLimitError as exc:
+                if isinstance(key, yaml.ScalarNode):
+                    exc.field = str(key.value)
+                raise
+    _check_value(root, size, depth)
+
+
+def _check_value(root: yaml.Node, size: dict[int, int], depth: dict[int, int]) -> None:
+    """`_check_graph` from ``root``, with the sizes and depths of the nodes seen so far (filled in)."""
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:

@@ -10,7 +10,7 @@ from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource
 
 if TYPE_CHECKING:
-    from zeus_run.trial.listen import TrialProfiler
+    from zeus_run.trial.hooks import TrialProfiler
 
 
 @dataclass

@@ -50,8 +50,8 @@ from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
 from zeus_run.trial import burst
 from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
+from zeus_run.trial.hooks import NullListener, TrialListener, TrialProfiler
 from zeus_run.trial.launch import preflight, trial_environment
-from zeus_run.trial.listen import NullListener, TrialListener, TrialProfiler
 from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, metric_readers
@@ -66,6 +66,8 @@ _READS_PER_TICK = 16  # at most 1 MiB of output per tick, so a flood cannot star
 
 #: Seconds to read a script's remaining output after its main process exited.
 DRAIN_TIME = 2.0
+#: Most seconds an early stop waits for a script that is still starting (importing) before its grace starts.
+START_WAIT = 30.0
 
 
 def run_trial(
@@ -108,6 +110,7 @@ class _TrialRun:
         self.metrics: list[float] = []
         self.arrivals: list[float] = []  # when each metric line was read (s since the start; regex mode)
         self.exited_at = 0.0  # when the main process was seen to exit (s since the start)
+        self.after_metrics: list[float] = []  # reported after the stop decision (not counted)
         self.reached = False
         self.stop_reason: StopReason | None = None
         self.counted: tuple[float, float, float] | None = None  # (time, energy, cost) at the judged boundary
@@ -128,17 +131,20 @@ class _TrialRun:
         self.term_at: float | None = None
         self.kill_at: float | None = None
         self.sent = ""  # "", "sigterm" or "killed"
+        # An early stop decided while the script is still starting: when its grace may start at the latest.
+        self.awaiting_start: float | None = None
 
     # -- judging ---------------------------------------------------------------------
     def _on_epoch(self, ev: EpochEvent, meter: Meter) -> None:
         if self.stop_reason is not None:
-            return  # already decided; later epochs are not counted
+            self._after_stop(ev, meter)
+            return
         t, e, c = meter.now()
         self.metrics.append(ev.metric)
         epochs = len(self.metrics)
         self.listener.on_epoch(epochs, ev.metric, t, e, c)
         p = self.plan
-        hit = ev.metric >= p.target_metric if p.higher_is_better else ev.metric <= p.target_metric
+        hit = self._hits(ev.metric)
         if (
             self.profiler is not None
             and not self.profiler.done
@@ -161,6 +167,33 @@ class _TrialRun:
             # the threshold mid-epoch.
             self._decide(StopReason.COST_THRESHOLD, (t, e, c))
         self.prev_cost = c
+
+    def _after_stop(self, ev: EpochEvent, meter: Meter) -> None:
+        """An epoch the script reported after the stop decision: not counted, kept as evidence.
+
+        The epoch that was running when the cost threshold cut the trial is the one
+        exception: when it reaches the target the script saves a trained model, so the
+        trial is recorded as reached, counted up to that epoch.
+        """
+        first = not self.after_metrics
+        self.after_metrics.append(ev.metric)
+        if not (first and self.stop_reason is StopReason.COST_THRESHOLD and self.sent == "" and self._hits(ev.metric)):
+            return
+        t, e, c = meter.now()
+        self.after_metrics.pop()
+        self.metrics.append(ev.metric)
+        self.listener.on_epoch(len(self.metrics), ev.metric, t, e, c)
+        self.reached = True
+        self._decide(StopReason.TARGET_REACHED, (t, e, c))
+        if self.stopping and not self.plan.prompt_on_target:  # let it finish saving the model
+            self.prompt = False
+            self.awaiting_start = None
+            grace = self.plan.stop_grace
+            self.term_at = None if grace is None else time.monotonic() + grace
+
+    def _hits(self, metric: float) -> bool:
+        p = self.plan
+        return metric >= p.target_metric if p.higher_is_better else metric <= p.target_metric
 
     def _decide(self, reason: StopReason, at: tuple[float, float, float]) -> None:
         self.stop_reason = reason
@@ -338,6 +371,12 @@ class _TrialRun:
             grace = p.stop_grace if finishing else p.term_grace
             self.prompt = not finishing
             self.term_at = None if grace is None else now + grace
+            if self.stop_reason.early_stop and not self._responsive():
+                # The script cannot look at the stop file yet (still importing): its grace starts once it can.
+                self.awaiting_start, self.term_at = now + START_WAIT, None
+        elif self.awaiting_start is not None and (self._responsive() or now >= self.awaiting_start):
+            self.term_at = now + (p.term_grace if self._responsive() else 0.0)
+            self.awaiting_start = None
         elif not self.prompt:
             # A finishing stop still gives way to a cancel and to the timeout.
             why = (
@@ -363,6 +402,14 @@ class _TrialRun:
                 "training script (pid %s) ignored SIGTERM for %g s; sending SIGKILL", tree.root, p.kill_grace
             )
             tree.signal(signal.SIGKILL)
+
+    def _responsive(self) -> bool:
+        """Whether the script can answer the stop file: it reads the event log's contract (`zeus_run.train`
+        wrote its start, a step or an epoch). Regex and metric-file modes give no such sign: always True."""
+        tail = self.tail
+        if not isinstance(tail, EventLogTail):
+            return True
+        return tail.started is not None or tail.steps > 0 or bool(self.metrics)
 
     def _touch_stop_file(self) -> None:
         path = self.plan.stop_path
@@ -452,6 +499,7 @@ class _TrialRun:
             power_limit=self.profiler.chosen if self.profiler is not None else None,
             cause=cause,
             epoch_timing=timing,
+            after_metrics=tuple(self.after_metrics) or None,
         )
 
 

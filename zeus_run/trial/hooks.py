@@ -1,4 +1,4 @@
-"""What a running trial tells its caller (`TrialListener`) and what it needs from a power-limit profiler (`TrialProfiler`)."""
+"""What the trial runner calls back: a listener of its progress and a power-limit profiler (protocols)."""
 
 from __future__ import annotations
 
