@@ -11,7 +11,6 @@ from tests.factories import make_record
 from zeus_run.optimizer.early_stop import Pace
 from zeus_run.records import TrialRecord
 from zeus_run.trial.burst import BURST, BurstWarning, epoch_timing
-from zeus_run.trial.classify import _epoch_time
 
 
 @pytest.mark.parametrize(
@@ -55,12 +54,6 @@ def test_a_burst_teaches_no_pace_and_is_not_judged_slow():
     assert pace.per_epoch == {32: [100.0]}
     assert pace.slowdown(record(cost=800.0)) == pytest.approx(2.0)
     assert pace.slowdown(record(cost=800.0, epoch_timing=BURST)) == 1.0
-
-
-def test_the_classifiers_epoch_time_leaves_bursts_out():
-    timed = record(kind="real", time=40.0)
-    assert _epoch_time([timed, record(kind="real", time=400.0, epoch_timing=BURST)], 32) == pytest.approx(10.0)
-    assert _epoch_time([record(kind="real", epoch_timing=BURST)], 32) is None
 
 
 def test_the_warning_comes_once_per_run_with_the_fix(caplog):
