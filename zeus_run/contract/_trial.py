@@ -1,4 +1,5 @@
-"""A trial in and out (`TrialPlan`, `TrialOutcome`), and the one-line cause of a failure (`crash_cause`)."""
+"""A trial in and out (`TrialPlan`, `TrialOutcome`), the target (`reaches_target`), and the one-line cause of a
+failure (`crash_cause`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,21 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.contract._reasons import StopReason
+
+# -- the target ------------------------------------------------------------------------------
+
+
+def reaches_target(metric: float, target: float | None, higher_is_better: bool) -> bool:
+    """Whether ``metric`` reaches ``target``: the one "converged" predicate of every door.
+
+    The launcher's trial runner, ``tell``, the training-side helper (`zeus_run.train`), resume's
+    history check and replay's recorded paths all ask this. A NaN (a diverged epoch) or infinite
+    metric never converges; no target (None) is never reached.
+    """
+    if target is None or not math.isfinite(metric):
+        return False
+    return metric >= target if higher_is_better else metric <= target
+
 
 # -- a trial in and out ---------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from zeus_run.contract import Env, RunningMarker, TrialFiles, TrialOutcome, Tria
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir
@@ -289,24 +290,16 @@ def to_record(
     req: TrialRequest,
     prepared: PreparedTrial,
     out: TrialOutcome,
-    energy: EnergySource,
+    how: Measurement,
     message: str | None,
     where: dict[str, object] | None,
 ) -> TrialRecord:
-    """The history record of a finished trial."""
-    return TrialRecord(
-        job=spec.name,
-        recurrence=req.recurrence,
-        attempt=req.attempt,
-        trial=req.trial,
-        batch_size=req.decision.batch_size,
-        stage=req.decision.stage,
-        detail=req.decision.detail,
-        **out.record_fields(),
-        energy_source=energy.name,
-        estimated=energy.estimated,
-        kind="real",
-        energy_method=energy.method,
+    """The history record of a finished trial (`zeus_run.engine.record.trial_record` with what the executor knows)."""
+    return trial_record(
+        spec.name,
+        req,
+        out,
+        how,
         learning_rate=prepared.learning_rate,
         seed=prepared.seed,
         cost_threshold=prepared.running.cost_threshold,
@@ -315,6 +308,18 @@ def to_record(
         ended_at=now(),
         log=str(prepared.plan.trial.log_path.relative_to(rd.path)),
         message=message,
+    )
+
+
+def measured_by(agent: Mapping[str, object], fallback: EnergySource) -> Measurement:
+    """How an agent measured its trial (``agent.json``'s ``energy``), else as ``fallback`` does."""
+    m = agent.get("energy")
+    m = m if isinstance(m, Mapping) else {}
+    method = m.get("method")
+    return Measurement(
+        str(m.get("name") or fallback.name),
+        bool(m.get("estimated", fallback.estimated)),
+        str(method) if method else fallback.method,
     )
 
 

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, reaches_target
 from zeus_run.cost import zeus_cost
 from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.engine.replay import audit
 from zeus_run.errors import HistoryError, RunDirError
 from zeus_run.optimizer import Decision
@@ -161,7 +162,7 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, pa
         if r.kind == "real" and r.epochs > spec.max_epochs:
             out.append(f"line {i + 1}: {r.epochs} epochs is more than max_epochs={spec.max_epochs}")
             break
-        hit = any(_hits(m, spec) for m in r.metrics)
+        hit = any(reaches_target(m, spec.target_metric, spec.higher_is_better) for m in r.metrics)
         if r.kind == "real" and r.metrics and hit != r.reached:
             out.append(
                 f"line {i + 1}: its metrics {list(r.metrics)} {'do not reach' if r.reached else 'reach'} the target"
@@ -173,10 +174,6 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, pa
     if result.divergence is not None:
         out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
     return out
-
-
-def _hits(metric: float, spec: JobSpec) -> bool:
-    return metric >= spec.target_metric if spec.higher_is_better else metric <= spec.target_metric
 
 
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:
@@ -316,14 +313,15 @@ def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
 
 def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
     rec, attempt = marker.recurrence, marker.attempt
-    return TrialRecord(
-        job=job,
+    decision = TrialRequest(
         recurrence=rec,
         attempt=attempt,
         trial=marker.trial,
-        batch_size=marker.batch_size,
-        stage=marker.stage,
-        detail=marker.detail,
+        observed=0,  # not recorded
+        decision=Decision(marker.batch_size, marker.stage, marker.detail),
+        cost_threshold=marker.threshold,
+    )
+    nothing = TrialOutcome(
         epochs=0,
         time=0.0,
         energy=0.0,
@@ -331,9 +329,13 @@ def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         cost=0.0,
         reached=False,
         stop_reason=StopReason.INTERRUPTED,
-        observed=False,
-        energy_source=marker.energy_source,
-        estimated=marker.estimated,
+        exit_code=None,
+    )
+    return trial_record(
+        job,
+        decision,
+        nothing,
+        Measurement(marker.energy_source, marker.estimated),
         learning_rate=marker.learning_rate,
         seed=marker.seed,
         cost_threshold=marker.cost_threshold,

@@ -10,9 +10,10 @@ trial's token (`zeus_run.trial.proctree`). Its output is streamed, chunk by chun
 never blocking, to the trial's log file and to a listener. The launcher reads
 each finished epoch's metric (event log or regex), measures time and energy
 at every epoch boundary, and decides to stop the trial when the target is
-reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
-the last epoch's cost) would exceed the threshold or already has, the timeout
-passes, or it is cancelled. Cost is counted up to that decision.
+reached, ``max_epochs`` is hit, the cost after the next epoch would exceed the
+threshold or already has, the timeout passes (the one rule of every door,
+`zeus_run.trial.stop.StopRule`), or it is cancelled. Cost is counted up to that
+decision.
 
 The stop protocol (README, "Stopping a trial"):
 
@@ -53,6 +54,7 @@ from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, BoundedRegex
 from zeus_run.trial.proctree import ProcessTree
+from zeus_run.trial.stop import StopRule
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +139,7 @@ class _TrialRun:
         profiler: TrialProfiler | None = None,
     ) -> None:
         self.plan = plan
+        self.rule = StopRule.of_plan(plan)
         self.profiler = profiler
         self.energy = energy
         self.listener = listener
@@ -168,8 +171,6 @@ class _TrialRun:
         self.metrics.append(ev.metric)
         epochs = len(self.metrics)
         self.listener.on_epoch(epochs, ev.metric, t, e, c)
-        p = self.plan
-        hit = ev.metric >= p.target_metric if p.higher_is_better else ev.metric <= p.target_metric
         if (
             self.profiler is not None
             and not self.profiler.done
@@ -180,17 +181,10 @@ class _TrialRun:
                 "an epoch ended without step counts from the script; call trial.step() every iteration "
                 "(or iterate with trial.iterate(loader)) to enable power-limit profiling"
             )
-        if hit:
-            self.reached = True
-            self._decide(StopReason.TARGET_REACHED, (t, e, c))
-        elif epochs >= p.max_epochs:
-            self._decide(StopReason.MAX_EPOCHS, (t, e, c))
-        elif epochs >= 2 and c + (c - self.prev_cost) > p.cost_threshold:
-            # Predict the next epoch to cost what the last one did. Epoch 1 also
-            # carries start-up (imports, data loading), so it predicts nothing;
-            # the hard cut in `_judge` still stops a trial whose cost crosses
-            # the threshold mid-epoch.
-            self._decide(StopReason.COST_THRESHOLD, (t, e, c))
+        reason = self.rule.after_epoch(epochs, ev.metric, c, self.prev_cost)  # the one stop rule
+        if reason is not None:
+            self.reached = reason is StopReason.TARGET_REACHED
+            self._decide(reason, (t, e, c))
         self.prev_cost = c
 
     def _decide(self, reason: StopReason, at: tuple[float, float, float]) -> None:
@@ -347,12 +341,9 @@ class _TrialRun:
         t, e, c = meter.now()
         if self.stop_reason is None:
             self.listener.on_tick(t, e, c)
-            if self.cancel.is_set():
-                self._decide(StopReason.INTERRUPTED, (t, e, c))
-            elif p.timeout is not None and t > p.timeout:
-                self._decide(StopReason.TIMEOUT, (t, e, c))
-            elif c > p.cost_threshold:
-                self._decide(StopReason.COST_THRESHOLD, (t, e, c))
+            reason = StopReason.INTERRUPTED if self.cancel.is_set() else self.rule.during(t, c)
+            if reason is not None:
+                self._decide(reason, (t, e, c))
         if self.stop_reason is None:
             return
         now = time.monotonic()
