@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
 import logging
 import math
 import os
@@ -221,6 +222,8 @@ def prepare(
             Env.TRY: str(req.attempt),
             Env.EVENT_LOG: str(tdir / TrialFiles.EVENTS),
             Env.STOP_FILE: str(tdir / TrialFiles.STOP),
+            Env.ENERGY: json.dumps(dataclasses.asdict(spec.energy)),
+            Env.TIMEOUT: "" if spec.timeout is None else repr(spec.timeout),
         }
     )
     if spec.metric.name is not None:
@@ -311,13 +314,13 @@ def to_record(
     )
 
 
-def measured_by(agent: Mapping[str, object], fallback: EnergySource) -> Measurement:
-    """How an agent measured its trial (``agent.json``'s ``energy``), else as ``fallback`` does."""
+def measured_by(agent: Mapping[str, object], fallback: Measurement) -> Measurement:
+    """How an agent measured its trial (``agent.json``'s ``energy``), else ``fallback``."""
     m = agent.get("energy")
     m = m if isinstance(m, Mapping) else {}
     method = m.get("method")
     return Measurement(
-        str(m.get("name") or fallback.name),
+        str(m.get("name") or fallback.source),
         bool(m.get("estimated", fallback.estimated)),
         str(method) if method else fallback.method,
     )

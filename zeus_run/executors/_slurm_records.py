@@ -16,6 +16,7 @@ from typing import Any
 from zeus_run import __version__
 from zeus_run.contract import StopReason, TrialOutcome
 from zeus_run.energy import EnergySource
+from zeus_run.engine.record import Measurement
 from zeus_run.executors._base import measured_by, to_record
 from zeus_run.executors._slurm_job import _Job
 from zeus_run.records import TrialRecord
@@ -102,7 +103,14 @@ class _Records:
         )
         message = "; ".join(n for n in notes if n) or None
         return to_record(
-            self.spec, self._rd, job.req, job.prepared, outcome, measured_by(agent, self.energy), message, where
+            self.spec,
+            self._rd,
+            job.req,
+            job.prepared,
+            outcome,
+            measured_by(agent, Measurement.of(self.energy)),
+            message,
+            where,
         )
 
     def _without_outcome(self, job: _Job, state: str) -> tuple[TrialOutcome, str]:

@@ -312,10 +312,9 @@ def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
 
 
 def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
-    rec, attempt = marker.recurrence, marker.attempt
     decision = TrialRequest(
-        recurrence=rec,
-        attempt=attempt,
+        recurrence=marker.recurrence,
+        attempt=marker.attempt,
         trial=marker.trial,
         observed=0,  # not recorded
         decision=Decision(marker.batch_size, marker.stage, marker.detail),
@@ -336,13 +335,20 @@ def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         decision,
         nothing,
         Measurement(marker.energy_source, marker.estimated),
-        learning_rate=marker.learning_rate,
-        seed=marker.seed,
-        cost_threshold=marker.cost_threshold,
-        started_at=marker.started_at,
-        log=f"trials/{TrialFiles.dir_name(rec, attempt)}/{TrialFiles.OUTPUT}",
+        **marker_fields(marker),
         message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
         provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
-        horizon=marker.horizon,
-        **marker.stamp(),
     )
+
+
+def marker_fields(marker: RunningMarker) -> dict[str, Any]:
+    """What a trial's record takes from its ``running.json`` marker beyond the decision (`trial_record`'s fields)."""
+    return {
+        "learning_rate": marker.learning_rate,
+        "seed": marker.seed,
+        "cost_threshold": marker.cost_threshold,
+        "started_at": marker.started_at,
+        "log": f"trials/{TrialFiles.dir_name(marker.recurrence, marker.attempt)}/{TrialFiles.OUTPUT}",
+        "horizon": marker.horizon,
+        **marker.stamp(),
+    }

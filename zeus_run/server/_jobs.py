@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -30,8 +30,11 @@ from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
 from zeus_run.rundir.store import SPEC_NAME, RunDir
 from zeus_run.server._errors import ApiError
-from zeus_run.server._models import EpochReport, Fail, Finish, ReportAnswer
+from zeus_run.server._models import EpochReport, Fail, Finish, Meter, ReportAnswer
 from zeus_run.server._root import ServerRoot
+
+if TYPE_CHECKING:
+    from zeus_run import asktell
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +145,8 @@ class JobService:
 
         path = self._existing(name)
         metric = float("nan") if body.metric is None else body.metric
-        reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy)
+        how = body.measured.model_dump() if body.measured is not None else None
+        reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy, measured=how)
         if reason is None:
             return ReportAnswer(stop=False, converged=False, reason=None, message="go on")
         converged = reason is StopReason.TARGET_REACHED
@@ -152,14 +156,19 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
+        measured = _measured(body.time, body.energy, body.measured)
+        if measured is not None:  # measured by the client, through zeus-run's energy sources
+            record = asktell.tell(path, token, exit_code=body.exit_code, measured=measured)
+        else:  # told by hand, or not at all (recorded as unmeasured)
+            record = asktell.tell(path, token, exit_code=body.exit_code, energy=body.energy, time=body.time)
         return record.to_json()
 
     def fail(self, name: str, token: str, body: Fail) -> dict[str, Any]:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message)
+        measured = _measured(body.time, body.energy, body.measured)
+        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message, measured=measured)
         return record.to_json()
 
     # -- helpers ---------------------------------------------------------------------
@@ -172,3 +181,12 @@ class JobService:
                 "unknown_job",
             )
         return path
+
+
+def _measured(time: float | None, energy: float | None, meter: Meter | None) -> asktell.Measured | None:
+    """What the client measured in its own process, when it says how."""
+    from zeus_run import asktell
+
+    if meter is None or time is None or energy is None:
+        return None
+    return asktell.Measured(time, energy, meter.source, meter.estimated, meter.method, meter.max_power)
