@@ -25,7 +25,6 @@ from zeus_run.contract import ASK_EXECUTOR, Env, TrialFiles
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy
 from zeus_run.executors._base import prepare
-from zeus_run.rundir.resume import choose_run_dir
 from zeus_run.spec import JobSpec
 
 
@@ -104,9 +103,7 @@ def ask(job: str | Path, *, run_dir: str | Path | None = None, host: str | None 
             (or every recurrence left is).
         JobComplete: Every one of the spec's ``recurrences`` is done (``recurrences: null``: never).
     """
-    spec, path = resolve_job(job, run_dir)
-    if not Path(job).is_dir():  # a spec: its history must have been recorded under its settings
-        path, _ = choose_run_dir(spec, path, new=False, force=False)
+    spec, path = resolve_job(job, run_dir)  # a spec: its history must have been recorded under its settings
     with open_session(path, spec, role="ask") as s:
         if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)

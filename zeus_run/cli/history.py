@@ -13,31 +13,44 @@ from zeus_run.views.jobs import many_jobs
 if TYPE_CHECKING:
     from zeus_run.accounting import Accounting
     from zeus_run.records import TrialRecord
+    from zeus_run.rundir.settings import RunSettings
 
 
-def default_batch_size_of(history_file: Path) -> int | None:
-    """b0 from the run directory's resolved spec, if there is one."""
-    from zeus_run.views.jobs import default_batch_size_of as of_run_dir
-
-    return of_run_dir(history_file.parent)
-
-
-def accounting_of(history_file: Path, records: list[TrialRecord], default_batch_size: int | None) -> Accounting | None:
+def accounting_of(
+    history_file: Path, records: list[TrialRecord], default_batch_size: int | None, settings: RunSettings | None = None
+) -> Accounting | None:
     """Carbon and money of a run, from the ``accounting`` section of its resolved spec (None: none set).
+
+    Args:
+        history_file: The run's history.
+        records: Its records.
+        default_batch_size: b0.
+        settings: The run directory's settings, read once (None: read them).
 
     Raises:
         zeus_run.accounting.AccountingError: A rate series named there cannot be read.
     """
-    import yaml
-
     from zeus_run.accounting import account, settings_from
+    from zeus_run.rundir.settings import RunSettings
 
-    try:
-        data = yaml.safe_load((history_file.parent / "spec.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+    if settings is None:
+        settings = RunSettings.read(history_file.parent)
+    if settings.raw is None:
         return None
-    raw = data.get("accounting") if isinstance(data, dict) else None
-    return account(records, settings_from(raw), default_batch_size, history_file.parent)
+    return account(records, settings_from(settings.accounting), default_batch_size, history_file.parent)
+
+
+def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]) -> list[TrialRecord]:
+    """The asks whose lease ran out, as the records their expiry will append (shown, not written: a read-only
+    command stays read-only; the next ask, tell or launcher records them)."""
+    import time
+
+    from zeus_run.asktell._lease import expired_asks
+    from zeus_run.spec._model import DEFAULT_LEASE
+
+    lease = settings.lease if settings.lease is not None else DEFAULT_LEASE
+    job = records[0].job if records else str((settings.raw or {}).get("name") or run_dir.name)
+    return expired_asks(run_dir, job, lease, time.time())
 
 
 def profile_lines(run_dir: Path) -> list[str]:
@@ -113,14 +126,15 @@ def history_command(
     if many_jobs(paths):
         _history_of_jobs(paths, fmt)
         return
-    hist = run_dir_history(paths[0])
-    from zeus_run.asktell._session import expire_stale
+    from zeus_run.rundir.settings import RunSettings
 
-    expire_stale(hist.parent)  # asks whose lease ran out are recorded as infrastructure first
-    records = read_history(hist)
-    b0 = default_batch_size_of(hist)
-    summary = summarize(records, b0, belief=believed_best(records, hist.parent))
-    money = accounting_of(hist, records, b0)
+    hist = run_dir_history(paths[0])
+    settings = RunSettings.read(hist.parent)  # spec.yaml, read once
+    records = list(read_history(hist))
+    records += expired_now(hist.parent, settings, records)
+    b0 = settings.default_batch_size
+    summary = summarize(records, b0, belief=believed_best(records, hist.parent, settings.raw))
+    money = accounting_of(hist, records, b0, settings)
     if fmt is not Format.table:
         write_records(records, fmt.value, summary, money)
         return

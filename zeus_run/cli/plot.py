@@ -41,8 +41,9 @@ def plot_command(
 
         zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
     """
-    from zeus_run.cli.history import accounting_of, default_batch_size_of
+    from zeus_run.cli.history import accounting_of
     from zeus_run.rundir.history import read_history
+    from zeus_run.rundir.settings import RunSettings
     from zeus_run.views.plot import load_matplotlib, plot_history
 
     setup_logging()
@@ -57,7 +58,8 @@ def plot_command(
     hist = run_dir_history(paths[0])
     load_matplotlib()  # a missing extra is reported before the history is read
     records = read_history(hist)
-    b0 = default_batch_size_of(hist)
-    money = accounting_of(hist, records, b0)
+    settings = RunSettings.read(hist.parent)  # spec.yaml, read once
+    b0 = settings.default_batch_size
+    money = accounting_of(hist, records, b0, settings)
     out = plot_history(records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money)
     err_console().print(f"Plot written to {out}", markup=False)

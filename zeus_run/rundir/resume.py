@@ -32,7 +32,8 @@ from zeus_run.errors import HistoryError, RunDirError
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
-from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running, read_stored_spec
+from zeus_run.rundir.settings import read_settings
+from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running
 from zeus_run.spec import DECISION_FIELDS, JobSpec
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
         RunDirError: ``spec.yaml`` is damaged.
         HistoryError: The history is damaged.
     """
-    stored = read_stored_spec(path)
+    stored = read_settings(path)
     records = list(HistoryStore(path / HISTORY_NAME).read(warn=False)) if (path / HISTORY_NAME).is_file() else []
     if stored is not None:
         diffs = spec_differences(stored, spec)
@@ -303,15 +304,16 @@ def pending_records(path: Path, records: list[TrialRecord]) -> list[TrialRecord]
     their decision (for `zeus_run.engine.replay.audit`'s ``in_flight``)."""
     recorded = {r.trial for r in records}
     job = records[0].job if records else ""
-    return [_marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]
+    return [marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]
 
 
 def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
     """The record of a trial whose launcher died, from its marker: the engine's decision, no outcome."""
-    return _marker_record(spec.name, marker)
+    return marker_record(spec.name, marker)
 
 
-def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
+def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
+    """A trial's record from its ``running.json`` marker alone: its decision, interrupted, not observed."""
     decision = TrialRequest(
         recurrence=marker.recurrence,
         attempt=marker.attempt,

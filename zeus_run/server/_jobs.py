@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
-from zeus_run.rundir.store import SPEC_NAME, RunDir
+from zeus_run.rundir.opener import lock
+from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._models import EpochReport, Fail, Finish, Meter, ReportAnswer
 from zeus_run.server._root import ServerRoot
@@ -102,7 +102,7 @@ class JobService:
             )
         spec = dataclasses.replace(spec, run_dir=path)
         # A brief holder, as an ask: another worker process may register or ask at the same moment.
-        with RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
+        with lock(path, "register") as rd:
             diffs, _ = compatibility(path, spec)
             if diffs:
                 raise ApiError(

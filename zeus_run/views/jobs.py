@@ -25,22 +25,11 @@ from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
     from zeus_run.records import TrialRecord
+    from zeus_run.rundir.settings import RunSettings
     from zeus_run.views.summary import Summary
 
 #: The history file's name in a run directory (`zeus_run.rundir.history.HISTORY_NAME`).
 _HISTORY = "history.jsonl"
-
-
-def default_batch_size_of(run_dir: Path) -> int | None:
-    """b0 from the run directory's resolved ``spec.yaml``, if there is one."""
-    import yaml
-
-    try:
-        data = yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")) or {}
-        value = data.get("default_batch_size")
-        return int(value) if value is not None else None
-    except (OSError, yaml.YAMLError, ValueError, AttributeError, TypeError):
-        return None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -96,6 +85,7 @@ class JobView:
         kind: ``real``, ``simulated`` or ``replayed`` (the first record's).
         gpu: GPU model(s) the trials measured, or None where unknown.
         last_ended: End of the last trial (UTC), or the history file's last change for records without times.
+        settings: Its ``spec.yaml``, read once (`zeus_run.rundir.settings.RunSettings`).
     """
 
     run_dir: Path
@@ -105,6 +95,7 @@ class JobView:
     kind: str
     gpu: str | None
     last_ended: datetime
+    settings: RunSettings
 
     @property
     def last(self) -> TrialRecord:
@@ -135,12 +126,14 @@ def load_job(run_dir: Path) -> JobView:
         UsageError: The history has no trial yet.
     """
     from zeus_run.rundir.history import read_history
+    from zeus_run.rundir.settings import RunSettings
     from zeus_run.views.summary import summarize
 
     records = tuple(read_history(run_dir))
     if not records:
         raise UsageError(f"run directory {str(run_dir)!r} has no trials yet; run it first.")
-    summary = summarize(records, default_batch_size_of(run_dir))
+    settings = RunSettings.read(run_dir)
+    summary = summarize(records, settings.default_batch_size)
     gpus = sorted({str(g.get("name")) for r in records for g in (r.provenance or {}).get("gpus") or [] if g})
     return JobView(
         run_dir=run_dir,
@@ -150,6 +143,7 @@ def load_job(run_dir: Path) -> JobView:
         kind=records[0].kind,
         gpu=",".join(gpus) or None,
         last_ended=_last_ended(run_dir, records),
+        settings=settings,
     )
 
 
