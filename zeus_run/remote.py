@@ -409,6 +409,9 @@ class RemoteTrial:
         try:
             return self.client.finish(self.job, self.token, elapsed, energy_j, exit_code, measured)
         except ServerError as exc:
+            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
+                logger.info("zeus-run server already has this trial's tell: %s", exc)
+                return None
             if exc.status in (404, 410):
                 self._lost(exc)
                 return None
@@ -425,6 +428,9 @@ class RemoteTrial:
         try:
             return self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
         except ServerError as exc:
+            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
+                logger.info("zeus-run server already has this trial's tell: %s", exc)
+                return None
             if exc.status in (404, 410):
                 self._lost(exc)
                 return None

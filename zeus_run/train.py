@@ -92,12 +92,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from zeus_run.contract import Env, process_start_time, write_heartbeat
+from zeus_run.contract import Env, process_start_time, reaches_target, write_heartbeat
 from zeus_run.remote import RemoteTrial
 
 if TYPE_CHECKING:  # imported only when measuring: importing this module stays standard-library only
@@ -116,6 +118,30 @@ STEP_EVENT_INTERVAL = 0.02
 PROFILE_CHECK_INTERVAL = 0.25
 #: Seconds between two checks of the cost against the threshold between epochs (when measuring itself).
 WATCH_INTERVAL = 0.5
+
+
+#: When the last `Trial` of this process closed (Unix time; None: none has). A process that runs trial
+#: after trial (a server's client) counts each one from the end of the one before, not from its own start.
+_last_closed: list[float] = []
+
+
+def _began() -> float | None:
+    """When this process's next trial began: the end of its previous trial, else the process's start."""
+    return _last_closed[-1] if _last_closed else process_start_time()
+
+
+def _report_uncaught(trial: Trial) -> None:
+    """Write an uncaught exception into ``trial``'s event log before the interpreter prints it."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        try:
+            trial._emit({"event": "error", "message": f"{kind.__name__}: {exc}"[:2000]})
+        except (OSError, ValueError):
+            pass
+        previous(kind, exc, tb)
+
+    sys.excepthook = hook
 
 
 def _open_meter(settings: dict, since: float | None) -> SelfMeter:
@@ -216,7 +242,7 @@ class Trial:
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
-        began = process_start_time() if count_startup else None
+        began = _began() if count_startup else None
         self._meter = _open_meter(energy, began) if energy is not None else None
         if heartbeat_file:  # ask/tell: renew the ask's lease while the trial lives
             self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
@@ -225,6 +251,9 @@ class Trial:
             if remote is not None:
                 remote.meter = self.measured
         if heartbeat_file:
+            # Nothing reads this script's output: an exception that ends it is written as an event, so the
+            # tell records what the launcher would have read in the log's tail.
+            _report_uncaught(self)
             interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
             self._beater = threading.Thread(
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
@@ -367,13 +396,7 @@ class Trial:
         """
         self.epoch = self.epoch + 1 if epoch is None else int(epoch)
         self.last_metric = float(metric)
-        if self.target_metric is not None and math.isfinite(self.last_metric):
-            good = (
-                self.last_metric >= self.target_metric
-                if self.higher_is_better
-                else self.last_metric <= self.target_metric
-            )
-            self.reached = self.reached or good
+        self.reached = self.reached or reaches_target(self.last_metric, self.target_metric, self.higher_is_better)
         event: dict = {"event": "epoch", "epoch": self.epoch, "metric": self.last_metric}
         m = self._measure()
         if m is not None:
@@ -471,3 +494,4 @@ class Trial:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+        _last_closed[:] = [time.time()]

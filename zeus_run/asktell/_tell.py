@@ -333,7 +333,8 @@ def _from_events(
         after_energy=max(total_e - e, 0.0) if decided and total_e is not None else None,
         metrics=tuple(ev.metric for ev in events[:counted]),
         malformed=tail.malformed,
-        cause=crash_cause(reason, told.message, told.exit_code),
+        message=None if told.message else tail.error,
+        cause=crash_cause(reason, told.message or tail.error, told.exit_code),
     )
     return outcome, how, reported
 

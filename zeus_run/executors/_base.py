@@ -212,7 +212,7 @@ def prepare(
             Env.LEARNING_RATE: "" if lr is None else repr(lr),
             Env.SEED: str(seed),
             Env.TARGET_METRIC: repr(spec.target_metric),
-            Env.HIGHER_IS_BETTER: "1" if spec.higher_is_better else "0",
+            Env.HIGHER_IS_BETTER: str(int(spec.higher_is_better)),
             Env.MAX_EPOCHS: str(spec.max_epochs),
             Env.ETA_KNOB: repr(spec.eta),
             Env.COST_THRESH: repr(req.cost_threshold),

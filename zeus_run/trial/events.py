@@ -162,6 +162,8 @@ class EventLogTail:
         self.started: float | None = None
         #: Ask/tell: the reason of a ``stop`` event (`zeus_run.asktell.report_epoch` wrote it), None if none came.
         self.stop: str | None = None
+        #: Ask/tell: the exception that ended the script (an ``error`` event `zeus_run.train.Trial` wrote), if any.
+        self.error: str | None = None
         #: Ask/tell: epochs read when the first ``stop`` event came (None: none came).
         self.stop_after: int | None = None
         #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
@@ -255,6 +257,11 @@ class EventLogTail:
             reason = ev.get("reason")
             if isinstance(reason, str) and self.stop is None:
                 self.stop, self.stop_after = reason, self._epochs
+            return None
+        if kind == "error":
+            message = ev.get("message")
+            if isinstance(message, str):
+                self.error = message[-2000:]
             return None
         if kind == "info":
             if isinstance(ev.get("measured"), dict):
