@@ -300,11 +300,12 @@ class Trial:
             return
         reason = self._rule().during(m[0], m[2])
         if reason is not None:
-            self._stop(str(reason))
+            self._stop(str(reason), m)
 
-    def _stop(self, reason: str) -> None:
+    def _stop(self, reason: str, at: tuple[float, float, float]) -> None:
+        """Stop here (the stop rule's ``reason``); ``at``: time, energy and cost, the point the tell counts to."""
         self.stop_reason = reason
-        self._emit({"event": "stop", "reason": reason})
+        self._emit({"event": "stop", "reason": reason, "elapsed": at[0], "energy": at[1]})
 
     @classmethod
     def from_env(
@@ -413,7 +414,7 @@ class Trial:
             reason = rule.after_epoch(self.epoch, self.last_metric, m[2], self._prev_cost) or rule.during(m[0], m[2])
             self._prev_cost = m[2]
             if reason is not None and reason.value in ("cost_threshold", "timeout"):
-                self._stop(reason.value)
+                self._stop(reason.value, m)
         return not self.should_stop()
 
     @property

@@ -288,9 +288,14 @@ def _from_events(
     points = _points(spec, events, start, max_power)
     judged = judge(_rule(spec, marker), [(m, c) for m, _, _, c in points])
     reason, counted = judged.reason, judged.epochs
-    if reason is None and tail.stop is not None:  # stopped live between epochs (the hard cut, the timeout)
-        reason = StopReason.parse(tail.stop)
-        counted = len(events)
+    # The point it was judged at: (time, energy) since it began, None where unknown.
+    at: tuple[float | None, float | None] | None = None
+    if reason is not None and counted > 0:
+        at = points[counted - 1][1:3]
+    if tail.stop is not None and tail.stop_after is not None and (reason is None or tail.stop_after < counted):
+        # Stopped live between epochs (the hard cut, the timeout), before the rule would have at an epoch.
+        reason, counted = StopReason.parse(tail.stop), tail.stop_after
+        at = tail.stop_point
     if reason is None:
         reason = StopReason.CRASHED if told.exit_code not in (None, 0) else StopReason.EXITED
     # The whole trial, as told or measured (else up to now).
@@ -298,13 +303,12 @@ def _from_events(
     if total_t is None:
         total_t = max(_time.time() - start, 0.0)
     total_e = told.energy if told.energy is not None else told.measured.energy if told.measured else None
-    at = points[counted - 1] if judged.reason is not None and counted > 0 else None
-    t = at[1] if at is not None and at[1] is not None else total_t
-    e = at[2] if at is not None else None
+    t = at[0] if at is not None and at[0] is not None else total_t
+    e = at[1] if at is not None else None
     if e is None and total_e is not None:
         e = total_e * (t / total_t) if total_t > 0 and t < total_t else total_e
     reported = [*(["time"] if told.time is not None else []), *(["energy"] if told.energy is not None else [])]
-    if at is not None and at[2] is not None:
+    if at is not None and at[1] is not None:
         how = meter[0] if meter is not None else Measurement(REPORTED)
         if meter is None:
             reported = sorted({*reported, "energy"})
@@ -319,7 +323,7 @@ def _from_events(
         how = Measurement(UNMEASURED)
     if e is None or not how.measured:
         e, how, max_power = impute(history, marker.batch_size, t, spec.energy.watts)
-    decided = judged.reason is not None
+    decided = at is not None
     outcome = TrialOutcome(
         epochs=counted,
         time=t,

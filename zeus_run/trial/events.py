@@ -166,6 +166,8 @@ class EventLogTail:
         self.error: str | None = None
         #: Ask/tell: epochs read when the first ``stop`` event came (None: none came).
         self.stop_after: int | None = None
+        #: Ask/tell: time and energy since the trial began at that stop, as the script measured them (None: not).
+        self.stop_point: tuple[float | None, float | None] = (None, None)
         #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
         #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``), None if it did not say.
         self.measured: dict[str, Any] | None = None
@@ -257,6 +259,7 @@ class EventLogTail:
             reason = ev.get("reason")
             if isinstance(reason, str) and self.stop is None:
                 self.stop, self.stop_after = reason, self._epochs
+                self.stop_point = (_finite(ev.get("elapsed")), _finite(ev.get("energy")))
             return None
         if kind == "error":
             message = ev.get("message")
