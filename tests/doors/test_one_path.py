@@ -188,3 +188,24 @@ def test_history_reads_and_writes_nothing_and_shows_expired_asks_as_expired(tmp_
     assert (a.run_dir / "history.jsonl").read_bytes() == history  # a read-only command stayed read-only
     assert (a.run_dir / "running.json").read_bytes() == running
     assert read_running(a.run_dir) == [marker]
+
+
+def test_tell_counts_a_trial_stopped_between_epochs_up_to_its_stop(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs"))
+    a = ask(spec)
+    now = time.time()
+    measured = {"source": "estimate", "method": "watts-x-cpu-time", "estimated": True, "max_power": 100.0}
+    events = [
+        {"event": "start", "time": now - 10},
+        {"event": "info", "measured": measured, "time": now - 10},
+        {"event": "epoch", "epoch": 1, "metric": 0.5, "elapsed": 3.0, "energy": 30.0, "time": now - 7},
+        # the training side's stop rule cut it mid-epoch (the hard cut): counted up to here
+        {"event": "stop", "reason": "cost_threshold", "elapsed": 4.5, "energy": 45.0, "time": now - 5.5},
+        {"event": "epoch", "epoch": 2, "metric": 0.5, "elapsed": 6.0, "energy": 60.0, "time": now - 4},
+    ]
+    (a.trial_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    r = tell(a.run_dir, a.token, exit_code=0)
+    assert (r.stop_reason, r.epochs, r.time, r.energy, r.metrics) == ("cost_threshold", 1, 4.5, 45.0, (0.5,))
+    assert (r.energy_source, r.energy_method, r.observed) == ("estimate", "watts-x-cpu-time", True)
+    assert r.after_time is not None and r.after_time > 0  # from the stop to the tell
