@@ -306,14 +306,3 @@ def _saving(value: float | None, baseline: float | None) -> float | None:
 
 def _pct(v: float) -> str:
     return f"{v * 100:.1f}% less" if v >= 0 else f"{-v * 100:.1f}% more"
-
-
-def read_settings(run_dir: Path) -> AccountingSettings:
-    """The ``accounting`` section of a run directory's ``spec.yaml`` (absent or unreadable: none)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load((Path(run_dir) / "spec.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return AccountingSettings()
-    return settings_from(data.get("accounting") if isinstance(data, dict) else None)

@@ -41,6 +41,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from zeus_run.contract import Env
@@ -190,20 +191,49 @@ class ServerClient:
         return self.request("POST", job_path(job, "trials", token, "heartbeat"), {})
 
     def report(
-        self, job: str, token: str, epoch: int, metric: float | None, time_s: float | None, energy_j: float | None
+        self,
+        job: str,
+        token: str,
+        epoch: int,
+        metric: float | None,
+        time_s: float | None,
+        energy_j: float | None,
+        measured: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Report one epoch (cumulative time and energy since training began); the answer has ``stop``."""
-        body = {"epoch": epoch, "metric": metric, "time": time_s, "energy": energy_j}
+        """Report one epoch (cumulative time and energy since training began, and how the energy was measured:
+        ``source``, ``method``, ``estimated``, ``max_power``); the answer has ``stop``."""
+        body: dict[str, Any] = {"epoch": epoch, "metric": metric, "time": time_s, "energy": energy_j}
+        if measured:
+            body["measured"] = measured
         return self.request("POST", job_path(job, "trials", token, "epochs"), body, key=new_key())
 
     def finish(
-        self, job: str, token: str, time_s: float | None = None, energy_j: float | None = None, exit_code: int = 0
+        self,
+        job: str,
+        token: str,
+        time_s: float | None = None,
+        energy_j: float | None = None,
+        exit_code: int = 0,
+        measured: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        body = {"time": time_s, "energy": energy_j, "exit_code": exit_code}
+        body: dict[str, Any] = {"time": time_s, "energy": energy_j, "exit_code": exit_code}
+        if measured:
+            body["measured"] = measured
         return self.request("POST", job_path(job, "trials", token, "finish"), body, key=new_key())
 
-    def fail(self, job: str, token: str, message: str, exit_code: int = 1) -> dict[str, Any]:
-        body = {"message": message[:2000], "exit_code": exit_code}
+    def fail(
+        self,
+        job: str,
+        token: str,
+        message: str,
+        exit_code: int = 1,
+        time_s: float | None = None,
+        energy_j: float | None = None,
+        measured: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": message[:2000], "exit_code": exit_code}
+        if measured:
+            body.update({"time": time_s, "energy": energy_j, "measured": measured})
         return self.request("POST", job_path(job, "trials", token, "fail"), body, key=new_key())
 
     def cancel(self, job: str, token: str) -> dict[str, Any]:
@@ -353,6 +383,11 @@ class RemoteTrial:
         self.decision = decision or {}
         self.lease_s = lease_s
         self.stop_reason: str | None = None
+        #: How this process measures its energy, as its last report said (sent with the tell).
+        self.measured: dict[str, Any] | None = None
+        #: Time (s), energy (J) and how they were measured, for a tell at interpreter exit (`zeus_run.train.Trial`
+        #: sets it to its own meter's reading; None: not measured here).
+        self.meter: Callable[[], tuple[float, float, dict[str, Any]] | None] | None = None
         self.converged = False
         self.closed = False
         self._t0 = time.monotonic()
@@ -392,13 +427,23 @@ class RemoteTrial:
         """Training begins now: `report`'s time counts from here (the seeds' ``on_train_begin``)."""
         self._t0 = time.monotonic()
 
-    def report(self, epoch: int, metric: float | None, energy_j: float | None = None) -> bool:
-        """Report one epoch; True to go on. The server's stop decision sets `stop_reason`."""
+    def report(
+        self,
+        epoch: int,
+        metric: float | None,
+        energy_j: float | None = None,
+        time_s: float | None = None,
+        measured: dict[str, Any] | None = None,
+    ) -> bool:
+        """Report one epoch (time and energy as this process measured them, ``measured`` saying how); True to
+        go on. The server's stop decision (its stop rule, `zeus_run.trial.stop`) sets `stop_reason`."""
         if self.stop_reason is not None:
             return False
         value = metric if metric is not None and math.isfinite(metric) else None
+        elapsed = time.monotonic() - self._t0 if time_s is None else time_s
+        self.measured = measured or self.measured
         try:
-            answer = self.client.report(self.job, self.token, epoch, value, time.monotonic() - self._t0, energy_j)
+            answer = self.client.report(self.job, self.token, epoch, value, elapsed, energy_j, measured)
         except ServerError as exc:
             if exc.status in (404, 410):
                 self._lost(exc)
@@ -409,27 +454,43 @@ class RemoteTrial:
             self.converged = bool(answer.get("converged"))
         return self.stop_reason is None
 
-    def finish(self, exit_code: int = 0, energy_j: float | None = None) -> dict[str, Any] | None:
-        """Tell the server the trial ended (once); returns its record."""
+    def finish(
+        self,
+        exit_code: int = 0,
+        energy_j: float | None = None,
+        measured: dict[str, Any] | None = None,
+        time_s: float | None = None,
+    ) -> dict[str, Any] | None:
+        """Tell the server the trial ended (once), with the energy this process measured; returns its record."""
         if self.closed:
             return None
         self._close()
+        elapsed = time.monotonic() - self._t0 if time_s is None else time_s
         try:
-            return self.client.finish(self.job, self.token, time.monotonic() - self._t0, energy_j, exit_code)
+            return self.client.finish(self.job, self.token, elapsed, energy_j, exit_code, measured)
         except ServerError as exc:
+            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
+                logger.info("zeus-run server already has this trial's tell: %s", exc)
+                return None
             if exc.status in (404, 410):
                 self._lost(exc)
                 return None
             raise
 
-    def fail(self, message: str, exit_code: int = 1) -> dict[str, Any] | None:
-        """Tell the server the trial failed (once); returns its record."""
+    def fail(
+        self, message: str, exit_code: int = 1, energy_j: float | None = None, measured: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Tell the server the trial failed (once), with the energy this process measured; returns its record."""
         if self.closed:
             return None
         self._close()
+        elapsed = time.monotonic() - self._t0
         try:
-            return self.client.fail(self.job, self.token, message, exit_code)
+            return self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
         except ServerError as exc:
+            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
+                logger.info("zeus-run server already has this trial's tell: %s", exc)
+                return None
             if exc.status in (404, 410):
                 self._lost(exc)
                 return None
@@ -459,11 +520,13 @@ class RemoteTrial:
         if not self.closed:
             # NOTE: an uncaught exception has been printed (and left in sys.last_value) before atexit runs.
             exc = getattr(sys, "last_value", None)
+            m = self.meter() if self.meter is not None else None
+            energy, how = (None, None) if m is None else (m[1], m[2])
             try:
                 if exc is not None and not isinstance(exc, SystemExit):
-                    self.fail(f"{type(exc).__name__}: {exc}")
+                    self.fail(f"{type(exc).__name__}: {exc}", energy_j=energy, measured=how)
                 else:
-                    self.finish(exit_code=0)
+                    self.finish(exit_code=0, energy_j=energy, measured=how, time_s=None if m is None else m[0])
             except ServerError as exc:
                 logger.warning("could not tell the zeus-run server the trial ended: %s", exc)
 

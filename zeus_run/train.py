@@ -32,6 +32,10 @@ ZEUS_RECURRENCE         1-based recurrence number
 ZEUS_TRY                1-based try within the recurrence
 ZEUS_EVENT_LOG          file to append JSON-line events to (what `report` writes)
 ZEUS_STOP_FILE          created by zeus-run when the script should stop
+ZEUS_ENERGY             the spec's ``energy`` section (JSON): how `Trial`
+                        measures its own process when no launcher watches
+                        it (ask/tell without ``exec``, the server)
+ZEUS_TIMEOUT            the spec's ``timeout`` in seconds (empty if none)
 ZEUS_PROFILE            ``1`` while zeus-run profiles GPU power limits in this
                         trial: `step` then writes iteration counts (see below)
 ZEUS_PROFILE_STOP       created by zeus-run when profiling is over; `step`
@@ -47,7 +51,12 @@ Under ask/tell without ``zeus-run exec`` (nothing else watches the script),
 `Trial` renews the ask's lease itself: it rewrites ``ZEUS_HEARTBEAT`` every
 quarter lease (at most every 30 s) until `close`. It writes a ``start`` event
 (under any launcher) so that ``zeus-run tell`` counts the time from there, and the
-launcher knows the script can answer a stop.
+launcher knows the script can answer a stop. It also measures itself,
+as a launcher would (``ZEUS_ENERGY``, through `zeus_run.energy.SelfMeter`,
+imported only then): each epoch event carries the time and energy since the
+process began, an ``info`` event says how they were measured, and the stop
+rule (`zeus_run.trial.stop`, the launcher's) ends the trial when the next
+epoch would cross ``ZEUS_COST_THRESH`` or ``ZEUS_TIMEOUT`` passes.
 
 Event lines are JSON objects, each with the script's ``time`` (Unix seconds):
 
@@ -84,13 +93,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
 
-from zeus_run.contract import Env, process_start_time, write_heartbeat
+from zeus_run.contract import Env, process_start_time, reaches_target, write_heartbeat
 from zeus_run.remote import RemoteTrial
+
+if TYPE_CHECKING:  # imported only when measuring: importing this module stays standard-library only
+    from zeus_run.energy import SelfMeter
+    from zeus_run.trial.stop import StopRule
 
 T = TypeVar("T")
 
@@ -102,11 +117,57 @@ DEFAULT_LEARNING_RATE = 1e-3
 STEP_EVENT_INTERVAL = 0.02
 #: Least time between two checks of the profiling stop file (unit: s).
 PROFILE_CHECK_INTERVAL = 0.25
+#: Seconds between two checks of the cost against the threshold between epochs (when measuring itself).
+WATCH_INTERVAL = 0.5
+
+
+#: When the last `Trial` of this process closed (Unix time; None: none has). A process that runs trial
+#: after trial (a server's client) counts each one from the end of the one before, not from its own start.
+_last_closed: list[float] = []
+
+
+def _began() -> float | None:
+    """When this process's next trial began: the end of its previous trial, else the process's start."""
+    return _last_closed[-1] if _last_closed else process_start_time()
+
+
+def _report_uncaught(trial: Trial) -> None:
+    """Write an uncaught exception into ``trial``'s event log before the interpreter prints it."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        try:
+            trial._emit({"event": "error", "message": f"{kind.__name__}: {exc}"[:2000]})
+        except (OSError, ValueError):
+            pass
+        previous(kind, exc, tb)
+
+    sys.excepthook = hook
+
+
+def _open_meter(settings: dict, since: float | None) -> SelfMeter:
+    """This process's meter, imported only now: importing `zeus_run.train` stays standard-library only."""
+    from zeus_run.energy import SelfMeter
+
+    return SelfMeter(settings, since)
 
 
 def _env_float(name: str, default: float | None) -> float | None:
     raw = os.environ.get(name, "")
     return float(raw) if raw.strip() else default
+
+
+def _energy_settings(env: Mapping[str, str]) -> dict | None:
+    """The ``energy`` settings a script measures itself with (``ZEUS_ENERGY``), or None where a launcher
+    measures it (its trial token is set). A server's trial without them measures with the defaults."""
+    if env.get(Env.TRIAL_TOKEN) or os.environ.get(Env.TRIAL_TOKEN):
+        return None
+    raw = env.get(Env.ENERGY) or ""
+    try:
+        settings = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        settings = {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -144,6 +205,11 @@ class Trial:
         heartbeat_file: str | None = None,
         lease: float | None = None,
         metric_name: str | None = None,
+        energy: dict | None = None,
+        eta: float = 0.5,
+        cost_threshold: float | None = None,
+        timeout: float | None = None,
+        count_startup: bool = True,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -170,12 +236,25 @@ class Trial:
         self._iters_per_epoch_sent = False
         self._beats = threading.Event()
         self._beater: threading.Thread | None = None
-        # The script can now answer a stop (the launcher starts an early stop's grace from here). When the
-        # process began: a trial told back without an agent counts its time from there, as an agent
-        # (`zeus-run exec`) counts from the script's start, imports included.
-        began = process_start_time()
+        self._lock = threading.Lock()
+        self.stop_reason: str | None = None  # the stop rule's reason when this process judged itself
+        self._eta = eta
+        self._rule_args = (cost_threshold, timeout)
+        self._prev_cost = 0.0
+        # When the process began: a trial told back without an agent counts its time from
+        # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
+        began = _began() if count_startup else None
+        self._meter = _open_meter(energy, began) if energy is not None else None
+        # The script can now answer a stop (the launcher starts an early stop's grace from here).
         self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
-        if heartbeat_file:  # ask/tell: renew the ask's lease while the trial lives
+        if self._meter is not None:
+            self._emit({"event": "info", "measured": self._meter.info()})
+            if remote is not None:
+                remote.meter = self.measured
+        if heartbeat_file:
+            # Nothing reads this script's output: an exception that ends it is written as an event, so the
+            # tell records what the launcher would have read in the log's tail.
+            _report_uncaught(self)
             interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
             self._beater = threading.Thread(
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
@@ -183,13 +262,51 @@ class Trial:
             self._beater.start()
 
     def _beat(self, path: str, interval: float) -> None:
+        due = 0.0
         while True:
-            try:
-                write_heartbeat(path)
-            except OSError:
-                pass
-            if self._beats.wait(interval):
+            if time.monotonic() >= due:
+                due = time.monotonic() + interval
+                try:
+                    write_heartbeat(path)
+                except OSError:
+                    pass
+            self._judge_now()
+            if self._beats.wait(min(interval, WATCH_INTERVAL)):
                 return
+
+    def _measure(self) -> tuple[float, float, float] | None:
+        """Time, energy and cost since the trial began, where this process measures itself."""
+        if self._meter is None:
+            return None
+        t, e = self._meter.now()
+        power = float(self._meter.source.max_power)
+        return t, e, self._eta * e + (1.0 - self._eta) * power * t
+
+    def _rule(self) -> StopRule:
+        from zeus_run.trial.stop import StopRule
+
+        threshold, timeout = self._rule_args
+        return StopRule(
+            self.max_epochs,
+            self.target_metric,
+            self.higher_is_better,
+            math.inf if threshold is None else threshold,
+            timeout,
+        )
+
+    def _judge_now(self) -> None:
+        """Between epochs: the hard cut and the timeout of the stop rule, on this process's own measurement."""
+        m = self._measure()
+        if m is None or self.remote is not None or self.stop_reason is not None or self.epoch < 1:
+            return
+        reason = self._rule().during(m[0], m[2])
+        if reason is not None:
+            self._stop(str(reason), m)
+
+    def _stop(self, reason: str, at: tuple[float, float, float]) -> None:
+        """Stop here (the stop rule's ``reason``); ``at``: time, energy and cost, the point the tell counts to."""
+        self.stop_reason = reason
+        self._emit({"event": "stop", "reason": reason, "elapsed": at[0], "energy": at[1]})
 
     @classmethod
     def from_env(
@@ -228,6 +345,11 @@ class Trial:
             lease=_env_float(Env.LEASE, None),
             metric_name=os.environ.get(Env.METRIC_NAME) or None,
             remote=remote,
+            # Nothing watches the script (no launcher's trial token): it measures itself, as the launcher would.
+            energy=_energy_settings(os.environ) if os.environ.get(Env.HEARTBEAT) or remote is not None else None,
+            eta=_env_float(Env.ETA_KNOB, 0.5) or 0.0,
+            cost_threshold=_env_float(Env.COST_THRESH, None),
+            timeout=_env_float(Env.TIMEOUT, None),
         )
 
     @classmethod
@@ -244,6 +366,7 @@ class Trial:
             target_metric=None if target is None else float(target),
             higher_is_better=bool(d.get("higher_is_better", True)),
             remote=remote,
+            energy=_energy_settings(d.get("env") or {}),
         )
 
     def should_stop(self) -> bool:
@@ -251,6 +374,8 @@ class Trial:
         if self.reached or self.epoch >= self.max_epochs:
             return True
         if self.remote is not None and self.remote.stop_reason is not None:
+            return True
+        if self.stop_reason is not None:
             return True
         return self.stop_file is not None and os.path.exists(self.stop_file)
 
@@ -273,16 +398,24 @@ class Trial:
         """
         self.epoch = self.epoch + 1 if epoch is None else int(epoch)
         self.last_metric = float(metric)
-        if self.target_metric is not None and math.isfinite(self.last_metric):
-            good = (
-                self.last_metric >= self.target_metric
-                if self.higher_is_better
-                else self.last_metric <= self.target_metric
-            )
-            self.reached = self.reached or good
-        self._emit({"event": "epoch", "epoch": self.epoch, "metric": self.last_metric})
-        if self.remote is not None:
-            self.remote.report(self.epoch, self.last_metric)  # on the server's disk before it answers
+        self.reached = self.reached or reaches_target(self.last_metric, self.target_metric, self.higher_is_better)
+        event: dict = {"event": "epoch", "epoch": self.epoch, "metric": self.last_metric}
+        m = self._measure()
+        if m is not None:
+            event["elapsed"], event["energy"] = m[0], m[1]
+        self._emit(event)
+        if self.remote is not None:  # on the server's disk before it answers; the server judges
+            if m is None:
+                self.remote.report(self.epoch, self.last_metric)
+            else:
+                info = self._meter.info() if self._meter is not None else None
+                self.remote.report(self.epoch, self.last_metric, m[1], m[0], info)
+        elif m is not None and self.stop_reason is None:
+            rule = self._rule()
+            reason = rule.after_epoch(self.epoch, self.last_metric, m[2], self._prev_cost) or rule.during(m[0], m[2])
+            self._prev_cost = m[2]
+            if reason is not None and reason.value in ("cost_threshold", "timeout"):
+                self._stop(reason.value, m)
         return not self.should_stop()
 
     @property
@@ -330,20 +463,37 @@ class Trial:
             self.step()
 
     def _emit(self, event: dict) -> None:
-        if self._fh is None:
-            return
-        event["time"] = time.time()
-        self._fh.write(json.dumps(event) + "\n")
-        self._fh.flush()
+        with self._lock:  # the lease thread writes too
+            if self._fh is None:
+                return
+            event["time"] = time.time()
+            self._fh.write(json.dumps(event) + "\n")
+            self._fh.flush()
+
+    def measured(self) -> tuple[float, float, dict] | None:
+        """Time (s), energy (J) and how they were measured, since the trial began; None if not measured here."""
+        if self._meter is None:
+            return None
+        t, e = self._meter.now()
+        return t, e, self._meter.info()
 
     def close(self) -> None:
         """Close the event log, stop renewing the ask's lease, and, with a server, tell it the trial ended."""
-        if self.remote is not None:
-            self.remote.finish()
         self._beats.set()
         if self._beater is not None:
             self._beater.join()
             self._beater = None
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self.remote is not None:
+            m = self.measured()
+            if m is None:
+                self.remote.finish()
+            else:
+                self.remote.finish(energy_j=m[1], measured=m[2], time_s=m[0])
+        if self._meter is not None:
+            self._meter.close()
+            self._meter = None
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+        _last_closed[:] = [time.time()]

@@ -70,7 +70,9 @@ def test_ask_then_tell_records_a_trial_and_the_history_audits(write_spec):
     train_by_reports(a)
     record = tell(a.run_dir, a.token, exit_code=0)
     assert record.reached and record.stop_reason == "target_reached" and record.epochs == 2
-    assert record.energy_source == "estimate" and record.estimated and record.reported is None
+    # Nothing measured its energy: recorded as unmeasured (no measured trial yet: charged watts x time, so labelled)
+    assert record.energy_source == "unmeasured" and record.estimated and record.reported is None
+    assert record.energy_method == "watts-x-time"
     assert record.seen == 0 and record.provenance["ask_token"] == a.token
     assert record.triggered_at == record.started_at is not None  # the ask is the trigger
     assert not (a.run_dir / "running.json").exists()

@@ -117,7 +117,9 @@ def test_exec_after_eval_of_an_env_ask_in_sh_and_a_crash_exits_1(tmp_path):
 def test_the_python_api_records_a_crash_with_its_message_and_reraises(write_spec):
     import zeus_run
 
-    spec = write_spec(spec_text())
+    # No early stop: the first recurrence costs microseconds here, and the stop rule (measured in this
+    # process) would cut the next trial before its crash, as the launcher's would.
+    spec = write_spec(spec_text(extra="beta: null"))
     job = zeus_run.Job(spec)
     with job.ask() as trial:
         for epoch in trial.epochs():

@@ -28,7 +28,6 @@ from zeus_run.contract import ASK_EXECUTOR, Env, RunningMarker, TrialFiles
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy, RunDirError
 from zeus_run.executors._base import prepare
-from zeus_run.rundir.resume import choose_run_dir
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import AgentPlan
 
@@ -125,9 +124,7 @@ def ask(
         KeyReused: ``key`` made an ask in flight for another host.
     """
     stamped = None if key is None else stamp(key, "ask", {"host": host})
-    spec, path = resolve_job(job, run_dir)
-    if not Path(job).is_dir():  # a spec: its history must have been recorded under its settings
-        path, _ = choose_run_dir(spec, path, new=False, force=False)
+    spec, path = resolve_job(job, run_dir)  # a spec: its history must have been recorded under its settings
     with open_session(path, spec, role="ask") as s:
         if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)

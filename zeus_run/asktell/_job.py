@@ -8,38 +8,32 @@
     job.record                              # what the with block told
 
 The ``with`` block tells on exit; an exception inside it is recorded as a
-crash with its message, and goes on. While the block runs, a thread of its
-own renews the ask's lease and measures energy in this process (the spec's
-energy source: NVML, RAPL or the labelled estimate); when the next epoch
-would push the cost past the ask's threshold it asks the trial to stop
-(`zeus_run.train.Trial.should_stop` turns true), as the agent does.
+crash with its message, and goes on. While the block runs, the `Trial` renews
+the ask's lease and measures energy in this process (the spec's energy source:
+NVML, RAPL or the estimate on its ``energy.basis``, `zeus_run.energy.SelfMeter`);
+the launcher's stop rule (`zeus_run.trial.stop`) asks it to stop when the next
+epoch would push the cost past the ask's threshold
+(`zeus_run.train.Trial.should_stop` turns true).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import dataclasses
 import logging
-import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
 from zeus_run.asktell._ask import Ask, ask
+from zeus_run.asktell._measure import Measured
 from zeus_run.asktell._session import resolve_job
-from zeus_run.asktell._tell import Measured, tell
-from zeus_run.contract import StopReason, TrialFiles
-from zeus_run.cost import zeus_cost
-from zeus_run.energy import EnergySource, open_energy_source
+from zeus_run.asktell._tell import tell
+from zeus_run.contract import TrialFiles
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
 from zeus_run.train import Trial
 
 logger = logging.getLogger(__name__)
-
-#: Seconds between two checks of the cost against the ask's threshold.
-WATCH_INTERVAL = 0.5
 
 
 class Job:
@@ -78,17 +72,10 @@ class AskedTrial:
         self.job = job
         self.asked = asked
         self.trial: Trial | None = None
-        self._energy: EnergySource | None = None
-        self._start = 0.0
-        self._e0 = 0.0
-        self._done = threading.Event()
-        self._watcher: threading.Thread | None = None
 
     def __enter__(self) -> Trial:
         a = self.asked
         spec = self.job.spec
-        self._energy = open_energy_source(spec.energy)
-        self._start, self._e0 = time.monotonic(), self._energy.read()
         self.trial = Trial(
             batch_size=a.batch_size,
             learning_rate=a.learning_rate,
@@ -100,20 +87,23 @@ class AskedTrial:
             stop_file=str(a.trial_dir / TrialFiles.STOP),
             heartbeat_file=str(a.trial_dir / TrialFiles.HEARTBEAT),  # renews the lease; writes the start event
             lease=a.lease_s,
+            # Measured in this process through the spec's energy source, judged by the launcher's stop rule.
+            energy=dataclasses.asdict(spec.energy),
+            eta=spec.eta,
+            cost_threshold=a.cost_threshold,
+            timeout=spec.timeout,
+            count_startup=False,  # this process asks many trials: its own start-up is none of theirs
         )
-        self._watcher = threading.Thread(target=self._watch, name="zeus-run ask watcher", daemon=True)
-        self._watcher.start()
         return self.trial
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._done.set()
-        if self._watcher is not None:
-            self._watcher.join()
-        measured = self._measure()
+        measured = None
         if self.trial is not None:
+            m = self.trial.measured()
             self.trial.close()
-        if self._energy is not None:
-            self._energy.close()
+            if m is not None:
+                t, e, how = m
+                measured = Measured(t, e, how["source"], how["estimated"], how["method"], how["max_power"])
         message = None if exc is None else f"{type(exc).__name__}: {exc}"
         self.job.record = tell(
             self.asked.run_dir,
@@ -123,36 +113,3 @@ class AskedTrial:
             measured=measured,
         )
         # None: an exception raised in the block goes on after it is recorded
-
-    def _measure(self) -> Measured:
-        energy = self._energy
-        assert energy is not None
-        return Measured(
-            time=time.monotonic() - self._start,
-            energy=max(energy.read() - self._e0, 0.0),
-            source=energy.name,
-            estimated=energy.estimated,
-            method=energy.method,
-            max_power=energy.max_power,
-        )
-
-    def _watch(self) -> None:
-        """Stop the trial when its next epoch would cross the cost threshold (measured here)."""
-        a = self.asked
-        while not self._done.wait(WATCH_INTERVAL):
-            trial = self.trial
-            if a.cost_threshold is None or trial is None or trial.epoch < 1:
-                continue
-            m = self._measure()
-            cost = zeus_cost(m.energy, m.time, self.job.spec.eta, m.max_power)
-            if cost + cost / trial.epoch > a.cost_threshold:
-                self._stop(StopReason.COST_THRESHOLD)
-                return
-
-    def _stop(self, reason: StopReason) -> None:
-        a = self.asked
-        logger.info("recurrence %d try %d: %s", a.recurrence, a.attempt, reason.description)
-        with contextlib.suppress(OSError):
-            with open(a.trial_dir / TrialFiles.EVENTS, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"event": "stop", "reason": str(reason), "time": time.time()}) + "\n")
-            (a.trial_dir / TrialFiles.STOP).touch()

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, heartbeat_time
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.resume import interrupted_record
+from zeus_run.rundir.resume import marker_record
+from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
 
 #: Files whose rewriting shows that an ask's trial lives.
@@ -52,13 +53,27 @@ def has_expired(marker: RunningMarker, default_lease: float, now: float) -> bool
 
 def expired_record(spec: JobSpec, marker: RunningMarker, now: float) -> TrialRecord:
     """The record of an ask whose lease ran out: its decision, ``infrastructure``, not observed."""
-    lease = marker.lease if marker.lease is not None else spec.lease
+    return _expired(spec.name, spec.lease, marker, now)
+
+
+def expired_asks(path: Path, job: str, default_lease: float, now: float) -> list[TrialRecord]:
+    """The asks of run directory ``path`` whose lease ran out, as the records an expiry would append.
+
+    Read-only (``zeus-run history`` shows them as expired without writing): the next ask, tell or
+    launcher records them.
+    """
+    markers = sorted((m for m in read_running(path) or [] if m.asked), key=lambda m: m.trial)
+    return [_expired(job, default_lease, m, now) for m in markers if expires_at(m, default_lease) < now]
+
+
+def _expired(job: str, default_lease: float, marker: RunningMarker, now: float) -> TrialRecord:
+    lease = marker.lease if marker.lease is not None else default_lease
     quiet = now - last_sign_of_life(marker)
     why = (
         f"lease expired: no tell and no heartbeat for {quiet:.0f} s (lease {lease:g} s) after the ask from "
         f"{marker.host or 'an unknown host'}; an infrastructure failure, not fed to the optimizer and asked again"
     )
-    record = interrupted_record(spec, marker)
+    record = marker_record(job, marker)
     return dataclasses.replace(
         record,
         stop_reason=StopReason.INFRASTRUCTURE,

@@ -13,9 +13,7 @@ order the tells arrive.
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -23,81 +21,41 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import overload
 
-import yaml
-
 from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, has_expired
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
-from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError, UsageError, ZeusRunError
+from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy
 from zeus_run.executors import recover_trials
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.opener import locate, lock, stored_spec
 from zeus_run.rundir.resume import recover, request_of
-from zeus_run.rundir.store import SPEC_NAME, RunDir, read_running, read_stored_spec
-from zeus_run.spec import JobSpec, load_spec, parse_spec
+from zeus_run.rundir.store import RunDir
+from zeus_run.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
-#: Seconds an ask or tell waits for another ask or tell that holds the run directory.
-LOCK_WAIT = 30.0
 #: The engine's recurrence limit under ask/tell: every ask gets the next trial, whatever
 #: ``recurrences`` says (as ``run --next`` does); the optimizer still plans over ``recurrences``.
 _NO_LIMIT = 2**31 - 1
 
 
 def resolve_job(job: str | Path, run_dir: str | Path | None) -> tuple[JobSpec, Path]:
-    """The spec and run directory an ask names: a spec YAML (its ``run_dir``, or ``run_dir``), or a run directory.
+    """The spec and run directory an ask names (`zeus_run.rundir.opener.locate`, the one opener).
 
     Raises:
         SpecError: The spec is invalid.
         UsageError: ``job`` is neither a spec file nor a run directory with a ``spec.yaml``.
+        RunDirError: The run directory's history was recorded under other settings.
     """
-    p = Path(job)
-    if p.is_dir():
-        path = Path(run_dir) if run_dir is not None else p
-        return spec_of(p), path
-    if not p.is_file():
-        raise UsageError(
-            f"job = {str(p)!r}: no such spec file or run directory. Pass a job spec (job.yaml) or a run directory "
-            "that has a spec.yaml."
-        )
-    spec = load_spec(p)
-    return spec, Path(run_dir) if run_dir is not None else spec.run_dir
+    where = locate(job, run_dir)
+    return where.spec, where.path
 
 
-def spec_of(path: Path) -> JobSpec:
-    """The job spec a run directory was started with (its resolved ``spec.yaml``).
-
-    Parsed once per version of the file (its inode, size and modification time): a
-    server answers many reports of one job, and each would otherwise parse it anew.
-
-    Raises:
-        RunDirError: It has none, or it cannot be read.
-    """
-    try:
-        st = os.stat(path / SPEC_NAME)
-    except OSError:
-        return _parse_stored(str(path), None)
-    return _parse_stored(str(path), (st.st_ino, st.st_size, st.st_mtime_ns))
-
-
-@functools.lru_cache(maxsize=64)
-def _parse_stored(path_text: str, version: tuple[int, int, int] | None) -> JobSpec:
-    """`spec_of` for one version of ``spec.yaml`` (None: not there; an error is never cached).
-
-    A `JobSpec` is immutable, so one parsed copy is safely shared.
-    """
-    path = Path(path_text)
-    data = read_stored_spec(path)
-    if data is None:
-        raise RunDirError(
-            f"run_dir = {str(path)!r} has no {SPEC_NAME}: it is not a run directory zeus-run started. Pass the job "
-            "spec (zeus-run ask job.yaml) the first time; later asks and tells can name the run directory."
-        )
-    data.pop("source", None)
-    return parse_spec(yaml.safe_dump(data, sort_keys=False), source=path / SPEC_NAME)
+#: The spec a run directory was started with (`zeus_run.rundir.opener.stored_spec`).
+spec_of = stored_spec
 
 
 class Session:
@@ -237,24 +195,6 @@ def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord]) -> list[T
     return expired
 
 
-def expire_stale(path: Path) -> list[TrialRecord]:
-    """Expire the asks of a run directory whose lease ran out, if it has any and the lock is free (``history``
-    does this on its way; a busy or unusable run directory is left as it is)."""
-    asks = [m for m in read_running(path) or [] if m.asked]
-    if not asks:
-        return []
-    try:
-        spec = spec_of(path)
-        now = time.time()
-        if not any(has_expired(m, spec.lease, now) for m in asks):
-            return []
-        with open_session(path, spec, role="expire") as s:
-            return s.expire()
-    except ZeusRunError as exc:
-        logger.info("did not expire the asks of %s: %s", path, exc)
-        return []
-
-
 @contextmanager
 def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> Iterator[Session]:
     """Lock the run directory for one ask, tell or expiry, and read it.
@@ -270,7 +210,7 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     """
     if spec is None:
         spec = spec_of(path)
-    with RunDir.open(path, wait=LOCK_WAIT, role=role, scan_trials=False) as rd:
+    with lock(path, role) as rd:
         rd.history.repair_tail()
         markers = rd.running_trials() or []
         if any(not m.asked for m in markers):  # a dead launcher's trials: recorded as interrupted

@@ -21,9 +21,9 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import time as _time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from zeus_run import _fs
 from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
 from zeus_run.asktell._lease import ask_provenance, has_expired
+from zeus_run.asktell._measure import REPORTED, Measured, impute, meter_of
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import (
     RunningMarker,
@@ -42,42 +43,23 @@ from zeus_run.contract import (
     write_heartbeat,
 )
 from zeus_run.cost import zeus_cost
+from zeus_run.engine.record import UNMEASURED, Measurement, trial_record
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
-from zeus_run.executors._base import now
+from zeus_run.executors._base import measured_by, now
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
-from zeus_run.rundir.resume import interrupted_record, request_of
+from zeus_run.rundir.resume import marker_fields, request_of
 from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import read_agent_info, read_outcome
-from zeus_run.trial.events import EventLogTail
+from zeus_run.trial.events import EpochEvent, EventLogTail
 from zeus_run.trial.log import log_tail
+from zeus_run.trial.stop import StopRule, judge
 
 logger = logging.getLogger(__name__)
 
 #: Written into the trial's directory by a tell that came after the lease expired (what it reported).
 LATE_TELL_NAME = "late_tell.json"
-
-
-@dataclass(frozen=True)
-class Measured:
-    """Time and energy measured in the trial's own process (the Python API's `zeus_run.asktell.Job`).
-
-    Attributes:
-        time: Unit: s.
-        energy: Unit: J.
-        source: The energy source's name (``nvml``, ``rapl``, ``estimate``).
-        estimated: Whether the energy is an estimate.
-        method: How it was obtained.
-        max_power: Max power for the cost (unit: W).
-    """
-
-    time: float
-    energy: float
-    source: str
-    estimated: bool
-    method: str | None
-    max_power: float
 
 
 def tell(
@@ -131,8 +113,8 @@ def tell(
                 return marker  # a retry of the tell that closed it: its answer again
             _refuse(s, token, marker, told)
         assert isinstance(marker, RunningMarker)
-        record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured))
         request = request_of(marker, s.spec)
+        record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.history)
         engine = s.ledger().engine
         record, spec_fault = engine.settle(request, record, s.history, stamp=True)
         if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
@@ -175,6 +157,7 @@ def report_epoch(
     time: float | None = None,
     energy: float | None = None,
     key: str | None = None,
+    measured: Mapping[str, object] | None = None,
 ) -> StopReason | None:
     """Record one validated epoch of an ask's trial (durably) and say whether to stop; renews the lease.
 
@@ -184,14 +167,17 @@ def report_epoch(
         epoch: The epoch just validated (1-based).
         metric: Its validation metric.
         time: Time since the trial began (unit: s), if the caller measures it (else: since the ask).
-        energy: Energy since the trial began (unit: J), if the caller measures it (else: the spec's estimate).
+        energy: Energy since the trial began (unit: J), if the caller measures it (else the stop rule
+            judges on the spec's ``energy.watts`` x time, and the tell records the energy as unmeasured).
+        measured: How the caller measures (``source``, ``method``, ``estimated``, ``max_power``), said once.
         key: Idempotency key (`zeus_run.asktell._keys`), kept in the epoch's line of the events.
 
     An epoch already reported (a retry, with or without its key) is not recorded again: the
     answer is the one it got then.
 
     Returns:
-        Why to stop (the target, ``max_epochs``, the cost threshold), or None to go on.
+        Why to stop (`zeus_run.trial.stop.StopRule`: the target, ``max_epochs``, the cost threshold, the
+        timeout), or None to go on.
 
     Raises:
         LeaseExpired, UnknownToken: As `heartbeat`.
@@ -208,6 +194,8 @@ def report_epoch(
     if earlier is not None:
         return earlier[0]
     now = _time.time()
+    tail = EventLogTail(str(tdir / TrialFiles.EVENTS))
+    before = tail.finish()
     event: dict[str, object] = {"event": "epoch", "epoch": int(epoch), "metric": float(metric), "time": now}
     if stamped is not None:
         event["key"] = stamped
@@ -215,8 +203,24 @@ def report_epoch(
         event["elapsed"] = float(time)
     if energy is not None:
         event["energy"] = float(energy)
-    stop = _stop_rule(spec, marker, int(epoch), float(metric), now, time, energy)
-    lines = [event] + ([{"event": "stop", "reason": str(stop), "time": now}] if stop is not None else [])
+    lines: list[dict[str, object]] = []
+    if measured and tail.measured is None:  # how the training side measures, said once
+        lines.append({"event": "info", "measured": dict(measured), "time": now})
+    lines.append(event)
+    start = _start(tail, marker)
+    max_power = _max_power(spec, None, meter_of(tail.measured or measured, spec.energy.watts))
+    prev = _points(spec, before[-1:], start, max_power)
+    prev_cost = (prev[0][3] or 0.0) if prev else 0.0
+    (_, elapsed, _, cost), *_ = _points(
+        spec, [EpochEvent(int(epoch), float(metric), now, time, energy)], start, max_power
+    )
+    stop = None
+    if cost is not None and elapsed is not None:
+        rule = _rule(spec, marker)
+        stop = rule.after_epoch(int(epoch), float(metric), cost, prev_cost)
+        stop = stop or rule.during(elapsed, cost)
+    if stop is not None:
+        lines.append({"event": "stop", "reason": str(stop), "time": now})
     _append_durably(tdir / TrialFiles.EVENTS, lines)
     return stop
 
@@ -305,34 +309,22 @@ class _Told:
     measured: Measured | None
 
 
-def _record(spec: JobSpec, marker: RunningMarker, told: _Told) -> TrialRecord:
+def _record(spec: JobSpec, marker: RunningMarker, told: _Told, history: Sequence[TrialRecord]) -> TrialRecord:
     tdir = Path(marker.trial_dir or "")
-    base = interrupted_record(spec, marker)
     outcome = read_outcome(tdir)
-    source: tuple[float, str, bool, str | None] = (spec.energy.watts, "estimate", True, "watts-x-time")
     reported: list[str] = []
     if outcome is not None:  # the agent ran it (zeus-run exec): measured where it ran
-        measured_by = (read_agent_info(tdir) or {}).get("energy") or {}
-        source = (
-            float(measured_by.get("max_power") or outcome.max_power),
-            str(measured_by.get("name") or "estimate"),
-            bool(measured_by.get("estimated", True)),
-            measured_by.get("method"),
-        )
+        how = measured_by(read_agent_info(tdir) or {}, Measurement("estimate", True))
     else:
-        outcome, reported = _from_events(spec, marker, told)
-        measured = told.measured
-        if measured is not None and "energy" not in reported:
-            source = (measured.max_power, measured.source, measured.estimated, measured.method)
-        elif "energy" in reported:
-            source = (spec.energy.watts, "reported", False, None)
+        outcome, how, reported = _from_events(spec, marker, told, history)
     notes = [n for n in (told.message, outcome.message) if n]
-    return dataclasses.replace(
-        base,
-        **{**outcome.record_fields(), "exit_code": told.exit_code if outcome.exit_code is None else outcome.exit_code},
-        energy_source=source[1],
-        estimated=source[2],
-        energy_method=source[3],
+    return trial_record(
+        spec.name,
+        request_of(marker, spec),
+        outcome,
+        how,
+        **marker_fields(marker),
+        exit_code=told.exit_code if outcome.exit_code is None else outcome.exit_code,
         message="; ".join(dict.fromkeys(notes)) or None,
         ended_at=now(),
         triggered_at=marker.started_at,  # an ask is its trial's trigger
@@ -341,80 +333,106 @@ def _record(spec: JobSpec, marker: RunningMarker, told: _Told) -> TrialRecord:
     )
 
 
-def _from_events(spec: JobSpec, marker: RunningMarker, told: _Told) -> tuple[TrialOutcome, list[str]]:
-    """The outcome of a trial no agent watched: its events, and the time and energy reported or measured."""
-    exit_code, energy, time, measured = told.exit_code, told.energy, told.time, told.measured
+def _from_events(
+    spec: JobSpec, marker: RunningMarker, told: _Told, history: Sequence[TrialRecord]
+) -> tuple[TrialOutcome, Measurement, list[str]]:
+    """The outcome of a trial no agent watched: its epochs read back through the stop rule, and its time and
+    energy as the training side measured them (`zeus_run.asktell._measure`)."""
     tail = EventLogTail(str(Path(marker.trial_dir or "") / TrialFiles.EVENTS))
     events = tail.finish()
-    hits = [i for i, e in enumerate(events) if _hits(spec, e.metric)]
-    judged = events[: hits[0] + 1] if hits else events  # counted up to the point it was judged
-    reported: list[str] = []
-    last = judged[-1] if judged else None
-    start = tail.started if tail.started is not None else (marker.asked_at or _time.time())
-    end = last.time if last is not None and last.time is not None else _time.time()
-    t = max(end - start, 0.0)
-    if time is not None:
-        t, reported = float(time), [*reported, "time"]
-    elif last is not None and last.elapsed is not None:
-        t, reported = last.elapsed, [*reported, "time"]
-    elif measured is not None:
-        t = measured.time
-    max_power = measured.max_power if measured is not None else spec.energy.watts
-    e = spec.energy.watts * t
-    if energy is not None:
-        e, reported = float(energy), [*reported, "energy"]
-    elif last is not None and last.energy is not None:
-        e, reported = last.energy, [*reported, "energy"]
-    elif measured is not None:
-        e = measured.energy
-    if hits:
-        reason = StopReason.TARGET_REACHED
-    elif tail.stop == StopReason.COST_THRESHOLD.value:
-        reason = StopReason.COST_THRESHOLD
-    elif exit_code not in (None, 0):
-        reason = StopReason.CRASHED
-    elif len(events) >= spec.max_epochs:
-        reason = StopReason.MAX_EPOCHS
+    start = _start(tail, marker)
+    meter = meter_of(tail.measured, spec.energy.watts)
+    max_power = _max_power(spec, told.measured, meter)
+    points = _points(spec, events, start, max_power)
+    judged = judge(_rule(spec, marker), [(m, c) for m, _, _, c in points])
+    reason, counted = judged.reason, judged.epochs
+    # The point it was judged at: (time, energy) since it began, None where unknown.
+    at: tuple[float | None, float | None] | None = None
+    if reason is not None and counted > 0:
+        at = points[counted - 1][1:3]
+    if tail.stop is not None and tail.stop_after is not None and (reason is None or tail.stop_after < counted):
+        # Stopped live between epochs (the hard cut, the timeout), before the rule would have at an epoch.
+        reason, counted = StopReason.parse(tail.stop), tail.stop_after
+        at = tail.stop_point
+    if reason is None:
+        reason = StopReason.CRASHED if told.exit_code not in (None, 0) else StopReason.EXITED
+    # The whole trial, as told or measured (else up to now).
+    total_t = told.time if told.time is not None else told.measured.time if told.measured is not None else None
+    if total_t is None:
+        total_t = max(_time.time() - start, 0.0)
+    total_e = told.energy if told.energy is not None else told.measured.energy if told.measured else None
+    t = at[0] if at is not None and at[0] is not None else total_t
+    e = at[1] if at is not None else None
+    if e is None and total_e is not None:
+        e = total_e * (t / total_t) if total_t > 0 and t < total_t else total_e
+    reported = [*(["time"] if told.time is not None else []), *(["energy"] if told.energy is not None else [])]
+    if at is not None and at[1] is not None:
+        how = meter[0] if meter is not None else Measurement(REPORTED)
+        if meter is None:
+            reported = sorted({*reported, "energy"})
+    elif told.energy is not None:
+        how = Measurement(REPORTED)
+    elif told.measured is not None:
+        how = told.measured.how
+    elif events and events[-1].energy is not None:
+        e = events[-1].energy
+        how = meter[0] if meter is not None else Measurement(REPORTED)
     else:
-        reason = StopReason.EXITED
+        how = Measurement(UNMEASURED)
+    if e is None or not how.measured:
+        e, how, max_power = impute(history, marker.batch_size, t, spec.energy.watts)
+    decided = at is not None
     outcome = TrialOutcome(
-        epochs=len(judged),
+        epochs=counted,
         time=t,
         energy=e,
         max_power=max_power,
         cost=zeus_cost(e, t, spec.eta, max_power),
-        reached=bool(hits),
+        reached=reason is StopReason.TARGET_REACHED,
         stop_reason=reason,
-        exit_code=exit_code,
-        metrics=tuple(ev.metric for ev in judged),
+        exit_code=told.exit_code,
+        after_time=max(total_t - t, 0.0) if decided else None,
+        after_energy=max(total_e - e, 0.0) if decided and total_e is not None else None,
+        metrics=tuple(ev.metric for ev in events[:counted]),
         malformed=tail.malformed,
-        cause=crash_cause(reason, told.message, exit_code),
+        message=None if told.message else tail.error,
+        cause=crash_cause(reason, told.message or tail.error, told.exit_code),
     )
-    return outcome, reported
+    return outcome, how, reported
 
 
-def _stop_rule(
-    spec: JobSpec, marker: RunningMarker, epoch: int, metric: float, now: float, t: float | None, e: float | None
-) -> StopReason | None:
-    """The stop rules a trial without an agent is held to after each epoch (the agent's, on reported figures)."""
-    if _hits(spec, metric):
-        return StopReason.TARGET_REACHED
-    if epoch >= spec.max_epochs:
-        return StopReason.MAX_EPOCHS
-    if marker.cost_threshold is None or epoch < 1:
-        return None
-    elapsed = t if t is not None else max(now - (marker.asked_at or now), 0.0)
-    used = e if e is not None else spec.energy.watts * elapsed
-    cost = zeus_cost(used, elapsed, spec.eta, spec.energy.watts)
-    if cost + cost / epoch > marker.cost_threshold:  # the next epoch would cross it
-        return StopReason.COST_THRESHOLD
-    return None
+def _rule(spec: JobSpec, marker: RunningMarker) -> StopRule:
+    """The stop rule an ask's trial is held to (the launcher's: `zeus_run.trial.stop`)."""
+    return StopRule(spec.max_epochs, spec.target_metric, spec.higher_is_better, marker.threshold, spec.timeout)
 
 
-def _hits(spec: JobSpec, metric: float) -> bool:
-    if not math.isfinite(metric):
-        return False
-    return metric >= spec.target_metric if spec.higher_is_better else metric <= spec.target_metric
+def _start(tail: EventLogTail, marker: RunningMarker) -> float:
+    """When the trial began (Unix time): its script's start, else the ask."""
+    if tail.started is not None:
+        return tail.started
+    return marker.asked_at if marker.asked_at is not None else _time.time()
+
+
+def _max_power(spec: JobSpec, measured: Measured | None, meter: tuple[Measurement, float] | None) -> float:
+    if measured is not None:
+        return measured.max_power
+    return meter[1] if meter is not None else spec.energy.watts
+
+
+def _points(
+    spec: JobSpec, events: Sequence[EpochEvent], start: float, max_power: float
+) -> list[tuple[float, float | None, float | None, float | None]]:
+    """Per epoch: its metric, time and energy since the trial began (None: unknown), and the cost the stop rule
+    judges (energy unknown: the spec's ``energy.watts`` x time, as the rule had it live)."""
+    out: list[tuple[float, float | None, float | None, float | None]] = []
+    for ev in events:
+        elapsed = ev.elapsed if ev.elapsed is not None else None if ev.time is None else max(ev.time - start, 0.0)
+        cost = None
+        if elapsed is not None:
+            used = ev.energy if ev.energy is not None else spec.energy.watts * elapsed
+            cost = zeus_cost(used, elapsed, spec.eta, max_power)
+        out.append((ev.metric, elapsed, ev.energy, cost))
+    return out
 
 
 def _where(tdir: Path) -> dict[str, object]:

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
 from zeus_run.views.jobs import many_jobs
 
+if TYPE_CHECKING:
+    from zeus_run.records import TrialRecord
+    from zeus_run.rundir.settings import RunSettings
 
-def default_batch_size_of(history_file: Path) -> int | None:
-    """b0 from the run directory's resolved spec, if there is one."""
-    from zeus_run.views.jobs import default_batch_size_of as of_run_dir
 
-    return of_run_dir(history_file.parent)
+def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]) -> list[TrialRecord]:
+    """The asks whose lease ran out, as the records their expiry will append (shown, not written: a read-only
+    command stays read-only; the next ask, tell or launcher records them)."""
+    import time
+
+    from zeus_run.asktell._lease import expired_asks
+    from zeus_run.spec._model import DEFAULT_LEASE
+
+    lease = settings.lease if settings.lease is not None else DEFAULT_LEASE
+    job = records[0].job if records else str((settings.raw or {}).get("name") or run_dir.name)
+    return expired_asks(run_dir, job, lease, time.time())
 
 
 def profile_lines(run_dir: Path) -> list[str]:
@@ -91,15 +102,16 @@ def history_command(
     if many_jobs(paths):
         _history_of_jobs(paths, fmt)
         return
+    from zeus_run.rundir.settings import RunSettings
+
     if fmt is Format.table and _nothing_recorded_yet(paths[0]):
         return
     hist = run_dir_history(paths[0])
-    from zeus_run.asktell._session import expire_stale
-
-    expire_stale(hist.parent)  # asks whose lease ran out are recorded as infrastructure first
-    records = read_history(hist)
-    summary = summarize_run(records, knobs_of(hist.parent), default_batch_size_of(hist))
-    money = accounting_of(hist.parent, records, summary)
+    settings = RunSettings.read(hist.parent)  # spec.yaml, read once
+    records = list(read_history(hist))
+    records += expired_now(hist.parent, settings, records)  # shown, not written: history only reads
+    summary = summarize_run(records, knobs_of(hist.parent, settings), settings.default_batch_size)
+    money = accounting_of(hist.parent, records, summary, settings)
     if fmt is not Format.table:
         write_records(records, fmt.value, summary, money)
         return
@@ -123,7 +135,7 @@ def history_command(
         out.print(line, markup=False)
     for line in profile_lines(hist.parent):
         out.print(line, markup=False)
-    for line in in_flight_lines(hist.parent):
+    for line in in_flight_lines(hist.parent, settings=settings):
         out.print(line, markup=False)
 
 

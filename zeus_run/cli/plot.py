@@ -41,8 +41,8 @@ def plot_command(
 
         zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
     """
-    from zeus_run.cli.history import default_batch_size_of
     from zeus_run.rundir.history import read_history
+    from zeus_run.rundir.settings import RunSettings
     from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
     from zeus_run.views.plot import load_matplotlib, plot_history
 
@@ -58,9 +58,10 @@ def plot_command(
     hist = run_dir_history(paths[0])
     load_matplotlib()  # a missing extra is reported before the history is read
     records = read_history(hist)
-    b0 = default_batch_size_of(hist)
-    summary = summarize_run(records, knobs_of(hist.parent), b0)
-    money = accounting_of(hist.parent, records, summary)
+    settings = RunSettings.read(hist.parent)  # spec.yaml, read once
+    b0 = settings.default_batch_size
+    summary = summarize_run(records, knobs_of(hist.parent, settings), b0)
+    money = accounting_of(hist.parent, records, summary, settings)
     out = plot_history(
         records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money, summary=summary
     )

@@ -294,7 +294,8 @@ def write_run_dir(path: Path, result: SimResult) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     import yaml
 
-    from zeus_run.rundir.store import RunDir, atomic_write
+    from zeus_run.rundir.opener import lock
+    from zeus_run.rundir.store import atomic_write
 
     t = result.table
     assert result.knobs is not None  # `simulate` sets it
@@ -305,7 +306,7 @@ def write_run_dir(path: Path, result: SimResult) -> None:
         "recurrences": result.horizon,
         "trace": {"gpu": t.gpu, "dataset": t.job.dataset, "network": t.job.network, "optimizer": t.job.optimizer},
     }
-    with RunDir.open(path) as rd:
+    with lock(path, "run") as rd:  # the one opener
         if rd.history.path.exists():
             raise UsageError(f"{str(path)!r} already holds a history; choose an empty --run-dir.")
         atomic_write(rd.spec_path, "# Simulated run (zeus-run simulate).\n" + yaml.safe_dump(spec, sort_keys=False))

@@ -27,7 +27,15 @@ from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles
 from zeus_run.contract._process import process_start_time
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
-from zeus_run.contract._trial import BURST_TIMING, STDOUT_MODES, TrialOutcome, TrialPlan, crash_cause, exit_text
+from zeus_run.contract._trial import (
+    BURST_TIMING,
+    STDOUT_MODES,
+    TrialOutcome,
+    TrialPlan,
+    crash_cause,
+    exit_text,
+    reaches_target,
+)
 
 __all__ = [
     "ASK_EXECUTOR",
@@ -47,5 +55,6 @@ __all__ = [
     "markers_from_json",
     "markers_to_json",
     "process_start_time",
+    "reaches_target",
     "write_heartbeat",
 ]

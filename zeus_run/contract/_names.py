@@ -24,6 +24,11 @@ class Env:
     STOP_FILE = "ZEUS_STOP_FILE"
     #: The metric's name in a framework's logs (spec ``metric.name``; the framework callbacks read it).
     METRIC_NAME = "ZEUS_METRIC_NAME"
+    #: The spec's ``energy`` section as JSON: how a script that no launcher watches measures itself
+    #: (`zeus_run.train.Trial`, through `zeus_run.energy.SelfMeter`), so every door measures alike.
+    ENERGY = "ZEUS_ENERGY"
+    #: The spec's ``timeout`` (unit: s; empty: none), for the stop rule on the training side.
+    TIMEOUT = "ZEUS_TIMEOUT"
     PROFILE = "ZEUS_PROFILE"
     PROFILE_STOP = "ZEUS_PROFILE_STOP"
     #: The trial's process marker (`zeus_run.trial.proctree`): every process of the trial carries it.

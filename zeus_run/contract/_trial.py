@@ -1,4 +1,5 @@
-"""A trial in and out (`TrialPlan`, `TrialOutcome`), and the one-line cause of a failure (`crash_cause`)."""
+"""A trial in and out (`TrialPlan`, `TrialOutcome`), the target (`reaches_target`), and the one-line cause of a
+failure (`crash_cause`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ from zeus_run.contract._reasons import StopReason
 STDOUT_MODES = ("pipe", "pty")
 #: ``epoch_timing`` of a trial whose epochs all arrived at once at its exit (`zeus_run.trial.burst`).
 BURST_TIMING = "burst"
+
+# -- the target ------------------------------------------------------------------------------
+
+
+def reaches_target(metric: float, target: float | None, higher_is_better: bool) -> bool:
+    """Whether ``metric`` reaches ``target``: the one "converged" predicate of every door.
+
+    The launcher's trial runner, ``tell``, the training-side helper (`zeus_run.train`), resume's
+    history check and replay's recorded paths all ask this. A NaN (a diverged epoch) or infinite
+    metric never converges; no target (None) is never reached.
+    """
+    if target is None or not math.isfinite(metric):
+        return False
+    return metric >= target if higher_is_better else metric <= target
+
 
 # -- a trial in and out ---------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from zeus_run.energy._base import EnergySource
 from zeus_run.energy._estimate import EstimatedEnergy
 from zeus_run.energy._nvml import NvmlEnergy, visible_gpu_ids
 from zeus_run.energy._rapl import RaplEnergy, SumEnergy, rapl_status
+from zeus_run.energy._self import SelfMeter, own_cpu_seconds
 from zeus_run.errors import EnergyError
 from zeus_run.spec import EnergySettings
 from zeus_run.trial.proctree import have_proc
@@ -90,9 +91,11 @@ __all__ = [
     "EstimatedEnergy",
     "NvmlEnergy",
     "RaplEnergy",
+    "SelfMeter",
     "SumEnergy",
     "gpu_source",
     "open_energy_source",
+    "own_cpu_seconds",
     "rapl_status",
     "visible_gpu_ids",
 ]

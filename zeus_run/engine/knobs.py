@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from zeus_run.engine.core import Engine
 from zeus_run.errors import HistoryError
 from zeus_run.objective import Objective, charge_for
@@ -102,15 +100,24 @@ class Knobs:
         return cls.from_mapping(spec.to_dict())
 
     @classmethod
-    def from_run_dir(cls, run_dir: str | Path) -> Knobs:
-        """Read ``spec.yaml`` of a run directory.
+    def from_run_dir(cls, run_dir: str | Path, settings: Mapping[str, Any] | None = None) -> Knobs:
+        """The knobs of a run directory's ``spec.yaml`` (read by `zeus_run.rundir.settings`, the one reader).
+
+        Args:
+            run_dir: The run directory.
+            settings: Its settings already read (`zeus_run.rundir.settings.RunSettings.raw`); None: read them.
 
         Raises:
-            HistoryError: It is missing or lacks a setting.
+            HistoryError: It is missing, unreadable, or lacks a setting.
         """
-        path = Path(run_dir) / "spec.yaml"
+        from zeus_run.errors import RunDirError
+        from zeus_run.rundir.settings import SPEC_NAME, read_settings
+
+        path = Path(run_dir) / SPEC_NAME
         try:
-            d: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            d = settings if settings is not None else read_settings(Path(run_dir))
+            if d is None:
+                raise FileNotFoundError(f"no {SPEC_NAME}")
             knobs = cls.from_mapping(d)
             knobs = dataclasses.replace(
                 knobs, default_profile=_default_profile(Path(run_dir), knobs.default_batch_size)
@@ -119,7 +126,7 @@ class Knobs:
             if not 0.0 <= knobs.eta <= 1.0:
                 raise ValueError(f"eta {knobs.eta} is not in [0, 1]")
             return knobs
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (OSError, RunDirError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise HistoryError(
                 f"Cannot read the run's settings from {str(path)!r} ({type(exc).__name__}: {exc}). "
                 "Replay needs the spec.yaml that zeus-run writes into every run directory."

@@ -23,12 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zeus_run.contract import StopReason
+from zeus_run.contract import StopReason, TrialOutcome, reaches_target
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine.concurrent import Clocked
 from zeus_run.engine.core import Executor, TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.errors import ConvergenceError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
@@ -208,7 +209,7 @@ def empirical_paths(records: Sequence[TrialRecord], knobs: Knobs) -> dict[int, l
             continue
         hit = None
         for i, m in enumerate(r.metrics, start=1):
-            if (m >= knobs.target_metric) if knobs.higher_is_better else (m <= knobs.target_metric):
+            if reaches_target(m, knobs.target_metric, knobs.higher_is_better):
                 hit = i
                 break
         if hit is None and r.reached:  # a record without metrics (e.g. simulated)
@@ -330,13 +331,7 @@ class EmpiricalExecutor:
         reached: bool,
         reason: StopReason,
     ) -> TrialRecord:
-        return TrialRecord(
-            job="replay",
-            recurrence=req.recurrence,
-            attempt=req.attempt,
-            trial=req.trial,
-            batch_size=req.decision.batch_size,
-            stage=req.decision.stage,
+        outcome = TrialOutcome(
             epochs=epochs,
             time=time,
             energy=energy,
@@ -344,11 +339,16 @@ class EmpiricalExecutor:
             cost=cost,
             reached=reached,
             stop_reason=reason,
-            energy_source="replay",
-            estimated=r.estimated,
-            kind="replayed",
-            cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
+            exit_code=None,
             metrics=r.metrics[:epochs],
+        )
+        return trial_record(
+            "replay",
+            req,
+            outcome,
+            Measurement("replay", r.estimated),
+            kind="replayed",
+            observed=True,  # replayed paths are observed ones (`empirical_paths`)
             detail=f"{req.decision.detail}; recorded trial #{r.trial}".lstrip("; "),
         )
 

@@ -44,8 +44,9 @@ from zeus_run.rundir import joins
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held, launcher_holds
+from zeus_run.rundir.opener import locate, lock
 from zeus_run.rundir.resume import choose_run_dir, recover, request_of
-from zeus_run.rundir.store import RunDir, first_missing, remove_if_unused
+from zeus_run.rundir.store import first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -115,7 +116,8 @@ def run_job(
     """
     lst: RunListener = listener or NullRunListener()
     trigger = triggered_at or now()
-    path, resumed = choose_run_dir(spec, run_dir, new, force)
+    where = locate(spec, run_dir, new=new, force=force)  # the one opener of every door
+    path, resumed = where.path, where.resumed
     _preflight_default(spec)
     cancel = cancel or threading.Event()
     executor_class = EXECUTORS[spec.executor.kind]
@@ -123,7 +125,7 @@ def run_job(
     creates = first_missing(path)  # parents this run creates too (`runs/` of `runs/job`)
     with contextlib.ExitStack() as stack:
         try:
-            rd = stack.enter_context(RunDir.open(path))
+            rd = stack.enter_context(lock(path, "run"))
         except RunDirBusy:
             if next_recurrences is None or spec.concurrency < 2 or not launcher_holds(path):
                 raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ from zeus_run.contract import Env, RunningMarker, TrialFiles, TrialOutcome, Tria
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir
@@ -217,7 +219,7 @@ def prepare(
             Env.LEARNING_RATE: "" if lr is None else repr(lr),
             Env.SEED: str(seed),
             Env.TARGET_METRIC: repr(spec.target_metric),
-            Env.HIGHER_IS_BETTER: "1" if spec.higher_is_better else "0",
+            Env.HIGHER_IS_BETTER: str(int(spec.higher_is_better)),
             Env.MAX_EPOCHS: str(spec.max_epochs),
             Env.ETA_KNOB: repr(spec.eta),
             Env.COST_THRESH: repr(req.cost_threshold),
@@ -227,6 +229,8 @@ def prepare(
             Env.TRY: str(req.attempt),
             Env.EVENT_LOG: str(tdir / TrialFiles.EVENTS),
             Env.STOP_FILE: str(tdir / TrialFiles.STOP),
+            Env.ENERGY: json.dumps(dataclasses.asdict(spec.energy)),
+            Env.TIMEOUT: "" if spec.timeout is None else repr(spec.timeout),
         }
     )
     if spec.metric.name is not None:
@@ -299,24 +303,16 @@ def to_record(
     req: TrialRequest,
     prepared: PreparedTrial,
     out: TrialOutcome,
-    energy: EnergySource,
+    how: Measurement,
     message: str | None,
     where: dict[str, object] | None,
 ) -> TrialRecord:
-    """The history record of a finished trial."""
-    return TrialRecord(
-        job=spec.name,
-        recurrence=req.recurrence,
-        attempt=req.attempt,
-        trial=req.trial,
-        batch_size=req.decision.batch_size,
-        stage=req.decision.stage,
-        detail=req.decision.detail,
-        **out.record_fields(),
-        energy_source=energy.name,
-        estimated=energy.estimated,
-        kind="real",
-        energy_method=energy.method,
+    """The history record of a finished trial (`zeus_run.engine.record.trial_record` with what the executor knows)."""
+    return trial_record(
+        spec.name,
+        req,
+        out,
+        how,
         learning_rate=prepared.learning_rate,
         seed=prepared.seed,
         cost_threshold=prepared.running.cost_threshold,
@@ -325,6 +321,18 @@ def to_record(
         ended_at=now(),
         log=str(prepared.plan.trial.log_path.relative_to(rd.path)),
         message=message,
+    )
+
+
+def measured_by(agent: Mapping[str, object], fallback: Measurement) -> Measurement:
+    """How an agent measured its trial (``agent.json``'s ``energy``), else ``fallback``."""
+    m = agent.get("energy")
+    m = m if isinstance(m, Mapping) else {}
+    method = m.get("method")
+    return Measurement(
+        str(m.get("name") or fallback.source),
+        bool(m.get("estimated", fallback.estimated)),
+        str(method) if method else fallback.method,
     )
 
 

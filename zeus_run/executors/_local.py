@@ -18,6 +18,7 @@ from zeus_run.contract import Env, RunningMarker
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine.concurrent import slot_devices
 from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.record import Measurement
 from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
 from zeus_run.optimizer.power_limit import recurrences_left
@@ -156,7 +157,7 @@ class LocalExecutor(RealExecutor):
                     f"observer mode: ran at the maximum power limit; time and energy counted as if at {out.power_limit:g} W",
                     message,
                 )
-        record = to_record(self.spec, self.rd, req, prepared, out, energy, message, self.provenance)
+        record = to_record(self.spec, self.rd, req, prepared, out, Measurement.of(energy), message, self.provenance)
         self.burst.check(record)
         return record
 
@@ -177,7 +178,7 @@ class LocalExecutor(RealExecutor):
         self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
         logger.info("recurrence %d try %d: taken over from its outcome", req.recurrence, req.attempt)
         message = _prepend("taken over from a launcher that died after it ended", outcome.message)
-        record = to_record(self.spec, self.rd, req, prepared, outcome, energy, message, self.provenance)
+        record = to_record(self.spec, self.rd, req, prepared, outcome, Measurement.of(energy), message, self.provenance)
         self.burst.check(record)
         return record
 

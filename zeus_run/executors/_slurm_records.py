@@ -16,7 +16,8 @@ from typing import Any
 from zeus_run import __version__
 from zeus_run.contract import StopReason, TrialOutcome
 from zeus_run.energy import EnergySource
-from zeus_run.executors._base import to_record
+from zeus_run.engine.record import Measurement
+from zeus_run.executors._base import measured_by, to_record
 from zeus_run.executors._slurm_job import _Job
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir
@@ -103,15 +104,18 @@ class _Records:
             }
         )
         message = "; ".join(n for n in notes if n) or None
-        record = to_record(self.spec, self._rd, job.req, job.prepared, outcome, self.energy, message, where)
-        self.burst.check(record)
-        measured = agent.get("energy") or {}
-        return dataclasses.replace(
-            record,
-            energy_source=str(measured.get("name") or record.energy_source),
-            estimated=bool(measured.get("estimated", record.estimated)),
-            energy_method=measured.get("method") or record.energy_method,
+        record = to_record(
+            self.spec,
+            self._rd,
+            job.req,
+            job.prepared,
+            outcome,
+            measured_by(agent, Measurement.of(self.energy)),
+            message,
+            where,
         )
+        self.burst.check(record)
+        return record
 
     def _without_outcome(self, job: _Job, state: str) -> tuple[TrialOutcome, str]:
         """An outcome for a trial whose agent left none: its last counted epoch, and why there is none.

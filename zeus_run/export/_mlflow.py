@@ -331,7 +331,7 @@ def _settings(job: JobView) -> dict[str, Any]:
     from zeus_run.errors import HistoryError
 
     try:
-        k = Knobs.from_run_dir(job.run_dir)
+        k = Knobs.from_run_dir(job.run_dir, job.settings.raw)
     except HistoryError:
         return {}
     return {

@@ -22,16 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, reaches_target
 from zeus_run.cost import zeus_cost
 from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.engine.replay import audit
 from zeus_run.errors import HistoryError, RunDirError
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
-from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running, read_stored_spec
+from zeus_run.rundir.settings import read_settings
+from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running
 from zeus_run.spec import DECISION_FIELDS, JobSpec
 
 logger = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
         RunDirError: ``spec.yaml`` is damaged.
         HistoryError: The history is damaged.
     """
-    stored = read_stored_spec(path)
+    stored = read_settings(path)
     records = list(HistoryStore(path / HISTORY_NAME).read(warn=False)) if (path / HISTORY_NAME).is_file() else []
     if stored is not None:
         diffs = spec_differences(stored, spec)
@@ -167,7 +169,7 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, pa
         if r.kind == "real" and r.epochs > spec.max_epochs:
             out.append(f"line {i + 1}: {r.epochs} epochs is more than max_epochs={spec.max_epochs}")
             break
-        hit = any(_hits(m, spec) for m in r.metrics)
+        hit = any(reaches_target(m, spec.target_metric, spec.higher_is_better) for m in r.metrics)
         if r.kind == "real" and r.metrics and hit != r.reached:
             out.append(
                 f"line {i + 1}: its metrics {list(r.metrics)} {'do not reach' if r.reached else 'reach'} the target"
@@ -179,10 +181,6 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, pa
     if result.divergence is not None:
         out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
     return out
-
-
-def _hits(metric: float, spec: JobSpec) -> bool:
-    return metric >= spec.target_metric if spec.higher_is_better else metric <= spec.target_metric
 
 
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:
@@ -312,24 +310,25 @@ def pending_records(path: Path, records: list[TrialRecord]) -> list[TrialRecord]
     their decision (for `zeus_run.engine.replay.audit`'s ``in_flight``)."""
     recorded = {r.trial for r in records}
     job = records[0].job if records else ""
-    return [_marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]
+    return [marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]
 
 
 def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
     """The record of a trial whose launcher died, from its marker: the engine's decision, no outcome."""
-    return _marker_record(spec.name, marker)
+    return marker_record(spec.name, marker)
 
 
-def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
-    rec, attempt = marker.recurrence, marker.attempt
-    return TrialRecord(
-        job=job,
-        recurrence=rec,
-        attempt=attempt,
+def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
+    """A trial's record from its ``running.json`` marker alone: its decision, interrupted, not observed."""
+    decision = TrialRequest(
+        recurrence=marker.recurrence,
+        attempt=marker.attempt,
         trial=marker.trial,
-        batch_size=marker.batch_size,
-        stage=marker.stage,
-        detail=marker.detail,
+        observed=0,  # not recorded
+        decision=Decision(marker.batch_size, marker.stage, marker.detail),
+        cost_threshold=marker.threshold,
+    )
+    nothing = TrialOutcome(
         epochs=0,
         time=0.0,
         energy=0.0,
@@ -337,16 +336,27 @@ def _marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         cost=0.0,
         reached=False,
         stop_reason=StopReason.INTERRUPTED,
-        observed=False,
-        energy_source=marker.energy_source,
-        estimated=marker.estimated,
-        learning_rate=marker.learning_rate,
-        seed=marker.seed,
-        cost_threshold=marker.cost_threshold,
-        started_at=marker.started_at,
-        log=f"trials/{TrialFiles.dir_name(rec, attempt)}/{TrialFiles.OUTPUT}",
+        exit_code=None,
+    )
+    return trial_record(
+        job,
+        decision,
+        nothing,
+        Measurement(marker.energy_source, marker.estimated),
+        **marker_fields(marker),
         message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
         provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
-        horizon=marker.horizon,
-        **marker.stamp(),
     )
+
+
+def marker_fields(marker: RunningMarker) -> dict[str, Any]:
+    """What a trial's record takes from its ``running.json`` marker beyond the decision (`trial_record`'s fields)."""
+    return {
+        "learning_rate": marker.learning_rate,
+        "seed": marker.seed,
+        "cost_threshold": marker.cost_threshold,
+        "started_at": marker.started_at,
+        "log": f"trials/{TrialFiles.dir_name(marker.recurrence, marker.attempt)}/{TrialFiles.OUTPUT}",
+        "horizon": marker.horizon,
+        **marker.stamp(),
+    }

@@ -33,12 +33,11 @@ from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_f
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
+from zeus_run.rundir.settings import SPEC_NAME, read_settings
 from zeus_run.spec import JobSpec
-from zeus_run.spec._yaml import YamlLimitError, load_yaml
 
 logger = logging.getLogger(__name__)
 
-SPEC_NAME = "spec.yaml"
 PROBE_NAME = ".write-probe"
 TRIALS_NAME = "trials"
 MIN_FREE_BYTES = 1 << 20
@@ -138,7 +137,7 @@ class RunDir:
         Raises:
             RunDirError: It exists but is not a readable mapping of settings.
         """
-        return read_stored_spec(self.path)
+        return read_settings(self.path)
 
     def save_spec(self, spec: JobSpec) -> None:
         """Write the resolved spec (atomically)."""
@@ -219,33 +218,6 @@ class RunDir:
             if why is not None:
                 raise RunDirError(f"{why}. {_LINK_ADVICE}")
         return d
-
-
-def read_stored_spec(path: Path) -> dict[str, Any] | None:
-    """The resolved ``spec.yaml`` of a run directory, or None if there is none.
-
-    Raises:
-        RunDirError: It exists but cannot be read or is not a mapping of settings.
-    """
-    spec_file = path / SPEC_NAME
-    if not os.path.lexists(spec_file):
-        return None
-    fix = (
-        f"Restore it, or move it aside: zeus-run then checks the history against your job spec and writes "
-        f"{SPEC_NAME} again (or pass --force to start a fresh run directory next to it)."
-    )
-    try:
-        with _fs.open_read(spec_file) as f:
-            data = load_yaml(f.read(1 << 20).decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"Cannot read {str(spec_file)!r}: {exc}. {fix}") from None
-    except YamlLimitError as exc:
-        where = f" (line {exc.line})" if exc.line else ""
-        raise RunDirError(f"{str(spec_file)!r} is damaged{where}: {exc.why}. {fix}") from None
-    if not isinstance(data.data, dict):
-        kind = "empty" if data.data is None else f"a {type(data.data).__name__}, not a mapping of settings"
-        raise RunDirError(f"{str(spec_file)!r} is {kind}. {fix}")
-    return data.data
 
 
 def fresh_sibling(base: Path) -> Path:

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -29,8 +29,11 @@ from zeus_run.remote import job_path
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server import _faults, _register
 from zeus_run.server._errors import ApiError
-from zeus_run.server._models import EpochReport, Fail, Finish, ReportAnswer
+from zeus_run.server._models import EpochReport, Fail, Finish, Meter, ReportAnswer
 from zeus_run.server._root import ServerRoot
+
+if TYPE_CHECKING:
+    from zeus_run import asktell
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +122,10 @@ class JobService:
 
         path = self._existing(name)
         metric = float("nan") if body.metric is None else body.metric
-        reason = asktell.report_epoch(path, token, body.epoch, metric, time=body.time, energy=body.energy, key=key)
+        how = body.measured.model_dump() if body.measured is not None else None
+        reason = asktell.report_epoch(
+            path, token, body.epoch, metric, time=body.time, energy=body.energy, measured=how, key=key
+        )
         _faults.after_effect("report")
         if reason is None:
             return ReportAnswer(stop=False, converged=False, reason=None, message="go on")
@@ -130,9 +136,13 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(
-            path, token, exit_code=body.exit_code, energy=body.energy, time=body.time, key=key, compact=True
-        )
+        measured = _measured(body.time, body.energy, body.measured)
+        if measured is not None:  # measured by the client, through zeus-run's energy sources
+            record = asktell.tell(path, token, exit_code=body.exit_code, measured=measured, key=key, compact=True)
+        else:  # told by hand, or not at all (recorded as unmeasured)
+            record = asktell.tell(
+                path, token, exit_code=body.exit_code, energy=body.energy, time=body.time, key=key, compact=True
+            )
         _faults.after_effect("finish")
         return record.to_json()
 
@@ -140,7 +150,10 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
-        record = asktell.tell(path, token, exit_code=body.exit_code, message=body.message, key=key, compact=True)
+        measured = _measured(body.time, body.energy, body.measured)
+        record = asktell.tell(
+            path, token, exit_code=body.exit_code, message=body.message, measured=measured, key=key, compact=True
+        )
         _faults.after_effect("fail")
         return record.to_json()
 
@@ -162,3 +175,12 @@ class JobService:
                 "unknown_job",
             )
         return path
+
+
+def _measured(time: float | None, energy: float | None, meter: Meter | None) -> asktell.Measured | None:
+    """What the client measured in its own process, when it says how."""
+    from zeus_run import asktell
+
+    if meter is None or time is None or energy is None:
+        return None
+    return asktell.Measured(time, energy, meter.source, meter.estimated, meter.method, meter.max_power)

@@ -35,6 +35,15 @@ class AskRequest(_Request):
     host: str | None = Field(default=None, max_length=255, description="Where the trial runs (for the record).")
 
 
+class Meter(_Request):
+    """How the client measured its energy (its own process, through zeus-run's energy sources)."""
+
+    source: str = Field(min_length=1, max_length=40, description="nvml, rapl or estimate.")
+    method: str | None = Field(default=None, max_length=40, description="e.g. counter, watts-x-cpu-time.")
+    estimated: bool = Field(default=True, description="Whether the energy is an estimate.")
+    max_power: float = Field(gt=0, le=1e7, description="Max power the cost charges time at (unit: W).")
+
+
 class EpochReport(_Request):
     """One validated epoch (``POST .../trials/{token}/epochs``)."""
 
@@ -42,6 +51,7 @@ class EpochReport(_Request):
     metric: float | None = Field(description="Validation metric after this epoch; null if it is not a number.")
     time: float | None = Field(default=None, ge=0, description="Training time since it began (unit: s).")
     energy: float | None = Field(default=None, ge=0, description="Energy since training began (unit: J).")
+    measured: Meter | None = Field(default=None, description="How the energy was measured (said once is enough).")
 
 
 class Heartbeat(_Request):
@@ -54,6 +64,7 @@ class Finish(_Request):
     time: float | None = Field(default=None, ge=0, description="Training time, if measured (unit: s).")
     energy: float | None = Field(default=None, ge=0, description="Energy, if measured (unit: J).")
     exit_code: int = Field(default=0, ge=-255, le=255, description="The training process's exit code.")
+    measured: Meter | None = Field(default=None, description="How the energy was measured (null: told by hand).")
 
 
 class Fail(_Request):
@@ -61,6 +72,9 @@ class Fail(_Request):
 
     message: str = Field(min_length=1, max_length=MAX_MESSAGE, description="Why, in one line (e.g. the error).")
     exit_code: int = Field(default=1, ge=-255, le=255, description="The training process's exit code.")
+    time: float | None = Field(default=None, ge=0, description="Training time, if measured (unit: s).")
+    energy: float | None = Field(default=None, ge=0, description="Energy, if measured (unit: J).")
+    measured: Meter | None = Field(default=None, description="How the energy was measured.")
 
 
 class ErrorBody(BaseModel):

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.remote import job_path
+from zeus_run.rundir.opener import lock
 from zeus_run.rundir.resume import compatibility
-from zeus_run.rundir.store import SPEC_NAME, RunDir
+from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths
 from zeus_run.spec import parse_spec
@@ -66,7 +66,7 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
         )
     spec = dataclasses.replace(spec, run_dir=path)
     # A brief holder, as an ask: another worker process may register or ask at the same moment.
-    with RunDir.open(path, wait=LOCK_WAIT, role="register", scan_trials=False) as rd:
+    with lock(path, "register") as rd:
         diffs, _ = compatibility(path, spec)  # what `zeus-run run` resumes by
         if diffs:
             raise ApiError(

@@ -34,11 +34,11 @@ from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.contract import StopReason
 from zeus_run.errors import AlreadyTold, LeaseExpired
 from zeus_run.rundir.history import HISTORY_NAME, read_history
-from zeus_run.rundir.store import SPEC_NAME, RunDir, read_running
+from zeus_run.rundir.opener import lock
+from zeus_run.rundir.store import SPEC_NAME, read_running
 from zeus_run.server._errors import ApiError
 from zeus_run.server._gate import ZEUS_PREFIX
 from zeus_run.server._jobs import JobService
@@ -227,7 +227,7 @@ class ZeusProtocol:
         keeps its history (the name is free again)."""
         path = self._job(name)
         dest_dir = self.service.root.path / DELETED_NAME
-        with RunDir.open(path, wait=LOCK_WAIT, role="delete", scan_trials=False) as rd:
+        with lock(path, "delete") as rd:
             asks = [m for m in rd.running_trials() or [] if m.asked]
             if asks:
                 raise ApiError(

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zeus_run.contract import StopReason
+from zeus_run.contract import StopReason, TrialOutcome
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
 from zeus_run.engine.concurrent import Clocked
 from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
@@ -167,13 +168,7 @@ class TraceExecutor:
         message: str | None,
     ) -> TrialRecord:
         t = self.table
-        return TrialRecord(
-            job=t.job.name,
-            recurrence=req.recurrence,
-            attempt=req.attempt,
-            trial=req.trial,
-            batch_size=req.decision.batch_size,
-            stage=req.decision.stage,
+        outcome = TrialOutcome(
             epochs=epochs,
             time=time,
             energy=energy,
@@ -181,12 +176,11 @@ class TraceExecutor:
             cost=cost,
             reached=reached,
             stop_reason=stop_reason,
-            energy_source="trace",
-            kind="simulated",
+            exit_code=None,
             power_limit=t.power_limits[col],
-            cost_threshold=req.cost_threshold if math.isfinite(req.cost_threshold) else None,
-            message=message,
-            detail=req.decision.detail,
+        )
+        return trial_record(
+            t.job.name, req, outcome, Measurement("trace"), kind="simulated", observed=True, message=message
         )
 
     def _profile_message(self, row: int) -> str:

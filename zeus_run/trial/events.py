@@ -165,6 +165,15 @@ class EventLogTail:
         self.started: float | None = None
         #: Ask/tell: the reason of a ``stop`` event (`zeus_run.asktell.report_epoch` wrote it), None if none came.
         self.stop: str | None = None
+        #: Ask/tell: the exception that ended the script (an ``error`` event `zeus_run.train.Trial` wrote), if any.
+        self.error: str | None = None
+        #: Ask/tell: epochs read when the first ``stop`` event came (None: none came).
+        self.stop_after: int | None = None
+        #: Ask/tell: time and energy since the trial began at that stop, as the script measured them (None: not).
+        self.stop_point: tuple[float | None, float | None] = (None, None)
+        #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
+        #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``), None if it did not say.
+        self.measured: dict[str, Any] | None = None
 
     def poll(self) -> list[EpochEvent]:
         """Epoch events appended since the last call."""
@@ -251,9 +260,18 @@ class EventLogTail:
             return None
         if kind == "stop":
             reason = ev.get("reason")
-            self.stop = reason if isinstance(reason, str) else self.stop
+            if isinstance(reason, str) and self.stop is None:
+                self.stop, self.stop_after = reason, self._epochs
+                self.stop_point = (_finite(ev.get("elapsed")), _finite(ev.get("energy")))
+            return None
+        if kind == "error":
+            message = ev.get("message")
+            if isinstance(message, str):
+                self.error = message[-2000:]
             return None
         if kind == "info":
+            if isinstance(ev.get("measured"), dict):
+                self.measured = _measured(ev["measured"])
             if "iters_per_epoch" in ev:
                 iters = parse_count(ev["iters_per_epoch"], "iters_per_epoch")
                 self.iters_per_epoch = iters or None
@@ -273,6 +291,21 @@ class EventLogTail:
         self.malformed += 1
         if self.malformed <= _WARN_FIRST:
             logger.warning("skipping an invalid event from the script: %s; further ones are only counted", why)
+
+
+def _measured(raw: dict[str, Any]) -> dict[str, Any]:
+    """The training side's account of its energy meter, with every field checked (untrusted)."""
+    out: dict[str, Any] = {}
+    for key in ("source", "method"):
+        v = raw.get(key)
+        if isinstance(v, str) and 0 < len(v) <= 40:
+            out[key] = v
+    if isinstance(raw.get("estimated"), bool):
+        out["estimated"] = raw["estimated"]
+    power = _finite(raw.get("max_power"))
+    if power is not None and power > 0:
+        out["max_power"] = power
+    return out
 
 
 def _as_float(value: Any) -> float | None:

@@ -14,7 +14,7 @@ The launcher reads each finished epoch's metric (event log or regex),
 measures time and energy at every epoch boundary, and decides to stop the
 trial when the target is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
 the last epoch's cost) would exceed the threshold or already has, the timeout
-passes, or it is cancelled. Cost is counted up to that decision.
+passes (the one rule of every door, `zeus_run.trial.stop.StopRule`), or it is cancelled. Cost is counted up to that decision.
 
 The stop protocol (README, "Stopping a trial"):
 
@@ -45,7 +45,7 @@ import threading
 import time
 
 from zeus_run import _fs
-from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause
+from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause, reaches_target
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError
 from zeus_run.trial import burst
@@ -57,6 +57,7 @@ from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, metric_readers
 from zeus_run.trial.output import OutputChannel
 from zeus_run.trial.proctree import ProcessTree
+from zeus_run.trial.stop import StopRule
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class _TrialRun:
         profiler: TrialProfiler | None = None,
     ) -> None:
         self.plan = plan
+        self.rule = StopRule.of_plan(plan)
         self.profiler = profiler
         self.energy = energy
         self.listener = listener
@@ -143,8 +145,6 @@ class _TrialRun:
         self.metrics.append(ev.metric)
         epochs = len(self.metrics)
         self.listener.on_epoch(epochs, ev.metric, t, e, c)
-        p = self.plan
-        hit = self._hits(ev.metric)
         if (
             self.profiler is not None
             and not self.profiler.done
@@ -155,17 +155,10 @@ class _TrialRun:
                 "an epoch ended without step counts from the script; call trial.step() every iteration "
                 "(or iterate with trial.iterate(loader)) to enable power-limit profiling"
             )
-        if hit:
-            self.reached = True
-            self._decide(StopReason.TARGET_REACHED, (t, e, c))
-        elif epochs >= p.max_epochs:
-            self._decide(StopReason.MAX_EPOCHS, (t, e, c))
-        elif epochs >= 2 and c + (c - self.prev_cost) > p.cost_threshold:
-            # Predict the next epoch to cost what the last one did. Epoch 1 also
-            # carries start-up (imports, data loading), so it predicts nothing;
-            # the hard cut in `_judge` still stops a trial whose cost crosses
-            # the threshold mid-epoch.
-            self._decide(StopReason.COST_THRESHOLD, (t, e, c))
+        reason = self.rule.after_epoch(epochs, ev.metric, c, self.prev_cost)  # the one stop rule
+        if reason is not None:
+            self.reached = reason is StopReason.TARGET_REACHED
+            self._decide(reason, (t, e, c))
         self.prev_cost = c
 
     def _after_stop(self, ev: EpochEvent, meter: Meter) -> None:
@@ -192,8 +185,7 @@ class _TrialRun:
             self.term_at = None if grace is None else time.monotonic() + grace
 
     def _hits(self, metric: float) -> bool:
-        p = self.plan
-        return metric >= p.target_metric if p.higher_is_better else metric <= p.target_metric
+        return reaches_target(metric, self.plan.target_metric, self.plan.higher_is_better)
 
     def _decide(self, reason: StopReason, at: tuple[float, float, float]) -> None:
         self.stop_reason = reason
@@ -355,12 +347,9 @@ class _TrialRun:
         t, e, c = meter.now()
         if self.stop_reason is None:
             self.listener.on_tick(t, e, c)
-            if self.cancel.is_set():
-                self._decide(StopReason.INTERRUPTED, (t, e, c))
-            elif p.timeout is not None and t > p.timeout:
-                self._decide(StopReason.TIMEOUT, (t, e, c))
-            elif c > p.cost_threshold:
-                self._decide(StopReason.COST_THRESHOLD, (t, e, c))
+            reason = StopReason.INTERRUPTED if self.cancel.is_set() else self.rule.during(t, c)
+            if reason is not None:
+                self._decide(reason, (t, e, c))
         if self.stop_reason is None:
             return
         now = time.monotonic()

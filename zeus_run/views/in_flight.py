@@ -9,7 +9,8 @@ from pathlib import Path
 
 from zeus_run.asktell._lease import expires_at
 from zeus_run.contract import RunningMarker
-from zeus_run.rundir.store import read_running, read_stored_spec
+from zeus_run.rundir.settings import RunSettings
+from zeus_run.rundir.store import read_running
 
 
 def asks_in_flight(run_dir: Path) -> list[RunningMarker]:
@@ -17,15 +18,14 @@ def asks_in_flight(run_dir: Path) -> list[RunningMarker]:
     return sorted((m for m in read_running(run_dir) or [] if m.asked), key=lambda m: m.trial)
 
 
-def in_flight_lines(run_dir: Path, now: float | None = None) -> list[str]:
+def in_flight_lines(run_dir: Path, now: float | None = None, settings: RunSettings | None = None) -> list[str]:
     """One line per ask in flight: its trial, batch size, where it was asked from, when its lease ends, its token."""
     asks = asks_in_flight(run_dir)
     if not asks:
         return []
     t = time.time() if now is None else now
-    stored = read_stored_spec(run_dir) or {}
-    value = stored.get("lease")
-    lease = float(value) if isinstance(value, (int, float)) else 600.0
+    settings = RunSettings.read(run_dir) if settings is None else settings
+    lease = settings.lease if settings.lease is not None else 600.0
     out = [f"{len(asks)} ask(s) in flight (release one that will never be told: zeus-run cancel RUN_DIR TOKEN):"]
     for m in asks:
         left = expires_at(m, lease) - t

@@ -27,22 +27,11 @@ if TYPE_CHECKING:
     from zeus_run.accounting import Accounting
     from zeus_run.engine.knobs import Knobs
     from zeus_run.records import TrialRecord
+    from zeus_run.rundir.settings import RunSettings
     from zeus_run.views.summary import Summary
 
 #: The history file's name in a run directory (`zeus_run.rundir.history.HISTORY_NAME`).
 _HISTORY = "history.jsonl"
-
-
-def default_batch_size_of(run_dir: Path) -> int | None:
-    """b0 from the run directory's resolved ``spec.yaml``, if there is one."""
-    import yaml
-
-    try:
-        data = yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")) or {}
-        value = data.get("default_batch_size")
-        return int(value) if value is not None else None
-    except (OSError, yaml.YAMLError, ValueError, AttributeError, TypeError):
-        return None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -100,6 +89,7 @@ class JobView:
         last_ended: End of the last trial (UTC), or the history file's last change for records without times.
         accounting: Carbon and money (`zeus_run.accounting`), None where the spec sets no rate.
         knobs: The run's settings (None where its spec.yaml cannot be read).
+        settings: Its ``spec.yaml``, read once (`zeus_run.rundir.settings.RunSettings`).
     """
 
     run_dir: Path
@@ -109,6 +99,7 @@ class JobView:
     kind: str
     gpu: str | None
     last_ended: datetime
+    settings: RunSettings
     accounting: Accounting | None = None
     knobs: Knobs | None = None
 
@@ -159,13 +150,18 @@ class JobView:
         return self.summary.exploration is not None and self.summary.exploration.exploring
 
 
-def knobs_of(run_dir: Path) -> Knobs | None:
-    """The run's settings from its ``spec.yaml`` (None where there is none or it cannot be read)."""
+def knobs_of(run_dir: Path, settings: RunSettings | None = None) -> Knobs | None:
+    """The run's settings from its ``spec.yaml`` (None where there is none or it cannot be read).
+
+    Args:
+        run_dir: The run directory.
+        settings: Its ``spec.yaml`` already read (`zeus_run.rundir.settings.RunSettings`); None: read it.
+    """
     from zeus_run.engine.knobs import Knobs
     from zeus_run.errors import HistoryError
 
     try:
-        return Knobs.from_run_dir(run_dir)
+        return Knobs.from_run_dir(run_dir, settings.raw if settings is not None else None)
     except HistoryError:
         return None
 
@@ -194,16 +190,27 @@ def summarize_run(
     )
 
 
-def accounting_of(run_dir: Path, records: Sequence[TrialRecord], summary: Summary) -> Accounting | None:
+def accounting_of(
+    run_dir: Path, records: Sequence[TrialRecord], summary: Summary, settings: RunSettings | None = None
+) -> Accounting | None:
     """Carbon and money of a run, from its spec's ``accounting`` section, against the summary's baseline.
+
+    Args:
+        run_dir: The run directory.
+        records: Its records.
+        summary: Their summary (`summarize_run`): its baseline and slow recurrences.
+        settings: Its ``spec.yaml`` already read; None: read it (`zeus_run.rundir.settings`, the one reader).
 
     Raises:
         zeus_run.accounting.AccountingError: A rate series named there cannot be read.
     """
-    from zeus_run.accounting import account, read_settings
+    from zeus_run.accounting import account, settings_from
+    from zeus_run.rundir.settings import RunSettings
 
+    if settings is None:
+        settings = RunSettings.read(run_dir)
     base = summary.baseline
-    return account(records, read_settings(run_dir), base.energy if base else None, summary.slow, run_dir)
+    return account(records, settings_from(settings.accounting), base.energy if base else None, summary.slow, run_dir)
 
 
 def load_job(run_dir: Path) -> JobView:
@@ -215,12 +222,14 @@ def load_job(run_dir: Path) -> JobView:
         zeus_run.accounting.AccountingError: A rate series the spec names cannot be read.
     """
     from zeus_run.rundir.history import read_history
+    from zeus_run.rundir.settings import RunSettings
 
     records = tuple(read_history(run_dir))
     if not records:
         raise UsageError(f"run directory {str(run_dir)!r} has no trials yet; run it first.")
-    knobs = knobs_of(run_dir)
-    summary = summarize_run(records, knobs, default_batch_size_of(run_dir))
+    settings = RunSettings.read(run_dir)  # spec.yaml, read once
+    knobs = knobs_of(run_dir, settings)
+    summary = summarize_run(records, knobs, settings.default_batch_size)
     gpus = sorted({str(g.get("name")) for r in records for g in (r.provenance or {}).get("gpus") or [] if g})
     return JobView(
         run_dir=run_dir,
@@ -230,8 +239,9 @@ def load_job(run_dir: Path) -> JobView:
         kind=records[0].kind,
         gpu=",".join(gpus) or None,
         last_ended=_last_ended(run_dir, records),
-        accounting=accounting_of(run_dir, records, summary),
+        accounting=accounting_of(run_dir, records, summary, settings),
         knobs=knobs,
+        settings=settings,
     )
 
 

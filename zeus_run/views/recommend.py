@@ -12,10 +12,10 @@ A recommendation must agree with the data it is printed next to:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from zeus_run.engine.knobs import Knobs
@@ -114,8 +114,15 @@ def recommend(
     )
 
 
-def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief:
+def believed_best(
+    records: Sequence[TrialRecord], run_dir: str | Path, settings: Mapping[str, Any] | None = None
+) -> Belief:
     """Fold ``records`` as the engine does under the run's settings, and ask the optimizer what it favours.
+
+    Args:
+        records: The history.
+        run_dir: The run directory.
+        settings: Its settings already read (None: read them).
 
     Returns ``Belief(None)`` when the run directory has no readable settings (an old or copied history).
     """
@@ -123,7 +130,7 @@ def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief
     from zeus_run.errors import HistoryError
 
     try:
-        knobs = Knobs.from_run_dir(run_dir)
+        knobs = Knobs.from_run_dir(run_dir, settings)
     except HistoryError as exc:
         logger.debug("no optimizer belief: %s", exc)
         return Belief(None)

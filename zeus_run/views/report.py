@@ -154,7 +154,7 @@ def audit_text(job: JobView) -> tuple[bool, str]:
     from zeus_run.engine.replay import Knobs, audit
 
     try:
-        knobs = job.knobs or Knobs.from_run_dir(job.run_dir)
+        knobs = job.knobs or Knobs.from_run_dir(job.run_dir, job.settings.raw)
     except HistoryError as exc:
         return False, f"not checked: {exc}"
     result = audit(job.records, knobs)
@@ -165,14 +165,12 @@ def audit_text(job: JobView) -> tuple[bool, str]:
 
 def plot_png(job: JobView) -> bytes | None:
     """The run's plot as PNG bytes, None without matplotlib."""
-    from zeus_run.views.jobs import default_batch_size_of
-
     with tempfile.TemporaryDirectory(prefix="zeus-run-report-") as tmp:
         try:
             path = plot_history(
                 job.records,
                 Path(tmp) / "plot.png",
-                default_batch_size=default_batch_size_of(job.run_dir),
+                default_batch_size=job.settings.default_batch_size,
                 accounting=job.accounting,
                 summary=job.summary,
             )

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""One training script for every door (tests/doors): the `zeus_run.train.Trial` helper, CPU work per epoch.
+
+Batch size B reaches the target (metric 0.95) after ``REACH[B]`` epochs (0: never; metric 0.5).
+Each epoch burns ``WORK[B]`` seconds of CPU time (so that the CPU-time estimate of its energy is the
+same work whatever the door and the machine's load) and prints one line without flushing.
+
+Options: ``--fail crash|oom|import|no-metric`` for the failure outcomes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+#: Epochs to the target per batch size (0: never).
+REACH = {8: 2, 16: 0}
+#: CPU seconds per epoch per batch size.
+WORK = {8: 0.8, 16: 1.2}
+
+
+def burn(cpu_seconds: float) -> None:
+    """Spin until this process has used ``cpu_seconds`` more CPU time."""
+    end = time.process_time() + cpu_seconds
+    x = 0
+    while time.process_time() < end:
+        x += 1
+
+
+def train(trial) -> None:  # trial: a zeus_run.train.Trial
+    """The training loop every door runs."""
+    need = REACH.get(trial.batch_size, 0)
+    for epoch in trial.epochs():
+        burn(WORK.get(trial.batch_size, 1.0))
+        metric = 0.95 if need and epoch >= need else 0.5
+        print(f"epoch {epoch} val_acc={metric}")  # not flushed: a pipe holds it
+        if not trial.report(metric):
+            break
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fail", choices=("crash", "oom", "import", "no-metric"), default=None)
+    args = ap.parse_args()
+    if args.fail == "import":
+        import zeus_run_not_installed  # noqa: F401
+    from zeus_run.train import Trial
+
+    trial = Trial.from_env(batch_size=8, max_epochs=6, target_metric=0.9)
+    if args.fail == "crash":
+        raise RuntimeError("boom")
+    if args.fail == "oom":
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    if args.fail == "no-metric":
+        burn(0.5)
+        trial.close()
+        return
+    train(trial)
+    trial.close()
+
+
+if __name__ == "__main__":
+    main()

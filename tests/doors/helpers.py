@@ -1,0 +1,139 @@
+"""Driving one script through each door of a job (tests/doors): run, exec, shell ask/tell, the Job API, the server.
+
+Every door runs `door_train.py` (or its training loop, in process, for the `Job`) on its own run
+directory with the same spec, in a child environment without ``PYTHONUNBUFFERED`` (users' machines,
+cron and Slurm do not set it) and without the ``ZEUS_*`` variables of anything around the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from zeus_run.contract import Env
+from zeus_run.records import TrialRecord
+from zeus_run.rundir.history import read_history
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("door_train.py")
+PYTHON = sys.executable
+#: How long one door may take on a loaded machine (unit: s); waited for, never asserted on.
+DOOR_TIMEOUT = 600
+
+
+def spec_text(run_dir: Path, extra_args: str = "", name: str = "doors") -> str:
+    """The job every door runs: batch size 8 (the default, then pruning's first) reaches the target at epoch 2;
+    16 (pruning's next) never does and is cut by the cost threshold."""
+    args = f', "--fail", "{extra_args}"' if extra_args else ""
+    return f"""
+name: {name}
+command: ["{PYTHON}", "{SCRIPT}"{args}]
+batch_sizes: [8, 16]
+default_batch_size: 8
+target_metric: 0.9
+max_epochs: 6
+recurrences: 3
+beta: 1.2
+lease: 600
+energy: {{source: estimate, watts: 100, basis: cpu-time}}
+run_dir: {run_dir}
+"""
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The tests' environment without ``PYTHONUNBUFFERED`` and ``ZEUS_*``, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith("ZEUS_")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def zr() -> str:
+    return f"{PYTHON} -m zeus_run"
+
+
+def sh(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", "-c", script], cwd=cwd, env=clean_env(**env), capture_output=True, text=True, timeout=DOOR_TIMEOUT
+    )
+
+
+def history(run_dir: Path) -> list[TrialRecord]:
+    return list(read_history(run_dir / "history.jsonl"))
+
+
+def write_spec(tmp: Path, fail: str = "") -> tuple[Path, Path]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    run_dir = tmp / "runs"
+    spec = tmp / "job.yaml"
+    spec.write_text(spec_text(run_dir, fail))
+    return spec, run_dir
+
+
+# -- the doors ---------------------------------------------------------------------------------
+
+
+def door_run(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """``zeus-run run`` (the launcher measures and stops the script)."""
+    spec, run_dir = write_spec(tmp, fail)
+    r = sh(f"{zr()} run {spec}", tmp)
+    assert f'File "{REPO / "zeus_run"}' not in r.stderr, r.stderr  # no traceback of zeus-run's own
+    return history(run_dir)[:trials]
+
+
+def door_exec(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """``zeus-run ask`` then ``zeus-run exec -- SCRIPT`` (the agent measures, stops and tells)."""
+    spec, run_dir = write_spec(tmp, fail)
+    args = f" --fail {fail}" if fail else ""
+    for _ in range(trials):
+        r = sh(f'eval "$({zr()} ask {spec} --format env)" || exit 9\n{zr()} exec -- {PYTHON} {SCRIPT}{args}\n', tmp)
+        assert r.returncode != 9 and f'File "{REPO / "zeus_run"}' not in r.stderr, r.stderr
+    return history(run_dir)
+
+
+def door_shell(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """``eval "$(zeus-run ask ... --format env)"``, the script, ``zeus-run tell`` (the script measures itself)."""
+    spec, run_dir = write_spec(tmp, fail)
+    args = f" --fail {fail}" if fail else ""
+    for _ in range(trials):
+        r = sh(
+            f'eval "$({zr()} ask {spec} --format env)" || exit 9\n'
+            f"{PYTHON} {SCRIPT}{args}\n"
+            f'{zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?\n',
+            tmp,
+        )
+        assert r.returncode == 0, r.stderr
+    return history(run_dir)
+
+
+def door_job(tmp: Path, trials: int = 3) -> list[TrialRecord]:
+    """The Python `Job` API, training in this process."""
+    import zeus_run
+    from tests.doors.door_train import train
+
+    spec, run_dir = write_spec(tmp)
+    job = zeus_run.Job(spec)
+    for _ in range(trials):
+        with job.ask() as trial:
+            train(trial)
+    return history(run_dir)
+
+
+def door_server(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """``zeus-run serve`` on a free loopback port; the script asks, reports and tells through the client."""
+    from tests.server.helpers import ServerProcess
+
+    spec, _ = write_spec(tmp, fail)
+    server = ServerProcess(tmp / "root")
+    try:
+        client = server.client()
+        client.register("doors", spec.read_text())
+        args = f" --fail {fail}" if fail else ""
+        env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: "doors"}
+        for _ in range(trials):
+            sh(f"{PYTHON} {SCRIPT}{args}", tmp, **env)
+        return [TrialRecord.from_json(r) for r in client.history("doors")]
+    finally:
+        server.stop()

@@ -1,0 +1,147 @@
+"""One script through every door: the same stop reasons, observed flags and measured energy (issue 26).
+
+The doors (`tests.doors.helpers`): ``zeus-run run``, ``exec``, a shell ask/tell, the Python `Job`,
+the server's client, and the Hugging Face callback where ``transformers`` is installed. Each runs
+`door_train.py` on a job where batch size 8 reaches the target at epoch 2 and batch size 16 never
+does, so it is cut by the cost threshold. Energy is the CPU-time estimate on every door: the launcher
+charges the script's processes, a script that no launcher watches charges its own (`SelfMeter`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.doors import helpers
+from zeus_run.records import TrialRecord
+
+#: Largest ratio between the energies of the same work measured through two doors.
+AGREE = 1.15
+
+DOORS: dict[str, Callable[[Path], list[TrialRecord]]] = {
+    "run": helpers.door_run,
+    "exec": helpers.door_exec,
+    "shell": helpers.door_shell,
+    "job": helpers.door_job,
+}
+
+
+def _server_door(tmp: Path) -> list[TrialRecord]:
+    pytest.importorskip("fastapi", reason="the server extra is not installed: pip install -e '.[server]'")
+    pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install -e '.[server]'")
+    return helpers.door_server(tmp)
+
+
+DOORS["server"] = _server_door
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[TrialRecord]]:
+    """The first three trials of the job through each door (run once for the module)."""
+    out = {}
+    for name, door in DOORS.items():
+        try:
+            out[name] = door(tmp_path_factory.mktemp(name))
+        except pytest.skip.Exception:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("door", list(DOORS))
+def test_every_door_reaches_then_cuts_with_the_same_reasons(outcomes, door):
+    if door not in outcomes:
+        pytest.skip(f"the {door} door is not available here")
+    records = outcomes[door]
+    assert records[0].batch_size == 8 and 16 in [r.batch_size for r in records], records
+    reached, cut = records[0], next(r for r in records if r.batch_size == 16)
+    assert (reached.stop_reason, reached.observed, reached.reached, reached.epochs) == ("target_reached", True, True, 2)
+    assert (cut.stop_reason, cut.observed, cut.reached) == ("cost_threshold", True, False)
+    assert cut.cost_threshold is not None and math.isfinite(cut.cost_threshold)
+    for r in records[:3]:  # one basis, stated in the record
+        assert (r.energy_source, r.estimated, r.energy_method) == ("estimate", True, "watts-x-cpu-time"), r
+        assert r.energy > 0 and r.time > 0
+
+
+def test_the_same_work_costs_the_same_energy_through_every_door(outcomes):
+    energies = {door: records[0].energy for door, records in outcomes.items()}
+    assert len(energies) >= 4, energies  # run, exec, shell and the Job at least
+    low, high = min(energies.values()), max(energies.values())
+    assert high / low <= AGREE, energies
+
+
+def test_hf_callback_door():
+    pytest.importorskip("transformers", reason="transformers is not installed: pip install -e '.[hf]'")
+    pytest.skip("the Hugging Face door needs a model and data set; run it where the hf extra is set up")
+
+
+def test_a_plain_tell_is_recorded_as_unmeasured_and_imputed_once_a_trial_was_measured(tmp_path):
+    spec, run_dir = helpers.write_spec(tmp_path)
+    zr = helpers.zr()
+    tell = f'{zr} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code 0\n'
+    ask = f'eval "$({zr} ask {spec} --format env)" || exit 9\n'
+    # Nothing measures the first trial (no zeus_run.train, no --energy): unmeasured, charged watts x time.
+    r = helpers.sh(ask + "sleep 0.2\n" + tell, tmp_path)
+    assert r.returncode == 0, r.stderr
+    # A measured trial, then an unmeasured one: imputed from the measured trial's power.
+    r = helpers.sh(ask + f"{helpers.PYTHON} {helpers.SCRIPT}\n" + tell, tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = helpers.sh(ask + "sleep 0.2\n" + tell, tmp_path)
+    assert r.returncode == 0, r.stderr
+    first, measured, later = helpers.history(run_dir)
+    assert (first.energy_source, first.estimated, first.energy_method) == ("unmeasured", True, "watts-x-time")
+    assert measured.energy_source == "estimate" and measured.energy_method == "watts-x-cpu-time"
+    assert (later.energy_source, later.energy_method) == ("unmeasured", "imputed")
+    assert later.energy == pytest.approx(measured.energy / measured.time * later.time)
+    # Told by hand: reported, never mistaken for a measurement either.
+    r = helpers.sh(ask + "sleep 0.1\n" + tell.replace("--exit-code 0", "--exit-code 0 --energy 12 --time 1"), tmp_path)
+    assert r.returncode == 0, r.stderr
+    told = helpers.history(run_dir)[-1]
+    assert (told.energy_source, told.energy, told.time, told.reported) == ("reported", 12.0, 1.0, "time energy")
+
+
+# -- failures: the same verdict through every door ---------------------------------------------------------------
+
+#: Doors that run the script as a process (the failures are the script's own).
+SCRIPT_DOORS = {"run": helpers.door_run, "exec": helpers.door_exec, "shell": helpers.door_shell}
+_CLASSIFIER = (
+    "needs the outcome classifier on evidence (issue 26 item 2, built beside this): the same failure is "
+    "judged alike by every door only once it reads the output tail"
+)
+
+
+def _first(door: str, tmp: Path, fail: str) -> TrialRecord:
+    records = SCRIPT_DOORS[door](tmp, fail, trials=1)
+    assert records, f"the {door} door recorded nothing"
+    return records[0]
+
+
+@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+def test_a_crash_at_once_is_an_observed_crash_through_every_door(tmp_path, door):
+    record = _first(door, tmp_path, "crash")
+    assert (record.stop_reason, record.observed, record.epochs) == ("crashed", True, 0), record
+    assert "RuntimeError: boom" in (record.cause or record.message or ""), record
+
+
+@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+def test_out_of_memory_is_the_batch_sizes_fault_through_every_door(tmp_path, door):
+    record = _first(door, tmp_path, "oom")
+    assert (record.stop_reason, record.observed) == ("crashed", True), record
+    assert "out of memory" in (record.cause or record.message or ""), record
+
+
+@pytest.mark.xfail(reason=_CLASSIFIER, strict=False)
+@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+def test_an_import_error_is_an_environment_error_not_an_observation(tmp_path, door):
+    record = _first(door, tmp_path, "import")
+    assert not record.observed and "ModuleNotFoundError" in (record.cause or record.message or ""), record
+    assert record.stop_reason not in ("crashed", "config_error"), record
+
+
+@pytest.mark.xfail(reason=_CLASSIFIER, strict=False)
+@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+def test_no_metric_is_a_spec_error_not_an_observation(tmp_path, door):
+    record = _first(door, tmp_path, "no-metric")
+    assert (record.stop_reason, record.observed) == ("config_error", False), record

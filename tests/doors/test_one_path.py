@@ -1,0 +1,211 @@
+"""The pieces every door shares: one stop rule, one target predicate, one record builder, one settings
+reader, one opener, and the imputation of an unmeasured tell."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import PYTHON, SCRIPTS
+from tests.test_faults import wait_for
+from zeus_run.asktell import ask, report_epoch, tell
+from zeus_run.asktell._lease import expires_at
+from zeus_run.asktell._measure import impute
+from zeus_run.cli import app
+from zeus_run.contract import StopReason, TrialOutcome, reaches_target
+from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.record import Measurement, trial_record
+from zeus_run.errors import RunDirError, UsageError
+from zeus_run.optimizer import Decision
+from zeus_run.records import TrialRecord
+from zeus_run.rundir.opener import locate, stored_spec
+from zeus_run.rundir.settings import MAX_BYTES, RunSettings, read_settings
+from zeus_run.rundir.store import read_running
+from zeus_run.trial.stop import StopRule, judge
+
+FAKE = SCRIPTS / "fake_train.py"
+
+
+# -- the target and the stop rule --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metric", "target", "higher", "hit"),
+    [
+        (0.9, 0.9, True, True),
+        (0.89, 0.9, True, False),
+        (0.1, 0.2, False, True),
+        (0.3, 0.2, False, False),
+        (math.nan, 0.9, True, False),  # a diverged epoch never converges
+        (math.inf, 0.9, True, False),
+        (1.0, None, True, False),  # no target: never reached
+    ],
+)
+def test_reaches_target(metric, target, higher, hit):
+    assert reaches_target(metric, target, higher) is hit
+
+
+RULE = StopRule(max_epochs=5, target_metric=0.9, cost_threshold=100.0, timeout=60.0)
+
+
+@pytest.mark.parametrize(
+    ("epoch", "metric", "cost", "prev", "reason"),
+    [
+        (1, 0.95, 10.0, 0.0, StopReason.TARGET_REACHED),
+        (5, 0.5, 10.0, 8.0, StopReason.MAX_EPOCHS),
+        (1, 0.5, 60.0, 0.0, None),  # epoch 1 carries the start-up: it predicts nothing
+        (2, 0.5, 70.0, 30.0, StopReason.COST_THRESHOLD),  # the last epoch cost 40 J: 110 J after the next
+        (2, 0.5, 55.0, 50.0, None),  # the last epoch cost 5 J: 60 J after the next, under 100
+        (3, 0.5, 90.0, 80.0, None),  # 100 J after the next: not past the threshold
+        (3, 0.5, 91.0, 80.0, StopReason.COST_THRESHOLD),
+    ],
+)
+def test_the_stop_rule_predicts_the_next_epoch_from_the_last(epoch, metric, cost, prev, reason):
+    assert RULE.after_epoch(epoch, metric, cost, prev) == reason
+
+
+def test_the_average_would_cut_where_the_last_epoch_does_not():
+    # Start-up made epoch 1 cost 60 J; epoch 2 cost 10 J. The average predicts 35 J more (105 > 100) and
+    # cuts; the last epoch predicts 10 J more (80 <= 100): the rule goes on.
+    assert RULE.after_epoch(2, 0.5, 70.0, 60.0) is None
+
+
+def test_between_epochs_the_timeout_and_the_hard_cut():
+    assert RULE.during(61.0, 10.0) is StopReason.TIMEOUT
+    assert RULE.during(10.0, 101.0) is StopReason.COST_THRESHOLD
+    assert RULE.during(10.0, 99.0) is None
+
+
+def test_judge_reads_a_finished_trial_back_through_the_rule():
+    points = [(0.5, 10.0), (0.5, 20.0), (0.95, 30.0), (0.97, 40.0)]
+    j = judge(RULE, points)
+    assert (j.epochs, j.reason, j.index) == (3, StopReason.TARGET_REACHED, 2)
+    assert judge(RULE, [(0.5, None), (0.5, None)]).reason is None  # costs unknown: only the target and max_epochs
+    assert judge(RULE, [(0.5, 10.0), (0.5, 60.0)]).reason is StopReason.COST_THRESHOLD  # 60 + 50 > 100
+
+
+# -- the record builder ------------------------------------------------------------------------------------------
+
+
+def test_one_record_builder_takes_the_decision_the_outcome_and_how_it_was_measured():
+    req = TrialRequest(3, 2, 7, 5, Decision(16, "pruning", "why"), cost_threshold=math.inf)
+    out = TrialOutcome(
+        epochs=2,
+        time=3.0,
+        energy=30.0,
+        max_power=100.0,
+        cost=165.0,
+        reached=False,
+        stop_reason=StopReason.COST_THRESHOLD,
+        exit_code=0,
+        metrics=(0.1, 0.2),
+    )
+    r = trial_record("j", req, out, Measurement("estimate", True, "watts-x-cpu-time"), seed=9)
+    assert (r.recurrence, r.attempt, r.trial, r.batch_size, r.stage, r.detail) == (3, 2, 7, 16, "pruning", "why")
+    assert (r.cost_threshold, r.observed, r.metrics, r.seed) == (None, True, (0.1, 0.2), 9)
+    assert (r.energy_source, r.estimated, r.energy_method, r.kind) == ("estimate", True, "watts-x-cpu-time", "real")
+    assert TrialRecord.from_json(json.loads(json.dumps(r.to_json()))) == r
+
+
+def test_an_unmeasured_trial_is_imputed_from_the_measured_ones():
+    def rec(bs: int, time: float, energy: float, source: str = "nvml") -> TrialRecord:
+        return TrialRecord(
+            "j", 1, 1, 0, bs, "s", 1, time, energy, 300.0, 0.0, True, "target_reached", energy_source=source
+        )
+
+    history = [rec(8, 10.0, 1000.0), rec(16, 10.0, 2000.0), rec(8, 5.0, 999.0, "unmeasured")]
+    e, how, power = impute(history, 16, 4.0, 100.0)
+    assert (e, how.source, how.method, power) == (800.0, "unmeasured", "imputed", 300.0)  # batch size 16's 200 W
+    e, how, _ = impute(history, 32, 4.0, 100.0)
+    assert e == pytest.approx(4.0 * 150.0)  # no trial of 32 measured: the job's median power
+    e, how, power = impute([], 8, 4.0, 100.0)
+    assert (e, how.method, power) == (400.0, "watts-x-time", 100.0)  # nothing measured yet: one stated basis
+
+
+# -- the settings reader and the opener --------------------------------------------------------------------------
+
+
+def spec_text(run_dir: Path, lease: float = 600) -> str:
+    return (
+        f'name: one\ncommand: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}"]\nbatch_sizes: [1, 2]\n'
+        f"default_batch_size: 2\ntarget_metric: 0.9\nmax_epochs: 3\nrecurrences: 3\nlease: {lease}\n"
+        f"energy: {{source: estimate, watts: 100, basis: wall-time}}\nrun_dir: {run_dir}\n"
+    )
+
+
+def test_the_settings_reader_refuses_links_and_oversized_files(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert read_settings(run) is None
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("default_batch_size: 8\n")
+    os.symlink(elsewhere, run / "spec.yaml")
+    with pytest.raises(RunDirError, match=r"spec\.yaml"):
+        read_settings(run)
+    assert RunSettings.read(run).raw is None  # the views: no settings, never an error
+    os.unlink(run / "spec.yaml")
+    (run / "spec.yaml").write_text("x: " + "a" * MAX_BYTES + "\n")
+    with pytest.raises(RunDirError, match="larger than"):
+        read_settings(run)
+    (run / "spec.yaml").write_text("default_batch_size: 8\naccounting: {currency: EUR}\nlease: 5\n")
+    s = RunSettings.read(run)
+    assert (s.default_batch_size, dict(s.accounting or {}), s.lease) == (8, {"currency": "EUR"}, 5.0)
+
+
+def test_one_opener_locates_a_job_from_a_spec_or_its_run_directory(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs"))
+    where = locate(spec)
+    assert where.path == (tmp_path / "runs").absolute() and not where.resumed
+    a = ask(spec)
+    again = locate(a.run_dir)  # a run directory names itself; its spec is its own spec.yaml
+    assert again.path == a.run_dir and again.spec == stored_spec(a.run_dir) and again.spec.name == "one"
+    with pytest.raises(UsageError, match="no such spec file or run directory"):
+        locate(tmp_path / "missing.yaml")
+
+
+def test_history_reads_and_writes_nothing_and_shows_expired_asks_as_expired(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs", lease=1))
+    first = ask(spec)
+    for epoch in (1, 2):
+        report_epoch(first.run_dir, first.token, epoch, 0.95 if epoch == 2 else 0.5)
+    tell(first.run_dir, first.token, exit_code=0)
+    a = ask(spec)
+    (marker,) = read_running(a.run_dir)
+    wait_for(lambda: expires_at(marker, 1) < time.time(), timeout=60)  # nothing renews it
+    history = (a.run_dir / "history.jsonl").read_bytes()
+    running = (a.run_dir / "running.json").read_bytes()
+    r = CliRunner().invoke(app, ["history", str(a.run_dir), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert "infrastructure" in r.output and "lease expired" in r.output  # shown as expired
+    assert (a.run_dir / "history.jsonl").read_bytes() == history  # a read-only command stayed read-only
+    assert (a.run_dir / "running.json").read_bytes() == running
+    assert read_running(a.run_dir) == [marker]
+
+
+def test_tell_counts_a_trial_stopped_between_epochs_up_to_its_stop(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs"))
+    a = ask(spec)
+    now = time.time()
+    measured = {"source": "estimate", "method": "watts-x-cpu-time", "estimated": True, "max_power": 100.0}
+    events = [
+        {"event": "start", "time": now - 10},
+        {"event": "info", "measured": measured, "time": now - 10},
+        {"event": "epoch", "epoch": 1, "metric": 0.5, "elapsed": 3.0, "energy": 30.0, "time": now - 7},
+        # the training side's stop rule cut it mid-epoch (the hard cut): counted up to here
+        {"event": "stop", "reason": "cost_threshold", "elapsed": 4.5, "energy": 45.0, "time": now - 5.5},
+        {"event": "epoch", "epoch": 2, "metric": 0.5, "elapsed": 6.0, "energy": 60.0, "time": now - 4},
+    ]
+    (a.trial_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    r = tell(a.run_dir, a.token, exit_code=0)
+    assert (r.stop_reason, r.epochs, r.time, r.energy, r.metrics) == ("cost_threshold", 1, 4.5, 45.0, (0.5,))
+    assert (r.energy_source, r.energy_method, r.observed) == ("estimate", "watts-x-cpu-time", True)
+    assert r.after_time is not None and r.after_time > 0  # from the stop to the tell

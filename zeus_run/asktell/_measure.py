@@ -1,0 +1,94 @@
+"""How a told trial's time and energy are counted: one measurement, stated, whatever the door.
+
+The side that runs the training measures it. Under ``zeus-run exec`` the agent
+does (``outcome.json``); otherwise the training side's process does, through the
+same energy sources as the launcher (`zeus_run.energy`: NVML, RAPL, the CPU-time
+estimate): `zeus_run.train.Trial` writes each epoch's time and energy into the
+event log with an ``info`` event that says how it measures, the Python `Job`
+passes `Measured`, and the server's client sends them with each report and the
+tell. ``zeus-run tell --energy`` and ``--time`` are figures told by hand
+(``reported``).
+
+A trial whose energy nothing measured (a plain ``tell`` without ``--energy``) is
+recorded as ``unmeasured``: never charged ``watts x time`` as if measured. Its
+cost must still be comparable with the job's measured trials, so its energy is
+imputed (`impute`): its time x the median power (energy / time) of the job's
+measured trials of the same batch size, else of all its measured trials
+(``energy_method: imputed``). A job none of whose trials was measured yet has
+nothing to impute from: its unmeasured trials are charged the spec's
+``energy.watts`` x wall time (``energy_method: watts-x-time``), all on that one
+basis.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zeus_run.engine.record import UNMEASURED, Measurement
+from zeus_run.records import TrialRecord
+
+#: ``energy_source`` of figures told by hand (``zeus-run tell --energy``).
+REPORTED = "reported"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Time and energy measured in the trial's own process (the Python `Job`, the server's client).
+
+    Attributes:
+        time: Unit: s.
+        energy: Unit: J.
+        source: The energy source's name (``nvml``, ``rapl``, ``estimate``).
+        estimated: Whether the energy is an estimate.
+        method: How it was obtained.
+        max_power: Max power for the cost (unit: W).
+    """
+
+    time: float
+    energy: float
+    source: str
+    estimated: bool
+    method: str | None
+    max_power: float
+
+    @property
+    def how(self) -> Measurement:
+        return Measurement(self.source, self.estimated, self.method)
+
+
+def meter_of(info: Mapping[str, Any] | None, default_power: float) -> tuple[Measurement, float] | None:
+    """How the training side says it measured (its ``info`` event), and its max power; None if it did not say."""
+    if not info or "source" not in info:
+        return None
+    how = Measurement(str(info["source"]), bool(info.get("estimated", True)), info.get("method"))
+    return how, float(info.get("max_power") or default_power)
+
+
+def impute(
+    history: Iterable[TrialRecord], batch_size: int, time: float, watts: float
+) -> tuple[float, Measurement, float]:
+    """Energy of an unmeasured trial of ``batch_size`` that ran ``time`` seconds, how it was obtained, and the
+    max power its cost charges time at (the measured trials', so that the costs compare; unit: W).
+
+    Args:
+        history: The job's records so far.
+        batch_size: The trial's batch size.
+        time: Its time (unit: s).
+        watts: The spec's ``energy.watts`` (used only when no trial of the job was measured).
+    """
+    same: list[TrialRecord] = []
+    every: list[TrialRecord] = []
+    for r in history:
+        if r.kind != "real" or r.energy_source == UNMEASURED or r.time <= 0 or r.energy <= 0:
+            continue
+        every.append(r)
+        if r.batch_size == batch_size:
+            same.append(r)
+    basis = same or every
+    if not basis:
+        return watts * time, Measurement(UNMEASURED, True, "watts-x-time"), watts
+    power = statistics.median(r.energy / r.time for r in basis)
+    return power * time, Measurement(UNMEASURED, True, "imputed"), statistics.median(r.max_power for r in basis)

@@ -1,0 +1,90 @@
+"""The one record builder: a trial's history record from the engine's decision and the trial's outcome.
+
+Every writer of a record builds it here: the executors (local and Slurm), ``tell``
+(ask/tell, the Python `Job`, the server), the records of trials whose launcher died
+or whose lease expired, the simulator and replay. The decision gives the trial's
+place and choice (`zeus_run.engine.request.TrialRequest`), the outcome what happened
+(`zeus_run.contract.TrialOutcome.record_fields`), the `Measurement` how its energy
+was obtained; anything else a door knows (seed, provenance, times, log) is passed as
+a field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zeus_run.contract import TrialOutcome
+from zeus_run.engine.request import TrialRequest
+from zeus_run.records import TrialRecord
+
+if TYPE_CHECKING:
+    from zeus_run.energy import EnergySource
+
+#: ``energy_source`` of a trial whose energy nothing measured (a plain ``tell`` without ``--energy``).
+UNMEASURED = "unmeasured"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """How a trial's energy was obtained (stored in its record).
+
+    Attributes:
+        source: ``nvml``, ``rapl``, ``estimate``, ``reported`` (told with ``--energy``),
+            ``unmeasured``, ``trace`` (simulated) or ``replay``.
+        estimated: Whether the energy is an estimate rather than a measurement.
+        method: How (``counter``, ``watts-x-cpu-time``, ``watts-x-time``, ``imputed``...), if known.
+    """
+
+    source: str
+    estimated: bool = False
+    method: str | None = None
+
+    @classmethod
+    def of(cls, energy: EnergySource) -> Measurement:
+        """How ``energy`` measures."""
+        return cls(energy.name, energy.estimated, energy.method)
+
+    @property
+    def measured(self) -> bool:
+        """Whether something measured (or was told) the energy."""
+        return self.source != UNMEASURED
+
+
+def trial_record(
+    job: str,
+    req: TrialRequest,
+    outcome: TrialOutcome,
+    how: Measurement,
+    *,
+    kind: str = "real",
+    **fields: Any,
+) -> TrialRecord:
+    """The history record of one trial.
+
+    Args:
+        job: The job's name.
+        req: The engine's decision (place, batch size, stage, threshold).
+        outcome: What happened (its `TrialOutcome.record_fields`; ``observed`` from its reason).
+        how: How its energy was obtained.
+        kind: ``real``, ``simulated`` or ``replayed``.
+        fields: Any other record field the door knows; these win over the defaults above.
+    """
+    base: dict[str, Any] = {
+        "job": job,
+        "recurrence": req.recurrence,
+        "attempt": req.attempt,
+        "trial": req.trial,
+        "batch_size": req.decision.batch_size,
+        "stage": req.decision.stage,
+        "detail": req.decision.detail,
+        "cost_threshold": None if math.isinf(req.cost_threshold) else req.cost_threshold,
+        **outcome.record_fields(),
+        "energy_source": how.source,
+        "estimated": how.estimated,
+        "energy_method": how.method,
+        "kind": kind,
+    }
+    base.update(fields)
+    return TrialRecord(**base)
