@@ -18,6 +18,7 @@ from zeus_run.trial.events import (
     EventLogTail,
     FileMetricTail,
     JsonLinesMetricReader,
+    LineSplitter,
     NumberLineReader,
     RegexMetricReader,
 )
@@ -176,3 +177,24 @@ def metric_readers(plan: TrialPlan) -> tuple[EventLogTail | FileMetricTail | Non
     if plan.metric_regex is not None:
         return None, BoundedRegex(plan.metric_regex)
     return EventLogTail(str(plan.event_path)), None
+
+
+def reading_notes(
+    tail: EventLogTail | FileMetricTail | None, regex: BoundedRegex | None, splitter: LineSplitter, notes: list[str]
+) -> int:
+    """Log what reading a finished trial's metric skipped, put a regex that never matched first in ``notes``,
+    and return how many malformed metric lines were ignored."""
+    if regex is not None and regex.hits == 0:
+        notes.insert(0, regex.no_match_note())
+    if regex is not None and regex.cut:
+        logger.info(
+            "%d output line(s) longer than %d characters were matched on their start only", regex.cut, REGEX_LINE_LIMIT
+        )
+    malformed = (tail.malformed if tail else 0) + (regex.reader.malformed if regex else 0)
+    if malformed:
+        logger.warning("ignored %d malformed metric line(s) from the script", malformed)
+    if splitter.overlong:
+        logger.info(
+            "%d output line(s) longer than 64 KiB were cut in the live view (the log has them whole)", splitter.overlong
+        )
+    return malformed

@@ -54,7 +54,7 @@ from zeus_run.trial.hooks import NullListener, TrialListener, TrialProfiler
 from zeus_run.trial.launch import preflight, trial_environment
 from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
-from zeus_run.trial.metric_regex import REGEX_LINE_LIMIT, metric_readers
+from zeus_run.trial.metric_regex import metric_readers, reading_notes
 from zeus_run.trial.output import OutputChannel
 from zeus_run.trial.proctree import ProcessTree
 from zeus_run.trial.stop import StopRule
@@ -447,22 +447,7 @@ class _TrialRun:
                 message = f"exit code {exit_code}; last output:\n{log_tail(self.plan.log_path)}"
         elif reason is StopReason.TIMEOUT:
             message = f"no result within the {self.plan.timeout:g} s timeout"
-        if self.regex is not None and self.regex.hits == 0:
-            self.notes.insert(0, self.regex.no_match_note())
-        if self.regex is not None and self.regex.cut:
-            logger.info(
-                "%d output line(s) longer than %d characters were matched on their start only",
-                self.regex.cut,
-                REGEX_LINE_LIMIT,
-            )
-        malformed = (self.tail.malformed if self.tail else 0) + (self.regex.reader.malformed if self.regex else 0)
-        if malformed:
-            logger.warning("ignored %d malformed metric line(s) from the script", malformed)
-        if self.splitter.overlong:
-            logger.info(
-                "%d output line(s) longer than 64 KiB were cut in the live view (the log has them whole)",
-                self.splitter.overlong,
-            )
+        malformed = reading_notes(self.tail, self.regex, self.splitter, self.notes)
         cause = crash_cause(reason, message, exit_code)
         timing = burst.epoch_timing(self.arrivals, self.exited_at)
         if timing is not None:

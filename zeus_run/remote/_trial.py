@@ -1,0 +1,196 @@
+"""`RemoteTrial`: one trial driven through the server, the seeds' client flow behind `zeus_run.train.Trial`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zeus_run.contract import Env
+from zeus_run.remote._client import DEFAULT_LEASE_S, ServerClient, ServerError
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteTrial:
+    """One trial driven through the server: the seeds' client flow behind `zeus_run.train.Trial`.
+
+    ``get_batch_size`` is the ask (`ask`, or a token from ``ZEUS_SERVER_TRIAL``
+    when ``zeus-run ask`` made it); ``on_train_begin`` starts the clock;
+    ``on_evaluate`` is `report`, whose answer carries the server's stop
+    decision. A daemon thread renews the lease between reports, and `finish`
+    or `fail` tells the server how it ended (once; at interpreter exit if the
+    script never did).
+
+    Args:
+        client: The server.
+        job: The job's name on the server.
+        token: The trial token.
+        decision: The ask's answer (batch size, lease, ...), if this process asked.
+        lease_s: Lease length (unit: s); the heartbeat runs at a third of it.
+    """
+
+    def __init__(
+        self, client: ServerClient, job: str, token: str, decision: dict[str, Any] | None, lease_s: float
+    ) -> None:
+        self.client = client
+        self.job = job
+        self.token = token
+        self.decision = decision or {}
+        self.lease_s = lease_s
+        self.stop_reason: str | None = None
+        #: How this process measures its energy, as its last report said (sent with the tell).
+        self.measured: dict[str, Any] | None = None
+        #: Time (s), energy (J) and how they were measured, for a tell at interpreter exit (`zeus_run.train.Trial`
+        #: sets it to its own meter's reading; None: not measured here).
+        self.meter: Callable[[], tuple[float, float, dict[str, Any]] | None] | None = None
+        self.converged = False
+        self.closed = False
+        self._t0 = time.monotonic()
+        self._stop_beat = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="zeus-run-heartbeat", daemon=True)
+        self._beat.start()
+        import atexit
+
+        atexit.register(self._at_exit)
+
+    @classmethod
+    def from_env(cls, host: str | None = None) -> RemoteTrial | None:
+        """The trial ``ZEUS_SERVER`` and ``ZEUS_SERVER_JOB`` name: asked now, or ``ZEUS_SERVER_TRIAL``'s."""
+        client = ServerClient.from_env()
+        if client is None:
+            return None
+        job = os.environ.get(Env.SERVER_JOB, "").strip()
+        if not job:
+            raise ServerError(
+                0, f"{Env.SERVER} is set but {Env.SERVER_JOB} is not: set it to the job's name on the server."
+            )
+        token = os.environ.get(Env.SERVER_TRIAL, "").strip()
+        if token:
+            return cls(client, job, token, None, _env_lease())
+        spec = os.environ.get(Env.SERVER_SPEC, "").strip()
+        if spec:
+            try:
+                with open(spec, encoding="utf-8") as f:
+                    client.register(job, f.read())
+            except OSError as exc:
+                raise ServerError(0, f"Cannot read {Env.SERVER_SPEC} = {spec!r}: {exc.strerror or exc}.") from None
+        decision = client.ask(job, host=host)
+        logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), decision.get("token"))
+        return cls(client, job, str(decision["token"]), decision, float(decision.get("lease_s") or 0) or _env_lease())
+
+    def begin(self) -> None:
+        """Training begins now: `report`'s time counts from here (the seeds' ``on_train_begin``)."""
+        self._t0 = time.monotonic()
+
+    def report(
+        self,
+        epoch: int,
+        metric: float | None,
+        energy_j: float | None = None,
+        time_s: float | None = None,
+        measured: dict[str, Any] | None = None,
+    ) -> bool:
+        """Report one epoch (time and energy as this process measured them, ``measured`` saying how); True to
+        go on. The server's stop decision (its stop rule, `zeus_run.trial.stop`) sets `stop_reason`."""
+        if self.stop_reason is not None:
+            return False
+        value = metric if metric is not None and math.isfinite(metric) else None
+        elapsed = time.monotonic() - self._t0 if time_s is None else time_s
+        self.measured = measured or self.measured
+        try:
+            answer = self.client.report(self.job, self.token, epoch, value, elapsed, energy_j, measured)
+        except ServerError as exc:
+            if exc.status in (404, 410):
+                self._lost(exc)
+                return False
+            raise
+        if answer.get("stop"):
+            self.stop_reason = str(answer.get("reason") or "stopped")
+            self.converged = bool(answer.get("converged"))
+        return self.stop_reason is None
+
+    def finish(
+        self,
+        exit_code: int = 0,
+        energy_j: float | None = None,
+        measured: dict[str, Any] | None = None,
+        time_s: float | None = None,
+    ) -> dict[str, Any] | None:
+        """Tell the server the trial ended (once), with the energy this process measured; returns its record."""
+        if self.closed:
+            return None
+        self._close()
+        elapsed = time.monotonic() - self._t0 if time_s is None else time_s
+        try:
+            return self.client.finish(self.job, self.token, elapsed, energy_j, exit_code, measured)
+        except ServerError as exc:
+            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
+                logger.info("zeus-run server already has this trial's tell: %s", exc)
+                return None
+            if exc.status in (404, 410):
+                self._lost(exc)
+                return None
+            raise
+
+    def fail(
+        self, message: str, exit_code: int = 1, energy_j: float | None = None, measured: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Tell the server the trial failed (once), with the energy this process measured; returns its record."""
+        if self.closed:
+            return None
+        self._close()
+        elapsed = time.monotonic() - self._t0
+        try:
+            return self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
+        except ServerError as exc:
+            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
+                logger.info("zeus-run server already has this trial's tell: %s", exc)
+                return None
+            if exc.status in (404, 410):
+                self._lost(exc)
+                return None
+            raise
+
+    def _close(self) -> None:
+        self.closed = True
+        self._stop_beat.set()
+
+    def _lost(self, exc: ServerError) -> None:
+        self.stop_reason = self.stop_reason or "lease_expired"
+        self._close()
+        logger.warning("zeus-run server no longer knows this trial: %s", exc)
+
+    def _heartbeat(self) -> None:
+        interval = max(self.lease_s / 3, 0.2)
+        while not self._stop_beat.wait(interval):
+            try:
+                self.client.heartbeat(self.job, self.token)
+            except ServerError as exc:
+                if exc.status in (404, 410):
+                    self._lost(exc)
+                    return
+                logger.warning("zeus-run heartbeat failed: %s", exc)
+
+    def _at_exit(self) -> None:
+        if not self.closed:
+            # NOTE: an uncaught exception has been printed (and left in sys.last_value) before atexit runs.
+            exc = getattr(sys, "last_value", None)
+            m = self.meter() if self.meter is not None else None
+            energy, how = (None, None) if m is None else (m[1], m[2])
+            try:
+                if exc is not None and not isinstance(exc, SystemExit):
+                    self.fail(f"{type(exc).__name__}: {exc}", energy_j=energy, measured=how)
+                else:
+                    self.finish(exit_code=0, energy_j=energy, measured=how, time_s=None if m is None else m[0])
+            except ServerError as exc:
+                logger.warning("could not tell the zeus-run server the trial ended: %s", exc)
+
+
+def _env_lease() -> float:
+    return DEFAULT_LEASE_S
