@@ -55,7 +55,7 @@ from zeus_run.contract import TrialFiles
 from zeus_run.energy import EnergySource
 from zeus_run.engine.core import TrialRequest
 from zeus_run.executors._base import RealExecutor, prepare
-from zeus_run.executors._slurm_adopt import _Adoption, _adoptions, _kept
+from zeus_run.executors._slurm_adopt import Adoption, _kept, recover_jobs
 from zeus_run.executors._slurm_job import (
     FINAL_STATE_WAIT,
     OUTCOME_WAIT,
@@ -70,7 +70,7 @@ from zeus_run.executors._slurm_job import (
     _retrying,
     slurm_settings,
 )
-from zeus_run.executors._slurm_records import _infra_streak, _Records
+from zeus_run.executors._slurm_records import SlurmRecords
 from zeus_run.power import node_power_plan
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir, check_writable
@@ -96,7 +96,7 @@ from zeus_run.trial.agent import (
 logger = logging.getLogger(__name__)
 
 
-class SlurmExecutor(_Adoption, _Records, RealExecutor):
+class SlurmExecutor(RealExecutor):
     """Runs each trial as a Slurm batch job (see the module docstring).
 
     It is a serial executor (``executor(request) -> record``) built from a
@@ -106,6 +106,7 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
     """
 
     kind = "slurm"
+    recover = staticmethod(recover_jobs)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -118,9 +119,9 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
         #: Requests started and not yet returned by `wait_any`, by ``trial``.
         self._started: dict[int, TrialRequest] = {}
         self._last_squeue = -math.inf
-        self._infra: list[str] = _infra_streak(self.rd.history.read())
-        self._adopt = _adoptions(self.rd.running_trials())
-        self._sweep()
+        self.records = SlurmRecords(self.spec, self.settings, self.energy, self._rd, self.burst, self.rd.history.read())
+        self.adoption = Adoption(self.prefix, self.rd.running_trials())
+        self.adoption.sweep()
 
     # -- the executor protocols ----------------------------------------------------------
     def __call__(self, req: TrialRequest) -> TrialRecord:
@@ -133,7 +134,7 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
         Raises:
             SlurmError: Too many infrastructure failures in a row, or Slurm refused the job.
         """
-        self._check_infra_streak()
+        self.records.check_infra_streak()
         self._started[req.trial] = req
         prepared = prepare(self.spec, self._rd, req, self.energy, profiling=False)
         power = node_power_plan(self.spec, self._rd.path, req.decision.batch_size)  # the agent sets its node's limits
@@ -148,7 +149,7 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
             trial_dir=str(tdir),
             heartbeat_timeout=self.settings.heartbeat_timeout,
         )
-        adopted = self._claim(req, running)
+        adopted = self.adoption.claim(req, running)
         if adopted is not None:
             prepared = dataclasses.replace(prepared, running=_kept(running, adopted))
             job = _Job(req, prepared, name, tdir, job_id=adopted.slurm_job_id, adopted=True)
@@ -160,7 +161,7 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
             self.rd.mark_running(running)  # before sbatch: a launcher killed after it can find the job by name
             if self.cancel.is_set():  # stopping already: nothing is submitted
                 job.stop_why = "launcher"
-                self._done.append(self._record(job, None))
+                self._done.append(self.records.record(job, None))
                 return
             check_writable(self._rd.path)
             for stale in TrialFiles.AGENT_FILES:
@@ -252,11 +253,11 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
     def close(self) -> None:
         """Cancel what is still in flight (the launcher is leaving on an error) and a job never taken over."""
         ids = [job.job_id for job in self._jobs.values() if job.job_id and job.ended is None]
-        for old in self._adopt.values():  # taken over but never asked for again
+        for old in self.adoption.pending.values():  # taken over but never asked for again
             if old.slurm_job_id:
                 ids.append(old.slurm_job_id)
             self.rd.clear_running(old.trial)
-        self._adopt.clear()
+        self.adoption.pending.clear()
         if ids:
             logger.warning("cancelling Slurm job(s) %s: the launcher is stopping", ", ".join(ids))
             try:
@@ -313,15 +314,15 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
         outcome = read_outcome(job.dir)
         if outcome is not None:
             if job.ended is not None or job.job_id is None:
-                return self._record(job, outcome)
+                return self.records.record(job, outcome)
             if job.outcome_seen is None:
                 job.outcome_seen = now
                 self._last_squeue = -math.inf  # ask Slurm for the final state at the next poll
             elif now - job.outcome_seen > FINAL_STATE_WAIT:
-                return self._record(job, outcome)
+                return self.records.record(job, outcome)
             return None
         if job.ended is not None:
-            return self._record(job, None) if now - job.ended >= OUTCOME_WAIT else None
+            return self.records.record(job, None) if now - job.ended >= OUTCOME_WAIT else None
         self._watch_heartbeat(job, now)
         if job.stop_sent is not None and not job.killed:
             grace = self.spec.stop.term_grace + self.spec.stop.kill_grace + STOP_MARGIN

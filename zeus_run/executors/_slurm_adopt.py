@@ -12,7 +12,6 @@ from pathlib import Path
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import TrialRequest
 from zeus_run.executors._slurm_job import FINAL_STATE_WAIT, SQUEUE_INTERVAL, STOP_MARGIN, _retrying
-from zeus_run.rundir.store import RunDir
 from zeus_run.slurm import (
     PENDING_STATES,
     JobInfo,
@@ -29,63 +28,69 @@ from zeus_run.trial.agent import (
 logger = logging.getLogger(__name__)
 
 
-class _Adoption:
-    """The adoption half of `zeus_run.executors.SlurmExecutor` (a mixin)."""
+def recover_jobs(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
+    """After a launcher died with trials in flight: adopt each job whose agent is alive, cancel every other job of the run.
 
-    kind: str
-    prefix: str
-    rd: RunDir
-    _adopt: dict[int, RunningMarker]
+    A trial's job is adopted when it is still pending, when it runs and its
+    agent's heartbeat is fresh (or it started less than ``heartbeat_timeout`` ago),
+    or when its agent has already written the outcome.
 
-    @staticmethod
-    def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
-        """After a launcher died with trials in flight: adopt each job whose agent is alive, cancel every other job of the run.
+    Returns:
+        The ``trial`` of each adopted trial (see `RealExecutor.recover`).
 
-        A trial's job is adopted when it is still pending, when it runs and its
-        agent's heartbeat is fresh (or it started less than ``heartbeat_timeout`` ago),
-        or when its agent has already written the outcome.
+    Raises:
+        SlurmError: Slurm cannot be asked about the jobs (the history is untouched).
+    """
+    infos = [i for i in infos if i.job_prefix and i.job_name and i.trial_dir]
+    if not infos:
+        return set()
+    jobs: list[JobInfo] = []
+    for prefix in sorted({str(i.job_prefix) for i in infos}):
+        jobs += _find_run_jobs(prefix)
+    kept_ids: set[str] = set()
+    adopted: set[int] = set()
+    for info in infos:
+        tdir = Path(str(info.trial_dir))
+        timeout = info.heartbeat_timeout or SlurmSettings.heartbeat_timeout
+        known = info.slurm_job_id or ""
+        mine = [j for j in jobs if j.name == info.job_name and (not known or j.job_id == known)]
+        job = mine[-1] if mine else None
+        keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
+        if not may_adopt or not keep:
+            continue
+        adopted.add(info.trial)
+        if job is not None:
+            kept_ids.add(job.job_id)
+        logger.info(
+            "the previous launcher's trial (recurrence %s try %s, %s) goes on; this launcher takes it over",
+            info.recurrence,
+            info.attempt,
+            f"job {job.job_id}" if job is not None else "its outcome is written",
+        )
+    drop = [j.job_id for j in jobs if not j.final and j.job_id not in kept_ids]
+    if drop:
+        logger.warning("cancelling Slurm job(s) %s left by the previous launcher", ", ".join(drop))
+        _retrying("scancel", lambda: cancel(drop))
+    return adopted
 
-        Returns:
-            The ``trial`` of each adopted trial (see `RealExecutor.recover`).
 
-        Raises:
-            SlurmError: Slurm cannot be asked about the jobs (the history is untouched).
-        """
-        infos = [i for i in infos if i.job_prefix and i.job_name and i.trial_dir]
-        if not infos:
-            return set()
-        jobs: list[JobInfo] = []
-        for prefix in sorted({str(i.job_prefix) for i in infos}):
-            jobs += _find_run_jobs(prefix)
-        kept_ids: set[str] = set()
-        adopted: set[int] = set()
-        for info in infos:
-            tdir = Path(str(info.trial_dir))
-            timeout = info.heartbeat_timeout or SlurmSettings.heartbeat_timeout
-            known = info.slurm_job_id or ""
-            mine = [j for j in jobs if j.name == info.job_name and (not known or j.job_id == known)]
-            job = mine[-1] if mine else None
-            keep = _alive(job, tdir, timeout) if job is not None else read_outcome(tdir) is not None
-            if not may_adopt or not keep:
-                continue
-            adopted.add(info.trial)
-            if job is not None:
-                kept_ids.add(job.job_id)
-            logger.info(
-                "the previous launcher's trial (recurrence %s try %s, %s) goes on; this launcher takes it over",
-                info.recurrence,
-                info.attempt,
-                f"job {job.job_id}" if job is not None else "its outcome is written",
-            )
-        drop = [j.job_id for j in jobs if not j.final and j.job_id not in kept_ids]
-        if drop:
-            logger.warning("cancelling Slurm job(s) %s left by the previous launcher", ", ".join(drop))
-            _retrying("scancel", lambda: cancel(drop))
-        return adopted
+class Adoption:
+    """A dead launcher's Slurm jobs: which this launcher takes over, and which it cancels (a collaborator of
+    `zeus_run.executors.SlurmExecutor`).
 
-    def _claim(self, req: TrialRequest, running: RunningMarker) -> RunningMarker | None:
+    Args:
+        prefix: The job-name prefix of this run's jobs.
+        markers: The run directory's trials in flight when this launcher started (``running.json``).
+    """
+
+    def __init__(self, prefix: str, markers: list[RunningMarker] | None) -> None:
+        self.prefix = prefix
+        #: The dead launcher's trials, by ``trial``, until asked for again (or given up at `SlurmExecutor.close`).
+        self.pending: dict[int, RunningMarker] = _adoptions(markers)
+
+    def claim(self, req: TrialRequest, running: RunningMarker) -> RunningMarker | None:
         """The dead launcher's trial, if ``req`` asks for exactly it (else its job is cancelled)."""
-        old = self._adopt.pop(req.trial, None)
+        old = self.pending.pop(req.trial, None)
         if old is None:
             return None
         differ = old.differences(running)
@@ -102,25 +107,14 @@ class _Adoption:
             ", ".join(differ),
         )
         if old.slurm_job_id:
-            self._cancel_and_wait(old.slurm_job_id)
+            _cancel_and_wait(old.slurm_job_id)
         return None
 
-    def _cancel_and_wait(self, job_id: str) -> None:
-        """Cancel a job and wait (bounded) until it ended, so it no longer writes into its trial's directory."""
-        cancel([job_id])
-        deadline = time.monotonic() + FINAL_STATE_WAIT + STOP_MARGIN
-        while time.monotonic() < deadline:
-            info = _retrying("squeue", lambda: query([job_id])).get(job_id)
-            if info is None or info.final:
-                return
-            time.sleep(SQUEUE_INTERVAL)
-        logger.warning("job %s has not ended %g s after scancel", job_id, FINAL_STATE_WAIT + STOP_MARGIN)
-
-    def _sweep(self) -> None:
+    def sweep(self) -> None:
         """Cancel every live job of this run but the one taken over (the run directory's lock: no other launcher owns one)."""
 
         def adopted(j: JobInfo) -> bool:
-            for adopt in self._adopt.values():
+            for adopt in self.pending.values():
                 if adopt.slurm_job_id:
                     if j.job_id == adopt.slurm_job_id:
                         return True
@@ -133,6 +127,18 @@ class _Adoption:
         if drop:
             logger.warning("cancelling Slurm job(s) %s of this run that no launcher owns", ", ".join(drop))
             _retrying("scancel", lambda: cancel(drop))
+
+
+def _cancel_and_wait(job_id: str) -> None:
+    """Cancel a job and wait (bounded) until it ended, so it no longer writes into its trial's directory."""
+    cancel([job_id])
+    deadline = time.monotonic() + FINAL_STATE_WAIT + STOP_MARGIN
+    while time.monotonic() < deadline:
+        info = _retrying("squeue", lambda: query([job_id])).get(job_id)
+        if info is None or info.final:
+            return
+        time.sleep(SQUEUE_INTERVAL)
+    logger.warning("job %s has not ended %g s after scancel", job_id, FINAL_STATE_WAIT + STOP_MARGIN)
 
 
 def _alive(job: JobInfo, trial_dir: Path, heartbeat_timeout: float) -> bool:

@@ -38,17 +38,41 @@ from zeus_run.trial.burst import BurstWarning
 logger = logging.getLogger(__name__)
 
 
-class _Records:
-    """The record half of `zeus_run.executors.SlurmExecutor` (a mixin)."""
+class SlurmRecords:
+    """A Slurm trial's history record, from its agent's files and the cluster's word (a collaborator of
+    `zeus_run.executors.SlurmExecutor`), and the streak of trials the cluster ended.
 
-    spec: JobSpec
-    settings: SlurmSettings
-    energy: EnergySource
-    _rd: RunDir
-    _infra: list[str]
-    burst: BurstWarning
+    Args:
+        spec: The job.
+        settings: Its Slurm settings.
+        energy: The launcher's energy source (what a record says when the agent said nothing).
+        rd: The run directory as the nodes see it (an absolute path).
+        burst: The run's warning about epochs read in one burst.
+        history: The records so far (the streak of infrastructure failures continues from them).
+    """
 
-    def _check_infra_streak(self) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        settings: SlurmSettings,
+        energy: EnergySource,
+        rd: RunDir,
+        burst: BurstWarning,
+        history: Iterable[TrialRecord],
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.energy = energy
+        self._rd = rd
+        self.burst = burst
+        self._infra: list[str] = _infra_streak(history)
+
+    def check_infra_streak(self) -> None:
+        """Raise once more trials in a row than ``infra_retries`` were ended by the cluster.
+
+        Raises:
+            SlurmError: The streak is too long.
+        """
         if len(self._infra) <= self.settings.infra_retries:
             return
         states = ", ".join(self._infra[-(self.settings.infra_retries + 1) :])
@@ -60,7 +84,7 @@ class _Records:
         )
 
     # -- the record ----------------------------------------------------------------------
-    def _record(self, job: _Job, outcome: TrialOutcome | None) -> TrialRecord:
+    def record(self, job: _Job, outcome: TrialOutcome | None) -> TrialRecord:
         """The trial's record from the agent's outcome (None: it left none) and what Slurm said."""
         state = job.state
         agent = read_agent_info(job.dir) or {}
