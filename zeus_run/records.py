@@ -149,7 +149,7 @@ class TrialRecord:
         """What the optimizer learns from this trial, or None if it learns nothing."""
         if not self.observed:
             return None
-        return Observation(self.batch_size, self.cost, self.reached, self.probe is not False)
+        return Observation(self.batch_size, self.cost, self.reached, self.probe is not False, self.epochs)
 
     @property
     def spent_cost(self) -> float:

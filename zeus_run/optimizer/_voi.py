@@ -31,6 +31,11 @@ close arms over tens or hundreds of recurrences. Because the walk is
 re-examined before every trial, an end of the interval that becomes the
 cheapest arm later (its first cost was unlucky) re-opens its side.
 
+**Slow first runs** (revision 3). A batch size's first run has no earlier run
+to compare its pace with; one that fell in a slow recurrence would rule its
+batch size out for good. Its cost per epoch is checked against the batch size's
+later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
+
 The state is a pure fold over observations (`VOIState`); the only randomness
 is the Thompson draw, seeded by ``(seed, step)``.
 """
@@ -44,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from zeus_run.early_stop import EarlyStopRule
+from zeus_run.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
 
@@ -64,11 +69,18 @@ class VOIState:
         arms: Cost statistics of every batch size ever observed (unit: J; windowed
             if the policy has a ``window_size``).
         reached: Per batch size, how many of its trials reached the target.
+        first: Per batch size, its first observation (revision 3).
+        rest: Cost statistics of every later observation of each batch size (revision 3).
+        paces: Per batch size, the cost per epoch of its most recent converged observations
+            after the first (at most `PACE_WINDOW`; revision 3).
     """
 
     step: int
     arms: Mapping[int, ArmStats] = field(default_factory=dict)
     reached: Mapping[int, int] = field(default_factory=dict)
+    first: Mapping[int, Observation] = field(default_factory=dict)
+    rest: Mapping[int, ArmStats] = field(default_factory=dict)
+    paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -126,7 +138,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 2,
+        revision: int = 3,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -139,17 +151,18 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 2 (current): exploration is valued over the recurrences left, and the robust
+        revision: 3 (current): as 2, and a batch size's first run is checked for pace
+            (`moments`); 2: exploration is valued over the recurrences left, and the robust
             early stop (`zeus_run.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
-            early stop (how runs recorded before revision 2 replay).
+            early stop. Runs replay with the revision they recorded.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
-        if revision not in (1, 2):
-            raise ValueError(f"revision must be 1 or 2, got {revision}")
+        if revision not in (1, 2, 3):
+            raise ValueError(f"revision must be 1, 2 or 3, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
@@ -175,7 +188,17 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         reached = dict(state.reached)
         if obs.reached:
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
-        return dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
+        state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
+        if self.revision < 3:
+            return state
+        b = obs.batch_size
+        if b not in state.first:
+            return dataclasses.replace(state, first={**state.first, b: obs})
+        rest = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
+        paces = state.paces
+        if obs.reached and obs.epochs > 0:
+            paces = {**paces, b: (*paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
+        return dataclasses.replace(state, rest=rest, paces=paces)
 
     def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
@@ -225,7 +248,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         where ``SS_i`` is arm i's sum of squared deviations, ``m_i`` its mean cost
         and ``w`` = ``VARIANCE_PRIOR_WEIGHT``: one cost per arm is enough.
         """
-        moments = {b: stats.moments() for b, stats in state.arms.items()}
+        moments = self.moments(state) if self.revision >= 3 else {b: a.moments() for b, a in state.arms.items()}
         ss, dof = self.PRIOR_CV2_DOF * self.PRIOR_CV2, self.PRIOR_CV2_DOF
         for n, mean, var in moments.values():
             if n >= 2 and mean > 0:
@@ -238,6 +261,43 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if state.reached.get(b, 0) > 0:
                 est[b] = Estimate(mean, (n * var + w * cv2 * mean * mean) / (n - 1 + w) / n)
         return est, cv2
+
+    def moments(self, state: VOIState) -> dict[int, tuple[int, float, float]]:
+        """``(count, mean, population variance)`` of each batch size's costs, first runs checked for pace (revision 3).
+
+        A batch size's first run has no earlier run to compare its pace (cost per epoch)
+        with: if it fell in a slow recurrence (a shared GPU, a slow file system), its cost
+        would rule its batch size out for good, and if that batch size is b0 (recurrence 1)
+        the walk settles on a wrong batch size. Epochs to the target do not depend on the
+        machine, pace does. So a first run's pace is compared with the median pace of the
+        batch size's later converged runs or, while there are none, with the pace of the
+        nearest smaller batch size tried (a larger batch runs an epoch about as fast or
+        faster). If it ran more than `SLOWDOWN` times slower than that, its cost is taken at
+        that pace: the batch size stays in contention, and a Thompson draw runs it again
+        while it looks competitive. Later runs are checked by the robust early stop
+        (`zeus_run.early_stop.Pace`) before they reach the optimizer. A wrong correction
+        (a batch size that really runs its epochs slower) costs at most that one more run.
+        """
+        own = {b: _median(p) for b, p in state.paces.items() if p}
+        pace = {b: f.cost / f.epochs for b, f in state.first.items() if f.reached and f.epochs > 0}
+        steady = {b: own.get(b, pace.get(b)) for b in state.first}
+        out = {}
+        for b, first in state.first.items():
+            cost = first.cost
+            if b in pace:
+                smaller = [c for c, p in steady.items() if c < b and p is not None]
+                ref = own.get(b, steady[max(smaller)] if smaller else None)
+                if ref is not None and pace[b] > SLOWDOWN * ref:
+                    cost = ref * first.epochs
+            n, mean, var = state.rest[b].moments() if b in state.rest else (0, 0.0, 0.0)
+            if 0 < self.window_size <= n:
+                out[b] = (n, mean, var)  # the first run is out of the window
+                continue
+            total = n + 1
+            new_mean = (n * mean + cost) / total
+            m2 = n * var + n * (mean - new_mean) ** 2 + (cost - new_mean) ** 2
+            out[b] = (total, new_mean, m2 / total)
+        return out
 
     # -- the walk ---------------------------------------------------------------------------
 
@@ -307,6 +367,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
+
+
+def _median(values: Iterable[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
 def normal_cdf(x: float) -> float:
