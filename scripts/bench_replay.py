@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from zeus_run.engine import Engine, TrialRequest
-from zeus_run.history import HistoryStore, read_history
+from zeus_run.engine.core import Engine, TrialRequest
+from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit, what_if, with_changes
-from zeus_run.rundir import atomic_write
+from zeus_run.rundir.history import HistoryStore, read_history
+from zeus_run.rundir.store import atomic_write
 from zeus_run.spec import OptimizerSettings
 
 BATCH_SIZES = (16, 32, 64, 128, 256, 512, 1024)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zeus_run.runner import run_job
+from zeus_run.engine.runner import run_job
 from zeus_run.spec import parse_spec
 
 SPEC = """

@@ -7,7 +7,7 @@ that every run exits 0 with all its recurrences converged. Prints one line per
 run and exits 1 if any run failed. Per run: wall time, trials, tries per
 recurrence (mean, max), the share of recurrences that needed more than one
 try, early stops, fallback tries, the recurrences the engine found slow across
-the board (`zeus_run.early_stop`), and the steady state and whole history
+the board (`zeus_run.optimizer.early_stop`), and the steady state and whole history
 against the default (`zeus-run history`'s figures). The last lines pool the
 tries over all runs and count the runs whose steady state came out worse than
 the default.
@@ -46,9 +46,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from zeus_run.history import read_history  # noqa: E402
-from zeus_run.recommend import believed_best  # noqa: E402
-from zeus_run.summary import summarize  # noqa: E402
+from zeus_run.rundir.history import read_history  # noqa: E402
+from zeus_run.views.recommend import believed_best  # noqa: E402
+from zeus_run.views.summary import summarize  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

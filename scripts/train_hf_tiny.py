@@ -25,6 +25,7 @@ from transformers import BertConfig, BertForSequenceClassification, Trainer
 from transformers.utils import logging as hf_logging
 
 from zeus_run.integrations.hf import ZeusRunCallback, training_arguments
+from zeus_run.train import Trial
 
 VOCAB, LENGTH = 16, 12
 
@@ -47,11 +48,16 @@ def accuracy(pred) -> dict[str, float]:
     return {"accuracy": float((pred.predictions.argmax(-1) == pred.label_ids).mean())}
 
 
+#: Epochs when run by hand, outside zeus-run.
+BY_HAND_EPOCHS = 5
+
+
 def main() -> None:
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()  # logs that read well in cron and CI
-    callback = ZeusRunCallback()
-    trial = callback.trial
+    # By hand (no ZEUS_* set) it trains at most 5 epochs; under zeus-run the spec's max_epochs.
+    trial = Trial.from_env(max_epochs=BY_HAND_EPOCHS)
+    callback = ZeusRunCallback(trial)
     torch.manual_seed(trial.seed)
     config = BertConfig(
         vocab_size=VOCAB,
@@ -66,6 +72,7 @@ def main() -> None:
     out = os.environ.get("ZEUS_LOG_DIR") or "hf_tiny_out"
     args = training_arguments(
         out,
+        trial=trial,
         per_device_eval_batch_size=256,
         use_cpu=True,
         disable_tqdm=True,

@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from zeus_run.integrations.lightning import ZeusRunCallback
+from zeus_run.train import Trial
 
 
 def make_data(n: int, seed: int) -> TensorDataset:
@@ -50,11 +51,16 @@ class Ring(lightning.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
 
+#: Epochs when run by hand, outside zeus-run.
+BY_HAND_EPOCHS = 5
+
+
 def main() -> None:
     torch.set_num_threads(1)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    callback = ZeusRunCallback()
-    trial = callback.trial
+    # By hand (no ZEUS_* set) it trains at most 5 epochs; under zeus-run the spec's max_epochs.
+    trial = Trial.from_env(max_epochs=BY_HAND_EPOCHS)
+    callback = ZeusRunCallback(trial)
     lightning.seed_everything(trial.seed, verbose=False)
     train = DataLoader(make_data(2048, seed=0), batch_size=trial.batch_size, shuffle=True)
     val = DataLoader(make_data(1024, seed=1), batch_size=1024)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from zeus_run.contract import RunningMarker, markers_from_json
 from zeus_run.cost import SKIP_PENALTY, cost_threshold
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.position import best_known, observation_of, observations, position
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision
-from zeus_run.position import best_known, observations, position
 from zeus_run.records import TrialRecord
 
 BATCH_SIZES = (8, 16, 32, 64, 128)
@@ -99,7 +99,7 @@ def make_execute(
 
 
 class Scripted:
-    """A `zeus_run.engine.TrialExecutor` whose trials end in the order ``pick`` chooses.
+    """A `zeus_run.engine.core.TrialExecutor` whose trials end in the order ``pick`` chooses.
 
     Args:
         execute: Produces a trial's record when it ends.
@@ -138,7 +138,7 @@ def random_pick(seed: int) -> Callable[[list[int]], int]:
 
 
 def serial_reference(engine, history, execute, on_record=lambda r: None) -> list[TrialRecord]:
-    """The serial loop of `zeus_run.engine.Engine.run` before concurrency (the oracle for N=1)."""
+    """The serial loop of `zeus_run.engine.core.Engine.run` before concurrency (the oracle for N=1)."""
     opt = engine.optimizer
     state = opt.fold(observations(history))
     pos = position(history)
@@ -169,7 +169,7 @@ def serial_reference(engine, history, execute, on_record=lambda r: None) -> list
         attempt += 1
         if record.stop_reason == "interrupted":
             return new
-        obs = record.observation
+        obs = observation_of(record)
         if obs is not None:
             state = opt.observe(state, obs)
             n_obs += 1

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from zeus_run.contract import StopReason
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
 from zeus_run.records import TrialRecord
 
 

@@ -136,8 +136,8 @@ def test_history_reports_a_broken_series_in_one_line(sim_run):
 
 def test_plot_title_shows_carbon_and_money(sim_run, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
-    from zeus_run.history import read_history
-    from zeus_run.plot import plot_history
+    from zeus_run.rundir.history import read_history
+    from zeus_run.views.plot import plot_history
 
     records = read_history(sim_run / "history.jsonl")
     acc = account(records, AccountingSettings(350, 0.12), None)

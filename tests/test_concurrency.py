@@ -25,14 +25,14 @@ from tests.concurrency_helpers import (
     run_to_end,
     serial_reference,
 )
-from zeus_run.concurrent import Clocked, InOrder, SlotPool, slot_devices
-from zeus_run.engine import Ledger, TrialRequest
+from zeus_run.engine.concurrent import Clocked, InOrder, SlotPool, slot_devices
+from zeus_run.engine.core import Ledger, TrialRequest
+from zeus_run.engine.position import best_known, observation_of
+from zeus_run.engine.replay import Knobs, audit, what_if
+from zeus_run.engine.runner import _signals_to
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import Decision, Observation, ZeusOptimizer, make_optimizer
-from zeus_run.position import best_known
 from zeus_run.records import CONCURRENCY_FIELDS, TrialRecord
-from zeus_run.replay import Knobs, audit, what_if
-from zeus_run.runner import _signals_to
 from zeus_run.spec import POLICIES, OptimizerSettings
 
 
@@ -107,7 +107,7 @@ def test_a_non_probe_result_that_ends_first_does_not_move_pruning():
     assert nxt.seen == 1 and nxt.in_flight == (0,)
     assert nxt.decision.detail.startswith("concurrent: pruning waits for batch size 32 (trial #0)")
     opt = make_optimizer(OptimizerSettings.for_policy("zeus"), BATCH_SIZES, B0, 5)
-    state = opt.fold([records[0].observation])
+    state = opt.fold([observation_of(records[0])])
     assert state.pruning == opt.initial_state().pruning
 
 
@@ -125,7 +125,7 @@ def test_results_are_folded_in_the_order_they_end():
     # The engine's state after the run is the fold of the history in its order.
     ledger = Ledger.from_history(k.engine(12), records)
     opt = make_optimizer(k.optimizer, BATCH_SIZES, B0, k.seed)
-    assert ledger.state == opt.fold([r.observation for r in records if r.observation])
+    assert ledger.state == opt.fold([observation_of(r) for r in records if observation_of(r)])
 
 
 def test_early_stop_threshold_is_beta_times_the_cheapest_recurrence_known_at_the_start():
@@ -538,7 +538,7 @@ def test_concurrency_fields_round_trip_and_are_checked():
     data = json.loads(json.dumps(stamped.to_json()))
     assert (data["seen"], data["in_flight"], data["draw"], data["probe"]) == (4, [3, 4], 1, False)
     back = TrialRecord.from_json(data)
-    assert back == stamped and back.observation == Observation(32, 600.0, True, probe=False)
+    assert back == stamped and observation_of(back) == Observation(32, 600.0, True, probe=False)
     for key, value in [("in_flight", [1, "x"]), ("in_flight", [-1]), ("in_flight", 3), ("seen", -1), ("probe", 1)]:
         with pytest.raises(ValueError, match=key):
             TrialRecord.from_json({**data, key: value})

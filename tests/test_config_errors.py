@@ -1,4 +1,4 @@
-"""Configuration errors are not observations (`zeus_run.config_errors`)."""
+"""Configuration errors are not observations (`zeus_run.trial.classify`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from tests.cli.test_run_cli import history, spec_text, zeus
-from zeus_run.config_errors import config_error
-from zeus_run.engine import Ledger
-from zeus_run.history import read_history
+from zeus_run.engine.core import Ledger
+from zeus_run.engine.replay import Knobs, audit
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit
+from zeus_run.rundir.history import read_history
+from zeus_run.trial.classify import config_error
 
 BASE = TrialRecord("t", 1, 1, 0, 2, "pruning", 0, 2.0, 200.0, 100.0, 200.0, False, "exited", exit_code=0)
 CONVERGED = dataclasses.replace(

@@ -1,4 +1,4 @@
-"""Early stopping that knows what it is for (`zeus_run.early_stop`): slowdowns neither cascade nor stick."""
+"""Early stopping that knows what it is for (`zeus_run.optimizer.early_stop`): slowdowns neither cascade nor stick."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeus_run.cost import epochs_under_threshold
-from zeus_run.early_stop import SLOWDOWN, EarlyStopRule, Pace
-from zeus_run.engine import Engine, Ledger, TrialRequest
+from zeus_run.engine.core import Engine, Ledger, TrialRequest
+from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import make_optimizer
+from zeus_run.optimizer.early_stop import SLOWDOWN, EarlyStopRule, Pace
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit
 from zeus_run.spec import OptimizerSettings
 
 EPOCHS = 10

@@ -15,8 +15,8 @@ import pytest
 
 from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, SCRIPTS
-from zeus_run.events import EventLogTail, RegexMetricReader, parse_count, parse_metric
-from zeus_run.history import read_history
+from zeus_run.rundir.history import read_history
+from zeus_run.trial.events import EventLogTail, RegexMetricReader, parse_count, parse_metric
 
 HOSTILE = str(SCRIPTS / "hostile_train.py")
 

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from zeus_run.engine import Engine, TrialRequest
+from zeus_run.engine.core import Engine, TrialRequest
+from zeus_run.engine.position import best_known, position
+from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import make_optimizer
-from zeus_run.position import best_known, position
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit
 from zeus_run.spec import OptimizerSettings
 
 # Batch size -> cost of a run to the target on a quiet machine (all converge).
@@ -96,7 +96,7 @@ def test_replay_audits_a_run_with_fallbacks():
 
 
 def test_the_default_policy_takes_the_same_load_with_at_most_one_early_stop_per_recurrence():
-    # The robust early stop (`zeus_run.early_stop`): the bandit's arms are never cut, and one
+    # The robust early stop (`zeus_run.optimizer.early_stop`): the bandit's arms are never cut, and one
     # early stop sends the recurrence to the fallback, even with the paper's max_early_stops (None).
     records = engine(None, settings=OptimizerSettings()).run([], LoadedMachine(quiet=8, load=2.5))
     assert {r.recurrence for r in records if r.reached} == set(range(1, 31))

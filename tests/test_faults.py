@@ -254,7 +254,7 @@ def test_full_disk_is_detected_before_a_trial(tmp_path, monkeypatch):
     import shutil
 
     from zeus_run.errors import RunDirError
-    from zeus_run.rundir import check_writable
+    from zeus_run.rundir.store import check_writable
 
     real = shutil.disk_usage
     monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1000))

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from tests.test_history import rec
 from zeus_run.errors import ZeusRunError
-from zeus_run.events import EventLogTail, RegexMetricReader
-from zeus_run.history import parse_history
+from zeus_run.rundir.history import parse_history
 from zeus_run.spec import JobSpec, load_spec, parse_spec
+from zeus_run.trial.events import EventLogTail, RegexMetricReader
 
 #: Seconds one example may take before it counts as a hang.
 HANG = 30

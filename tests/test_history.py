@@ -8,8 +8,8 @@ import pytest
 
 from tests.factories import make_record
 from zeus_run.errors import HistoryError
-from zeus_run.history import HistoryStore, read_history
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.history import HistoryStore, read_history
 
 
 def rec(i: int, **kw) -> TrialRecord:

@@ -1,4 +1,4 @@
-"""The join protocol (`zeus_run.joins`): requests, claims, withdrawals and dead joiners, without processes."""
+"""The join protocol (`zeus_run.rundir.joins`): requests, claims, withdrawals and dead joiners, without processes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from zeus_run import joins
-from zeus_run.joins import JoinDesk
+from zeus_run.rundir import joins
+from zeus_run.rundir.joins import JoinDesk
 
 
 def test_a_claim_grants_the_next_recurrences_and_a_claimed_request_cannot_be_withdrawn(tmp_path):

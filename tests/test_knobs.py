@@ -8,11 +8,11 @@ import math
 import pytest
 
 from tests.test_fallback import LoadedMachine
-from zeus_run.engine import Engine
-from zeus_run.knobs import Knobs
-from zeus_run.replay import audit
-from zeus_run.resume import compatibility, history_mismatches
-from zeus_run.rundir import RunDir
+from zeus_run.engine.core import Engine
+from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.replay import audit
+from zeus_run.rundir.resume import compatibility, history_mismatches
+from zeus_run.rundir.store import RunDir
 from zeus_run.spec import OptimizerSettings, parse_spec
 
 SPEC = """

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from zeus_run.cli import app
 from zeus_run.objective import PENALTY_WEIGHT, Objective, ObjectiveError, parse_objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
+from zeus_run.optimizer.power_limit import choose_power_limit
 from zeus_run.spec import parse_spec
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -47,12 +48,12 @@ def test_parse_rejects(text):
 
 @pytest.mark.parametrize(("factor", "limit"), [(1.0, 300), (1.05, 250), (1.1, 250), (1.2, 200), (1.5, 150)])
 def test_max_slowdown_picks_least_energy_within_the_bound(factor, limit):
-    assert Objective("max-slowdown", factor=factor).choose_power_limit(PROFILE, 300) == limit
+    assert choose_power_limit(Objective("max-slowdown", factor=factor), PROFILE, 300) == limit
 
 
 def test_energy_time_and_cost_kinds_choose_like_eta():
-    assert Objective("energy").choose_power_limit(PROFILE, 300) == 150
-    assert Objective("time").choose_power_limit(PROFILE, 300) == 300
+    assert choose_power_limit(Objective("energy"), PROFILE, 300) == 150
+    assert choose_power_limit(Objective("time"), PROFILE, 300) == 300
     jit = JITPowerLimitOptimizer(0.5, 300, Objective("max-slowdown", factor=1.1))
     assert jit.observe_profile(jit.initial_state(), 8, PROFILE).predict(8) == 250
 
@@ -101,7 +102,7 @@ def test_spec_section_errors_name_the_field(extra, field):
 @pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared traces not at {TRACES}")
 def test_simulate_max_slowdown_keeps_every_limit_within_the_bound(tmp_path):
     """The issue's command: every chosen limit's time per epoch is within 1.1x of the max limit's."""
-    from zeus_run.history import read_history
+    from zeus_run.rundir.history import read_history
     from zeus_run.sim import job_table, load_traces
 
     res = CliRunner().invoke(

@@ -13,8 +13,8 @@ from tests.factories import make_record
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.cli import app
 from zeus_run.errors import UsageError
-from zeus_run.plot import DPI, FIGSIZE, PlotUnavailableError, load_matplotlib, plot_history
 from zeus_run.records import TrialRecord
+from zeus_run.views.plot import DPI, FIGSIZE, PlotUnavailableError, load_matplotlib, plot_history
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()

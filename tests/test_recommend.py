@@ -1,4 +1,4 @@
-"""Recommendations that agree with the data (`zeus_run.recommend`, `zeus_run.summary`, the history view)."""
+"""Recommendations that agree with the data (`zeus_run.views.recommend`, `zeus_run.views.summary`, the history view)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from tests.test_summary import rec
 from zeus_run.cli._render import history_table, summary_lines
-from zeus_run.recommend import Belief, recommend
-from zeus_run.summary import batch_size_stats, recurrence_rows, summarize
+from zeus_run.views.recommend import Belief, recommend
+from zeus_run.views.summary import batch_size_stats, recurrence_rows, summarize
 
 
 def test_never_recommends_a_batch_size_worse_than_the_default():

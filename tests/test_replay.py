@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from tests.cli.test_run_cli import zeus
-from zeus_run.engine import Engine, TrialRequest
+from zeus_run.engine.core import Engine, TrialRequest
+from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
 from zeus_run.optimizer import make_optimizer
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit, what_if, with_changes
 from zeus_run.spec import OptimizerSettings
 
 # Batch size -> (epochs to target or 0 for never, seconds per epoch). Energy = 100 W x time.

@@ -25,9 +25,9 @@ from tests.test_faults import launch, spec_text, wait_for
 from tests.test_history import rec
 from zeus_run import _fs
 from zeus_run.errors import BUSY_EXIT_CODE, HistoryError, RunDirError
-from zeus_run.history import HistoryStore, read_history
-from zeus_run.resume import choose_run_dir
-from zeus_run.rundir import RunDir, atomic_write
+from zeus_run.rundir.history import HistoryStore, read_history
+from zeus_run.rundir.resume import choose_run_dir
+from zeus_run.rundir.store import RunDir, atomic_write
 from zeus_run.spec import load_spec
 
 

@@ -21,8 +21,8 @@ from zeus_run import _fs
 from zeus_run._terminal import printable
 from zeus_run.contract import TrialFiles
 from zeus_run.errors import HistoryError, RunDirError
-from zeus_run.history import HistoryStore
-from zeus_run.rundir import WRITTEN_FILES, RunDir, atomic_write, check_writable
+from zeus_run.rundir.history import HistoryStore
+from zeus_run.rundir.store import WRITTEN_FILES, RunDir, atomic_write, check_writable
 
 HOSTILE = str(SCRIPTS / "hostile_train.py")
 

@@ -14,9 +14,9 @@ import pytest
 from tests.cli.test_run_cli import zeus
 from tests.conftest import REPO, SCRIPTS
 from zeus_run.energy import EstimatedEnergy
-from zeus_run.runner import run_job
+from zeus_run.engine.runner import run_job
 from zeus_run.spec import parse_spec
-from zeus_run.trial import TrialOutcome, TrialPlan, run_trial
+from zeus_run.trial.run import TrialOutcome, TrialPlan, run_trial
 
 SCRIPT = str(SCRIPTS / "graceful_train.py")
 

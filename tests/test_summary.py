@@ -8,7 +8,7 @@ import pytest
 
 from tests.factories import make_record
 from zeus_run.records import TrialRecord
-from zeus_run.summary import (
+from zeus_run.views.summary import (
     batch_size_stats,
     exploration_status,
     failure_reason,

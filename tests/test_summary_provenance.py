@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.factories import make_record
 from zeus_run.records import TrialRecord
-from zeus_run.summary import provenance
+from zeus_run.views.summary import provenance
 
 
 def _record(trial: int, prov: dict | None) -> TrialRecord:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from zeus_run.events import EventLogTail
 from zeus_run.train import Trial
+from zeus_run.trial.events import EventLogTail
 
 
 def _events(path):

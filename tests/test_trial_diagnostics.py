@@ -19,11 +19,11 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_escape import REGEX, job, record
 from zeus_run import __version__
 from zeus_run.energy import EstimatedEnergy, NvmlEnergy
-from zeus_run.metric_regex import NO_MATCH_LINES
-from zeus_run.proctree import ProcessTree, new_token
-from zeus_run.runner import provenance, run_job
+from zeus_run.engine.runner import provenance, run_job
 from zeus_run.spec import load_spec
-from zeus_run.trial import TrialPlan, run_trial
+from zeus_run.trial.metric_regex import NO_MATCH_LINES
+from zeus_run.trial.proctree import ProcessTree, new_token
+from zeus_run.trial.run import TrialPlan, run_trial
 
 
 def test_a_regex_that_never_matches_is_named_with_the_scripts_lines(tmp_path):
@@ -38,7 +38,7 @@ def test_a_regex_that_never_matches_is_named_with_the_scripts_lines(tmp_path):
         REGEX + "timeout: 4\n",
     )
     r = zeus("run", str(spec), "--no-output")
-    assert r.returncode == 2  # a configuration error (`zeus_run.config_errors`), not a failed batch size
+    assert r.returncode == 2  # a configuration error (`zeus_run.trial.classify`), not a failed batch size
     # Said while the script still ran (it only stops at the timeout)...
     assert "metric.regex 'val_acc=([0-9.]+)' matched none of the script's" in r.stderr
     assert "accuracy: 0." in r.stderr

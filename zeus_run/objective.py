@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING
 from zeus_run.cost import zeus_cost
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer.power_limit import PowerLimitMeasurement
-    from zeus_run.records import TrialRecord
+    from zeus_run.records import PowerLimitMeasurement, TrialRecord
 
 #: Objective kinds.
 KINDS = ("cost", "max-slowdown", "energy", "time")
@@ -113,23 +112,6 @@ class Objective:
                 cost += PENALTY_WEIGHT * max_power * over
         return cost
 
-    def choose_power_limit(self, profile: Sequence[PowerLimitMeasurement], max_power: float) -> float:
-        """The limit this objective picks from a batch size's profile.
-
-        Raises:
-            ValueError: The profile is empty.
-        """
-        from zeus_run.optimizer.power_limit import best_power_limit
-
-        if self.kind != "max-slowdown":
-            return best_power_limit(profile, self.cost_eta, max_power)
-        if not profile:
-            raise ValueError("empty power-limit profile")
-        top = max(profile, key=lambda m: m.power_limit)
-        floor = top.throughput / self.factor
-        eligible = [m for m in profile if m.throughput > 0 and m.throughput >= floor] or [top]
-        return min(eligible, key=lambda m: (m.avg_power / m.throughput, -m.power_limit)).power_limit
-
 
 def history_reference_time(
     records: Sequence[TrialRecord],
@@ -175,7 +157,7 @@ class SlowdownCharge:
     profile: Callable[[], Sequence[PowerLimitMeasurement] | None] | None = None
 
     def __call__(self, history: Sequence[TrialRecord], record: TrialRecord) -> TrialRecord:
-        if self.objective.kind != "max-slowdown" or record.stop_reason == "skipped" or record.observation is None:
+        if self.objective.kind != "max-slowdown" or record.stop_reason == "skipped" or not record.observed:
             return record
         profile = (self.profile() if self.profile is not None else None) or ()
         ref = history_reference_time([*history, record], self.default_batch_size, profile)

@@ -14,7 +14,6 @@ from typing import Any
 
 from zeus_run.contract import STOP_REASONS as _STOP_REASONS
 from zeus_run.contract import StopReason
-from zeus_run.optimizer import Observation
 
 SCHEMA_VERSION = 1
 
@@ -143,13 +142,6 @@ class TrialRecord:
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
             object.__setattr__(self, "stop_reason", StopReason.parse(self.stop_reason))
-
-    @property
-    def observation(self) -> Observation | None:
-        """What the optimizer learns from this trial, or None if it learns nothing."""
-        if not self.observed:
-            return None
-        return Observation(self.batch_size, self.cost, self.reached, self.probe is not False, self.epochs)
 
     @property
     def spent_cost(self) -> float:
@@ -295,3 +287,23 @@ def _number(key: str, value: Any) -> float:
     if not math.isfinite(f):
         raise ValueError(f"not a trial record: {key} {value!r} is not finite")
     return f
+
+
+@dataclass(frozen=True)
+class PowerLimitMeasurement:
+    """What running at one power limit looked like.
+
+    Attributes:
+        power_limit: The limit (unit: W).
+        avg_power: Average power drawn (unit: W).
+        throughput: Work per second (any unit, the same for all limits of a profile,
+            e.g. iterations/s or epochs/s).
+        window_s: Duration of the measurement window (unit: s; None: not measured, e.g. traces).
+        samples: Energy-counter updates seen in the window (None: not measured).
+    """
+
+    power_limit: float
+    avg_power: float
+    throughput: float
+    window_s: float | None = None
+    samples: int | None = None

@@ -13,10 +13,10 @@ from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import wait_for
 from zeus_run.asktell import AlreadyTold, LeaseExpired, UnknownToken, ask, expire, heartbeat, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
+from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import RunDirBusy
-from zeus_run.history import read_history
-from zeus_run.replay import Knobs, audit
-from zeus_run.rundir import RunDir, read_running
+from zeus_run.rundir.history import read_history
+from zeus_run.rundir.store import RunDir, read_running
 from zeus_run.spec import load_spec
 
 FAKE = str(SCRIPTS / "fake_train.py")
@@ -139,7 +139,7 @@ def test_asks_beyond_concurrency_are_busy_and_concurrent_asks_audit(write_spec):
 
 
 def test_run_records_an_expired_ask_then_runs(write_spec):
-    from zeus_run.runner import run_job
+    from zeus_run.engine.runner import run_job
 
     spec = write_spec(spec_text(lease=1))
     a = ask(spec)

@@ -15,8 +15,8 @@ from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import wait_for
 from zeus_run.asktell import expire
-from zeus_run.history import read_history
-from zeus_run.rundir import read_running
+from zeus_run.rundir.history import read_history
+from zeus_run.rundir.store import read_running
 
 WORKER = str(SCRIPTS / "ask_worker.py")
 FAKE = str(SCRIPTS / "fake_train.py")

@@ -10,8 +10,8 @@ from tests.asktell.test_asktell_api import audited, spec_text, train_by_reports
 from zeus_run.asktell import ask, tell
 from zeus_run.asktell._fold import folded
 from zeus_run.asktell._session import engine_of, spec_of
-from zeus_run.engine import Ledger
-from zeus_run.history import read_history
+from zeus_run.engine.core import Ledger
+from zeus_run.rundir.history import read_history
 
 
 def fresh(run_dir: Path) -> Ledger:

@@ -13,7 +13,7 @@ from tests.cli.test_run_cli import zeus
 from tests.test_faults import wait_for
 from zeus_run.asktell._lease import expires_at
 from zeus_run.errors import BUSY_EXIT_CODE, LEASE_EXPIRED_EXIT_CODE
-from zeus_run.rundir import read_running
+from zeus_run.rundir.store import read_running
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -106,3 +106,30 @@ def test_the_training_helper_stays_light_with_the_python_api_in_the_package():
         text=True,
     )
     assert r.stdout.strip() == "False"
+
+
+def test_the_docs_ask_tell_step_keeps_the_done_and_busy_exit_codes(tmp_path):
+    from tests.docs.test_docs_examples import REPO, blocks
+
+    (step,) = [b for b in blocks(REPO / "docs" / "ask-tell.md") if b.name == "ask-tell-step.sh"]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "zeus-run").write_text(f'#!/bin/sh\nexec {sys.executable} -m zeus_run "$@"\n')
+    (bindir / "zeus-run").chmod(0o755)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run_step(cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", step.text], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+    done = tmp_path / "done"
+    done.mkdir()
+    write(done, spec_text().replace("recurrences: 6", "recurrences: 1"))
+    assert zeus("run", str(done / "job.yaml"), "-q").returncode == 0  # its one recurrence reaches the target
+    r = run_step(done)
+    assert r.returncode == 4, r.stderr  # the job is done: the step stops with ask's code
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    write(busy, spec_text())
+    assert zeus("ask", str(busy / "job.yaml"), "--format", "json").returncode == 0  # concurrency 1: one in flight
+    r = run_step(busy)
+    assert r.returncode == BUSY_EXIT_CODE == 75, r.stderr

@@ -352,7 +352,7 @@ def test_live_line_keeps_progress_whole_at_80_columns(write_spec):
     from rich.console import Console
 
     from zeus_run.cli._live import LiveRunView, make_run_view
-    from zeus_run.engine import TrialRequest
+    from zeus_run.engine.core import TrialRequest
     from zeus_run.optimizer import Decision
     from zeus_run.spec import load_spec
 
@@ -385,3 +385,49 @@ def test_plain_view_is_chosen_off_a_terminal():
     console = Console(file=io.StringIO(), width=80)
     assert type(make_run_view(console, show_output=True, quiet=False)) is PlainRunView
     assert type(make_run_view(console, show_output=True, quiet=True)) is QuietRunView
+
+
+# --- issue 28: small things people noticed --------------------------------------------------------
+
+
+def test_history_dates_carry_the_time_of_day(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text())
+    assert zeus("run", str(spec), "-q", "--next").returncode == 0
+    r = zeus("history", str(tmp_path / "runs"), env={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    import re
+
+    assert re.search(r"\b\d{4}-\d\d-\d\d \d\d:\d\dZ\b", r.stdout), r.stdout
+
+
+def test_exec_quiet_prints_no_epoch_lines(tmp_path):
+    from tests.asktell.test_asktell_processes import regex_spec
+
+    (tmp_path / "loud").mkdir()
+    (tmp_path / "quiet").mkdir()
+    loud = zeus("exec", "--job", str(regex_spec(tmp_path / "loud")))
+    assert loud.returncode == 0, loud.stderr
+    assert "zeus-run exec: epoch 1" in loud.stderr
+    quiet = zeus("exec", "-q", "--job", str(regex_spec(tmp_path / "quiet")))  # the same first trial
+    assert quiet.returncode == 0, quiet.stderr
+    assert "zeus-run exec" not in quiet.stderr and "val_acc=" in quiet.stdout  # the command's own output passes
+
+
+def test_check_prints_energy_and_gpu_lines_on_stdout(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text())
+    r = zeus("check", str(spec))
+    assert r.returncode == 0, r.stderr
+    assert "Energy source:" in r.stdout and "GPUs:" in r.stdout
+    assert "Energy source:" not in r.stderr
+
+
+def test_ask_help_lists_exit_code_4_and_json_gives_the_workdir(tmp_path):
+    r = runner.invoke(app, ["ask", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    assert "4 the job is done" in " ".join(r.output.split())
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text())
+    a = json.loads(zeus("ask", str(spec), "--format", "json").stdout)
+    assert a["workdir"] == str(tmp_path.resolve()) and Path(a["workdir"]).is_absolute()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.cli.test_run_cli import spec_text, zeus
 from tests.conftest import REPO
-from zeus_run.rundir import read_running
+from zeus_run.rundir.store import read_running
 
 #: How long a state may take to come on a loaded machine (unit: s); waited for, never asserted on.
 STATE_TIMEOUT_S = 120

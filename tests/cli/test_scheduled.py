@@ -17,6 +17,7 @@ from tests.cli.test_run_cli import spec_text, zeus
 from zeus_run.errors import BUSY_EXIT_CODE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "scheduling"
+K8S_WRAPPER = EXAMPLES / "zeus-run-trigger.sh"
 
 
 def cron_command(name: str) -> str:
@@ -28,21 +29,25 @@ def cron_command(name: str) -> str:
 
 @pytest.fixture
 def cron_home(tmp_path: Path) -> dict[str, str]:
-    """A HOME with jobs/nightly/job.yaml and a ``zeus-run`` on PATH, as cron's minimal environment has."""
+    """A HOME with jobs/nightly/job.yaml and zeus-run in jobs/nightly/.venv/bin, and cron's environment.
+
+    cron runs a line with ``/bin/sh``, ``PATH=/usr/bin:/bin``, ``HOME`` and ``SHELL`` and nothing
+    else (no ``PYTHONUNBUFFERED``, no virtual environment on PATH): ``env -i`` gives exactly that.
+    """
     job = tmp_path / "jobs" / "nightly"
     job.mkdir(parents=True)
     (job / "job.yaml").write_text(spec_text().replace("recurrences: 1\n", "recurrences: null\n"))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    shim = bin_dir / "zeus-run"
+    bin_dir = job / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    shim = bin_dir / "zeus-run"  # the venv's console script, as pip writes it: an absolute interpreter
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m zeus_run "$@"\n')
     shim.chmod(0o755)
-    root = str(Path(__file__).resolve().parents[2])
-    return {"HOME": str(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": root, "LANG": "C"}
+    return {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}
 
 
 def trigger(env: dict[str, str], command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+    cron_env = ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
+    return subprocess.run([*cron_env, "/bin/sh", "-c", command], capture_output=True, text=True, timeout=120)
 
 
 def records(env: dict[str, str]) -> list[dict]:
@@ -53,14 +58,17 @@ def records(env: dict[str, str]) -> list[dict]:
 @pytest.mark.parametrize("example", ["crontab", "scrontab"])
 def test_five_triggers_give_recurrences_1_to_5_and_the_audit_passes(cron_home, example):
     command = cron_command(example)
-    assert "zeus-run run job.yaml --next" in command
+    assert '"$HOME/jobs/nightly/.venv/bin/zeus-run" run job.yaml --next -q' in command
     for n in range(1, 6):
         r = trigger(cron_home, command)
         assert r.returncode == 0, r.stderr
+        assert r.stdout == "" and r.stderr == ""  # quiet: cron mails nothing
         recs = records(cron_home)
         assert max(x["recurrence"] for x in recs) == n
         assert all(x["triggered_at"] for x in recs)
     assert sorted({x["recurrence"] for x in recs}) == [1, 2, 3, 4, 5]
+    log = Path(cron_home["HOME"]) / "jobs" / "nightly" / "zeus-run.log"
+    assert not log.exists() or log.read_text() == ""  # no table appended per trigger
     assert len({x["triggered_at"] for x in recs}) == 5  # one trigger each
     assert all(x.get("horizon") is None for x in recs)  # open-ended: the optimizer plans with no horizon
     run_dir = Path(cron_home["HOME"]) / "jobs" / "nightly" / "runs"
@@ -77,19 +85,21 @@ def test_a_second_trigger_while_the_first_runs_exits_at_once_with_the_busy_code(
     spec = job / "job.yaml"
     spec.write_text(spec.read_text().replace('"1:0,2:2,4:3"', '"1:0,2:2,4:3", "--epoch-time", "3"'))
     command = cron_command("crontab")
-    first = subprocess.Popen(["/bin/sh", "-c", command], env=cron_home)
+    first = subprocess.Popen(["env", "-i", *(f"{k}={v}" for k, v in cron_home.items()), "/bin/sh", "-c", command])
     try:
         deadline = time.monotonic() + 60
         while not (job / "runs" / "running.json").exists():
             assert first.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        second = trigger(cron_home, 'cd "$HOME/jobs/nightly" && zeus-run run job.yaml --next')
+        second = trigger(cron_home, 'cd "$HOME/jobs/nightly" && .venv/bin/zeus-run run job.yaml --next')
+        wrapped = trigger(cron_home, f'cd "$HOME/jobs/nightly" && PATH=.venv/bin:$PATH sh {K8S_WRAPPER}')
     finally:
         assert first.wait(timeout=120) == 0
     assert second.returncode == BUSY_EXIT_CODE == 75
     (line,) = [ln for ln in second.stderr.splitlines() if ln.strip()]
     assert f"on {socket.gethostname()}, since " in line and "pid " in line
     assert [x["recurrence"] for x in records(cron_home)] == [1]  # nothing piled up
+    assert wrapped.returncode == 0, wrapped.stderr  # the Kubernetes wrapper: busy is not a failure
 
 
 def test_bare_next_means_one_and_next_k_runs_k(write_spec):
@@ -114,8 +124,23 @@ def test_the_airflow_and_kubernetes_examples_run_the_tested_command_line():
     import yaml
 
     tested = cron_command("scrontab")
-    assert f"bash_command='{tested}'" in (EXAMPLES / "airflow_dag.py").read_text()
-    assert "skip_on_exit_code=75" in (EXAMPLES / "airflow_dag.py").read_text()
+    dag = (EXAMPLES / "airflow_dag.py").read_text()
+    assert f"bash_command='{tested}'" in dag and "skip_on_exit_code=75" in dag
+    assert "from airflow.sdk import dag" in dag  # Airflow 3's import paths
+    assert "from airflow.providers.standard.operators.bash import BashOperator" in dag
+    scron = (EXAMPLES / "scrontab").read_text()
+    assert "#SCRON --gpus=1" in scron and "#SCRON --output=" in scron
     job = yaml.safe_load((EXAMPLES / "k8s-cronjob.yaml").read_text())
     (container,) = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert shlex.join(container["command"]) in tested and container["workingDir"].endswith("jobs/nightly")
+    assert container["command"][:2] == ["sh", "-c"] and container["workingDir"].endswith("jobs/nightly")
+    wrapper = [ln for ln in K8S_WRAPPER.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert container["command"][2] == "; ".join(wrapper).replace(' "$@"', "")  # the tested wrapper, on one line
+
+
+@pytest.mark.parametrize(("code", "expected"), [(0, 0), (75, 0), (1, 1), (2, 2), (130, 130)])
+def test_the_kubernetes_wrapper_counts_busy_as_success_and_passes_other_codes(tmp_path, code, expected):
+    fake = tmp_path / "zeus-run"
+    fake.write_text(f"#!/bin/sh\nexit {code}\n")
+    fake.chmod(0o755)
+    r = subprocess.run(["sh", str(K8S_WRAPPER)], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=30)
+    assert r.returncode == expected

@@ -18,13 +18,13 @@ import pytest
 from tests.concurrency_helpers import in_flight
 from tests.executors.test_slurm_executor import calls, check_audit, fake, live_jobs, spec_text, wait_for  # noqa: F401
 from tests.test_faults import launch
-from zeus_run.agent import read_outcome
 from zeus_run.contract import StopReason
-from zeus_run.history import read_history
-from zeus_run.replay import Knobs, audit
-from zeus_run.resume import pending_records
-from zeus_run.runner import run_job
+from zeus_run.engine.replay import Knobs, audit
+from zeus_run.engine.runner import run_job
+from zeus_run.rundir.history import read_history
+from zeus_run.rundir.resume import pending_records
 from zeus_run.spec import load_spec
+from zeus_run.trial.agent import read_outcome
 
 # (records this launcher appends first, then seconds to wait once enough trials are in flight).
 MOMENTS = [(0, 0.0), (0, 0.3), (1, 0.1), (0, 0.6), (2, 0.0), (1, 0.4)]

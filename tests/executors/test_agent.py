@@ -1,4 +1,4 @@
-"""The trial agent (``python -m zeus_run.agent PLAN.json``) and the local executor that runs its code in-process."""
+"""The trial agent (``python -m zeus_run.trial.agent PLAN.json``) and the local executor that runs its code in-process."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from pathlib import Path
 from tests.conftest import REPO
 from tests.test_escape import REGEX, job
 from tests.test_stop import plan as trial_plan
-from zeus_run.agent import EPOCHS_NAME, HEARTBEAT_NAME, OUTCOME_NAME, AgentPlan, read_outcome
-from zeus_run.runner import run_job
+from zeus_run.engine.runner import run_job
 from zeus_run.spec import load_spec
+from zeus_run.trial.agent import EPOCHS_NAME, HEARTBEAT_NAME, OUTCOME_NAME, AgentPlan, read_outcome
 
 
 def agent(plan_file: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "zeus_run.agent", str(plan_file)],
+        [sys.executable, "-m", "zeus_run.trial.agent", str(plan_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

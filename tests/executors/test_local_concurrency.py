@@ -19,9 +19,9 @@ from tests.executors.test_slurm_executor import check_audit, wait_for
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_faults import launch
 from zeus_run.energy import NvmlEnergy
+from zeus_run.engine.runner import run_job
 from zeus_run.executors import LocalExecutor
-from zeus_run.history import read_history
-from zeus_run.runner import run_job
+from zeus_run.rundir.history import read_history
 from zeus_run.spec import load_spec
 
 FAKE = str(SCRIPTS / "fake_train.py")

@@ -17,7 +17,7 @@ from tests.export.helpers import real_run, simulated_run, zeus
 from tests.export.services import INSTALL, mlflow_server, need, pushgateway
 from tests.export.test_prometheus import parse
 from zeus_run.export import exposition, trial_id
-from zeus_run.jobs import load_job
+from zeus_run.views.jobs import load_job
 
 pytestmark = pytest.mark.integrations
 

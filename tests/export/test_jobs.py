@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.export.helpers import real_run, simulated_run, zeus
-from zeus_run.jobs import expand_run_dirs, job_rows, load_job, total_row
+from zeus_run.views.jobs import expand_run_dirs, job_rows, load_job, total_row
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_plot_of_many_jobs_draws_one_figure(three_runs, tmp_path):
 
 
 def test_cumulative_savings_follow_the_summary(three_runs):
-    from zeus_run.plot_jobs import cumulative_savings
+    from zeus_run.views.plot_jobs import cumulative_savings
 
     _, dirs = three_runs
     job = load_job(dirs[2])

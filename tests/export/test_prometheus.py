@@ -11,7 +11,7 @@ from tests.conftest import REPO
 from tests.export.helpers import real_run, simulated_run, zeus
 from zeus_run.export import exposition
 from zeus_run.export._prometheus import METRICS
-from zeus_run.jobs import load_job
+from zeus_run.views.jobs import load_job
 
 DASHBOARD = REPO / "docs" / "grafana-zeus-run.json"
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")

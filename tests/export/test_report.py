@@ -36,8 +36,8 @@ def test_report_is_self_contained_with_summary_tables_plot_and_audit(run_dir, tm
 def test_report_states_a_failed_audit(run_dir, tmp_path):
     import shutil
 
-    from zeus_run.jobs import load_job
-    from zeus_run.report import audit_text
+    from zeus_run.views.jobs import load_job
+    from zeus_run.views.report import audit_text
 
     copy = tmp_path / "edited"
     shutil.copytree(run_dir, copy)
@@ -52,3 +52,17 @@ def test_report_of_a_spec_is_a_usage_error(tmp_path):
     spec.write_text("name: x\n")
     done = zeus("report", str(spec))
     assert done.returncode == 2 and "job spec" in done.stderr
+
+
+def test_report_counts_runs_marks_estimates_and_words_stop_reasons(run_dir):
+    from zeus_run.views.jobs import load_job
+    from zeus_run.views.report import reason_text, render_report
+
+    text = render_report(load_job(run_dir))
+    assert "1 runs" not in text
+    assert re.search(r"over (1 run\b|[02-9]\d* runs)", text)  # the default's baseline, counted
+    # The job's energy is an estimate (no GPU): every energy figure in the tables carries ~.
+    assert "<td>~" in text
+    assert "target_reached" not in text and "reached the target" in text
+    assert reason_text("cost_threshold").startswith("stopped early")
+    assert reason_text("something-new") == "something-new"

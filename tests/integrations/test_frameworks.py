@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from zeus_run.history import read_history
+from zeus_run.rundir.history import read_history
 
 pytestmark = pytest.mark.frameworks
 

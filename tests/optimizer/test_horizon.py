@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from zeus_run.engine import Engine
+from zeus_run.engine.core import Engine
+from zeus_run.engine.replay import Knobs, audit
 from zeus_run.optimizer import Observation, ZeusOptimizer, ZeusVOIOptimizer, make_optimizer
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit
 from zeus_run.spec import OptimizerSettings
 
 BS = (8, 16, 32, 64)

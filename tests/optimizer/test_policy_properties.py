@@ -6,7 +6,7 @@ seed, knobs and sequence of trial outcomes:
 * decide/observe are pure and deterministic: a decision depends only on the
   observations folded so far, and folding never modifies a state;
 * replay-exact: re-folding a prefix of the observations reproduces the decision
-  taken after it, and `zeus_run.replay.audit` reproduces a whole engine run;
+  taken after it, and `zeus_run.engine.replay.audit` reproduces a whole engine run;
 * every decision is one of the batch sizes;
 * pruning never drops b0 before it has been tried: with pruning
   (``pruning_rounds >= 1``) and for ``zeus-voi``, b0 is the first trial, and
@@ -26,11 +26,11 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zeus_run.engine import Engine, TrialRequest
+from zeus_run.engine.core import Engine, TrialRequest
+from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import ConvergenceError
 from zeus_run.optimizer import POLICIES, BatchSizeOptimizer, Observation, make_optimizer
 from zeus_run.records import TrialRecord
-from zeus_run.replay import Knobs, audit
 from zeus_run.spec import OptimizerSettings
 
 PROPERTY = settings(

@@ -159,7 +159,7 @@ def test_a_job_stuck_on_its_disk_holds_one_worker_and_another_job_is_served(tmp_
     import http.client
     import threading
 
-    from zeus_run.rundir import RunDir
+    from zeus_run.rundir.store import RunDir
 
     server = start(tmp_path)
     try:

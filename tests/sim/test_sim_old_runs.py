@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from tests.cli.test_run_cli import zeus
+from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
+from zeus_run.engine.runner import choose_run_dir
 from zeus_run.errors import RunDirError
-from zeus_run.history import read_history
-from zeus_run.replay import Knobs, audit, what_if, with_changes
-from zeus_run.runner import choose_run_dir
+from zeus_run.rundir.history import read_history
 from zeus_run.spec import parse_spec
 
 OLD = Path(__file__).resolve().parents[1] / "data" / "runs_v153af36"

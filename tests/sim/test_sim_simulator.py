@@ -7,7 +7,8 @@ import math
 import pytest
 
 from tests.sim_helpers import write_tiny_traces
-from zeus_run.engine import Engine, TrialRequest
+from zeus_run.engine.core import Engine, TrialRequest
+from zeus_run.engine.position import observation_of
 from zeus_run.optimizer import Decision, ZeusOptimizer
 from zeus_run.sim import JOBS, TraceExecutor, default_baseline, job_table, load_traces, oracle_baseline, simulate
 from zeus_run.spec import OptimizerSettings
@@ -71,7 +72,7 @@ def test_early_stop_cuts_at_last_affordable_epoch(table):
 def test_trial_that_cannot_afford_one_epoch_is_skipped(table):
     r = _profiled(table)(request(8, threshold=700))
     assert (r.stop_reason, r.epochs, r.reached, r.spent_cost) == ("skipped", 0, False, 0.0)
-    assert r.observation.cost == pytest.approx(100 * 700)
+    assert observation_of(r).cost == pytest.approx(100 * 700)
 
 
 def test_path_sampling_is_deterministic_by_seed(table):
@@ -99,7 +100,7 @@ def test_optimizer_sees_only_observed_outcomes(table):
     opt.seen = []
     ex = TraceExecutor(table, 0.5, seed=2)
     records = Engine(opt, 12, 20, 1.2).run([], ex)
-    assert opt.seen == [r.observation for r in records]
+    assert opt.seen == [observation_of(r) for r in records]
     for r, obs in zip(records, opt.seen, strict=False):
         assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe", "epochs"}
         assert obs.epochs == r.epochs  # the epochs it ran: its pace is cost / epochs

@@ -19,7 +19,7 @@ import pytest
 
 from tests.slurm.test_slurm_run import live
 from tests.slurm_helpers import SlurmCluster, unique, wait_file, wait_final, wait_for
-from zeus_run.history import read_history
+from zeus_run.rundir.history import read_history
 from zeus_run.slurm import (
     BatchJob,
     JobInfo,

@@ -6,7 +6,7 @@ import pytest
 
 from zeus_run.errors import SpecError
 from zeus_run.executors._slurm import slurm_settings
-from zeus_run.resume import spec_differences
+from zeus_run.rundir.resume import spec_differences
 from zeus_run.slurm import RESERVED_SBATCH_OPTIONS, BatchJob, SlurmSettings, sbatch_command
 from zeus_run.spec import ExecutorSettings, parse_spec
 

@@ -1,10 +1,10 @@
 """``ask``: reserve the next trial of a job whose training someone else launches.
 
-The decision is the engine's (`zeus_run.engine.Ledger`), taken on the history
+The decision is the engine's (`zeus_run.engine.core.Ledger`), taken on the history
 folded so far with the other asks in flight, under the rule ``concurrency: N``
 uses: while pruning waits for a result, another ask gets the best known batch
 size. The ask is recorded in ``running.json`` with everything the engine
-decided (as a launcher records a trial in flight), so `zeus_run.replay.audit`
+decided (as a launcher records a trial in flight), so `zeus_run.engine.replay.audit`
 re-derives it, and the trial's directory gets the agent's ``plan.json``
 (`zeus-run exec` runs it).
 """
@@ -25,7 +25,7 @@ from zeus_run.contract import ASK_EXECUTOR, Env, TrialFiles
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy
 from zeus_run.executors._base import prepare
-from zeus_run.resume import choose_run_dir
+from zeus_run.rundir.resume import choose_run_dir
 from zeus_run.spec import JobSpec
 
 
@@ -55,6 +55,8 @@ class Ask:
         env: The ``ZEUS_*`` environment `zeus_run.train.Trial` reads (with the ask's token and run directory).
         lease_s: The lease (unit: s): the ask expires this long after the last heartbeat.
         expires_at: When the lease runs out unless renewed (Unix time, unit: s).
+        workdir: The absolute directory ``command`` runs in (the spec's ``workdir``; its paths are
+            relative to it).
     """
 
     token: str
@@ -77,6 +79,7 @@ class Ask:
     env: dict[str, str]
     lease_s: float
     expires_at: float
+    workdir: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
         """What ``zeus-run ask --format json`` prints (``attempt`` also as ``try``)."""
@@ -85,6 +88,7 @@ class Ask:
         out["env"] = dict(self.env)
         out["run_dir"] = str(self.run_dir)
         out["trial_dir"] = str(self.trial_dir)
+        out["workdir"] = None if self.workdir is None else str(self.workdir)
         out["try"] = self.attempt
         return out
 
@@ -198,6 +202,7 @@ def _reserve(s: Session, spec: JobSpec, host: str) -> Ask:
         env=dict(plan.trial.env),
         lease_s=lease,
         expires_at=now + lease,
+        workdir=Path(plan.trial.workdir).absolute(),
     )
 
 

@@ -1,6 +1,6 @@
 """``zeus-run exec``: run an unmodified command as an ask's trial, under the trial agent, then tell.
 
-The agent (`zeus_run.agent.run_plan`) is the one Slurm runs on a node: it
+The agent (`zeus_run.trial.agent.run_plan`) is the one Slurm runs on a node: it
 starts the command in its own session, measures energy here (NVML on this
 node's GPUs, or the labelled estimate), reads epochs from the event log or the
 spec's regex, enforces the stop rules (target, ``max_epochs``, the ask's cost
@@ -17,14 +17,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.agent import AgentPlan, run_plan
 from zeus_run.asktell._ask import ask
 from zeus_run.asktell._tell import heartbeat, tell
 from zeus_run.contract import Env, StopReason, TrialFiles
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import read_running
-from zeus_run.trial import TrialListener
+from zeus_run.rundir.store import read_running
+from zeus_run.trial.agent import AgentPlan, run_plan
+from zeus_run.trial.run import TrialListener
 
 #: ``zeus-run exec``'s exit codes besides 2 (usage), 3 (lease expired) and 75 (busy).
 EXEC_REACHED = 0

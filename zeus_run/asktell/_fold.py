@@ -1,6 +1,6 @@
 """A job's history folded once and brought up to date by what was appended since (asks and tells).
 
-Every ask and tell decides on the whole history folded (`zeus_run.engine.Ledger`).
+Every ask and tell decides on the whole history folded (`zeus_run.engine.core.Ledger`).
 Re-reading and re-folding it each time costs time that grows with the history,
 which a server answering many reports of long-lived jobs cannot afford. So this
 process keeps, per run directory, the ledger folded so far and the byte offset
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zeus_run import _fs
-from zeus_run.engine import Engine
+from zeus_run.engine.core import Engine
+from zeus_run.engine.ledger import Ledger
 from zeus_run.errors import HistoryError
-from zeus_run.history import HISTORY_NAME, parse_appended, read_history
-from zeus_run.ledger import Ledger
+from zeus_run.rundir.history import HISTORY_NAME, parse_appended, read_history
 
 #: Jobs whose fold one process keeps.
 MAX_JOBS = 128

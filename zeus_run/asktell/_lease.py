@@ -21,7 +21,7 @@ from pathlib import Path
 
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, heartbeat_time
 from zeus_run.records import TrialRecord
-from zeus_run.resume import interrupted_record
+from zeus_run.rundir.resume import interrupted_record
 from zeus_run.spec import JobSpec
 
 #: Files whose rewriting shows that an ask's trial lives.

@@ -1,10 +1,10 @@
 """The run directory as ask/tell uses it: locked for a moment, with the asks in flight.
 
 Every ask, tell and expiry opens the run directory with the lock that
-``zeus-run run`` takes (`zeus_run.rundir.RunDir.open`), waiting at most
+``zeus-run run`` takes (`zeus_run.rundir.store.RunDir.open`), waiting at most
 `LOCK_WAIT` seconds while another ask or tell holds it, and never for a
 launcher. Under the lock it reads the history, settles what a dead launcher
-left (`zeus_run.resume.recover`, adopting nothing), expires the asks whose
+left (`zeus_run.rundir.resume.recover`, adopting nothing), expires the asks whose
 lease ran out, does its one change (a marker in ``running.json``, or a record
 appended to ``history.jsonl`` and the marker removed) and lets go. So asks and
 tells from several hosts on a shared filesystem see one history, folded in the
@@ -28,14 +28,14 @@ import yaml
 from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, expires_at
 from zeus_run.contract import RunningMarker
-from zeus_run.engine import Engine
+from zeus_run.engine.core import Engine
+from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.ledger import Ledger
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy, RunDirError, UsageError, ZeusRunError
 from zeus_run.executors import recover_trials
-from zeus_run.knobs import Knobs
-from zeus_run.ledger import Ledger
 from zeus_run.records import TrialRecord
-from zeus_run.resume import recover, request_of
-from zeus_run.rundir import SPEC_NAME, RunDir, read_running, read_stored_spec
+from zeus_run.rundir.resume import recover, request_of
+from zeus_run.rundir.store import SPEC_NAME, RunDir, read_running, read_stored_spec
 from zeus_run.spec import JobSpec, load_spec, parse_spec
 
 logger = logging.getLogger(__name__)

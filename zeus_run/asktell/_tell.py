@@ -28,19 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run import _fs
-from zeus_run.agent import read_agent_info, read_outcome
 from zeus_run.asktell._lease import ask_provenance, expires_at
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, write_heartbeat
 from zeus_run.cost import zeus_cost
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
-from zeus_run.events import EventLogTail
 from zeus_run.executors._base import now
-from zeus_run.history import HISTORY_NAME, HistoryStore
 from zeus_run.records import TrialRecord
-from zeus_run.resume import interrupted_record, request_of
-from zeus_run.rundir import read_running
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.resume import interrupted_record, request_of
+from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
+from zeus_run.trial.agent import read_agent_info, read_outcome
+from zeus_run.trial.events import EventLogTail
 
 logger = logging.getLogger(__name__)
 

@@ -238,7 +238,7 @@ def run_dir_history(path: Path) -> Path:
             the message says what was passed and what is expected.
         HistoryError: No history there.
     """
-    from zeus_run.history import resolve_history_path
+    from zeus_run.rundir.history import resolve_history_path
 
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
         hint = _run_dir_of_spec(path)

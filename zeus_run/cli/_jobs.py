@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zeus_run.cli._render import Grid, fmt_energy, fmt_time
-from zeus_run.jobs import COLUMNS, JobView, job_rows, total_row
+from zeus_run.views.jobs import COLUMNS, JobView, job_rows, total_row
 
 
 def _pct(v: float | None) -> str:

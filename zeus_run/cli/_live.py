@@ -27,12 +27,12 @@ from zeus_run._terminal import printable
 from zeus_run.cli._render import fmt_duration, fmt_energy, fmt_time, outcome_text, shorten
 from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
-from zeus_run.summary import failure_reason
+from zeus_run.views.summary import failure_reason
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from zeus_run.engine import TrialRequest
+    from zeus_run.engine.core import TrialRequest
     from zeus_run.spec import JobSpec
 
 logger = logging.getLogger("zeus_run.cli")

@@ -1,6 +1,6 @@
 """Rendering of histories with rich: recurrence and batch-size tables, summary lines, machine formats.
 
-The figures come from `zeus_run.summary`; this module only lays them out.
+The figures come from `zeus_run.views.summary`; this module only lays them out.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rich.text import Text
 from zeus_run._terminal import printable
 from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
-from zeus_run.summary import Summary, failure_reason, recurrence_rows
+from zeus_run.views.summary import Summary, failure_reason, recurrence_rows
 
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     StopReason.TARGET_REACHED: ("reached", "green"),

@@ -50,8 +50,12 @@ def ask_command(
     `zeus-run tell RUN_DIR TOKEN`. An ask that is neither told nor renewed (heartbeat) within the
     spec's `lease` (default 600 s) is recorded as an infrastructure failure and asked again.
 
-    Exit codes: 0 asked; 2 spec or usage error; 75 busy (a `zeus-run run` launcher holds the run
-    directory, or `concurrency` asks are in flight; nothing was asked).
+    The json format's `workdir` is the absolute directory the command runs in (its relative paths
+    start there).
+
+    Exit codes: 0 asked; 2 spec or usage error; 4 the job is done (every one of the spec's
+    `recurrences` has run; `recurrences: null` never ends); 75 busy (a `zeus-run run` launcher
+    holds the run directory, or `concurrency` asks are in flight; nothing was asked).
 
     Example:
 
@@ -80,6 +84,7 @@ def ask_command(
                     f"run dir {a.run_dir}",
                     f"trial dir {a.trial_dir}",
                     f"command {shlex.join(a.command)}",
+                    f"workdir {a.workdir}  (run the command here)",
                     f"lease {a.lease_s:g} s (renewed by the trial's heartbeat)",
                     f"tell: zeus-run tell {shlex.quote(str(a.run_dir))} {a.token} --exit-code N",
                 ]

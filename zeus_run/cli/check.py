@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from zeus_run.cli._common import CheckFormat, err_console, handle_errors, out_console, setup_logging
+from zeus_run.cli._common import CheckFormat, handle_errors, out_console, setup_logging
 
 
 @handle_errors
@@ -37,7 +37,7 @@ def check_command(
     import yaml
 
     from zeus_run.energy import open_energy_source
-    from zeus_run.runner import learning_rate_for
+    from zeus_run.engine.runner import learning_rate_for
     from zeus_run.spec import load_spec
 
     setup_logging(quiet=True)
@@ -52,15 +52,16 @@ def check_command(
         if fmt is CheckFormat.yaml:
             print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
             return
-        out, err = out_console(), err_console()
+        out = out_console()
         out.print(f"[green]✓[/] {spec_path} is valid. Resolved settings:")
         out.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False)
         if spec.learning_rate is not None:
             lrs = ", ".join(f"{b}: {learning_rate_for(spec, b):.4g}" for b in spec.batch_sizes)
             out.print(f"Learning rate per batch size ({spec.lr_scaling} scaling): {lrs}", markup=False)
-        err.print(f"Energy source: {source.describe()}", markup=False)
+        # What was detected is part of the answer (stdout); warnings and errors stay on stderr.
+        out.print(f"Energy source: {source.describe()}", markup=False)
         for line in gpu_report(source, spec.power_limit.enabled, spec.power_limit):
-            err.print(line, markup=False)
+            out.print(line, markup=False)
 
 
 def gpu_report(source, power_limit_enabled: bool, settings=None) -> list[str]:

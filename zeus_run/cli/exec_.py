@@ -11,13 +11,19 @@ from zeus_run.cli._common import QuietOption, VerboseOption, err_console, handle
 
 
 class _Echo:
-    """Passes the command's output to stdout (a pod's log) and notes each counted epoch on stderr."""
+    """Passes the command's output to stdout (a pod's log) and notes each counted epoch on stderr (not with -q)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
 
     def on_output(self, line: str) -> None:
         print(line, flush=True)
 
     def on_epoch(self, epoch: int, metric: float, time: float, energy: float, cost: float) -> None:
-        print(f"zeus-run exec: epoch {epoch}: metric {metric:.4g}, {time:.1f} s, cost {cost:.4g} J", file=sys.stderr)
+        if not self.quiet:
+            print(
+                f"zeus-run exec: epoch {epoch}: metric {metric:.4g}, {time:.1f} s, cost {cost:.4g} J", file=sys.stderr
+            )
 
     def on_tick(self, time: float, energy: float, cost: float) -> None:
         pass
@@ -44,6 +50,7 @@ def exec_command(
     Exit codes: 0 the trial reached the target (a model); 1 it ended without (early stop,
     max_epochs, crash; the next ask retries the recurrence); 2 usage error; 3 the lease had
     expired (recorded as an infrastructure failure); 75 busy; 130 interrupted (recorded, asked again).
+    With -q nothing of zeus-run's own is printed unless the trial missed the target.
 
     Example:
 
@@ -56,10 +63,12 @@ def exec_command(
 
     setup_logging(verbose, quiet)
     target = target_of(job, run_dir, token)
-    record = run_ask(target, list(command or []), _Echo())
-    err_console().print(
-        f"zeus-run exec: recurrence {record.recurrence} try {record.attempt}: batch size {record.batch_size} "
-        f"{record.stop_reason} after {record.epochs} epoch(s), cost {record.cost:.4g} J",
-        highlight=False,
-    )
-    raise typer.Exit(exit_code_of(record))
+    record = run_ask(target, list(command or []), _Echo(quiet))
+    code = exit_code_of(record)
+    if not quiet or code != 0:  # -q: a line only when the trial did not reach the target
+        err_console().print(
+            f"zeus-run exec: recurrence {record.recurrence} try {record.attempt}: batch size {record.batch_size} "
+            f"{record.stop_reason} after {record.epochs} epoch(s), cost {record.cost:.4g} J",
+            highlight=False,
+        )
+    raise typer.Exit(code)

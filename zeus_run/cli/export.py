@@ -59,7 +59,7 @@ def export_command(
         zeus-run export prometheus runs/* --push http://localhost:9091
     """
     from zeus_run.export import MlflowExporter, PrometheusExporter, exposition
-    from zeus_run.jobs import expand_run_dirs, load_job
+    from zeus_run.views.jobs import expand_run_dirs, load_job
 
     setup_logging()
     if sink is Sink.mlflow:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from zeus_run.cli._common import Format, FormatOption, handle_errors, out_console, run_dir_history, setup_logging
-from zeus_run.jobs import many_jobs
+from zeus_run.views.jobs import many_jobs
 
 if TYPE_CHECKING:
     from zeus_run.accounting import Accounting
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def default_batch_size_of(history_file: Path) -> int | None:
     """b0 from the run directory's resolved spec, if there is one."""
-    from zeus_run.jobs import default_batch_size_of as of_run_dir
+    from zeus_run.views.jobs import default_batch_size_of as of_run_dir
 
     return of_run_dir(history_file.parent)
 
@@ -105,9 +105,9 @@ def history_command(
         summary_lines,
         write_records,
     )
-    from zeus_run.history import read_history
-    from zeus_run.recommend import believed_best
-    from zeus_run.summary import failure_reason, summarize
+    from zeus_run.rundir.history import read_history
+    from zeus_run.views.recommend import believed_best
+    from zeus_run.views.summary import failure_reason, summarize
 
     setup_logging()
     if many_jobs(paths):
@@ -149,7 +149,7 @@ def history_command(
 def _history_of_jobs(paths: list[Path], fmt: Format) -> None:
     from zeus_run.cli._jobs import jobs_grid, write_jobs
     from zeus_run.cli._render import print_grid
-    from zeus_run.jobs import expand_run_dirs, load_job
+    from zeus_run.views.jobs import expand_run_dirs, load_job
 
     jobs = [load_job(d) for d in expand_run_dirs(paths)]
     if fmt is Format.table:

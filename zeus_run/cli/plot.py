@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from zeus_run.cli._common import err_console, handle_errors, run_dir_history, setup_logging
-from zeus_run.jobs import many_jobs
+from zeus_run.views.jobs import many_jobs
 
 
 @handle_errors
@@ -42,13 +42,13 @@ def plot_command(
         zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
     """
     from zeus_run.cli.history import accounting_of, default_batch_size_of
-    from zeus_run.history import read_history
-    from zeus_run.plot import load_matplotlib, plot_history
+    from zeus_run.rundir.history import read_history
+    from zeus_run.views.plot import load_matplotlib, plot_history
 
     setup_logging()
     if many_jobs(paths):
-        from zeus_run.jobs import expand_run_dirs, load_job
-        from zeus_run.plot_jobs import plot_jobs
+        from zeus_run.views.jobs import expand_run_dirs, load_job
+        from zeus_run.views.plot_jobs import plot_jobs
 
         load_matplotlib()
         jobs = [load_job(d) for d in expand_run_dirs(paths)]

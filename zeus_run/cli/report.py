@@ -27,7 +27,7 @@ def report_command(
         zeus-run report runs/demo -o report.html
     """
     from zeus_run.cli._common import run_dir_history
-    from zeus_run.report import write_report
+    from zeus_run.views.report import write_report
 
     setup_logging()
     run_dir = run_dir_history(path).parent

@@ -69,12 +69,12 @@ def run_command(
     from zeus_run.accounting import account
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import batch_size_table, can_encode, history_table, print_grid, summary_lines
+    from zeus_run.engine.runner import run_job
     from zeus_run.errors import UsageError
-    from zeus_run.recommend import believed_best
-    from zeus_run.rundir import SPEC_NAME
-    from zeus_run.runner import run_job
+    from zeus_run.rundir.store import SPEC_NAME
     from zeus_run.spec import load_spec
-    from zeus_run.summary import summarize
+    from zeus_run.views.recommend import believed_best
+    from zeus_run.views.summary import summarize
 
     setup_logging(verbose, quiet)
     spec = load_spec(spec_path)

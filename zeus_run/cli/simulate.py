@@ -272,7 +272,7 @@ def write_run_dir(path: Path, result: SimResult) -> None:
     """A run directory in the real runs' format (spec.yaml + history.jsonl)."""
     import yaml
 
-    from zeus_run.rundir import RunDir, atomic_write
+    from zeus_run.rundir.store import RunDir, atomic_write
 
     t = result.table
     assert result.knobs is not None  # `simulate` sets it

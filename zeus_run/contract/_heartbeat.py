@@ -1,6 +1,6 @@
 """The heartbeat file: rewritten by whatever runs a trial, so those who wait for it know it lives.
 
-The trial agent (`zeus_run.agent`) rewrites it every second; under ask/tell its
+The trial agent (`zeus_run.trial.agent`) rewrites it every second; under ask/tell its
 modification time also renews the ask's lease (`zeus_run.asktell`), and the
 `zeus_run.train.Trial` helper rewrites it when it runs under an ask without an
 agent. Standard library only.

@@ -40,7 +40,7 @@ class RunningMarker:
         token: The trial's process marker (``ZEUS_TRIAL_TOKEN``).
         event_log: The script's event log (markers from before trial tokens).
         seen, in_flight, draw, probe: Concurrent runs: the decision's context
-            (`zeus_run.engine.TrialRequest.stamp`).
+            (`zeus_run.engine.core.TrialRequest.stamp`).
         horizon: Recurrences the optimizer planned over when it decided.
         executor: The executor that ran it (``local``, ``slurm``).
         slot: Local concurrency: its slot.

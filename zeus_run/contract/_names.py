@@ -26,7 +26,7 @@ class Env:
     METRIC_NAME = "ZEUS_METRIC_NAME"
     PROFILE = "ZEUS_PROFILE"
     PROFILE_STOP = "ZEUS_PROFILE_STOP"
-    #: The trial's process marker (`zeus_run.proctree`): every process of the trial carries it.
+    #: The trial's process marker (`zeus_run.trial.proctree`): every process of the trial carries it.
     TRIAL_TOKEN = "ZEUS_TRIAL_TOKEN"
     #: Ask/tell: the run directory and the ask's token (what `zeus-run tell` and `zeus-run exec` need).
     RUN_DIR = "ZEUS_RUN_DIR"
@@ -65,7 +65,7 @@ class TrialFiles:
     STOP = "stop"
     #: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``).
     PROFILE_DONE = "profile_done"
-    #: The agent's plan (`zeus_run.agent.AgentPlan`).
+    #: The agent's plan (`zeus_run.trial.agent.AgentPlan`).
     PLAN = "plan.json"
     #: Rewritten by a separate agent while it lives.
     HEARTBEAT = "heartbeat"

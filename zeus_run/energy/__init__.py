@@ -11,8 +11,8 @@ from zeus_run.energy._estimate import EstimatedEnergy
 from zeus_run.energy._nvml import NvmlEnergy, visible_gpu_ids
 from zeus_run.energy._rapl import RaplEnergy, SumEnergy, rapl_status
 from zeus_run.errors import EnergyError
-from zeus_run.proctree import have_proc
 from zeus_run.spec import EnergySettings
+from zeus_run.trial.proctree import have_proc
 
 logger = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
-"""Executors of real trials: they turn the engine's `zeus_run.engine.TrialRequest` into a `TrialRecord`.
+"""Executors of real trials: they turn the engine's `zeus_run.engine.core.TrialRequest` into a `TrialRecord`.
 
-Simulation (`zeus_run.sim.TraceExecutor`) and replay (`zeus_run.replay.EmpiricalExecutor`)
+Simulation (`zeus_run.sim.TraceExecutor`) and replay (`zeus_run.engine.replay.EmpiricalExecutor`)
 have executors of their own; real runs have these, all shaped alike:
 
 * ``local``: the trial runs as a subprocess of the launcher, watched by the
-  trial agent's code in the launcher's process (`zeus_run.agent.run_agent`).
+  trial agent's code in the launcher's process (`zeus_run.trial.agent.run_agent`).
 * ``slurm``: the trial is a Slurm batch job that runs the agent
-  (``python -m zeus_run.agent PLAN.json``) on a node; the launcher polls
+  (``python -m zeus_run.trial.agent PLAN.json``) on a node; the launcher polls
   squeue and the agent's files in the (shared) run directory.
 
 A new backend (Slurm, Kubernetes Jobs) is one new module here with a

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Protocol
 
 from zeus_run import __version__
-from zeus_run.agent import AgentPlan
 from zeus_run.contract import Env, RunningMarker, TrialFiles, TrialOutcome, TrialPlan
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
 from zeus_run.power import PowerSession
-from zeus_run.proctree import new_token
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import RunDir
+from zeus_run.rundir.store import RunDir
 from zeus_run.spec import JobSpec, substitute
-from zeus_run.trial import NullListener, TrialListener
+from zeus_run.trial.agent import AgentPlan
+from zeus_run.trial.proctree import new_token
+from zeus_run.trial.run import NullListener, TrialListener
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class RunListener(TrialListener, Protocol):
     def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None: ...
 
     def on_more_recurrences(self, total: int) -> None:
-        """The run now goes to ``total`` recurrences (a trigger joined it, `zeus_run.joins`)."""
+        """The run now goes to ``total`` recurrences (a trigger joined it, `zeus_run.rundir.joins`)."""
 
     def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None: ...
 
@@ -61,7 +61,7 @@ class NullRunListener(NullListener):
 
 
 class RealExecutor(ABC):
-    """Runs the engine's trial requests for real (a `zeus_run.engine.Executor`).
+    """Runs the engine's trial requests for real (a `zeus_run.engine.core.Executor`).
 
     Args:
         spec: The job.
@@ -106,7 +106,7 @@ class RealExecutor(ABC):
     def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
         """Clean up after a launcher that died with trials in flight (``infos``: its ``running.json`` entries).
 
-        ``may_adopt`` False: stop every one of them (see `zeus_run.resume.recover`).
+        ``may_adopt`` False: stop every one of them (see `zeus_run.rundir.resume.recover`).
 
         Nothing the dead launcher started may stay running unowned.
 

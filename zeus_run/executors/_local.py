@@ -14,19 +14,19 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from zeus_run.agent import read_outcome, run_agent
-from zeus_run.concurrent import slot_devices
 from zeus_run.contract import Env, RunningMarker
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.concurrent import slot_devices
+from zeus_run.engine.core import TrialRequest
 from zeus_run.errors import EnergyError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
-from zeus_run.proctree import ProcessTree
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import check_writable
-from zeus_run.trial import preflight, trial_environment
+from zeus_run.rundir.store import check_writable
+from zeus_run.trial.agent import read_outcome, run_agent
+from zeus_run.trial.proctree import ProcessTree
+from zeus_run.trial.run import preflight, trial_environment
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 class LocalExecutor(RealExecutor):
     """Runs each trial on this machine, measured with the run's energy source.
 
-    The agent's code (`zeus_run.agent.run_agent`) runs in the launcher's own
+    The agent's code (`zeus_run.trial.agent.run_agent`) runs in the launcher's own
     process: no extra interpreter start per trial, and the power-limit
     session (which holds NVML) stays with the launcher.
     """
@@ -183,7 +183,7 @@ class LocalExecutor(RealExecutor):
         adopt each one whose outcome is written.
 
         The script runs in its own session, so it outlives a launcher killed with
-        SIGKILL; `zeus_run.proctree` finds every process carrying the token. A trial
+        SIGKILL; `zeus_run.trial.proctree` finds every process carrying the token. A trial
         still running cannot be adopted: its watcher died with its launcher.
         """
         adopted: set[int] = set()

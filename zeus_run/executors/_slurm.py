@@ -7,7 +7,7 @@ One trial, from the launcher's side:
    *before* it is submitted, so a launcher killed right after ``sbatch`` leaves
    behind what finds the job again.
 2. ``sbatch --parsable`` submits a script that ``exec``s
-   ``python -m zeus_run.agent PLAN.json`` with the launcher's own interpreter.
+   ``python -m zeus_run.trial.agent PLAN.json`` with the launcher's own interpreter.
    The job is named after the run and the trial (`zeus_run.slurm.job_name`); its
    stdout and stderr are appended to the trial's ``output.log``, where the agent
    also logs the training script's output.
@@ -51,14 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import zeus_run
-from zeus_run.agent import (
-    EPOCHS_NAME,
-    HEARTBEAT_NAME,
-    read_outcome,
-)
 from zeus_run.contract import TrialFiles
 from zeus_run.energy import EnergySource
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
 from zeus_run.executors._base import RealExecutor, prepare
 from zeus_run.executors._slurm_adopt import _Adoption, _adoptions, _kept
 from zeus_run.executors._slurm_job import (
@@ -78,7 +73,7 @@ from zeus_run.executors._slurm_job import (
 from zeus_run.executors._slurm_records import _infra_streak, _Records
 from zeus_run.power import node_power_plan
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import RunDir, check_writable
+from zeus_run.rundir.store import RunDir, check_writable
 from zeus_run.slurm import (
     PENDING_STATES,
     BatchJob,
@@ -92,6 +87,11 @@ from zeus_run.slurm import (
     submit,
 )
 from zeus_run.spec import JobSpec
+from zeus_run.trial.agent import (
+    EPOCHS_NAME,
+    HEARTBEAT_NAME,
+    read_outcome,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ class SlurmExecutor(_Adoption, _Records, RealExecutor):
 
     # -- submitting ----------------------------------------------------------------------
     def _submit(self, job: _Job, plan_path: Path) -> str:
-        argv = [sys.executable, "-m", "zeus_run.agent", str(plan_path)]
+        argv = [sys.executable, "-m", "zeus_run.trial.agent", str(plan_path)]
         comment = f"zeus-run trial {job.dir.name} of {self.spec.name} (run directory {self._rd.path})"
         batch = BatchJob(
             name=job.name,

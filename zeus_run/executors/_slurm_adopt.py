@@ -9,14 +9,10 @@ import logging
 import time
 from pathlib import Path
 
-from zeus_run.agent import (
-    heartbeat_age,
-    read_outcome,
-)
 from zeus_run.contract import RunningMarker
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
 from zeus_run.executors._slurm_job import FINAL_STATE_WAIT, SQUEUE_INTERVAL, STOP_MARGIN, _retrying
-from zeus_run.rundir import RunDir
+from zeus_run.rundir.store import RunDir
 from zeus_run.slurm import (
     PENDING_STATES,
     JobInfo,
@@ -24,6 +20,10 @@ from zeus_run.slurm import (
     cancel,
     find_jobs,
     query,
+)
+from zeus_run.trial.agent import (
+    heartbeat_age,
+    read_outcome,
 )
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from zeus_run.energy import EnergySource
-from zeus_run.engine import TrialRequest
+from zeus_run.engine.core import TrialRequest
 from zeus_run.executors._base import PreparedTrial
 from zeus_run.slurm import (
     UNKNOWN,

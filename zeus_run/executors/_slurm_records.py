@@ -14,16 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run import __version__
-from zeus_run.agent import (
-    EPOCHS_NAME,
-    read_agent_info,
-)
 from zeus_run.contract import StopReason, TrialOutcome
 from zeus_run.energy import EnergySource
 from zeus_run.executors._base import to_record
 from zeus_run.executors._slurm_job import _Job
 from zeus_run.records import TrialRecord
-from zeus_run.rundir import RunDir
+from zeus_run.rundir.store import RunDir
 from zeus_run.slurm import (
     UNKNOWN,
     SlurmAgentError,
@@ -32,6 +28,10 @@ from zeus_run.slurm import (
     is_infrastructure_failure,
 )
 from zeus_run.spec import JobSpec
+from zeus_run.trial.agent import (
+    EPOCHS_NAME,
+    read_agent_info,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Export run directories to the tools people already watch: MLflow and Prometheus.
 
 One exporter per sink, each a `Exporter` (`_base.py`) that syncs whole run
-directories, read as `zeus_run.jobs.JobView`:
+directories, read as `zeus_run.views.jobs.JobView`:
 
 - `MlflowExporter` (`_mlflow.py`): a parent MLflow run per job, a nested run
   per trial; idempotent through each trial's stable id tag. Needs the optional

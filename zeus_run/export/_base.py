@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from zeus_run.errors import UsageError, ZeusRunError
 
 if TYPE_CHECKING:
-    from zeus_run.jobs import JobView
     from zeus_run.records import TrialRecord
     from zeus_run.spec import ExportSettings
+    from zeus_run.views.jobs import JobView
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class LiveExports:
         """Sync every sink with the run directory, now that ``record`` is in its history."""
         if not self.exporters:
             return
-        from zeus_run.jobs import load_job
+        from zeus_run.views.jobs import load_job
 
         try:
             job = load_job(self.run_dir)

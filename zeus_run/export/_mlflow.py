@@ -34,8 +34,8 @@ from typing import Any
 from zeus_run.contract import StopReason
 from zeus_run.errors import UsageError
 from zeus_run.export._base import Exporter, ExportError, trial_id
-from zeus_run.jobs import JobView
 from zeus_run.records import TrialRecord
+from zeus_run.views.jobs import JobView
 
 INSTALL_HINT = "pip install 'zeus-run[mlflow]'   (or: pip install mlflow)"
 #: Default experiment name.
@@ -279,8 +279,8 @@ def _quote(value: str) -> str:
 
 def _settings(job: JobView) -> dict[str, Any]:
     """The job's decision settings from its run directory's spec.yaml (none where it cannot be read)."""
+    from zeus_run.engine.replay import Knobs
     from zeus_run.errors import HistoryError
-    from zeus_run.replay import Knobs
 
     try:
         k = Knobs.from_run_dir(job.run_dir)

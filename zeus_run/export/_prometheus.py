@@ -18,8 +18,8 @@ from pathlib import Path
 from zeus_run import _fs
 from zeus_run.errors import UsageError
 from zeus_run.export._base import Exporter, ExportError
-from zeus_run.jobs import JobView
-from zeus_run.summary import recurrence_rows
+from zeus_run.views.jobs import JobView
+from zeus_run.views.summary import recurrence_rows
 
 #: Content type of the text format (version 0.0.4), as Pushgateway and scrapers expect.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from zeus_run.early_stop import EarlyStopRule
+from zeus_run.optimizer.early_stop import EarlyStopRule
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class BatchSizeOptimizer(ABC, Generic[S]):
     #: Recurrences of the job (the spec's ``recurrences``; None: open-ended). Policies that
     #: plan over the recurrences left set it; the others ignore it.
     horizon: int | None = None
-    #: How the engine cuts this policy's trials (`zeus_run.early_stop`); instances may choose another.
+    #: How the engine cuts this policy's trials (`zeus_run.optimizer.early_stop`); instances may choose another.
     early_stop: EarlyStopRule = EarlyStopRule("paper")
 
     def __init__(self, batch_sizes: Iterable[int], default_batch_size: int, seed: int) -> None:

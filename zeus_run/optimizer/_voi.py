@@ -49,9 +49,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from zeus_run.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
         revision: 3 (current): as 2, and a batch size's first run is checked for pace
             (`moments`); 2: exploration is valued over the recurrences left, and the robust
-            early stop (`zeus_run.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
+            early stop (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
             early stop. Runs replay with the revision they recorded.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
@@ -275,7 +275,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         faster). If it ran more than `SLOWDOWN` times slower than that, its cost is taken at
         that pace: the batch size stays in contention, and a Thompson draw runs it again
         while it looks competitive. Later runs are checked by the robust early stop
-        (`zeus_run.early_stop.Pace`) before they reach the optimizer. A wrong correction
+        (`zeus_run.optimizer.early_stop.Pace`) before they reach the optimizer. A wrong correction
         (a batch size that really runs its epochs slower) costs at most that one more run.
         """
         own = {b: _median(p) for b, p in state.paces.items() if p}

@@ -109,7 +109,7 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
     def leader(self, state: ZeusState) -> int | None:
         """The arm with the highest posterior mean reward (lowest cost): the survivors once pruning is over.
 
-        Only for display (`zeus_run.recommend.believed_best`): the paper's early stop does not use it.
+        Only for display (`zeus_run.views.recommend.believed_best`): the paper's early stop does not use it.
         """
         arms = state.survivors if state.pruning.expecting is None else tuple(state.arms)
         arms = tuple(a for a in arms if a in state.arms)

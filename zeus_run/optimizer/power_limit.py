@@ -18,26 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from zeus_run.objective import Objective
-
-
-@dataclass(frozen=True)
-class PowerLimitMeasurement:
-    """What running at one power limit looked like.
-
-    Attributes:
-        power_limit: The limit (unit: W).
-        avg_power: Average power drawn (unit: W).
-        throughput: Work per second (any unit, the same for all limits of a profile,
-            e.g. iterations/s or epochs/s).
-        window_s: Duration of the measurement window (unit: s; None: not measured, e.g. traces).
-        samples: Energy-counter updates seen in the window (None: not measured).
-    """
-
-    power_limit: float
-    avg_power: float
-    throughput: float
-    window_s: float | None = None
-    samples: int | None = None
+from zeus_run.records import PowerLimitMeasurement
 
 
 def unit_cost(m: PowerLimitMeasurement, eta: float, max_power: float) -> float:
@@ -92,7 +73,7 @@ class JITPowerLimitOptimizer:
     ) -> PowerLimitState:
         """State after profiling ``batch_size`` (a later profile replaces an earlier one)."""
         chosen = dict(state.chosen)
-        chosen[batch_size] = self.objective.choose_power_limit(profile, self.max_power)
+        chosen[batch_size] = choose_power_limit(self.objective, profile, self.max_power)
         return PowerLimitState(MappingProxyType(chosen))
 
 
@@ -136,3 +117,19 @@ def sweep_more(costs: Sequence[float], n_limits: int, left: float) -> bool:
 
 #: Consecutive limits costlier than the best so far that end a short-horizon sweep.
 SWEEP_PATIENCE = 2
+
+
+def choose_power_limit(objective: Objective, profile: Sequence[PowerLimitMeasurement], max_power: float) -> float:
+    """The limit ``objective`` picks from a batch size's profile.
+
+    Raises:
+        ValueError: The profile is empty.
+    """
+    if objective.kind != "max-slowdown":
+        return best_power_limit(profile, objective.cost_eta, max_power)
+    if not profile:
+        raise ValueError("empty power-limit profile")
+    top = max(profile, key=lambda m: m.power_limit)
+    floor = top.throughput / objective.factor
+    eligible = [m for m in profile if m.throughput > 0 and m.throughput >= floor] or [top]
+    return min(eligible, key=lambda m: (m.avg_power / m.throughput, -m.power_limit)).power_limit

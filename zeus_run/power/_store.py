@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.optimizer.power_limit import PowerLimitMeasurement
-from zeus_run.rundir import atomic_write
+from zeus_run.rundir.store import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import anyio.to_thread
 from zeus_run.asktell._session import LOCK_WAIT
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
-from zeus_run.rundir import SPEC_NAME, RunDir
+from zeus_run.rundir.store import SPEC_NAME, RunDir
 from zeus_run.server._errors import ApiError
 from zeus_run.server._models import EpochReport, Fail, Finish, ReportAnswer
 from zeus_run.server._root import ServerRoot
@@ -83,7 +83,7 @@ class JobService:
         """Validate ``spec_doc`` and make (or check) the job's run directory; returns the resolved spec."""
         import yaml
 
-        from zeus_run.resume import compatibility
+        from zeus_run.rundir.resume import compatibility
         from zeus_run.spec import parse_spec
 
         path = self.root.job_dir(name)
@@ -114,7 +114,7 @@ class JobService:
         return spec.to_dict()
 
     def history(self, name: str) -> list[dict[str, Any]]:
-        from zeus_run.history import read_history
+        from zeus_run.rundir.history import read_history
 
         path = self._existing(name)
         return (

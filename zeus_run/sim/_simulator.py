@@ -1,6 +1,6 @@
 """Trace-driven simulation of a recurring job, and its baselines.
 
-The simulator is only an *executor* for `zeus_run.engine.Engine`: the engine
+The simulator is only an *executor* for `zeus_run.engine.core.Engine`: the engine
 and the batch-size optimizer are exactly those of real runs. A trial samples
 one traced run (training path) of the chosen batch size, runs it at the power
 limit the JIT power-limit policy picked (profiling the limits during the
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zeus_run.concurrent import Clocked
 from zeus_run.contract import StopReason
 from zeus_run.cost import SKIP_PENALTY, epochs_under_threshold
-from zeus_run.engine import TrialRequest
-from zeus_run.knobs import Knobs
+from zeus_run.engine.concurrent import Clocked
+from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.knobs import Knobs
 from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
@@ -42,7 +42,7 @@ def epoch_costs(table: JobTable, eta: float) -> np.ndarray:
 
 
 class TraceExecutor:
-    """Runs a `TrialRequest` on the traces (an `zeus_run.engine.Executor`).
+    """Runs a `TrialRequest` on the traces (an `zeus_run.engine.core.Executor`).
 
     Args:
         table: The job on one GPU.
@@ -421,11 +421,11 @@ def simulate(
         max_tries: Counted tries per recurrence.
         baselines: Also compute the grid-search baseline (Default and Oracle are always computed).
         on_record: Called with each record as it is produced.
-        max_early_stops: The engine's fallback rule (`zeus_run.engine.Engine`); None (default)
+        max_early_stops: The engine's fallback rule (`zeus_run.engine.core.Engine`); None (default)
             keeps the paper's semantics.
         concurrency: Recurrences in flight at once. Above 1 the job is always backlogged: a
             recurrence starts the moment one ends, and trials end in the order of their
-            simulated time (`zeus_run.concurrent.Clocked`), so each decision has seen only
+            simulated time (`zeus_run.engine.concurrent.Clocked`), so each decision has seen only
             the trials that ended before it started.
         noise: Recurrence-wide slowdowns (`Noise`), drawn from ``seed``; None: none.
         plan_horizon: Tell the optimizer the horizon (a spec's ``recurrences``); False: open-ended.

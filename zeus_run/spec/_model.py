@@ -77,7 +77,7 @@ class OptimizerSettings:
             (default per policy).
         revision: Revision of ``zeus-voi``'s rules: 3 also checks a batch size's first run for
             pace (a slow recurrence); 2 plans exploration over the recurrences left and uses the
-            robust early stop (`zeus_run.early_stop`); 1 and 2 are how runs recorded before
+            robust early stop (`zeus_run.optimizer.early_stop`); 1 and 2 are how runs recorded before
             them replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
     """
 
@@ -363,7 +363,7 @@ class JobSpec:
 
 
 #: Settings that change what the optimizer has learned. A history recorded
-#: under different values cannot be resumed (see `zeus_run.runner`).
+#: under different values cannot be resumed (see `zeus_run.engine.runner`).
 DECISION_FIELDS = (
     "batch_sizes",
     "default_batch_size",

@@ -1,0 +1,194 @@
+"""The settings that decide a run, built once: `Knobs`.
+
+Run, resume, the history check, replay and simulation all make their engine
+through `Knobs.engine`, and build their `Knobs` through `Knobs.from_mapping`
+(from a spec: `Knobs.from_spec`; from a run directory: `Knobs.from_run_dir`),
+which takes every field by its own name. A new decision setting is a new field
+here and a same-named field in the spec: it then reaches every user of `Knobs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from zeus_run.engine.core import Engine
+from zeus_run.errors import HistoryError
+from zeus_run.objective import Objective, charge_for
+from zeus_run.optimizer import PowerLimitMeasurement, make_optimizer
+from zeus_run.spec import OptimizerSettings
+
+if TYPE_CHECKING:
+    from zeus_run.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The settings that decide a run (from the run directory's resolved spec).
+
+    Attributes:
+        batch_sizes: Feasible batch sizes.
+        default_batch_size: b0.
+        eta: Cost knob.
+        beta: Early-stop knob (None: off).
+        seed: Optimizer seed.
+        optimizer: Batch-size optimizer settings.
+        target_metric: Converged when the metric reaches this.
+        higher_is_better: Direction of the metric.
+        max_epochs: Epoch limit.
+        max_tries: Counted tries per recurrence.
+        max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
+        concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
+        horizon: The job's ``recurrences``, which the optimizer plans over (None: open-ended).
+        objective: The ``objective`` section (None: the ``cost`` objective with ``eta``).
+        default_profile: The default batch size's power profile in the run directory
+            (``max-slowdown``'s reference scales its times to the max limit with it, as the run did);
+            not a spec setting: `from_run_dir` reads it from ``power_profiles.json``.
+    """
+
+    batch_sizes: tuple[int, ...]
+    default_batch_size: int
+    eta: float
+    beta: float | None
+    seed: int
+    optimizer: OptimizerSettings
+    target_metric: float
+    higher_is_better: bool = True
+    max_epochs: int = 100
+    max_tries: int = 20
+    max_early_stops: int | None = None
+    concurrency: int = 1
+    horizon: int | None = None
+    objective: Objective | None = None
+    default_profile: tuple[PowerLimitMeasurement, ...] = ()
+
+    @property
+    def goal(self) -> Objective:
+        """What the run optimises (``objective``, or ``cost`` with ``eta``)."""
+        return self.objective or Objective("cost", eta=self.eta)
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any]) -> Knobs:
+        """Every field from the same-named key of ``d`` (a resolved spec as a dict).
+
+        A key that is missing (or null where the field has a default) takes the
+        field's default, as in run directories recorded before the field existed.
+
+        Raises:
+            KeyError: A field without a default is missing.
+            TypeError, ValueError, AttributeError: A value has the wrong type.
+        """
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in _CONVERT:  # not a spec setting (`default_profile`)
+                continue
+            value = d.get(_KEYS.get(f.name, f.name))
+            optional = str(f.type).endswith("| None")
+            if value is None and not optional:
+                if f.default is dataclasses.MISSING:
+                    raise KeyError(f.name)
+                continue
+            kwargs[f.name] = None if value is None else _CONVERT[f.name](value)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec) -> Knobs:
+        """The knobs of a validated job spec."""
+        return cls.from_mapping(spec.to_dict())
+
+    @classmethod
+    def from_run_dir(cls, run_dir: str | Path) -> Knobs:
+        """Read ``spec.yaml`` of a run directory.
+
+        Raises:
+            HistoryError: It is missing or lacks a setting.
+        """
+        path = Path(run_dir) / "spec.yaml"
+        try:
+            d: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            knobs = cls.from_mapping(d)
+            knobs = dataclasses.replace(
+                knobs, default_profile=_default_profile(Path(run_dir), knobs.default_batch_size)
+            )
+            knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
+            if not 0.0 <= knobs.eta <= 1.0:
+                raise ValueError(f"eta {knobs.eta} is not in [0, 1]")
+            return knobs
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise HistoryError(
+                f"Cannot read the run's settings from {str(path)!r} ({type(exc).__name__}: {exc}). "
+                "Replay needs the spec.yaml that zeus-run writes into every run directory."
+            ) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A YAML-ready dict that `from_mapping` reads back (a simulated run's ``spec.yaml``)."""
+        out = dataclasses.asdict(self)
+        out["batch_sizes"] = list(self.batch_sizes)
+        del out["default_profile"]
+        for name, key in _KEYS.items():
+            out[key] = out.pop(name)
+        return out
+
+    def engine(
+        self, recurrences: int, profile: Callable[[], Sequence[PowerLimitMeasurement] | None] | None = None
+    ) -> Engine:
+        """The engine these knobs decide with, for ``recurrences`` recurrences.
+
+        Args:
+            recurrences: Recurrences to run.
+            profile: Reads b0's power profile as it is stored now (a live run's power session);
+                None: `default_profile`.
+        """
+        opt = make_optimizer(self.optimizer, self.batch_sizes, self.default_batch_size, self.seed, self.horizon)
+        charge = charge_for(self.goal, self.default_batch_size, profile or (lambda: self.default_profile))
+        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency, charge)
+
+
+def _default_profile(run_dir: Path, batch_size: int) -> tuple[PowerLimitMeasurement, ...]:
+    """``batch_size``'s profile in ``run_dir``'s ``power_profiles.json`` (first GPU model that has one; () if none)."""
+    from zeus_run.power import ProfileStore
+
+    for profiles in ProfileStore(run_dir).by_model.values():
+        if profiles.get(batch_size):
+            return tuple(profiles[batch_size])
+    return ()
+
+
+def _objective(v: Any) -> Objective:
+    return v if isinstance(v, Objective) else Objective(**v)
+
+
+def _tuple_of_ints(v: Any) -> tuple[int, ...]:
+    return tuple(int(b) for b in v)
+
+
+def _settings(v: Any) -> OptimizerSettings:
+    # A run recorded before optimizer revisions existed replays with revision 1.
+    return v if isinstance(v, OptimizerSettings) else OptimizerSettings.for_policy(**{"revision": 1, **v})
+
+
+#: How each field is read from a spec's value.
+_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "batch_sizes": _tuple_of_ints,
+    "default_batch_size": int,
+    "eta": float,
+    "beta": float,
+    "seed": int,
+    "optimizer": _settings,
+    "target_metric": float,
+    "higher_is_better": bool,
+    "max_epochs": int,
+    "max_tries": int,
+    "max_early_stops": int,
+    "concurrency": int,
+    "horizon": int,
+    "objective": _objective,
+}
+
+#: Fields whose spec key has another name.
+_KEYS = {"horizon": "recurrences"}

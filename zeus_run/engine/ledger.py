@@ -1,0 +1,291 @@
+"""What the engine knows at a point of the history: the records folded, and the trials in flight.
+
+One `Ledger` drives a run (`zeus_run.engine.core.Engine.run`), an audit
+(`zeus_run.engine.replay.audit`) re-derives every recorded decision with one, and a
+server keeps one per job between requests (`zeus_run.asktell._fold`,
+`Ledger.branch`). It applies the rules of `zeus_run.engine.core`: see there for
+the concurrent rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from zeus_run.engine.position import best_known, observation_of
+from zeus_run.engine.request import TrialRequest
+from zeus_run.errors import ConvergenceError
+from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
+from zeus_run.optimizer.early_stop import SLOWDOWN, Pace
+from zeus_run.records import TrialRecord
+
+if TYPE_CHECKING:
+    from zeus_run.engine.core import Engine
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Recurrence:
+    """One recurrence's tries so far (`Ledger`)."""
+
+    attempt: int = 1
+    tries: int = 0
+    cost: float = 0.0
+    early_stops: int = 0
+    reached: bool = False
+    #: Early stops not yet folded into the optimizer (robust rule: until the recurrence ends).
+    pending: list = field(default_factory=list)
+
+
+class Ledger:
+    """What the engine knows: the records folded so far, in the order trials ended, and the trials in flight.
+
+    The engine keeps one while it runs; `zeus_run.engine.replay.audit` drives one through a
+    recorded history to re-derive each decision at the point it was taken.
+
+    Args:
+        engine: The engine whose rule it applies.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.state = engine.optimizer.initial_state()
+        #: Records folded (the length of the history prefix the next decision sees).
+        self.folded = 0
+        #: Observations folded (the optimizer's step).
+        self.observed = 0
+        #: Trials started (the next trial's index).
+        self.started = 0
+        #: Cheapest total cost of a converged recurrence (unit: J).
+        self.min_cost = math.inf
+        #: Per batch size, (sum of costs, count) of its converged trials.
+        self.converged: dict[int, tuple[float, int]] = {}
+        #: Requests of the trials in flight, by trial index.
+        self.in_flight: dict[int, TrialRequest] = {}
+        self._recurrences: dict[int, _Recurrence] = {}
+        self._open: set[int] = set()  # started, not yet converged
+        self._newest = 0  # the highest recurrence started
+        #: Cost per epoch of converged tries (the robust early-stop rule's yardstick).
+        self.pace = Pace()
+        #: Recurrences that ran slow across the board after an early stop -> slowdown (robust rule).
+        self.slow: dict[int, float] = {}
+        self._branched = False  # a `branch`: shares its tallies with the ledger it came from
+
+    @classmethod
+    def from_history(
+        cls, engine: Engine, history: Sequence[TrialRecord], adopted: Sequence[TrialRequest] = ()
+    ) -> Ledger:
+        """The ledger after folding ``history``, with ``adopted`` in flight (a new or resumed run).
+
+        Args:
+            engine: The engine whose rule it applies.
+            history: The records, in the order they were folded.
+            adopted: Trials a dead launcher started that go on (`zeus_run.rundir.resume.recover`), each
+                with the request it was started with; none of them is in ``history``.
+        """
+        ledger = cls(engine)
+        ledger.extend(history)
+        ledger._adopt(adopted)
+        return ledger
+
+    def extend(self, records: Sequence[TrialRecord]) -> None:
+        """Fold records appended to the history since this ledger was made (each started, and ended)."""
+        for record in records:
+            self.fold(record)
+            self.started = max(self.started, record.trial + 1)
+
+    def branch(self, adopted: Sequence[TrialRequest] = ()) -> Ledger:
+        """A copy to decide in, with ``adopted`` in flight; this ledger is left as it is.
+
+        The copy shares what only folding changes (the optimizer's state, each recurrence's
+        tally), so it costs a few container copies, not a re-fold of the history: a server
+        keeps one folded ledger per job and branches it for every ask. Fold nothing into
+        the copy (it raises): fold into this ledger and branch again.
+        """
+        copy = object.__new__(Ledger)
+        copy.__dict__.update(self.__dict__)
+        copy.in_flight = dict(self.in_flight)
+        copy._recurrences = dict(self._recurrences)
+        copy._open = set(self._open)
+        copy._branched = True
+        copy._adopt(adopted)
+        return copy
+
+    def _adopt(self, adopted: Sequence[TrialRequest]) -> None:
+        """Count ``adopted`` in flight (trials started before this ledger was made)."""
+        self.started = max([self.started, self.folded, *(q.trial + 1 for q in adopted)])
+        for request in sorted(adopted, key=lambda q: q.trial):
+            self._recurrence(request.recurrence)
+            self._open.add(request.recurrence)
+            self.in_flight[request.trial] = request
+
+    def fold(self, record: TrialRecord, trial: int | None = None) -> None:
+        """Learn from one ended trial (``trial``: its index, if not ``record.trial``)."""
+        if self._branched:
+            raise RuntimeError("fold into the ledger a branch was taken from, not into the branch (Ledger.branch)")
+        self.folded += 1
+        self.in_flight.pop(record.trial if trial is None else trial, None)
+        r = self._recurrence(record.recurrence)
+        if record.attempt >= r.attempt:
+            r.attempt = record.attempt + 1
+        self._open.add(record.recurrence)
+        obs = observation_of(record)
+        if obs is not None:
+            early = record.stop_reason.early_stop
+            robust = self.engine.optimizer.early_stop.robust
+            if early and robust:
+                r.pending.append(obs)  # judged when the recurrence ends (`zeus_run.optimizer.early_stop`)
+            else:
+                self._observe(self._settle(record, obs, r) if robust and record.reached else obs)
+            r.tries += 1
+            r.cost += record.spent_cost
+            r.early_stops += early
+            if record.reached:
+                total, n = self.converged.get(record.batch_size, (0.0, 0))
+                self.converged[record.batch_size] = (total + record.cost, n + 1)
+                self.pace.add(record)
+        if record.reached:
+            r.reached = True
+            self._open.discard(record.recurrence)
+            if r.cost < self.min_cost:
+                self.min_cost = r.cost
+
+    def _observe(self, obs: Observation) -> None:
+        self.state = self.engine.optimizer.observe(self.state, obs)
+        self.observed += 1
+
+    def _settle(self, record: TrialRecord, obs: Observation, r: _Recurrence) -> Observation:
+        """What ``record``, which ends recurrence ``r``, teaches (robust rule; `zeus_run.optimizer.early_stop`).
+
+        If it ran its epochs `SLOWDOWN` times slower than its batch size's median, the
+        whole recurrence ran slow: its early stops are dropped and its own cost is taken
+        at the usual pace. Otherwise its early stops are folded first, as they are.
+        """
+        ratio = self.pace.slowdown(record)
+        pending, r.pending = r.pending, []
+        if ratio > SLOWDOWN:
+            self.slow[record.recurrence] = ratio
+            logger.debug(
+                "recurrence %d ran %.2fx slower than batch size %d's median: %d early stop(s) not charged",
+                record.recurrence,
+                ratio,
+                record.batch_size,
+                len(pending),
+            )
+            return dataclasses.replace(obs, cost=obs.cost / ratio)
+        for p in pending:
+            self._observe(p)
+        return obs
+
+    def next_recurrence(self) -> int | None:
+        """The recurrence a free slot runs next: the oldest unfinished one not in flight, else a new one."""
+        if self._open:
+            busy = {q.recurrence for q in self.in_flight.values()}
+            waiting = [n for n in self._open if n not in busy and n <= self.engine.recurrences]
+            if waiting:
+                return min(waiting)
+        return self._newest + 1 if self._newest < self.engine.recurrences else None
+
+    def start(self, recurrence: int, horizon: int | None = None) -> TrialRequest:
+        """Decide the next try of ``recurrence`` and count it as in flight.
+
+        Args:
+            recurrence: The recurrence.
+            horizon: Recurrences the optimizer plans over, if not its own (an audit re-derives
+                each decision with the horizon its record says it was taken under).
+
+        Raises:
+            ConvergenceError: The recurrence has used up ``max_tries``.
+        """
+        eng = self.engine
+        r = self._recurrence(recurrence)
+        if r.tries >= eng.max_tries:
+            raise ConvergenceError(
+                f"Recurrence {recurrence} did not reach the target in {eng.max_tries} tries. The target may be "
+                "unreachable with these batch sizes; check target_metric and max_epochs, or raise max_tries."
+            )
+        self._open.add(recurrence)
+        draw = self._free_draw()
+        opt = self.engine.optimizer
+        if horizon is not None and horizon != opt.horizon:
+            opt = opt.with_horizon(horizon)
+        decision, threshold, probe = self._decide(opt, r, draw)
+        request = TrialRequest(
+            recurrence,
+            r.attempt,
+            self.started,
+            self.observed,
+            decision,
+            threshold,
+            seen=self.folded,
+            in_flight=tuple(sorted(self.in_flight)) if self.in_flight else (),
+            draw=draw,
+            probe=probe,
+            horizon=opt.horizon,
+        )
+        self.in_flight[request.trial] = request
+        self.started += 1
+        return request
+
+    def failure(self, record: TrialRecord) -> ConvergenceError | None:
+        """The error that ends the run after ``record``, if any: the first recurrence did not converge at b0."""
+        if record.recurrence != 1 or record.reached or observation_of(record) is None:
+            return None
+        if record.batch_size != self.engine.optimizer.default_batch_size:
+            return None  # a retry after a crash with several in flight may run another one: it is just a try
+        return ConvergenceError(
+            f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "
+            f"({record.stop_reason}: {record.message or 'see its log'}). zeus-run needs the default batch "
+            "size to converge: check target_metric, higher_is_better, max_epochs and the script."
+        )
+
+    def _recurrence(self, n: int) -> _Recurrence:
+        if n > self._newest:
+            self._newest = n
+        r = self._recurrences.get(n)
+        if r is None:
+            r = self._recurrences[n] = _Recurrence()
+        return r
+
+    def _free_draw(self) -> int:
+        """The smallest draw index no in-flight decision at the current observation count holds."""
+        if not self.in_flight:
+            return 0
+        taken = {q.draw for q in self.in_flight.values() if q.observed == self.observed}
+        return next(d for d in range(len(taken) + 1) if d not in taken)
+
+    def _decide(self, opt: BatchSizeOptimizer, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
+        """The decision, its cost threshold, and whether it is pruning's probe."""
+        eng = self.engine
+        choice = opt.decide(self.state, draw)
+        expecting = choice.batch_size if choice.stage == "pruning" else None
+        waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
+        rule = opt.early_stop
+        leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
+        fallback_after = rule.fallback_after(eng.max_early_stops)
+        if fallback_after is not None and r.early_stops >= fallback_after:
+            decision = Decision(
+                leader if leader is not None else best_known(self.converged, opt.default_batch_size),
+                "fallback",
+                f"{r.early_stops} early stops in this recurrence: the best known batch size, without a cost threshold",
+            )
+        elif expecting is not None and waiting is not None:
+            bs = best_known(self.converged, opt.default_batch_size)
+            decision = Decision(
+                bs,
+                "pruning",
+                f"concurrent: pruning waits for batch size {waiting.decision.batch_size} (trial #{waiting.trial}); "
+                "the best known batch size",
+            )
+            logger.debug("trial %d: %s -> batch size %d", self.started, decision.detail, bs)
+        else:
+            decision = choice
+        probe = waiting is None and decision.batch_size == expecting
+        if decision.stage == "fallback":
+            return decision, math.inf, probe
+        return decision, rule.threshold(eng.beta, self.min_cost, decision.batch_size, self.converged), probe

@@ -1,0 +1,82 @@
+"""Where a run stands, derived from its records alone (`position`), and the best known batch size (`best_known`).
+
+Pure functions over the history: the CLI, the engine's fallback rule and the tests all read them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from zeus_run.optimizer import Observation
+from zeus_run.records import TrialRecord
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a serial run stands, derived from its records.
+
+    Attributes:
+        recurrence: Recurrence to run next.
+        attempt: Try number of the next trial within it.
+        tries: Observed (counted) tries already spent on that recurrence.
+        min_cost: Cheapest total cost of a converged recurrence (unit: J; inf if none).
+        completed: Recurrences that reached the target.
+        early_stops: Early stops (`zeus_run.contract.StopReason.early_stop`) already taken by that recurrence.
+        converged: Per batch size, (sum of costs, count) of its converged trials.
+    """
+
+    recurrence: int
+    attempt: int
+    tries: int
+    min_cost: float
+    completed: int
+    early_stops: int = 0
+    converged: dict[int, tuple[float, int]] = field(default_factory=dict)
+
+
+def position(records: Sequence[TrialRecord]) -> Position:
+    """Derive the run's position from its records (pure; ``completed`` is right for concurrent runs too)."""
+    min_cost = math.inf
+    completed = 0
+    rec, attempt, tries, acc, early = 1, 1, 0, 0.0, 0
+    converged: dict[int, tuple[float, int]] = {}
+    for r in records:
+        if r.recurrence != rec:
+            rec, tries, acc, early = r.recurrence, 0, 0.0, 0
+        attempt = r.attempt + 1
+        if r.observed:
+            tries += 1
+            acc += r.spent_cost
+            early += r.stop_reason.early_stop
+            if r.reached:
+                total, n = converged.get(r.batch_size, (0.0, 0))
+                converged[r.batch_size] = (total + r.cost, n + 1)
+        if r.reached:
+            completed += 1
+            min_cost = min(min_cost, acc)
+            rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
+    return Position(rec, attempt, tries, min_cost, completed, early, converged)
+
+
+def best_known(converged: dict[int, tuple[float, int]], default: int) -> int:
+    """The batch size with the lowest mean cost among converged ones (ties: the smaller), or ``default``."""
+    if not converged:
+        return default
+    return min(converged, key=lambda b: (converged[b][0] / converged[b][1], b))
+
+
+def observation_of(record: TrialRecord) -> Observation | None:
+    """What the optimizer learns from a trial, or None if it learns nothing.
+
+    The one mapping from a record to an observation: records know nothing of the optimizer.
+    """
+    if not record.observed:
+        return None
+    return Observation(record.batch_size, record.cost, record.reached, record.probe is not False, record.epochs)
+
+
+def observations(records: Iterable[TrialRecord]) -> list[Observation]:
+    """The optimizer's observations, in order."""
+    return [o for o in (observation_of(r) for r in records) if o is not None]

@@ -1,0 +1,368 @@
+"""Real runs: the engine driving training scripts through an executor, with a durable run directory.
+
+This is the library API behind ``zeus-run run``; tests call `run_job` directly.
+`run_job` only orchestrates: the run directory is chosen and recovered by
+`zeus_run.rundir.resume`, trials are run by an executor (`zeus_run.executors`), and
+the engine (`zeus_run.engine.core`) decides what to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zeus_run.asktell._session import settle_asks
+from zeus_run.contract import StopReason
+from zeus_run.energy import EnergySource
+from zeus_run.engine.concurrent import SlotPool
+from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
+from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.position import position
+from zeus_run.errors import Interrupted, RunDirBusy
+from zeus_run.executors import (
+    EXECUTORS,
+    NullRunListener,
+    RealExecutor,
+    RunListener,
+    learning_rate_for,
+    placeholder_values,
+    provenance,
+    recover_trials,
+)
+from zeus_run.executors._base import command, marker, now
+from zeus_run.export import LiveExports
+from zeus_run.power import open_power_session
+from zeus_run.records import TrialRecord
+from zeus_run.rundir import joins
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.joins import JoinDesk
+from zeus_run.rundir.lock import is_held, launcher_holds
+from zeus_run.rundir.resume import choose_run_dir, recover, request_of
+from zeus_run.rundir.store import RunDir, remove_if_unused
+from zeus_run.spec import JobSpec
+from zeus_run.trial.run import preflight, trial_environment
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NullRunListener",
+    "RunListener",
+    "RunResult",
+    "choose_run_dir",
+    "learning_rate_for",
+    "placeholder_values",
+    "provenance",
+    "run_job",
+]
+
+
+@dataclass
+class RunResult:
+    """What `run_job` did.
+
+    Attributes:
+        run_dir: The run directory used.
+        records: Every record in the history, old and new.
+        new: Records produced by this call.
+        energy: Description of the energy source.
+        resumed: Whether the run continued an existing history.
+    """
+
+    run_dir: Path
+    records: list[TrialRecord]
+    new: list[TrialRecord] = field(default_factory=list)
+    energy: str = ""
+    resumed: bool = False
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    run_dir: Path | None = None,
+    listener: RunListener | None = None,
+    energy: EnergySource | None = None,
+    new: bool = False,
+    force: bool = False,
+    cancel: threading.Event | None = None,
+    next_recurrences: int | None = None,
+    triggered_at: str | None = None,
+) -> RunResult:
+    """Run (or resume) a recurring job until ``spec.recurrences`` recurrences converged.
+
+    Args:
+        spec: The validated job spec.
+        run_dir: Override of ``spec.run_dir``.
+        listener: Receives live progress.
+        energy: Energy source to use (default: opened from ``spec.energy``).
+        new: Always start a fresh run directory (a sibling if the directory has history).
+        force: If the stored spec differs in decision settings, start a fresh sibling instead of refusing.
+        cancel: Set it to stop the current trial and return (as SIGINT, SIGTERM and SIGHUP do).
+        next_recurrences: Run this many recurrences past those already done, whatever ``spec.recurrences``
+            says (one scheduler trigger: ``zeus-run run JOB.yaml --next``).
+        triggered_at: ISO-8601 time of the trigger, stamped on every record (default: now).
+
+    Raises:
+        RunDirError, LaunchError, HistoryError, EnergyError: Setup problems (nothing recorded).
+        ConvergenceError: The job cannot reach its target.
+        Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
+    """
+    lst: RunListener = listener or NullRunListener()
+    trigger = triggered_at or now()
+    path, resumed = choose_run_dir(spec, run_dir, new, force)
+    _preflight_default(spec)
+    cancel = cancel or threading.Event()
+    executor_class = EXECUTORS[spec.executor.kind]
+    created = not path.exists() or not any(path.iterdir())
+    with contextlib.ExitStack() as stack:
+        try:
+            rd = stack.enter_context(RunDir.open(path))
+        except RunDirBusy:
+            if next_recurrences is None or spec.concurrency < 2 or not launcher_holds(path):
+                raise
+            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
+            return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
+        if created:  # a run that fails before recording anything leaves no empty run directory
+            stack.callback(remove_if_unused, rd)
+        if energy is None:
+            energy = stack.enter_context(executor_class.open_energy(spec))
+        recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))
+        history = recovered.history
+        settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
+        adopted = [request_of(m, spec) for m in recovered.adopted]
+        if rd.stored_spec() is None:
+            rd.save_spec(spec)
+        resumed = resumed and bool(history)
+        done = position(history).completed
+        knobs = Knobs.from_spec(spec)  # the horizon the optimizer plans over: the spec's (None: open-ended)
+        if next_recurrences is None and spec.recurrences is None:
+            next_recurrences = 1  # open-ended: each launch runs one more recurrence
+        if next_recurrences is not None:
+            spec = spec.with_overrides(recurrences=done + next_recurrences)
+        total = spec.recurrences
+        assert total is not None
+        lst.on_run_start(spec, rd.path, energy.describe(), done)
+        if done >= total:
+            logger.info(
+                "all %d recurrences are already done in %s; raise `recurrences`, or run `--next`", total, rd.path
+            )
+            return RunResult(rd.path, list(history), [], energy.describe(), resumed)
+        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
+        if power is not None:
+            stack.callback(power.controller.restore)  # at the end of the run, whatever happens
+        b0 = spec.default_batch_size
+        profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
+        engine = knobs.engine(total, profile)
+        desk = JoinDesk(rd.path, total + 1, lst.on_more_recurrences) if spec.concurrency > 1 else None
+        signum = stack.enter_context(_signals_to(cancel))
+        if spec.concurrency > 1:
+            lst = _Serialized(lst)  # trials report from several threads
+        executor = executor_class(spec, rd, energy, lst, cancel, power)
+        stack.callback(executor.close)
+        live = LiveExports.from_settings(spec.export, rd.path)
+
+        def check_cancel(req: TrialRequest) -> None:
+            if cancel.is_set():  # a signal arrived between trials: this one has not started
+                raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
+
+        def execute(req: TrialRequest) -> TrialRecord:
+            check_cancel(req)
+            return executor(req)
+
+        def persist(record: TrialRecord) -> None:
+            triggered = desk.triggers.get(record.recurrence, trigger) if desk is not None else trigger
+            rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
+            rd.clear_running(record.trial)
+            lst.on_trial_end(record)
+            live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
+
+        if spec.concurrency == 1:
+            new_records = engine.run(history, execute, persist, adopted)
+        else:
+            new_records = _run_concurrent(
+                engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel, desk
+            )
+        interrupted = [r for r in new_records if r.stop_reason is StopReason.INTERRUPTED]
+        if interrupted:
+            last = interrupted[-1]
+            raise _interrupted(
+                signum[0],
+                rd.path,
+                f"during recurrence {last.recurrence}, try {last.attempt}; "
+                + ("that trial is" if len(interrupted) == 1 else f"{len(interrupted)} trials are")
+                + " recorded as interrupted and will be re-run",
+            )
+        return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
+
+
+def _run_concurrent(
+    engine: Engine,
+    history: list[TrialRecord],
+    adopted: list[TrialRequest],
+    executor: RealExecutor,
+    slots: int,
+    check_cancel: Callable[[TrialRequest], None],
+    persist: Callable[[TrialRecord], None],
+    cancel: threading.Event,
+    desk: JoinDesk | None = None,
+) -> list[TrialRecord]:
+    """Run with several recurrences in flight: the executor's own ``start``/``wait_any`` (Slurm), or N local slots.
+
+    If the run stops on an error, the trials still in flight are stopped and their
+    records (stamped with their decision's context) are written before the error
+    goes on: no trial's record is lost.
+    """
+    pool = None
+    if isinstance(executor, TrialExecutor):  # runs trials at once by itself (Slurm jobs)
+        target: TrialExecutor = executor
+    else:  # local: N slots, a thread each
+        run_on_slot = getattr(executor, "run_on_slot", None) or (lambda req, slot: executor(req))
+        pool = target = SlotPool(run_on_slot, slots)
+
+    adopted_trials = {req.trial for req in adopted}
+
+    class _Checked:
+        def start(self, req: TrialRequest) -> None:
+            check_cancel(req)
+            # Marked before the trial's thread starts, so that trials are marked in the order
+            # they start: a launcher killed now leaves every started trial to be recorded.
+            # An adopted trial keeps the marker that finds it again (its job).
+            if req.trial not in adopted_trials:
+                executor.rd.mark_running(marker(executor.spec, req, executor.energy))
+            target.start(req)
+
+        def wait_any(self) -> TrialRecord:
+            return target.wait_any()
+
+        def wait_for(self, timeout: float | None) -> TrialRecord | None:
+            if isinstance(target, TimedExecutor):
+                return target.wait_for(timeout)
+            return target.wait_any()
+
+    try:
+        return engine.run(history, _Checked(), persist, adopted, more=desk.claim if desk is not None else None)
+    except BaseException:
+        cancel.set()  # stop the trials still in flight, then record them
+        left = pool.close() if pool is not None else executor.drain()
+        for req, record in left:
+            persist(req.stamp(record))
+        raise
+
+
+def _join(
+    spec: JobSpec,
+    path: Path,
+    k: int,
+    trigger: str,
+    lst: RunListener,
+    cancel: threading.Event,
+    run_dir: Path | None,
+    energy: EnergySource | None,
+    force: bool,
+) -> RunResult:
+    """Have the launcher that holds ``path`` run ``k`` more recurrences for this trigger, and wait for them.
+
+    If the launcher lets go of the run directory first (it stopped, or died), what is left of the
+    ``k`` recurrences is run here, as a resumed run.
+    """
+    store = HistoryStore(path / HISTORY_NAME)
+
+    def claimed(got: joins.JoinRequest) -> None:
+        done = position(list(store.read(warn=False))).completed
+        measured = f"measured by the launcher it joined ({got.holder})"
+        lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, measured, done)
+
+    req = joins.request(path, k, trigger)
+    logger.info(
+        "%s is held by another launcher and the spec allows overlap (concurrency %d): asked it to run %d more "
+        "recurrence(s) for this trigger; waiting for them",
+        path,
+        spec.concurrency,
+        k,
+    )
+    with _signals_to(cancel) as signum:
+        outcome = joins.wait_for(path, req, lambda: is_held(path), lst.on_trial_end, cancel, claimed)
+    if outcome.interrupted is not None:
+        raise _interrupted(signum[0], path, outcome.interrupted)
+    if outcome.holder_gone and outcome.left > 0:
+        logger.warning(
+            "the launcher holding %s let go of it before %d of this trigger's recurrence(s) reached the target; "
+            "running them here",
+            path,
+            outcome.left,
+        )
+        granted = outcome.request.granted
+        done = position(list(store.read(warn=False))).completed
+        # Through the last recurrence granted (a dead holder's unfinished ones come first), else K more.
+        more = max(granted) - done if granted else outcome.left
+        result = run_job(
+            spec,
+            run_dir=run_dir,
+            listener=lst,
+            energy=energy,
+            force=force,
+            cancel=cancel,
+            next_recurrences=max(more, 1),
+            triggered_at=trigger,
+        )
+        return dataclasses.replace(result, new=[*outcome.records, *result.new])
+    records = list(store.read(warn=False))
+    return RunResult(path, records, outcome.records, "measured by the launcher it joined", True)
+
+
+class _Serialized:
+    """A run listener called from several trial threads, one call at a time."""
+
+    def __init__(self, inner: RunListener) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if not callable(method):
+            return method
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return method(*args, **kwargs)
+
+        return locked
+
+
+def _preflight_default(spec: JobSpec) -> None:
+    argv, env = command(spec, placeholder_values(spec, spec.default_batch_size, spec.seed, 1, 1, spec.run_dir))
+    preflight(argv, spec.workdir, trial_environment(env), spec.shell)
+
+
+@contextlib.contextmanager
+def _signals_to(cancel: threading.Event) -> Iterator[list[int | None]]:
+    """Route SIGINT, SIGTERM and SIGHUP (terminal closed) to ``cancel`` while a run is in progress (main thread only)."""
+    received: list[int | None] = [None]
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        received[0] = signum
+        cancel.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield received
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _interrupted(signum: int | None, path: Path, what: str) -> Interrupted:
+    sig = signal.Signals(signum or signal.SIGINT)
+    return Interrupted(
+        sig.value,
+        f"Interrupted by {sig.name} {what}. History is intact in {str(path)!r}. Run the same command again to resume.",
+    )

@@ -1,0 +1,402 @@
+"""The run directory: one per job, holding everything a person needs to audit it.
+
+Layout::
+
+    runs/<job>/
+      spec.yaml          the resolved spec the run was started with
+      history.jsonl      one JSON record per trial (append-only)
+      trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
+      running.json       present only while a trial runs (crash marker)
+      joins/             requests of --next triggers that joined the launcher (`zeus_run.rundir.joins`)
+      .lock              the holder: pid, host, since (UTC), role (`zeus_run.rundir.lock`)
+
+The launcher holding a run locks the directory itself (``flock`` on its fd),
+which no one can delete from under it; ``.lock`` only names the holder. Run
+directories can sit in shared places, so zeus-run refuses one that has
+symbolic links (or files of the wrong type) where it writes, and writes every
+file through `zeus_run._fs` (no links followed, temporaries with ``O_EXCL``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+from zeus_run import _fs
+from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_from_json, markers_to_json
+from zeus_run.errors import RunDirError
+from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
+from zeus_run.spec import JobSpec
+from zeus_run.spec._yaml import YamlLimitError, load_yaml
+
+logger = logging.getLogger(__name__)
+
+SPEC_NAME = "spec.yaml"
+PROBE_NAME = ".write-probe"
+TRIALS_NAME = "trials"
+MIN_FREE_BYTES = 1 << 20
+
+#: Files zeus-run writes at the top of a run directory (temporaries included).
+WRITTEN_FILES = (
+    HISTORY_NAME,
+    HISTORY_NAME + ".torn",
+    SPEC_NAME,
+    SPEC_NAME + ".tmp",
+    RUNNING_NAME,
+    RUNNING_NAME + ".tmp",
+    LOCK_NAME,
+    PROBE_NAME,
+    "power_profiles.json",
+    "power_profiles.json.tmp",
+)
+_MAX_RUNNING_BYTES = 4 * 1024 * 1024
+
+
+class RunDir:
+    """An opened, locked run directory."""
+
+    def __init__(self, path: Path, lock_fd: int, info_fd: int = -1) -> None:
+        self.path = path
+        self._lock_fd = lock_fd
+        self._info_fd = info_fd
+        self.history = HistoryStore(path / HISTORY_NAME)
+        #: The trials in flight (``trial -> info``), mirrored in ``running.json``.
+        self._in_flight: dict[int, RunningMarker] = {}
+        self._marker_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str | Path, wait: float = 0.0, role: str = "run", scan_trials: bool = True) -> RunDir:
+        """Create (if needed), lock and check a run directory.
+
+        Args:
+            path: The run directory.
+            wait: Seconds to wait for the lock while a *brief* holder has it (an ask or a
+                tell, which hold it for a moment); a launcher's lock (role ``run``) is
+                never waited for. 0: do not wait.
+            role: What this holder does, written into ``.lock``: ``run`` (a launcher, held
+                for the whole run) or a brief role (``ask``, ``tell``, ``expire``).
+            scan_trials: Check every trial directory for links (`refuse_links`). A brief
+                holder that touches one trial checks that one itself (`trial_dir`), so a
+                server's per-request cost does not grow with the number of trials.
+
+        Raises:
+            RunDirError: It cannot be created or written, another launcher holds
+                it, or it has links where zeus-run writes.
+            RunDirBusy: Another launcher holds it (or a brief holder kept it past ``wait``).
+        """
+        p = Path(path)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirError(
+                f"Cannot create run directory {str(p)!r}: {exc.strerror or exc}. "
+                "Choose a writable location with `run_dir` in the spec or --run-dir."
+            ) from exc
+        _refuse_world_writable(p)
+        lock_fd = _lock_waiting(p, wait)
+        try:
+            refuse_links(p, scan=scan_trials)
+            try:
+                _fs.make_dir(p / TRIALS_NAME)
+            except OSError as exc:
+                raise _unusable(p / TRIALS_NAME, exc) from None
+            check_writable(p, sync=role == "run")
+            info_fd = _write_holder(p, role)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls(p, lock_fd, info_fd)
+
+    def close(self) -> None:
+        """Release the lock."""
+        for fd in (self._info_fd, self._lock_fd):
+            if fd >= 0:
+                os.close(fd)  # closing the fd releases its flock
+        self._lock_fd = self._info_fd = -1
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- spec --------------------------------------------------------------------
+    @property
+    def spec_path(self) -> Path:
+        return self.path / SPEC_NAME
+
+    def stored_spec(self) -> dict[str, Any] | None:
+        """The resolved spec saved when the run started, if any.
+
+        Raises:
+            RunDirError: It exists but is not a readable mapping of settings.
+        """
+        return read_stored_spec(self.path)
+
+    def save_spec(self, spec: JobSpec) -> None:
+        """Write the resolved spec (atomically)."""
+        import yaml
+
+        header = "# Resolved job spec zeus-run started this run with (every default filled in).\n"
+        atomic_write(self.spec_path, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
+
+    # -- the in-flight marker ----------------------------------------------------
+    def mark_running(self, marker: RunningMarker) -> None:
+        """Record (or update) a trial in flight in ``running.json``, atomically.
+
+        One trial in flight: the file is its marker. Several (``concurrency``): the file
+        is ``{"in_flight": [marker, ...]}`` in start order. Safe from several threads.
+        """
+        with self._marker_lock:
+            self._in_flight[marker.trial] = marker
+            self._write_markers()
+
+    def replace_running(self, markers: list[RunningMarker]) -> None:
+        """Make ``markers`` the trials in flight, in one atomic write of ``running.json`` (none: it is removed)."""
+        with self._marker_lock:
+            self._in_flight = {m.trial: m for m in markers}
+            self._write_markers()
+
+    def track_running(self, markers: list[RunningMarker]) -> None:
+        """Take ``markers`` as the trials in flight, as ``running.json`` has them already (nothing is written)."""
+        with self._marker_lock:
+            self._in_flight = {m.trial: m for m in markers}
+
+    def clear_running(self, trial: int | None = None) -> None:
+        """Forget one trial in flight (``trial``), or all of them (None)."""
+        with self._marker_lock:
+            if trial is None:
+                self._in_flight.clear()
+            else:
+                self._in_flight.pop(trial, None)
+            self._write_markers()
+
+    def _write_markers(self) -> None:
+        if self._in_flight:
+            data = markers_to_json(list(self._in_flight.values()))
+            atomic_write(self.path / RUNNING_NAME, json.dumps(data, indent=1) + "\n")
+            return
+        try:
+            os.remove(self.path / RUNNING_NAME)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("cannot remove %s: %s", self.path / RUNNING_NAME, exc.strerror)
+
+    def running_trials(self) -> list[RunningMarker] | None:
+        """The trials a launcher had in flight (``running.json``): None if there is none, ``[]`` if it is unreadable.
+
+        Only fields of the expected type are kept (`zeus_run.contract.RunningMarker.from_json`),
+        since the launcher records a trial from them.
+        """
+        return read_running(self.path)
+
+    def trial_dir(self, recurrence: int, attempt: int) -> Path:
+        """The directory of one trial, created if needed (never through a link).
+
+        Raises:
+            RunDirError: It is a link or cannot be created.
+        """
+        d = self.path / TRIALS_NAME / TrialFiles.dir_name(recurrence, attempt)
+        for part in (d.parent, d):
+            try:
+                _fs.make_dir(part)
+            except OSError as exc:
+                raise _unusable(part, exc) from None
+        for name in TrialFiles.WRITTEN:
+            why = _fs.unsafe_entry(d / name)
+            if why is not None:
+                raise RunDirError(f"{why}. {_LINK_ADVICE}")
+        return d
+
+
+def read_stored_spec(path: Path) -> dict[str, Any] | None:
+    """The resolved ``spec.yaml`` of a run directory, or None if there is none.
+
+    Raises:
+        RunDirError: It exists but cannot be read or is not a mapping of settings.
+    """
+    spec_file = path / SPEC_NAME
+    if not os.path.lexists(spec_file):
+        return None
+    fix = (
+        f"Restore it, or move it aside: zeus-run then checks the history against your job spec and writes "
+        f"{SPEC_NAME} again (or pass --force to start a fresh run directory next to it)."
+    )
+    try:
+        with _fs.open_read(spec_file) as f:
+            data = load_yaml(f.read(1 << 20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"Cannot read {str(spec_file)!r}: {exc}. {fix}") from None
+    except YamlLimitError as exc:
+        where = f" (line {exc.line})" if exc.line else ""
+        raise RunDirError(f"{str(spec_file)!r} is damaged{where}: {exc.why}. {fix}") from None
+    if not isinstance(data.data, dict):
+        kind = "empty" if data.data is None else f"a {type(data.data).__name__}, not a mapping of settings"
+        raise RunDirError(f"{str(spec_file)!r} is {kind}. {fix}")
+    return data.data
+
+
+def fresh_sibling(base: Path) -> Path:
+    """``base`` if it is missing or empty, else the first free ``NAME-2``, ``NAME-3``, ..."""
+    if not base.exists() or not any(base.iterdir()):
+        return base
+    for i in range(2, 10_000):
+        cand = base.with_name(f"{base.name}-{i}")
+        if not cand.exists():
+            logger.info("starting a new run directory %s (the old one is kept)", cand)
+            return cand
+    raise RunDirError(f"Too many run directories next to {str(base)!r}; clean some up or pass --run-dir.")
+
+
+def remove_if_unused(rd: RunDir) -> None:
+    """Remove a run directory this launcher created, if nothing was recorded in it (a run that failed at start).
+
+    Only zeus-run's own files may be there: the lock, the spec, empty trial directories.
+    """
+    if (rd.path / HISTORY_NAME).exists() or os.path.lexists(rd.path / RUNNING_NAME):
+        return
+    own = {LOCK_NAME, SPEC_NAME, PROBE_NAME, TRIALS_NAME}
+    try:
+        if not {e.name for e in os.scandir(rd.path)} <= own:
+            return
+        trials = rd.path / TRIALS_NAME
+        for d in list(os.scandir(trials)) if trials.is_dir() else []:
+            if not d.is_dir(follow_symlinks=False) or any(os.scandir(d.path)):
+                return
+        shutil.rmtree(rd.path)
+        logger.debug("removed %s: nothing was recorded in it", rd.path)
+    except OSError as exc:
+        logger.debug("could not remove the unused run directory %s: %s", rd.path, exc)
+
+
+def read_running(path: Path) -> list[RunningMarker] | None:
+    """The trials in flight that a run directory's ``running.json`` names (read-only; see `RunDir.running_trials`)."""
+    p = path / RUNNING_NAME
+    if not os.path.lexists(p):
+        return None
+    try:
+        with _fs.open_read(p) as f:
+            data = json.loads(f.read(_MAX_RUNNING_BYTES + 1))
+    except (OSError, ValueError, RecursionError) as exc:
+        logger.warning("ignoring an unreadable %s (%s)", p, exc)
+        return []
+    markers, damaged = markers_from_json(data)
+    if damaged:
+        logger.warning("ignoring %d damaged trial(s) in %s", damaged, p)
+    return markers
+
+
+# -- checks and writes ------------------------------------------------------------------------
+
+
+def refuse_links(path: Path, scan: bool = True) -> None:
+    """Refuse a run directory with links (or files of the wrong type) where zeus-run writes
+    (``scan``: in every trial directory too).
+
+    Raises:
+        RunDirError: Lists every such entry.
+    """
+    found = [why for name in WRITTEN_FILES if (why := _fs.unsafe_entry(path / name)) is not None]
+    trials = path / TRIALS_NAME
+    why = _fs.unsafe_entry(trials, want_dir=True)
+    if why is not None:
+        found.append(why)
+    elif scan and trials.is_dir():
+        try:
+            entries = list(os.scandir(trials))
+        except OSError as exc:
+            raise _unusable(trials, exc) from None
+        for entry in entries:
+            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                found.append(_fs.unsafe_entry(entry.path, want_dir=True) or entry.path)
+                continue
+            found += [
+                why for name in TrialFiles.WRITTEN if (why := _fs.unsafe_entry(Path(entry.path) / name)) is not None
+            ]
+    if found:
+        shown = "\n".join(f"  - {f}" for f in found[:10]) + (
+            f"\n  ... and {len(found) - 10} more" if len(found) > 10 else ""
+        )
+        raise RunDirError(
+            f"Run directory {str(path)!r} has entries zeus-run cannot write safely:\n{shown}\n{_LINK_ADVICE}"
+        )
+
+
+def _refuse_world_writable(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise _unusable(path, exc) from None
+    if mode & stat.S_IWOTH:
+        raise RunDirError(
+            f"Run directory {str(path)!r} is writable by every user (mode {stat.filemode(mode)}), so anyone could "
+            "plant links or files in it. Use a directory of your own (e.g. run_dir: runs/<name>), or `chmod o-w` it."
+        )
+
+
+def check_writable(path: Path, sync: bool = True) -> None:
+    """Fail early if a trial's results could not be saved.
+
+    Args:
+        path: The run directory.
+        sync: Also fsync the probe (a file system may report a full disk only then). A brief
+            holder (an ask or a tell, whose own writes are fsynced and report their errors) skips it.
+
+    Raises:
+        RunDirError: The directory is not writable or the disk is (nearly) full.
+    """
+    probe = path / PROBE_NAME
+    with _PROBE_LOCK:  # trials on several slots check at once
+        _probe(path, probe, sync)
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise RunDirError(
+            f"Run directory {str(path)!r} has only {free} bytes free. Free some disk space, then run the same command to resume."
+        )
+
+
+_PROBE_LOCK = threading.Lock()
+
+
+def _probe(path: Path, probe: Path, sync: bool) -> None:
+    try:
+        try:
+            os.unlink(probe)  # a stale probe, or a link planted in its place (unlink removes the link itself)
+        except FileNotFoundError:
+            pass
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            _fs.write_all(fd, b"ok")
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as exc:
+        raise RunDirError(
+            f"Run directory {str(path)!r} is not writable: {exc.strerror or exc}. "
+            "Fix its permissions or free space, or choose another with --run-dir."
+        ) from exc
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a file via an ``O_EXCL`` temporary and ``os.replace`` (see `zeus_run._fs.atomic_write`).
+
+    Raises:
+        RunDirError: It could not be written; names the file and why. The old content is kept.
+    """
+    try:
+        _fs.atomic_write(path, text)
+    except OSError as exc:
+        raise RunDirError(
+            f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
+            "space or fix permissions, then run the same command again to resume."
+        ) from None

@@ -1,0 +1,137 @@
+"""The setting to recommend, and why it may differ from what the optimizer now favours.
+
+A recommendation must agree with the data it is printed next to:
+
+* it never names a batch size whose mean converged cost is higher than the
+  default's (the default is recommended instead);
+* when the optimizer's own belief (`believed_best`: the batch size it treats
+  as best after folding the history exactly as the engine does) is another
+  batch size, the recommendation says so and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zeus_run.records import TrialRecord
+    from zeus_run.views.summary import BatchSizeStats
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The setting to run this job with.
+
+    Attributes:
+        batch_size: Batch size with the lowest mean converged cost (among those with at least
+            two converged runs, when any has two), or the default when none is cheaper than it.
+        learning_rate: Its learning rate, as zeus-run passed it.
+        power_limit: Its power limit (unit: W), None if none was set.
+        mean_cost: Its mean converged cost (unit: J).
+        runs: Converged runs the mean rests on.
+        savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
+        note: Why it is not simply the cheapest mean, or why the optimizer favours another batch size.
+    """
+
+    batch_size: int
+    learning_rate: float | None
+    power_limit: float | None
+    mean_cost: float
+    runs: int
+    savings: float | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Belief:
+    """What the optimizer believes after folding a history (`believed_best`).
+
+    Attributes:
+        batch_size: The batch size it treats as best (None: no belief yet, or a policy without one).
+        slow: Recurrences that ran slow across the board and were not charged to a batch size
+            (`zeus_run.optimizer.early_stop`): recurrence -> slowdown factor.
+    """
+
+    batch_size: int | None
+    slow: dict[int, float] = field(default_factory=dict)
+
+
+def recommend(
+    stats: Sequence[BatchSizeStats],
+    default_mean_cost: float | None,
+    default_batch_size: int | None = None,
+    belief: int | None = None,
+) -> Recommendation | None:
+    """The batch size (with its learning rate and power limit) to run with.
+
+    The lowest mean converged cost wins; when some batch size has two or more
+    converged runs, a batch size with a single lucky run does not compete. A
+    winner whose mean is above the default's gives way to the default.
+
+    Args:
+        stats: Per batch size statistics (`zeus_run.views.summary.batch_size_stats`).
+        default_mean_cost: The default's mean converged cost (unit: J), if it converged.
+        default_batch_size: b0.
+        belief: The batch size the optimizer favours (`believed_best`), if known.
+    """
+    candidates = [s for s in stats if s.mean_cost is not None]
+    if any(s.converged >= 2 for s in candidates):
+        candidates = [s for s in candidates if s.converged >= 2]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda s: (s.mean_cost, -s.converged))
+    note = None
+    default = next((s for s in stats if s.batch_size == default_batch_size and s.mean_cost is not None), None)
+    if default is not None and default_mean_cost is not None and (best.mean_cost or 0.0) > default_mean_cost:
+        note = (
+            f"batch size {best.batch_size}'s mean cost is above the default's, so the default is recommended; "
+            "no batch size has beaten it yet"
+        )
+        best = default
+    if belief is not None and belief != best.batch_size:
+        note = (
+            f"the optimizer now favours batch size {belief}: its estimate counts every observed try (failures and "
+            "early stops too, slow recurrences at their usual pace) and needs no second run, while this "
+            "recommendation is the lowest mean over converged runs"
+            + (" with at least two of them" if best.converged >= 2 else "")
+        )
+    assert best.mean_cost is not None
+    return Recommendation(
+        batch_size=best.batch_size,
+        learning_rate=best.learning_rate,
+        power_limit=best.power_limit,
+        mean_cost=best.mean_cost,
+        runs=best.converged,
+        savings=None if default_mean_cost is None else _savings(best.mean_cost, default_mean_cost),
+        note=note,
+    )
+
+
+def believed_best(records: Sequence[TrialRecord], run_dir: str | Path) -> Belief:
+    """Fold ``records`` as the engine does under the run's settings, and ask the optimizer what it favours.
+
+    Returns ``Belief(None)`` when the run directory has no readable settings (an old or copied history).
+    """
+    from zeus_run.engine.ledger import Ledger
+    from zeus_run.engine.replay import Knobs
+    from zeus_run.errors import HistoryError
+
+    try:
+        knobs = Knobs.from_run_dir(run_dir)
+    except HistoryError as exc:
+        logger.debug("no optimizer belief: %s", exc)
+        return Belief(None)
+    recurrences = max((r.recurrence for r in records), default=0) + 1
+    engine = knobs.engine(recurrences)
+    ledger = Ledger.from_history(engine, records)
+    return Belief(engine.optimizer.leader(ledger.state), dict(ledger.slow))
+
+
+def _savings(value: float, baseline: float) -> float | None:
+    return None if baseline <= 0 else 1.0 - value / baseline

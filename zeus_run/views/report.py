@@ -1,0 +1,231 @@
+"""A self-contained HTML report of one run directory, to mail or attach to a ticket.
+
+`write_report` renders, from the library's own views (`zeus_run.views.jobs.load_job`,
+`zeus_run.views.summary`, `zeus_run.views.plot.plot_history`, `zeus_run.engine.replay.audit`):
+the headline summary, the per-batch-size table, the recurrences, the plot
+embedded as a PNG ``data:`` URI, and the result of the decision audit. The file
+loads nothing from anywhere: no scripts, fonts, stylesheets or images outside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from zeus_run import _fs
+from zeus_run.contract import StopReason
+from zeus_run.errors import HistoryError
+from zeus_run.views.jobs import JobView, load_job, outcome_text
+from zeus_run.views.plot import PlotUnavailableError, plot_history
+from zeus_run.views.summary import Summary, recurrence_rows
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; color: #222; max-width: 60em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border-bottom: 1px solid #ccc; padding: 0.2em 0.8em; text-align: right; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+.ok { color: #006d2c; } .bad { color: #b30000; } img { max-width: 100%; }
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _j(v: float | None) -> str:
+    if v is None:
+        return "-"
+    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f} {unit}"
+    return f"{v:.1f} J"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def reason_text(stop_reason: str) -> str:
+    """A stop reason as people read it (``cost_threshold``: "stopped early: ..."); unknown words as they are."""
+    if stop_reason == StopReason.TARGET_REACHED:
+        return "reached the target"
+    try:
+        return StopReason(stop_reason).description
+    except ValueError:
+        return stop_reason
+
+
+def _pct(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 100:.1f}% saved" if v >= 0 else f"{-v * 100:.1f}% more"
+
+
+def _table(head: Sequence[str] | None, rows: Sequence[Sequence[object]], left: int = 1) -> str:
+    """An HTML table; ``left``: how many leading columns are left-aligned; no header row when ``head`` is None."""
+
+    def cell(tag: str, i: int, v: object) -> str:
+        return f"<{tag}{' class=l' if i < left else ''}>{_e(v)}</{tag}>"
+
+    out = ["<table>"]
+    if head is not None:
+        out.append("<tr>" + "".join(cell("th", i, h) for i, h in enumerate(head)) + "</tr>")
+    out += ["<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows]
+    return "\n".join([*out, "</table>"])
+
+
+def summary_rows(job: JobView) -> list[tuple[str, str]]:
+    """The headline figures, as (what, value) pairs."""
+    s: Summary = job.summary
+    ex = s.exploration
+    rec = s.recommendation
+    rows = [
+        ("job", f"{job.name} ({job.kind})"),
+        ("recurrences converged / trials", f"{s.recurrences} / {s.trials}"),
+        ("last trial", f"{job.last_ended.isoformat(timespec='seconds')}: {reason_text(outcome_text(job))}"),
+        ("current batch size", str(job.batch_size) + (f" at {job.power_limit:g} W" if job.power_limit else "")),
+        (
+            "exploration",
+            "still exploring" if job.exploring else f"over after recurrence {ex.ended_after}" if ex else "-",
+        ),
+        (
+            "default batch size",
+            f"{s.default_batch_size}: mean cost {_j(s.default_mean_cost)} over {_runs(s.default_runs)}",
+        ),
+        (
+            "whole history against the default",
+            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}",
+        ),
+        (
+            "steady state",
+            f"{_j(s.steady.mean_cost)} per recurrence ({_pct(s.steady.savings)}), recurrences "
+            f"{s.steady.first}-{s.steady.last}"
+            if s.steady
+            else "not yet (exploring, or no recurrence after it)",
+        ),
+        (
+            "recommended",
+            f"batch size {rec.batch_size}"
+            + (f", learning rate {rec.learning_rate:g}" if rec.learning_rate is not None else "")
+            + (f", power limit {rec.power_limit:g} W" if rec.power_limit is not None else "")
+            + f" (mean cost {_j(rec.mean_cost)} over {_runs(rec.runs)}, {_pct(rec.savings)})"
+            if rec
+            else "-",
+        ),
+        (
+            "total",
+            f"energy {'~' if s.estimated else ''}{_j(s.total_energy)}, time {s.total_time:.2f} s, cost {_j(s.total_cost)}",
+        ),
+    ]
+    return rows
+
+
+def audit_text(job: JobView) -> tuple[bool, str]:
+    """Whether the decision audit passed, and what it says."""
+    from zeus_run.engine.replay import Knobs, audit
+
+    try:
+        knobs = Knobs.from_run_dir(job.run_dir)
+    except HistoryError as exc:
+        return False, f"not checked: {exc}"
+    result = audit(job.records, knobs)
+    if result.divergence is None:
+        return True, f"passed: re-folding the history reproduces all {result.checked} recorded decisions."
+    return False, f"failed after {result.checked} matching decisions: {result.divergence.describe()}."
+
+
+def plot_png(job: JobView) -> bytes | None:
+    """The run's plot as PNG bytes, None without matplotlib."""
+    from zeus_run.views.jobs import default_batch_size_of
+
+    with tempfile.TemporaryDirectory(prefix="zeus-run-report-") as tmp:
+        try:
+            path = plot_history(
+                job.records, Path(tmp) / "plot.png", default_batch_size=default_batch_size_of(job.run_dir)
+            )
+        except PlotUnavailableError:
+            return None
+        return path.read_bytes()
+
+
+def render_report(job: JobView) -> str:
+    """The report's HTML text."""
+    s = job.summary
+    est = "~" if s.estimated else ""
+    ok, audit = audit_text(job)
+    png = plot_png(job)
+    stats = [
+        (
+            b.batch_size,
+            b.trials,
+            b.converged,
+            _j(b.mean_cost),
+            _j(b.std_cost),
+            "-" if b.mean_epochs is None else f"{b.mean_epochs:.1f}",
+            "-" if b.mean_time is None else f"{b.mean_time:.2f} s",
+            est + _j(b.mean_energy) if b.mean_energy is not None else "-",
+            " ".join(
+                n
+                for n, on in (
+                    ("best", s.recommendation is not None and b.batch_size == s.recommendation.batch_size),
+                    ("default", b.batch_size == s.default_batch_size),
+                )
+                if on
+            ),
+        )
+        for b in s.by_batch_size
+    ]
+    recs = [
+        (
+            r.recurrence,
+            ",".join(map(str, r.batch_sizes)),
+            ",".join(r.stages),
+            r.epochs,
+            f"{r.time:.2f} s",
+            ("~" if r.estimated else "") + _j(r.energy),
+            _j(r.cost),
+            ", ".join(reason_text(o) for o in r.outcomes),
+        )
+        for r in recurrence_rows(job.records)
+    ]
+    title = f"zeus-run report: {job.name}"
+    plot = (
+        f'<img alt="plot of {_e(job.name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        if png
+        else "<p>No plot: matplotlib is not installed (pip install 'zeus-run[plot]').</p>"
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f"<p>Run directory {_e(job.run_dir)}; costs in joules (cost = eta x energy + (1 - eta) x max power x time).</p>",
+        "<h2>Summary</h2>",
+        _table(None, summary_rows(job), left=2),
+        "<h2>Decision audit</h2>",
+        f'<p class="{"ok" if ok else "bad"}">{_e(audit)}</p>',
+        "<h2>Plots</h2>",
+        plot,
+        "<h2>Per batch size</h2>",
+        _table(["batch", "trials", "conv.", "mean cost", "std", "epochs", "time", "energy", "note"], stats, left=0),
+        "<h2>Recurrences</h2>",
+        _table(["rec", "batch sizes", "stage", "epochs", "time", "energy", "cost", "outcome"], recs, left=0),
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def write_report(run_dir: Path, output: Path) -> Path:
+    """Write the report of ``run_dir`` to ``output`` (atomically) and return it.
+
+    Raises:
+        HistoryError: No readable history.
+        UsageError: The history has no trial yet.
+    """
+    text = render_report(load_job(run_dir))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    _fs.atomic_write(output, text)
+    return output

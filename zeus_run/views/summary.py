@@ -1,0 +1,459 @@
+"""Summaries of a history: what a user comes to `zeus-run history` for.
+
+Everything here is a pure function of the trial records (real, simulated or
+replayed alike), so the CLI only renders and tests call these directly:
+
+* `recurrence_rows`: one row per recurrence, its tries taken together;
+* `batch_size_stats`: per batch size, trials, converged runs, mean and spread
+  of the cost, epochs, time and energy;
+* `exploration_status`: whether the optimizer is still exploring;
+* `steady_state`: the cost of the last K recurrences after exploration, against
+  the default batch size's mean (the figure that says what zeus-run saves per
+  run from now on, which the whole-history total hides while exploration is
+  young);
+* `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
+* `failure_reason`: a crashed trial's cause, from the tail of its log;
+* `summarize`: all of it, plus totals and savings against always running the default.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections import Counter, defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from zeus_run.contract import StopReason, crash_cause
+from zeus_run.records import TrialRecord
+from zeus_run.views.recommend import Belief, Recommendation, recommend
+
+#: Recurrences in the steady-state figure (the most recent ones after exploration).
+STEADY_WINDOW = 5
+
+#: Optimizer stages that are exploration (the rest, ``thompson``, is exploitation).
+EXPLORING_STAGES = ("pruning", "explore")
+
+#: Provenance fields a trial record may carry (shown when present).
+PROVENANCE_FIELDS = ("zeus_run", "host", "gpus", "slurm_job_id")
+
+
+@dataclass(frozen=True)
+class RecurrenceRow:
+    """One recurrence: its trials taken together.
+
+    Attributes:
+        recurrence: 1-based number.
+        tries: Trials run (including interrupted ones).
+        batch_sizes: Batch size of each trial, in order.
+        final_batch_size: Batch size of the last trial.
+        epochs: Epochs of all trials.
+        time: Unit: s. energy: Unit: J. cost: Unit: J.
+        reached: Whether the recurrence converged.
+        outcomes: Stop reason of each trial.
+        estimated: Whether any energy figure is an estimate.
+        stages: Optimizer stage of each trial.
+        reasons: Each trial's failure cause (`failure_reason`), None where it did not fail.
+        power_limit: Power limit of the last trial (unit: W), if one was set.
+        date: UTC date and time of day (``YYYY-MM-DD HH:MMZ``) of the recurrence's trigger, or of its first trial's start.
+        stage: The recurrence's stage: its first try's (a fallback after an exploring try still explored).
+    """
+
+    recurrence: int
+    tries: int
+    batch_sizes: tuple[int, ...]
+    final_batch_size: int
+    epochs: int
+    time: float
+    energy: float
+    cost: float
+    reached: bool
+    outcomes: tuple[str, ...]
+    estimated: bool
+    stages: tuple[str, ...] = ()
+    reasons: tuple[str | None, ...] = ()
+    power_limit: float | None = None
+    date: str | None = None
+
+    @property
+    def stage(self) -> str:
+        return self.stages[0] if self.stages else ""
+
+
+@dataclass(frozen=True)
+class BatchSizeStats:
+    """What the history knows about one batch size.
+
+    Attributes:
+        batch_size: The batch size.
+        trials: Trials run with it (interrupted ones excluded).
+        converged: Trials that reached the target.
+        mean_cost: Mean cost of the converged trials (unit: J), None if none converged.
+        std_cost: Sample standard deviation of those costs (unit: J), None below two.
+        mean_epochs: Mean epochs of the converged trials.
+        mean_time: Mean time of the converged trials (unit: s).
+        mean_energy: Mean energy of the converged trials (unit: J).
+        learning_rate: Learning rate it ran with (the latest trial's), if any.
+        power_limit: Power limit of its latest converged trial (unit: W), if one was set.
+    """
+
+    batch_size: int
+    trials: int
+    converged: int
+    mean_cost: float | None
+    std_cost: float | None
+    mean_epochs: float | None
+    mean_time: float | None
+    mean_energy: float | None
+    learning_rate: float | None = None
+    power_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class ExplorationStatus:
+    """Whether the optimizer still explores.
+
+    Attributes:
+        exploring: True while the latest trial came from pruning or an arm's
+            first explorations; the figures then include exploration's cost.
+        stage: Stage of the latest trial (None for an empty history).
+        ended_after: Last recurrence that explored, once exploration is over.
+        recurrences: Recurrences in the history (converged or not).
+    """
+
+    exploring: bool
+    stage: str | None
+    ended_after: int | None
+    recurrences: int
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """The cost of recent recurrences after exploration, against the default.
+
+    Attributes:
+        recurrences: How many recurrences the mean covers (at most `STEADY_WINDOW`).
+        first: First recurrence covered. last: Last recurrence covered.
+        mean_cost: Mean cost per recurrence, all its tries included (unit: J).
+        savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
+        batch_sizes: Batch size each covered recurrence converged with.
+        skipped: Slow recurrences in that span left out (the machine, not the batch size).
+    """
+
+    recurrences: int
+    first: int
+    last: int
+    mean_cost: float
+    savings: float | None
+    batch_sizes: tuple[int, ...] = ()
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Totals of a history.
+
+    Attributes:
+        trials: Number of trial records.
+        recurrences: Recurrences that converged.
+        total_time, total_energy, total_cost: Sums over all trials (units: s, J, J).
+        best_batch_size: Batch size with the lowest mean cost among converged trials.
+        default_batch_size: b0, if known.
+        default_mean_cost/energy/time: Mean over b0's own converged trials.
+        default_runs: How many converged runs of b0 those means rest on.
+        baseline_cost/energy/time: What always running b0 would have cost for these recurrences.
+        savings_cost/energy/time: ``1 - total / baseline`` (None without converged b0 trials).
+        estimated: Whether energy figures are estimates.
+        chosen: Batch size of the final trial of each converged recurrence, in order.
+        interrupted: Trials cut short by the launcher's own interruption.
+        recurrence_costs: Cost of each recurrence, all tries included (unit: J), in order.
+        by_batch_size: `BatchSizeStats` of every batch size tried, ascending.
+        exploration: `ExplorationStatus`.
+        steady: `SteadyState`, None while exploring or before a recurrence after it.
+        recommendation: `Recommendation`, None before anything converged.
+        slow: Recurrences that ran slow across the board, not charged to a batch size
+            (recurrence -> slowdown; `zeus_run.optimizer.early_stop`), when the optimizer's belief was given.
+        provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
+        after_time, after_energy: Time and energy the scripts spent after the point they were
+            judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
+    """
+
+    trials: int
+    recurrences: int
+    total_time: float
+    total_energy: float
+    total_cost: float
+    best_batch_size: int | None
+    default_batch_size: int | None
+    default_mean_cost: float | None = None
+    default_mean_energy: float | None = None
+    default_mean_time: float | None = None
+    default_runs: int = 0
+    baseline_cost: float | None = None
+    baseline_energy: float | None = None
+    baseline_time: float | None = None
+    savings_cost: float | None = None
+    savings_energy: float | None = None
+    savings_time: float | None = None
+    estimated: bool = False
+    chosen: tuple[int, ...] = field(default_factory=tuple)
+    interrupted: int = 0
+    recurrence_costs: tuple[float, ...] = ()
+    by_batch_size: tuple[BatchSizeStats, ...] = ()
+    exploration: ExplorationStatus | None = None
+    steady: SteadyState | None = None
+    recommendation: Recommendation | None = None
+    provenance: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    after_time: float = 0.0
+    after_energy: float = 0.0
+    slow: dict[int, float] = field(default_factory=dict)
+
+
+def failure_reason(record: TrialRecord) -> str | None:
+    """A failed trial's cause in one line, e.g. ``RuntimeError: CUDA out of memory`` (None: it did not fail).
+
+    The record's ``cause`` (`zeus_run.contract.crash_cause`, written when the trial
+    ended); for a record from before that field, the same rule applied to its message.
+    """
+    if not record.stop_reason.failure:
+        return None
+    return record.cause or crash_cause(record.stop_reason, record.message, record.exit_code)
+
+
+def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
+    """Group records by recurrence, in order."""
+    groups: dict[int, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        groups[r.recurrence].append(r)
+    rows = []
+    for rec in sorted(groups):
+        rs = groups[rec]
+        rows.append(
+            RecurrenceRow(
+                recurrence=rec,
+                tries=len(rs),
+                batch_sizes=tuple(r.batch_size for r in rs),
+                final_batch_size=rs[-1].batch_size,
+                epochs=sum(r.epochs for r in rs),
+                time=sum(r.time for r in rs),
+                energy=sum(r.energy for r in rs),
+                cost=sum(r.spent_cost for r in rs),
+                reached=any(r.reached for r in rs),
+                outcomes=tuple(r.stop_reason for r in rs),
+                estimated=any(r.estimated for r in rs),
+                stages=tuple(r.stage for r in rs),
+                reasons=tuple(failure_reason(r) for r in rs),
+                power_limit=rs[-1].power_limit,
+                date=_date(rs[0]),
+            )
+        )
+    return rows
+
+
+def _date(record: TrialRecord) -> str | None:
+    """``YYYY-MM-DD HH:MMZ`` (UTC) of the record's trigger, or of its start; None without either."""
+    stamp = record.triggered_at or record.started_at
+    if not stamp:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp[:16]
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%MZ")
+
+
+def batch_size_stats(records: Sequence[TrialRecord]) -> list[BatchSizeStats]:
+    """Per batch size tried, ascending: trials, converged runs, and their means and spread."""
+    by_bs: dict[int, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        if r.stop_reason.observed:
+            by_bs[r.batch_size].append(r)
+    out = []
+    for bs in sorted(by_bs):
+        rs = by_bs[bs]
+        ok = [r for r in rs if r.reached]
+        limits = [r.power_limit for r in ok if r.power_limit is not None]
+        lrs = [r.learning_rate for r in rs if r.learning_rate is not None]
+        out.append(
+            BatchSizeStats(
+                batch_size=bs,
+                trials=len(rs),
+                converged=len(ok),
+                mean_cost=_mean([r.cost for r in ok]),
+                std_cost=_std([r.cost for r in ok]),
+                mean_epochs=_mean([float(r.epochs) for r in ok]),
+                mean_time=_mean([r.time for r in ok]),
+                mean_energy=_mean([r.energy for r in ok]),
+                learning_rate=lrs[-1] if lrs else None,
+                power_limit=limits[-1] if limits else None,
+            )
+        )
+    return out
+
+
+def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
+    """Whether the optimizer is still exploring, from the stages of the trials."""
+    counted = [r for r in records if r.stop_reason.observed]
+    n_rec = max((r.recurrence for r in records), default=0)
+    if not counted:
+        return ExplorationStatus(exploring=True, stage=None, ended_after=None, recurrences=n_rec)
+    stage = counted[-1].stage
+    if stage in EXPLORING_STAGES:
+        return ExplorationStatus(exploring=True, stage=stage, ended_after=None, recurrences=n_rec)
+    explored = [r.recurrence for r in counted if r.stage in EXPLORING_STAGES]
+    return ExplorationStatus(
+        exploring=False, stage=stage, ended_after=max(explored) if explored else 0, recurrences=n_rec
+    )
+
+
+def steady_state(
+    rows: Sequence[RecurrenceRow],
+    exploration: ExplorationStatus,
+    default_mean_cost: float | None,
+    window: int = STEADY_WINDOW,
+    slow: Collection[int] = (),
+) -> SteadyState | None:
+    """Mean cost of the last ``window`` converged recurrences after exploration ended.
+
+    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.optimizer.early_stop`) are left
+    out, unless every recurrence after exploration was slow: the figure is about the
+    batch size chosen, not about tonight's load.
+
+    Returns:
+        None while exploring, or before a recurrence converged after exploration.
+    """
+    if exploration.exploring or exploration.ended_after is None:
+        return None
+    after = [row for row in rows if row.reached and row.recurrence > exploration.ended_after]
+    quiet = [row for row in after if row.recurrence not in slow] or after
+    recent = quiet[-window:]
+    skipped = sum(row.recurrence in slow for row in after if recent and row.recurrence >= recent[0].recurrence)
+    if not recent:
+        return None
+    mean = sum(row.cost for row in recent) / len(recent)
+    return SteadyState(
+        recurrences=len(recent),
+        first=recent[0].recurrence,
+        last=recent[-1].recurrence,
+        mean_cost=mean,
+        savings=_savings(mean, default_mean_cost),
+        batch_sizes=tuple(row.final_batch_size for row in recent),
+        skipped=skipped if quiet is not after else 0,
+    )
+
+
+def provenance(records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
+    """Distinct values of each provenance field the records carry, in first-seen order.
+
+    GPUs read as ``name (uuid)``, joined with ``, `` for a trial that measured several.
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for name in PROVENANCE_FIELDS:
+        seen: Counter[str] = Counter()
+        for r in records:
+            value = (r.provenance or {}).get(name)
+            if value is None or value in ("", [], ()):
+                continue
+            if isinstance(value, list | tuple):
+                text = ", ".join(_gpu_text(v) if isinstance(v, dict) else str(v) for v in value)
+            else:
+                text = str(value)
+            seen[text] += 1
+        if seen:
+            out[name] = tuple(seen)
+    return out
+
+
+def _gpu_text(gpu: dict) -> str:
+    name, uuid = gpu.get("name", "?"), gpu.get("uuid")
+    return f"{name} ({uuid})" if uuid else str(name)
+
+
+def summarize(
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None = None,
+    steady_window: int = STEADY_WINDOW,
+    belief: Belief | None = None,
+) -> Summary:
+    """Totals, per-batch-size statistics, exploration, steady state, recommendation and savings.
+
+    Args:
+        records: The history.
+        default_batch_size: b0; when None, the batch size of the first trial
+            (zeus-run always starts there).
+        steady_window: Recurrences in the steady-state figure.
+        belief: What the optimizer favours (`zeus_run.views.recommend.believed_best`), if known.
+    """
+    if default_batch_size is None and records:
+        default_batch_size = records[0].batch_size
+    rows = recurrence_rows(records)
+    stats = batch_size_stats(records)
+    converged_rows = [row for row in rows if row.reached]
+    n_rec = len(converged_rows)
+    total_cost = sum(r.spent_cost for r in records)
+    total_energy = sum(r.energy for r in records)
+    total_time = sum(r.time for r in records)
+    with_cost = [s for s in stats if s.mean_cost is not None]
+    best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
+    base = [r for r in records if r.reached and r.batch_size == default_batch_size]
+    means: dict[str, float | None] = {"cost": None, "energy": None, "time": None}
+    baselines: dict[str, float | None] = dict(means)
+    savings: dict[str, float | None] = dict(means)
+    if base and n_rec:
+        for key, total in (("cost", total_cost), ("energy", total_energy), ("time", total_time)):
+            mean = sum(getattr(r, key) for r in base) / len(base)
+            means[key] = mean
+            baselines[key] = mean * n_rec
+            savings[key] = _savings(total, mean * n_rec)
+    exploration = exploration_status(records)
+    return Summary(
+        trials=len(records),
+        recurrences=n_rec,
+        total_time=total_time,
+        total_energy=total_energy,
+        total_cost=total_cost,
+        best_batch_size=best,
+        default_batch_size=default_batch_size,
+        default_mean_cost=means["cost"],
+        default_mean_energy=means["energy"],
+        default_mean_time=means["time"],
+        default_runs=len(base),
+        baseline_cost=baselines["cost"],
+        baseline_energy=baselines["energy"],
+        baseline_time=baselines["time"],
+        savings_cost=savings["cost"],
+        savings_energy=savings["energy"],
+        savings_time=savings["time"],
+        estimated=any(r.estimated for r in records),
+        chosen=tuple(row.final_batch_size for row in converged_rows),
+        interrupted=sum(1 for r in records if r.stop_reason is StopReason.INTERRUPTED),
+        recurrence_costs=tuple(row.cost for row in rows),
+        by_batch_size=tuple(stats),
+        exploration=exploration,
+        steady=steady_state(rows, exploration, means["cost"], steady_window, belief.slow if belief else ()),
+        recommendation=recommend(stats, means["cost"], default_batch_size, belief.batch_size if belief else None),
+        provenance=provenance(records),
+        after_time=sum(r.after_time or 0.0 for r in records),
+        after_energy=sum(r.after_energy or 0.0 for r in records),
+        slow=dict(belief.slow) if belief else {},
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation (n - 1), None below two values."""
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def _savings(value: float, baseline: float | None) -> float | None:
+    if baseline is None or baseline <= 0 or not math.isfinite(value):
+        return None
+    return 1.0 - value / baseline
