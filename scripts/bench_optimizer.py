@@ -181,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         help="recurrences per run, told to the optimizer as a spec's recurrences (default: the paper's horizon)",
     )
     ap.add_argument(
+        "--revision",
+        type=int,
+        default=None,
+        help="zeus-voi's revision, to compare with an earlier one (default: the current)",
+    )
+    ap.add_argument(
         "--objective",
         default=None,
         help="comma-separated objectives, e.g. max-slowdown=1.1,energy: print energy saving and slowdown "
@@ -331,7 +337,19 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     for n in args.concurrency:
         for policy in policies:
             tasks = [
-                (t, policy, args.eta, beta, seeds, args.json, args.max_early_stops, n, args.noise, args.horizon)
+                (
+                    t,
+                    policy,
+                    args.eta,
+                    beta,
+                    seeds,
+                    args.json,
+                    args.max_early_stops,
+                    n,
+                    args.noise,
+                    args.horizon,
+                    args.revision,
+                )
                 for t in tables
             ]
             start = time.perf_counter()
@@ -351,6 +369,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
     noise = "" if args.noise is None else f", noise {args.noise.describe()}"
     horizon = "" if args.horizon is None else f", horizon {args.horizon}"
+    horizon += "" if args.revision is None else f", zeus-voi revision {args.revision}"
     print(
         f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}{noise}{horizon}, "
         f"seeds {args.seeds} ({len(seeds)})\n"
@@ -368,8 +387,8 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon = task
-    settings = OptimizerSettings.for_policy(policy)
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision = task
+    settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
     regrets, ratios, summaries, tries = [], [], [], []
     default_vs_oracle = math.nan
     for seed in seeds:

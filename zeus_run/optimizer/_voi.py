@@ -73,6 +73,7 @@ class VOIState:
         rest: Cost statistics of every later observation of each batch size (revision 3).
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
+        spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
     """
 
     step: int
@@ -81,6 +82,7 @@ class VOIState:
     first: Mapping[int, Observation] = field(default_factory=dict)
     rest: Mapping[int, ArmStats] = field(default_factory=dict)
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    spent: float = 0.0
 
 
 class Estimate(NamedTuple):
@@ -126,6 +128,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
     PRIOR_CV2_DOF = 1.0
     #: Pseudo-observations (degrees of freedom) of the pooled relative variance in each arm's variance.
     VARIANCE_PRIOR_WEIGHT = 8.0
+    #: Beta prior of the chance that an untried batch size reaches the target (revision 4): Jeffreys'
+    #: noninformative prior for a proportion.
+    CONVERGE_PRIOR = (0.5, 0.5)
+    #: What exploration may cost beyond the Default over the job, as a share of the Default's cost
+    #: over the job (revision 4; `within_budget`): the "1.1x the Default" a team would notice.
+    BUDGET = 0.1
 
     def __init__(
         self,
@@ -138,7 +146,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 3,
+        revision: int = 4,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -151,7 +159,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 3 (current): as 2, and a batch size's first run is checked for pace
+        revision: 4 (current): as 3, and a probe counts the chance that it never converges
+            (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
+            3: as 2, and a batch size's first run is checked for pace
             (`moments`); 2: exploration is valued over the recurrences left, and the robust
             early stop (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
             early stop. Runs replay with the revision they recorded.
@@ -161,12 +171,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
-        if revision not in (1, 2, 3):
-            raise ValueError(f"revision must be 1, 2 or 3, got {revision}")
+        if revision not in (1, 2, 3, 4):
+            raise ValueError(f"revision must be 1, 2, 3 or 4, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
-        self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper")
+        self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
         ignored = {
             "pruning_rounds": (pruning_rounds, (None, 0)),
             "num_explorations": (num_explorations, (None, 1)),
@@ -188,7 +198,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         reached = dict(state.reached)
         if obs.reached:
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
-        state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
+        spent = state.spent + obs.cost
+        state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
         if self.revision < 3:
             return state
         b = obs.batch_size
@@ -311,8 +322,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         for side, end, step in (("downwards", min(tried), -1), ("upwards", max(tried), 1)):
             if not 0 <= end + step < len(bs) or bs[end] not in est:
                 continue  # no batch size beyond, or this end never reached the target
-            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon)
-            if value > 0 and (best is None or value > best[0]):
+            p = self.converge_chance(state)
+            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p)
+            mu, sd = self.predict(bs, est, end, step, cv2)
+            if (
+                value > 0
+                and self.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
+                and (best is None or value > best[0])
+            ):
                 best = (value, bs[end + step], side)
         if best is None:
             return None
@@ -328,16 +345,30 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         best_cost: float,
         cv2: float,
         horizon: float | None = None,
+        converge: float = 1.0,
     ) -> float:
         """Expected saving of probing ``bs[end + step]`` over ``horizon`` recurrences, minus its expected extra cost.
 
-        ``horizon`` None: `PLANNING_HORIZON`.
+        ``horizon`` None: `PLANNING_HORIZON`. ``converge``: the chance that the probe reaches the
+        target (`converge_chance`). One that does not saves nothing and its whole cost is lost (the
+        recurrence runs again); it is charged the cost it would have had converging: its
+        learning curve stops it earlier, the threshold (``beta x`` the best) later.
 
         Log cost of the end batch size: its estimate, smoothed toward the straight
         line through the two batch sizes inside it. The probe's log cost: that,
         plus `TREND` x the last step's change, with spread ``STEP_SD`` plus the
         estimate's and one trial's uncertainty (unit of the result: J).
         """
+        mu, sd = self.predict(bs, est, end, step, cv2)
+        gain = lognormal_shortfall(mu, sd, best_cost)
+        expected = math.exp(mu + sd * sd / 2.0)
+        extra = expected - converge * best_cost
+        return converge * gain * (self.PLANNING_HORIZON if horizon is None else horizon) - extra
+
+    def predict(
+        self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, cv2: float
+    ) -> tuple[float, float]:
+        """Mean and standard deviation of the log cost of ``bs[end + step]`` (see `probe_value`)."""
         e = est[bs[end]]
         log_end, var_end = math.log(max(e.mean, _TINY)), e.var / max(e.mean, _TINY) ** 2
         inner, inner2 = end - step, end - 2 * step
@@ -352,9 +383,44 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             trend = self.TREND * (log_end - math.log(max(est[bs[inner]].mean, _TINY)))
         mu = log_end + trend
         sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
-        gain = lognormal_shortfall(mu, sd, best_cost)
-        extra = math.exp(mu + sd * sd / 2.0) - best_cost
-        return gain * (self.PLANNING_HORIZON if horizon is None else horizon) - extra
+        return mu, sd
+
+    def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
+        """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).
+
+        The Default is b0 every time; its cost ``D`` is b0's posterior mean (b0 runs first). The
+        excess so far is what the runs cost beyond ``D`` per recurrence done; the probe adds its
+        expected cost ``probe`` less ``D`` times the chance it converges (one that does not is lost
+        whole and its recurrence runs again). The job may exceed the Default by at most
+        ``BUDGET x D x N``, ``N`` its recurrences, or `PLANNING_HORIZON` when open-ended (the
+        effective horizon of the discount `DISCOUNT`). Savings found so far (a leader cheaper than b0)
+        lower the excess and so fund further exploration.
+
+        Args:
+            state: What has been observed.
+            est: Posterior of each converged arm.
+            probe: The probe's expected cost if it converges (unit: J).
+            converge: The chance that it converges (`converge_chance`).
+        """
+        b0 = self.default_batch_size
+        if self.revision < 4 or b0 not in est:
+            return True
+        default = est[b0].mean
+        n = self.PLANNING_HORIZON if self.horizon is None else self.horizon
+        excess = state.spent - default * sum(state.reached.values())
+        return excess + probe - converge * default <= self.BUDGET * default * n
+
+    def converge_chance(self, state: VOIState) -> float:
+        """Chance that an untried batch size reaches the target (revision 4; 1.0 before).
+
+        The posterior mean under `CONVERGE_PRIOR` ``(a, b)`` over the batch sizes tried, each counted
+        by its first run: ``(converged + a) / (tried + a + b)``. With b0 alone converged: 3/4.
+        """
+        if self.revision < 4:
+            return 1.0
+        converged = sum(1 for f in state.first.values() if f.reached)
+        a, b = self.CONVERGE_PRIOR
+        return (converged + a) / (len(state.first) + a + b)
 
     # -- the bandit -------------------------------------------------------------------------
 

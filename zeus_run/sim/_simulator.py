@@ -26,6 +26,7 @@ from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
+from zeus_run.optimizer.early_stop import curve_min_epochs
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
 from zeus_run.sim._noise import Noise
@@ -65,6 +66,11 @@ class TraceExecutor:
         self.objective = objective or Objective("cost", eta=eta)
         self.eta = eta = self.objective.cost_eta
         self.slowdowns = slowdowns
+        #: Epochs after which a probe whose traced run never reaches the target is stopped by its
+        #: learning curve (`zeus_run.optimizer.early_stop.cannot_reach`; None: the rule is off).
+        #: The traces give each run's target epoch, not its curve: such a probe is modelled as
+        #: stopped as early as the rule may act, a run that reaches the target late as not stopped.
+        self.curve_after: int | None = None
         self.rng = np.random.default_rng([seed, 0x5EED])
         self.plo = JITPowerLimitOptimizer(eta, table.max_power, self.objective)
         self.pl_state = self.plo.initial_state()
@@ -136,6 +142,9 @@ class TraceExecutor:
         target = self.sample_path(row)
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
+        hopeless = math.isnan(target) and math.isfinite(req.cost_threshold) and self.curve_after is not None
+        if hopeless and self.curve_after is not None and self.curve_after < epochs:
+            epochs, cut_by_threshold = self.curve_after, False
         energy, time = self._charge(row, col, epochs, profiled)
         energy, time = energy * slow, time * slow
         return self._record(
@@ -146,11 +155,17 @@ class TraceExecutor:
             energy=energy,
             cost=self.objective.trial_cost(energy, time, t.max_power),  # the engine adds max-slowdown's penalty
             reached=reached,
-            stop_reason=StopReason.TARGET_REACHED
-            if reached
-            else (StopReason.COST_THRESHOLD if cut_by_threshold else StopReason.MAX_EPOCHS),
+            stop_reason=self._reason(reached, cut_by_threshold, epochs, t.job.max_epochs),
             message=self._profile_message(row) if profiled else None,
         )
+
+    @staticmethod
+    def _reason(reached: bool, cut_by_threshold: bool, epochs: int, max_epochs: int) -> StopReason:
+        if reached:
+            return StopReason.TARGET_REACHED
+        if cut_by_threshold:
+            return StopReason.COST_THRESHOLD
+        return StopReason.MAX_EPOCHS if epochs >= max_epochs else StopReason.NO_PROGRESS
 
     def _record(
         self,
@@ -459,7 +474,10 @@ def simulate(
     executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
     b0 = executor._profiles[table.index(table.default_batch_size)]
-    records = knobs.engine(horizon, lambda: b0).run([], runs, on_record)
+    engine = knobs.engine(horizon, lambda: b0)
+    if engine.optimizer.early_stop.curve:
+        executor.curve_after = curve_min_epochs(table.job.max_epochs)
+    records = engine.run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)
