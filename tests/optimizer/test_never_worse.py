@@ -122,3 +122,25 @@ def test_the_chance_of_converging_counts_the_batch_sizes_tried():
     state = opt.observe(state, Observation(32, 150.0, False, epochs=3))
     assert opt.converge_chance(state) == pytest.approx(1.5 / 3.0)
     assert ZeusVOIOptimizer([8, 16, 32], 16, revision=3).converge_chance(state) == 1.0
+
+
+# -- a second look at a slow first run below b0 -------------------------------------------------------
+
+
+def test_a_probe_below_b0_whose_first_run_ran_slower_than_any_batch_size_can_is_run_again():
+    """b0 192 runs its epochs at 10 J; 128 can at worst take 192/128 x 10 = 15 J; it took 30 J (a slow recurrence)."""
+    opt = ZeusVOIOptimizer([64, 128, 192], 192, seed=1, horizon=50)
+    b0 = [Observation(192, 100.0, True, epochs=10)] * 2
+    slow = opt.fold([*b0, Observation(128, 300.0, True, epochs=10)])
+    decision = opt.decide(slow)
+    assert (decision.batch_size, decision.stage) == (128, "pruning") and "second look" in decision.detail
+    # its second run is at the usual pace: the first one is taken at that pace, and 128 leads
+    again = opt.observe(slow, Observation(128, 90.0, True, epochs=10))
+    est, _ = opt.posterior(again)
+    assert est[128].mean == pytest.approx(90.0) and opt.leader(again) == 128
+    # a first run within the bound (18 J an epoch < 1.3 x 15 J) gets no second look
+    quiet = opt.fold([*b0, Observation(128, 180.0, True, epochs=10)])
+    assert opt.second_look(quiet, opt.posterior(quiet)[0]) is None
+    # revision 3 never looks again
+    old = ZeusVOIOptimizer([64, 128, 192], 192, seed=1, horizon=50, revision=3)
+    assert "second look" not in old.decide(old.fold([*b0, Observation(128, 300.0, True, epochs=10)])).detail

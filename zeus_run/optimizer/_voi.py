@@ -220,10 +220,39 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return Decision(b0, "pruning", "nothing has reached the target yet")
         est, cv2 = self.posterior(state)
         leader = min(converged, key=lambda b: est[b].mean)
+        look = self.second_look(state, est) if self.revision >= 4 else None
+        if look is not None:
+            return Decision(look, "pruning", "second look: its first run ran slower than any batch size can")
         probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
         return self.thompson(state, est, converged, draw)
+
+    def second_look(self, state: VOIState, est: Mapping[int, Estimate]) -> int | None:
+        """A batch size below b0 whose only run looks slow, to run once more (revision 4).
+
+        `moments` checks a first run's pace against the nearest smaller batch size tried; a
+        walk downwards has none, and a probe whose first run fell in a slow recurrence closes
+        the walk's lower side for good. A smaller batch size runs more, smaller iterations per
+        epoch; at worst each takes as long as the larger batch size's, so its cost per epoch
+        is at most ``B / b`` times that of the larger batch size ``B`` next to it. A first run
+        more than `SLOWDOWN` times slower than that bound ran slow: it is run once more, within
+        the budget (`within_budget`), and that run checks the first one's pace (`moments`).
+        """
+        bs, b0 = self.batch_sizes, self.default_batch_size
+        for i, b in enumerate(bs[: bs.index(b0)]):
+            first, larger = state.first.get(b), bs[i + 1]
+            if first is None or not first.reached or first.epochs <= 0 or b in state.rest:
+                continue
+            ref = state.first.get(larger)
+            if ref is None or not ref.reached or ref.epochs <= 0 or larger not in est:
+                continue
+            pace = _median(state.paces[larger]) if state.paces.get(larger) else ref.cost / ref.epochs
+            if first.cost / first.epochs > SLOWDOWN * pace * larger / b and self.within_budget(
+                state, est, est[larger].mean, 1.0
+            ):
+                return b
+        return None
 
     def leader(self, state: VOIState) -> int | None:
         """The converged batch size with the lowest posterior mean cost (None before any converged)."""
