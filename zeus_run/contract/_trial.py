@@ -42,6 +42,8 @@ class TrialPlan:
         on_target: Regex mode: ``stop`` (prompt stop at the target) or ``wait``.
         token: The trial's process marker (``ZEUS_TRIAL_TOKEN``); empty: none.
         profile_stop_path: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``), if profiling.
+        curve_stop: Also stop the trial once its learning curve cannot reach the target in time
+            (`zeus_run.optimizer.early_stop.cannot_reach`).
     """
 
     argv: tuple[str, ...]
@@ -64,6 +66,7 @@ class TrialPlan:
     on_target: str = "stop"
     token: str = ""
     profile_stop_path: Path | None = None
+    curve_stop: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as strings, an infinite threshold as None)."""

@@ -242,6 +242,7 @@ def prepare(
         metric_regex=spec.metric.regex if spec.metric.source == "regex" else None,
         eta=spec.eta,
         cost_threshold=req.cost_threshold,
+        curve_stop=req.curve_stop,
         timeout=spec.timeout,
         stop_grace=spec.stop.grace,
         term_grace=spec.stop.term_grace,

@@ -66,11 +66,6 @@ class TraceExecutor:
         self.objective = objective or Objective("cost", eta=eta)
         self.eta = eta = self.objective.cost_eta
         self.slowdowns = slowdowns
-        #: Epochs after which a probe whose traced run never reaches the target is stopped by its
-        #: learning curve (`zeus_run.optimizer.early_stop.cannot_reach`; None: the rule is off).
-        #: The traces give each run's target epoch, not its curve: such a probe is modelled as
-        #: stopped as early as the rule may act, a run that reaches the target late as not stopped.
-        self.curve_after: int | None = None
         self.rng = np.random.default_rng([seed, 0x5EED])
         self.plo = JITPowerLimitOptimizer(eta, table.max_power, self.objective)
         self.pl_state = self.plo.initial_state()
@@ -139,12 +134,15 @@ class TraceExecutor:
                 stop_reason=StopReason.SKIPPED,
                 message=f"one epoch costs {per_epoch:.4g} J, over the threshold",
             )
+        # A request with ``curve_stop`` may be stopped by its learning curve. The traces give each
+        # run's target epoch, not its curve: a run that never reaches the target is modelled as
+        # stopped as early as the rule may act, one that reaches it after its threshold as not.
         target = self.sample_path(row)
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
-        hopeless = math.isnan(target) and math.isfinite(req.cost_threshold) and self.curve_after is not None
-        if hopeless and self.curve_after is not None and self.curve_after < epochs:
-            epochs, cut_by_threshold = self.curve_after, False
+        curve_after = curve_min_epochs(t.job.max_epochs) if req.curve_stop else None
+        if math.isnan(target) and curve_after is not None and curve_after < epochs:
+            epochs, cut_by_threshold = curve_after, False
         energy, time = self._charge(row, col, epochs, profiled)
         energy, time = energy * slow, time * slow
         return self._record(
@@ -474,10 +472,7 @@ def simulate(
     executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
     b0 = executor._profiles[table.index(table.default_batch_size)]
-    engine = knobs.engine(horizon, lambda: b0)
-    if engine.optimizer.early_stop.curve:
-        executor.curve_after = curve_min_epochs(table.job.max_epochs)
-    records = engine.run([], runs, on_record)
+    records = knobs.engine(horizon, lambda: b0).run([], runs, on_record)
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)

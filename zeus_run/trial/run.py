@@ -191,7 +191,18 @@ class _TrialRun:
             # the hard cut in `_judge` still stops a trial whose cost crosses
             # the threshold mid-epoch.
             self._decide(StopReason.COST_THRESHOLD, (t, e, c))
+        elif p.curve_stop and self._cannot_reach(c):
+            self._decide(StopReason.NO_PROGRESS, (t, e, c))
         self.prev_cost = c
+
+    def _cannot_reach(self, cost: float) -> bool:
+        """Whether the learning curve so far cannot reach the target in time (a probe's ``curve_stop``)."""
+        from zeus_run.optimizer.early_stop import cannot_reach  # here: the optimizer package imports numpy
+
+        p, higher = self.plan, self.plan.higher_is_better
+        return cannot_reach(
+            self.metrics, p.target_metric, p.max_epochs, higher_is_better=higher, cost=cost, threshold=p.cost_threshold
+        )
 
     def _decide(self, reason: StopReason, at: tuple[float, float, float]) -> None:
         self.stop_reason = reason
