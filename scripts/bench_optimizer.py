@@ -63,6 +63,8 @@ from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
 REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
 #: Knobs the reference was measured with.
 REFERENCE_KNOBS = (0.5, 2.0)
+#: A run that costs more than this multiple of the Default's cost is counted (``>1.1xD``).
+OVER_DEFAULT = 1.1
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class Row:
     summaries: tuple[dict, ...] = ()
     #: Trials of every recurrence of every seed.
     tries: tuple[int, ...] = ()
+    #: Default's expected cost / Oracle's.
+    default_vs_oracle: float = math.nan
 
     @property
     def mean_tries(self) -> float:
@@ -94,6 +98,20 @@ class Row:
     @property
     def p90(self) -> float:
         return float(np.percentile(self.regrets, 90))
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.regrets)
+
+    @property
+    def over_default(self) -> float:
+        """Share of runs that cost more than `OVER_DEFAULT` x the Default."""
+        return sum(c > OVER_DEFAULT for c in self.cost_ratios) / len(self.cost_ratios)
+
+    @property
+    def default_regret(self) -> float:
+        """The Default's regret against the Oracle (the same on every seed, noise or not)."""
+        return self.default_vs_oracle - 1.0
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -161,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="recurrences per run, told to the optimizer as a spec's recurrences (default: the paper's horizon)",
+    )
+    ap.add_argument(
+        "--revision",
+        type=int,
+        default=None,
+        help="zeus-voi's revision, to compare with an earlier one (default: the current)",
     )
     ap.add_argument(
         "--objective",
@@ -313,7 +337,19 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     for n in args.concurrency:
         for policy in policies:
             tasks = [
-                (t, policy, args.eta, beta, seeds, args.json, args.max_early_stops, n, args.noise, args.horizon)
+                (
+                    t,
+                    policy,
+                    args.eta,
+                    beta,
+                    seeds,
+                    args.json,
+                    args.max_early_stops,
+                    n,
+                    args.noise,
+                    args.horizon,
+                    args.revision,
+                )
                 for t in tables
             ]
             start = time.perf_counter()
@@ -333,6 +369,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
     noise = "" if args.noise is None else f", noise {args.noise.describe()}"
     horizon = "" if args.horizon is None else f", horizon {args.horizon}"
+    horizon += "" if args.revision is None else f", zeus-voi revision {args.revision}"
     print(
         f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}{noise}{horizon}, "
         f"seeds {args.seeds} ({len(seeds)})\n"
@@ -350,9 +387,10 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon = task
-    settings = OptimizerSettings.for_policy(policy)
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision = task
+    settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
     regrets, ratios, summaries, tries = [], [], [], []
+    default_vs_oracle = math.nan
     for seed in seeds:
         try:
             r = simulate(
@@ -371,11 +409,14 @@ def simulate_row(task: tuple) -> Row:
             raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
         regrets.append(r.regret)
         ratios.append(r.cost / r.default_cost)
+        default_vs_oracle = r.default.cost / r.oracle.cost
         tries.extend(r.tries)
         if keep:
             summaries.append(r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}))
     n = table.horizon if horizon is None else horizon
-    return Row(table.job.name, table.gpu, n, tuple(regrets), tuple(ratios), tuple(summaries), tuple(tries))
+    return Row(
+        table.job.name, table.gpu, n, tuple(regrets), tuple(ratios), tuple(summaries), tuple(tries), default_vs_oracle
+    )
 
 
 def print_overlap(policies: list[str], concurrency: list[int], results: dict[tuple[int, str], list[Row]]) -> None:
@@ -417,15 +458,17 @@ def print_table(
     zeus_rows = {(r.job, r.gpu): r for r in zeus or ()}
     print(f"policy {policy}")
     head = f"{'job':<14}{'gpu':<6}{'horizon':>8}{'cost/Default':>14}{'median':>9}{'p90':>8}"
+    head += f"{'mean':>9}{'>1.1xD':>8}{'Default':>9}"
     head += f"{'reference':>11}" if reference else ""
     head += f"{'zeus':>8}" if zeus_rows else ""
     head += f"{'tries':>7}{'max':>5}{'>1 try':>8}"
     print(head)
-    worse_ref, worse_zeus = [], []
+    worse_ref, worse_zeus, above_default = [], [], []
     for r in rows:
         line = (
             f"{r.job:<14}{r.gpu:<6}{r.horizon:>8}{statistics.median(r.cost_ratios):>14.3f}"
             f"{r.median * 100:>8.2f}%{r.p90 * 100:>7.2f}%"
+            f"{r.mean * 100:>8.2f}%{r.over_default * 100:>7.1f}%{r.default_regret * 100:>8.2f}%"
         )
         ref = reference.get((r.job, r.gpu))
         if reference:
@@ -439,12 +482,22 @@ def print_table(
                 worse_zeus.append(f"{r.job} {r.gpu}")
         line += f"{r.mean_tries:>7.3f}{max(r.tries, default=0):>5}{r.retried * 100:>7.2f}%"
         print(line)
+        if r.median > r.default_regret + 0.01:
+            above_default.append(f"{r.job} {r.gpu} ({r.median * 100:.2f}% vs {r.default_regret * 100:.2f}%)")
     if rows:
         worst = max(rows, key=lambda r: r.median)
         print(
             f"median regret over {len(rows)} rows: {statistics.median(r.median for r in rows) * 100:.2f}%; "
             f"worst row: {worst.median * 100:.2f}% ({worst.job} {worst.gpu})"
         )
+        regrets = [x for r in rows for x in r.regrets]
+        ratios = [x for r in rows for x in r.cost_ratios]
+        print(
+            f"all {len(regrets)} runs: mean regret {statistics.fmean(regrets) * 100:.2f}%, "
+            f"p90 {float(np.percentile(regrets, 90)) * 100:.2f}%, "
+            f"cost above {OVER_DEFAULT}x the Default: {sum(c > OVER_DEFAULT for c in ratios) / len(ratios) * 100:.2f}%"
+        )
+        print(f"rows whose median is more than 1 point above the Default's: {', '.join(above_default) or 'none'}")
         tries = [t for r in rows for t in r.tries]
         print(
             f"tries per recurrence: mean {statistics.fmean(tries):.3f}, max {max(tries)}; "

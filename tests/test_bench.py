@@ -53,7 +53,7 @@ def test_bench_table_on_real_traces(traces_dir):
     assert "policy zeus\n" in out.stdout and "policy zeus-plus" in out.stdout
     assert "eta 0.5, beta 2.0, seeds 1-3 (3)" in out.stdout
     headers = [line.split() for line in out.stdout.splitlines() if line.startswith("job")]
-    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "reference"]
+    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "mean", ">1.1xD", "Default", "reference"]
     tries = ["tries", "max", ">1", "try"]
     assert headers == [[*columns, *tries], [*columns, "zeus", *tries]]  # zeus-plus's table also shows zeus's
     assert "median regret over 1 rows" in out.stdout and "worst row:" in out.stdout

@@ -538,7 +538,7 @@ def test_concurrency_fields_round_trip_and_are_checked():
     data = json.loads(json.dumps(stamped.to_json()))
     assert (data["seen"], data["in_flight"], data["draw"], data["probe"]) == (4, [3, 4], 1, False)
     back = TrialRecord.from_json(data)
-    assert back == stamped and observation_of(back) == Observation(32, 600.0, True, probe=False)
+    assert back == stamped and observation_of(back) == Observation(32, 600.0, True, probe=False, epochs=3)
     for key, value in [("in_flight", [1, "x"]), ("in_flight", [-1]), ("in_flight", 3), ("seen", -1), ("probe", 1)]:
         with pytest.raises(ValueError, match=key):
             TrialRecord.from_json({**data, key: value})

@@ -196,3 +196,11 @@ def test_every_successful_trial_of_a_run_has_its_model_and_exit_code_0(tmp_path)
         assert r.after_time is not None and r.after_time >= 1.9 and r.after_energy is not None
     h = zeus("history", str(result.run_dir))
     assert h.returncode == 0 and "After the target or a stop" in h.stdout
+
+
+@pytest.mark.parametrize(("curve_stop", "reason", "epochs"), [(True, "no_progress", 3), (False, "max_epochs", 10)])
+def test_a_probe_whose_curve_is_flat_below_the_target_is_stopped_by_its_curve(tmp_path, curve_stop, reason, epochs):
+    """The metric stays at 0.5 against a target of 0.9: after max(3, 10% of 10) epochs the curve cannot reach it."""
+    p = plan(tmp_path, "--needs", "0", cost_threshold=1e12, curve_stop=curve_stop)
+    out = run(p)
+    assert out.stop_reason == reason and out.epochs == epochs and not out.reached

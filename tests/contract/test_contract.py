@@ -23,8 +23,14 @@ def test_stop_reasons_carry_their_behaviour():
     unobserved = {r.value for r in StopReason if not r.observed}
     assert unobserved == {"interrupted", "infrastructure", "config_error", "environment_error"}
     assert {r.value for r in StopReason if r.finishing} == {"target_reached", "max_epochs"}
-    assert {r.value for r in StopReason if r.early_stop} == {"cost_threshold", "skipped"}
-    assert {r.value for r in StopReason if r.judged} == {"target_reached", "max_epochs", "cost_threshold", "skipped"}
+    assert {r.value for r in StopReason if r.early_stop} == {"cost_threshold", "skipped", "no_progress"}
+    assert {r.value for r in StopReason if r.judged} == {
+        "target_reached",
+        "max_epochs",
+        "cost_threshold",
+        "skipped",
+        "no_progress",
+    }
     assert {r.value for r in StopReason if r.failure} == {"crashed", "timeout", "exited", "infrastructure"}
     assert {r.value for r in StopReason if r.infrastructure} == {"infrastructure"}
     assert set(STOP_REASONS) == {r.value for r in StopReason}

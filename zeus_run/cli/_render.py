@@ -26,6 +26,7 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     StopReason.TARGET_REACHED: ("reached", "green"),
     StopReason.MAX_EPOCHS: ("max-epochs", "yellow"),
     StopReason.COST_THRESHOLD: ("early-stop", "magenta"),
+    StopReason.NO_PROGRESS: ("no-progress", "magenta"),
     StopReason.EXITED: ("exited", "yellow"),
     StopReason.CRASHED: ("crashed", "red"),
     StopReason.TIMEOUT: ("timeout", "red"),

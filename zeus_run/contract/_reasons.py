@@ -35,6 +35,11 @@ class StopReason(str, enum.Enum):
     TARGET_REACHED = ("target_reached", "reached the target metric", "finishing judged")
     MAX_EPOCHS = ("max_epochs", "ran max_epochs without reaching the target", "finishing judged")
     COST_THRESHOLD = ("cost_threshold", "stopped early: cost would exceed beta x best cost", "judged early")
+    NO_PROGRESS = (
+        "no_progress",
+        "stopped early: its learning curve cannot reach the target in time",
+        "judged early",
+    )
     EXITED = ("exited", "script exited without reaching the target", "failure natural")
     CRASHED = ("crashed", "script failed (non-zero exit)", "failure natural")
     TIMEOUT = ("timeout", "exceeded the per-trial timeout", "failure natural")

@@ -69,6 +69,8 @@ class TrialPlan:
         profile_stop_path: Created when power-limit profiling ends (``ZEUS_PROFILE_STOP``), if profiling.
         stdout: Where the script's stdout and stderr go: ``pipe``, or ``pty`` (a pseudo-terminal,
             for programs that buffer their output when it is not a terminal; `zeus_run.trial.output`).
+        curve_stop: Also stop the trial once its learning curve cannot reach the target in time
+            (`zeus_run.optimizer.early_stop.cannot_reach`).
     """
 
     argv: tuple[str, ...]
@@ -94,6 +96,7 @@ class TrialPlan:
     token: str = ""
     profile_stop_path: Path | None = None
     stdout: str = "pipe"
+    curve_stop: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as strings, an infinite threshold as None)."""

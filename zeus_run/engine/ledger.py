@@ -227,6 +227,7 @@ class Ledger:
             draw=draw,
             probe=probe,
             horizon=opt.horizon,
+            curve_stop=opt.early_stop.curve and math.isfinite(threshold),
         )
         self.in_flight[request.trial] = request
         self.started += 1

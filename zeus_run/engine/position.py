@@ -74,7 +74,7 @@ def observation_of(record: TrialRecord) -> Observation | None:
     """
     if not record.observed:
         return None
-    return Observation(record.batch_size, record.cost, record.reached, record.probe is not False)
+    return Observation(record.batch_size, record.cost, record.reached, record.probe is not False, record.epochs)
 
 
 def observations(records: Iterable[TrialRecord]) -> list[Observation]:

@@ -27,6 +27,8 @@ class TrialRequest:
             observation count are in flight).
         probe: Whether it is the trial pruning exploration waits for.
         horizon: Recurrences the optimizer planned over (`zeus_run.records.TrialRecord.horizon`).
+        curve_stop: Whether the trial may also be stopped by its learning curve
+            (`zeus_run.optimizer.early_stop.cannot_reach`): a probe under a policy whose rule has it.
     """
 
     recurrence: int
@@ -40,6 +42,7 @@ class TrialRequest:
     draw: int = 0
     probe: bool = False
     horizon: int | None = None
+    curve_stop: bool = False
 
     def stamp(self, record: TrialRecord) -> TrialRecord:
         """``record`` with this decision's context, as concurrent runs record every trial.

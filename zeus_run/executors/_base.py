@@ -256,6 +256,7 @@ def prepare(
         metric_path=spec.workdir / spec.metric.path if spec.metric.path is not None else None,
         eta=spec.eta,
         cost_threshold=req.cost_threshold,
+        curve_stop=req.curve_stop,
         timeout=spec.timeout,
         stop_grace=spec.stop.grace,
         term_grace=spec.stop.term_grace,

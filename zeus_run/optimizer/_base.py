@@ -39,12 +39,15 @@ class Observation:
         probe: Whether pruning exploration may take it as the result it waits for. A trial
             that ran while pruning's own trial was in flight (concurrent recurrences) is not a
             probe: only the bandit's statistics learn from it. Serial runs: always True.
+        epochs: Epochs it ran (0: unknown). ``cost / epochs`` is its pace, which a slow
+            machine inflates and the batch size's convergence does not (``zeus-voi`` revision 3).
     """
 
     batch_size: int
     cost: float
     reached: bool
     probe: bool = True
+    epochs: int = 0
 
 
 @dataclass(frozen=True)

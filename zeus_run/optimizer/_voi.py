@@ -31,6 +31,11 @@ close arms over tens or hundreds of recurrences. Because the walk is
 re-examined before every trial, an end of the interval that becomes the
 cheapest arm later (its first cost was unlucky) re-opens its side.
 
+**Slow first runs** (revision 3). A batch size's first run has no earlier run
+to compare its pace with; one that fell in a slow recurrence would rule its
+batch size out for good. Its cost per epoch is checked against the batch size's
+later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
+
 The state is a pure fold over observations (`VOIState`); the only randomness
 is the Thompson draw, seeded by ``(seed, step)``.
 """
@@ -46,7 +51,7 @@ from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
-from zeus_run.optimizer.early_stop import EarlyStopRule
+from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +69,20 @@ class VOIState:
         arms: Cost statistics of every batch size ever observed (unit: J; windowed
             if the policy has a ``window_size``).
         reached: Per batch size, how many of its trials reached the target.
+        first: Per batch size, its first observation (revision 3).
+        rest: Cost statistics of every later observation of each batch size (revision 3).
+        paces: Per batch size, the cost per epoch of its most recent converged observations
+            after the first (at most `PACE_WINDOW`; revision 3).
+        spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
     """
 
     step: int
     arms: Mapping[int, ArmStats] = field(default_factory=dict)
     reached: Mapping[int, int] = field(default_factory=dict)
+    first: Mapping[int, Observation] = field(default_factory=dict)
+    rest: Mapping[int, ArmStats] = field(default_factory=dict)
+    paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    spent: float = 0.0
 
 
 class Estimate(NamedTuple):
@@ -114,6 +128,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
     PRIOR_CV2_DOF = 1.0
     #: Pseudo-observations (degrees of freedom) of the pooled relative variance in each arm's variance.
     VARIANCE_PRIOR_WEIGHT = 8.0
+    #: Beta prior of the chance that an untried batch size reaches the target (revision 4): Jeffreys'
+    #: noninformative prior for a proportion.
+    CONVERGE_PRIOR = (0.5, 0.5)
+    #: What exploration may cost beyond the Default over the job, as a share of the Default's cost
+    #: over the job (revision 4; `within_budget`): the "1.1x the Default" a team would notice.
+    BUDGET = 0.1
 
     def __init__(
         self,
@@ -126,7 +146,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 2,
+        revision: int = 4,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -139,21 +159,24 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 2 (current): exploration is valued over the recurrences left, and the robust
+        revision: 4 (current): as 3, and a probe counts the chance that it never converges
+            (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
+            3: as 2, and a batch size's first run is checked for pace
+            (`moments`); 2: exploration is valued over the recurrences left, and the robust
             early stop (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
-            early stop (how runs recorded before revision 2 replay).
+            early stop. Runs replay with the revision they recorded.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
-        if revision not in (1, 2):
-            raise ValueError(f"revision must be 1 or 2, got {revision}")
+        if revision not in (1, 2, 3, 4):
+            raise ValueError(f"revision must be 1, 2, 3 or 4, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
-        self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper")
+        self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
         ignored = {
             "pruning_rounds": (pruning_rounds, (None, 0)),
             "num_explorations": (num_explorations, (None, 1)),
@@ -175,7 +198,18 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         reached = dict(state.reached)
         if obs.reached:
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
-        return dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached)
+        spent = state.spent + obs.cost
+        state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
+        if self.revision < 3:
+            return state
+        b = obs.batch_size
+        if b not in state.first:
+            return dataclasses.replace(state, first={**state.first, b: obs})
+        rest = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
+        paces = state.paces
+        if obs.reached and obs.epochs > 0:
+            paces = {**paces, b: (*paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
+        return dataclasses.replace(state, rest=rest, paces=paces)
 
     def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
@@ -186,10 +220,39 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return Decision(b0, "pruning", "nothing has reached the target yet")
         est, cv2 = self.posterior(state)
         leader = min(converged, key=lambda b: est[b].mean)
+        look = self.second_look(state, est) if self.revision >= 4 else None
+        if look is not None:
+            return Decision(look, "pruning", "second look: its first run ran slower than any batch size can")
         probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
         return self.thompson(state, est, converged, draw)
+
+    def second_look(self, state: VOIState, est: Mapping[int, Estimate]) -> int | None:
+        """A batch size below b0 whose only run looks slow, to run once more (revision 4).
+
+        `moments` checks a first run's pace against the nearest smaller batch size tried; a
+        walk downwards has none, and a probe whose first run fell in a slow recurrence closes
+        the walk's lower side for good. A smaller batch size runs more, smaller iterations per
+        epoch; at worst each takes as long as the larger batch size's, so its cost per epoch
+        is at most ``B / b`` times that of the larger batch size ``B`` next to it. A first run
+        more than `SLOWDOWN` times slower than that bound ran slow: it is run once more, within
+        the budget (`within_budget`), and that run checks the first one's pace (`moments`).
+        """
+        bs, b0 = self.batch_sizes, self.default_batch_size
+        for i, b in enumerate(bs[: bs.index(b0)]):
+            first, larger = state.first.get(b), bs[i + 1]
+            if first is None or not first.reached or first.epochs <= 0 or b in state.rest:
+                continue
+            ref = state.first.get(larger)
+            if ref is None or not ref.reached or ref.epochs <= 0 or larger not in est:
+                continue
+            pace = _median(state.paces[larger]) if state.paces.get(larger) else ref.cost / ref.epochs
+            if first.cost / first.epochs > SLOWDOWN * pace * larger / b and self.within_budget(
+                state, est, est[larger].mean, 1.0
+            ):
+                return b
+        return None
 
     def leader(self, state: VOIState) -> int | None:
         """The converged batch size with the lowest posterior mean cost (None before any converged)."""
@@ -225,7 +288,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         where ``SS_i`` is arm i's sum of squared deviations, ``m_i`` its mean cost
         and ``w`` = ``VARIANCE_PRIOR_WEIGHT``: one cost per arm is enough.
         """
-        moments = {b: stats.moments() for b, stats in state.arms.items()}
+        moments = self.moments(state) if self.revision >= 3 else {b: a.moments() for b, a in state.arms.items()}
         ss, dof = self.PRIOR_CV2_DOF * self.PRIOR_CV2, self.PRIOR_CV2_DOF
         for n, mean, var in moments.values():
             if n >= 2 and mean > 0:
@@ -239,6 +302,43 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
                 est[b] = Estimate(mean, (n * var + w * cv2 * mean * mean) / (n - 1 + w) / n)
         return est, cv2
 
+    def moments(self, state: VOIState) -> dict[int, tuple[int, float, float]]:
+        """``(count, mean, population variance)`` of each batch size's costs, first runs checked for pace (revision 3).
+
+        A batch size's first run has no earlier run to compare its pace (cost per epoch)
+        with: if it fell in a slow recurrence (a shared GPU, a slow file system), its cost
+        would rule its batch size out for good, and if that batch size is b0 (recurrence 1)
+        the walk settles on a wrong batch size. Epochs to the target do not depend on the
+        machine, pace does. So a first run's pace is compared with the median pace of the
+        batch size's later converged runs or, while there are none, with the pace of the
+        nearest smaller batch size tried (a larger batch runs an epoch about as fast or
+        faster). If it ran more than `SLOWDOWN` times slower than that, its cost is taken at
+        that pace: the batch size stays in contention, and a Thompson draw runs it again
+        while it looks competitive. Later runs are checked by the robust early stop
+        (`zeus_run.optimizer.early_stop.Pace`) before they reach the optimizer. A wrong correction
+        (a batch size that really runs its epochs slower) costs at most that one more run.
+        """
+        own = {b: _median(p) for b, p in state.paces.items() if p}
+        pace = {b: f.cost / f.epochs for b, f in state.first.items() if f.reached and f.epochs > 0}
+        steady = {b: own.get(b, pace.get(b)) for b in state.first}
+        out = {}
+        for b, first in state.first.items():
+            cost = first.cost
+            if b in pace:
+                smaller = [c for c, p in steady.items() if c < b and p is not None]
+                ref = own.get(b, steady[max(smaller)] if smaller else None)
+                if ref is not None and pace[b] > SLOWDOWN * ref:
+                    cost = ref * first.epochs
+            n, mean, var = state.rest[b].moments() if b in state.rest else (0, 0.0, 0.0)
+            if 0 < self.window_size <= n:
+                out[b] = (n, mean, var)  # the first run is out of the window
+                continue
+            total = n + 1
+            new_mean = (n * mean + cost) / total
+            m2 = n * var + n * (mean - new_mean) ** 2 + (cost - new_mean) ** 2
+            out[b] = (total, new_mean, m2 / total)
+        return out
+
     # -- the walk ---------------------------------------------------------------------------
 
     def best_probe(
@@ -251,8 +351,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         for side, end, step in (("downwards", min(tried), -1), ("upwards", max(tried), 1)):
             if not 0 <= end + step < len(bs) or bs[end] not in est:
                 continue  # no batch size beyond, or this end never reached the target
-            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon)
-            if value > 0 and (best is None or value > best[0]):
+            p = self.converge_chance(state)
+            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p)
+            mu, sd = self.predict(bs, est, end, step, cv2)
+            if (
+                value > 0
+                and self.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
+                and (best is None or value > best[0])
+            ):
                 best = (value, bs[end + step], side)
         if best is None:
             return None
@@ -268,16 +374,30 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         best_cost: float,
         cv2: float,
         horizon: float | None = None,
+        converge: float = 1.0,
     ) -> float:
         """Expected saving of probing ``bs[end + step]`` over ``horizon`` recurrences, minus its expected extra cost.
 
-        ``horizon`` None: `PLANNING_HORIZON`.
+        ``horizon`` None: `PLANNING_HORIZON`. ``converge``: the chance that the probe reaches the
+        target (`converge_chance`). One that does not saves nothing and its whole cost is lost (the
+        recurrence runs again); it is charged the cost it would have had converging: its
+        learning curve stops it earlier, the threshold (``beta x`` the best) later.
 
         Log cost of the end batch size: its estimate, smoothed toward the straight
         line through the two batch sizes inside it. The probe's log cost: that,
         plus `TREND` x the last step's change, with spread ``STEP_SD`` plus the
         estimate's and one trial's uncertainty (unit of the result: J).
         """
+        mu, sd = self.predict(bs, est, end, step, cv2)
+        gain = lognormal_shortfall(mu, sd, best_cost)
+        expected = math.exp(mu + sd * sd / 2.0)
+        extra = expected - converge * best_cost
+        return converge * gain * (self.PLANNING_HORIZON if horizon is None else horizon) - extra
+
+    def predict(
+        self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, cv2: float
+    ) -> tuple[float, float]:
+        """Mean and standard deviation of the log cost of ``bs[end + step]`` (see `probe_value`)."""
         e = est[bs[end]]
         log_end, var_end = math.log(max(e.mean, _TINY)), e.var / max(e.mean, _TINY) ** 2
         inner, inner2 = end - step, end - 2 * step
@@ -292,9 +412,44 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             trend = self.TREND * (log_end - math.log(max(est[bs[inner]].mean, _TINY)))
         mu = log_end + trend
         sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
-        gain = lognormal_shortfall(mu, sd, best_cost)
-        extra = math.exp(mu + sd * sd / 2.0) - best_cost
-        return gain * (self.PLANNING_HORIZON if horizon is None else horizon) - extra
+        return mu, sd
+
+    def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
+        """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).
+
+        The Default is b0 every time; its cost ``D`` is b0's posterior mean (b0 runs first). The
+        excess so far is what the runs cost beyond ``D`` per recurrence done; the probe adds its
+        expected cost ``probe`` less ``D`` times the chance it converges (one that does not is lost
+        whole and its recurrence runs again). The job may exceed the Default by at most
+        ``BUDGET x D x N``, ``N`` its recurrences, or `PLANNING_HORIZON` when open-ended (the
+        effective horizon of the discount `DISCOUNT`). Savings found so far (a leader cheaper than b0)
+        lower the excess and so fund further exploration.
+
+        Args:
+            state: What has been observed.
+            est: Posterior of each converged arm.
+            probe: The probe's expected cost if it converges (unit: J).
+            converge: The chance that it converges (`converge_chance`).
+        """
+        b0 = self.default_batch_size
+        if self.revision < 4 or b0 not in est:
+            return True
+        default = est[b0].mean
+        n = self.PLANNING_HORIZON if self.horizon is None else self.horizon
+        excess = state.spent - default * sum(state.reached.values())
+        return excess + probe - converge * default <= self.BUDGET * default * n
+
+    def converge_chance(self, state: VOIState) -> float:
+        """Chance that an untried batch size reaches the target (revision 4; 1.0 before).
+
+        The posterior mean under `CONVERGE_PRIOR` ``(a, b)`` over the batch sizes tried, each counted
+        by its first run: ``(converged + a) / (tried + a + b)``. With b0 alone converged: 3/4.
+        """
+        if self.revision < 4:
+            return 1.0
+        converged = sum(1 for f in state.first.values() if f.reached)
+        a, b = self.CONVERGE_PRIOR
+        return (converged + a) / (len(state.first) + a + b)
 
     # -- the bandit -------------------------------------------------------------------------
 
@@ -307,6 +462,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
+
+
+def _median(values: Iterable[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
 def normal_cdf(x: float) -> float:

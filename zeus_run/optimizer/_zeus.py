@@ -55,7 +55,7 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 2,
+        revision: int = 4,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.

@@ -33,6 +33,16 @@ pure function of the history (replay and audit re-derive it exactly):
    lasting change (a slower GPU from now on) moves the median within a few
    tries, after which it is the new normal.
 
+**The learning-curve stop** (``curve``, ``zeus-voi`` revision 4). A probe of a batch size
+that cannot reach the target still runs until its cost passes ``beta x`` the best, about
+two recurrences' worth. The launcher sees each epoch's metric, so once a probe has run
+`curve_min_epochs` epochs, `cannot_reach` extrapolates its curve: the best metric so far,
+improved every remaining epoch by the largest one-epoch gain of the last `CURVE_WINDOW`
+epochs. Learning curves flatten, so that straight line overestimates what the probe can
+still reach; if even it stays short of the target within ``max_epochs`` (or within the
+epochs its cost threshold still affords), the probe is stopped (`StopReason.NO_PROGRESS`,
+an early stop like the threshold's). A pure function of the metrics seen.
+
 Not done: telling GPU models apart under Slurm (the record's ``provenance`` has
 them). The per-epoch median already absorbs a lasting change of hardware, and
 arms per GPU model would multiply the exploration a short horizon can afford.
@@ -40,9 +50,10 @@ arms per GPU model would multiply the exploration a short horizon can afford.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,6 +72,60 @@ RULES = ("paper", "robust")
 SLOWDOWN = 1.3
 #: Most recent converged tries per batch size the median cost per epoch is taken over.
 PACE_WINDOW = 8
+#: The learning-curve stop acts after at least this many epochs: two one-epoch gains to take a rate
+#: from, and a third epoch to confirm it.
+CURVE_MIN_EPOCHS = 3
+#: ... and after at least this share of ``max_epochs``: a curve's first tenth says little about long
+#: runs (a warm-up, a learning-rate schedule), and it is also the most a stop this early can cost.
+CURVE_MIN_SHARE = 0.1
+#: Recent epochs whose largest one-epoch gain the curve is extrapolated with.
+CURVE_WINDOW = 3
+
+
+def curve_min_epochs(max_epochs: int) -> int:
+    """Epochs a probe runs before the learning-curve stop may act (`CURVE_MIN_EPOCHS`, `CURVE_MIN_SHARE`)."""
+    return max(CURVE_MIN_EPOCHS, math.ceil(CURVE_MIN_SHARE * max_epochs))
+
+
+def cannot_reach(
+    metrics: Sequence[float],
+    target: float,
+    max_epochs: int,
+    *,
+    higher_is_better: bool = True,
+    cost: float = 0.0,
+    threshold: float = math.inf,
+) -> bool:
+    """Whether a trial's learning curve shows it will not reach ``target`` in time (see the module docstring).
+
+    Args:
+        metrics: The metric after each epoch so far.
+        target: The target metric.
+        max_epochs: Epochs a trial may run.
+        higher_is_better: Direction of the metric.
+        cost: Cost paid so far (unit: J).
+        threshold: The trial's early-stop threshold (unit: J; inf: none). The epochs it still
+            affords, at the mean cost per epoch so far, bound the epochs left.
+
+    Returns:
+        True only after `curve_min_epochs` epochs, when the best metric so far plus the largest
+        one-epoch gain of the last `CURVE_WINDOW` epochs times the epochs left stays short of ``target``.
+    """
+    n = len(metrics)
+    if n < curve_min_epochs(max_epochs) or any(math.isnan(m) for m in metrics):
+        return False
+    sign = 1.0 if higher_is_better else -1.0
+    seen = [sign * m for m in metrics]
+    best = max(seen)
+    if best >= sign * target:
+        return False
+    left = max(0, max_epochs - n)
+    if math.isfinite(threshold) and cost > 0:
+        left = min(left, max(0, math.floor((threshold - cost) / (cost / n))))
+    recent = seen[-(CURVE_WINDOW + 1) :]
+    rate = max(0.0, *(b - a for a, b in itertools.pairwise(recent)))
+    goal = sign * target
+    return best + rate * left < goal - 1e-9 * max(1.0, abs(goal))  # a curve that just reaches it runs on
 
 
 @dataclass(frozen=True)
@@ -69,9 +134,11 @@ class EarlyStopRule:
 
     Attributes:
         name: ``paper`` or ``robust`` (see the module docstring).
+        curve: Whether probes are also stopped by their learning curve (`cannot_reach`).
     """
 
     name: str = "paper"
+    curve: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in RULES:

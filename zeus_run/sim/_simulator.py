@@ -28,6 +28,7 @@ from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.objective import Objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
+from zeus_run.optimizer.early_stop import curve_min_epochs
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
 from zeus_run.sim._noise import Noise
@@ -135,9 +136,15 @@ class TraceExecutor:
                 stop_reason=StopReason.SKIPPED,
                 message=f"one epoch costs {per_epoch:.4g} J, over the threshold",
             )
+        # A request with ``curve_stop`` may be stopped by its learning curve. The traces give each
+        # run's target epoch, not its curve: a run that never reaches the target is modelled as
+        # stopped as early as the rule may act, one that reaches it after its threshold as not.
         target = self.sample_path(row)
         reached = not math.isnan(target) and target <= limit
         epochs = int(target) if reached else limit
+        curve_after = curve_min_epochs(t.job.max_epochs) if req.curve_stop else None
+        if math.isnan(target) and curve_after is not None and curve_after < epochs:
+            epochs, cut_by_threshold = curve_after, False
         energy, time = self._charge(row, col, epochs, profiled)
         energy, time = energy * slow, time * slow
         return self._record(
@@ -148,11 +155,17 @@ class TraceExecutor:
             energy=energy,
             cost=self.objective.trial_cost(energy, time, t.max_power),  # the engine adds max-slowdown's penalty
             reached=reached,
-            stop_reason=StopReason.TARGET_REACHED
-            if reached
-            else (StopReason.COST_THRESHOLD if cut_by_threshold else StopReason.MAX_EPOCHS),
+            stop_reason=self._reason(reached, cut_by_threshold, epochs, t.job.max_epochs),
             message=self._profile_message(row) if profiled else None,
         )
+
+    @staticmethod
+    def _reason(reached: bool, cut_by_threshold: bool, epochs: int, max_epochs: int) -> StopReason:
+        if reached:
+            return StopReason.TARGET_REACHED
+        if cut_by_threshold:
+            return StopReason.COST_THRESHOLD
+        return StopReason.MAX_EPOCHS if epochs >= max_epochs else StopReason.NO_PROGRESS
 
     def _record(
         self,

@@ -155,7 +155,7 @@ class _TrialRun:
                 "an epoch ended without step counts from the script; call trial.step() every iteration "
                 "(or iterate with trial.iterate(loader)) to enable power-limit profiling"
             )
-        reason = self.rule.after_epoch(epochs, ev.metric, c, self.prev_cost)  # the one stop rule
+        reason = self.rule.after_epoch(epochs, ev.metric, c, self.prev_cost, self.metrics)  # the one stop rule
         if reason is not None:
             self.reached = reason is StopReason.TARGET_REACHED
             self._decide(reason, (t, e, c))

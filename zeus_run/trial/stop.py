@@ -32,6 +32,7 @@ it too.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zeus_run.contract import StopReason, TrialPlan, reaches_target
@@ -47,6 +48,8 @@ class StopRule:
         higher_is_better: Direction of the metric.
         cost_threshold: Early-stop threshold (unit: J; inf: none).
         timeout: Wall-clock limit (unit: s), or None.
+        curve_stop: Also stop once the learning curve cannot reach the target in time (a probe's, from
+            ``zeus-voi`` revision 4: `zeus_run.optimizer.early_stop.cannot_reach`).
     """
 
     max_epochs: int
@@ -54,17 +57,27 @@ class StopRule:
     higher_is_better: bool = True
     cost_threshold: float = math.inf
     timeout: float | None = None
+    curve_stop: bool = False
 
     @classmethod
     def of_plan(cls, plan: TrialPlan) -> StopRule:
         """The rule a launched trial's plan states."""
-        return cls(plan.max_epochs, plan.target_metric, plan.higher_is_better, plan.cost_threshold, plan.timeout)
+        return cls(
+            plan.max_epochs,
+            plan.target_metric,
+            plan.higher_is_better,
+            plan.cost_threshold,
+            plan.timeout,
+            plan.curve_stop,
+        )
 
     def reached(self, metric: float) -> bool:
         """Whether ``metric`` reaches the target."""
         return reaches_target(metric, self.target_metric, self.higher_is_better)
 
-    def after_epoch(self, epoch: int, metric: float, cost: float, prev_cost: float) -> StopReason | None:
+    def after_epoch(
+        self, epoch: int, metric: float, cost: float, prev_cost: float, curve: Sequence[float] = ()
+    ) -> StopReason | None:
         """Why to stop after a validated epoch, or None to go on.
 
         Args:
@@ -72,6 +85,7 @@ class StopRule:
             metric: Its validation metric.
             cost: Cost since the trial began, at this epoch's end (unit: J).
             prev_cost: Cost at the previous epoch's end (unit: J; 0 for epoch 1).
+            curve: The metrics of the epochs so far, this one included (for ``curve_stop``).
         """
         if self.reached(metric):
             return StopReason.TARGET_REACHED
@@ -79,6 +93,18 @@ class StopRule:
             return StopReason.MAX_EPOCHS
         if epoch >= 2 and cost + (cost - prev_cost) > self.cost_threshold:
             return StopReason.COST_THRESHOLD
+        if self.curve_stop and curve and self.target_metric is not None:
+            from zeus_run.optimizer.early_stop import cannot_reach  # only here: the optimizer imports numpy
+
+            if cannot_reach(
+                list(curve),
+                self.target_metric,
+                self.max_epochs,
+                higher_is_better=self.higher_is_better,
+                cost=cost,
+                threshold=self.cost_threshold,
+            ):
+                return StopReason.NO_PROGRESS
         return None
 
     def during(self, time: float, cost: float) -> StopReason | None:
