@@ -106,10 +106,6 @@ def test_a_plain_tell_is_recorded_as_unmeasured_and_imputed_once_a_trial_was_mea
 
 #: Doors that run the script as a process (the failures are the script's own).
 SCRIPT_DOORS = {"run": helpers.door_run, "exec": helpers.door_exec, "shell": helpers.door_shell}
-_CLASSIFIER = (
-    "needs the outcome classifier on evidence (issue 26 item 2, built beside this): the same failure is "
-    "judged alike by every door only once it reads the output tail"
-)
 
 
 def _first(door: str, tmp: Path, fail: str) -> TrialRecord:
@@ -132,15 +128,13 @@ def test_out_of_memory_is_the_batch_sizes_fault_through_every_door(tmp_path, doo
     assert "out of memory" in (record.cause or record.message or ""), record
 
 
-@pytest.mark.xfail(reason=_CLASSIFIER, strict=False)
 @pytest.mark.parametrize("door", list(SCRIPT_DOORS))
 def test_an_import_error_is_an_environment_error_not_an_observation(tmp_path, door):
     record = _first(door, tmp_path, "import")
     assert not record.observed and "ModuleNotFoundError" in (record.cause or record.message or ""), record
-    assert record.stop_reason not in ("crashed", "config_error"), record
+    assert record.stop_reason == "environment_error", record
 
 
-@pytest.mark.xfail(reason=_CLASSIFIER, strict=False)
 @pytest.mark.parametrize("door", list(SCRIPT_DOORS))
 def test_no_metric_is_a_spec_error_not_an_observation(tmp_path, door):
     record = _first(door, tmp_path, "no-metric")
