@@ -51,6 +51,7 @@ from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class VOIState:
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
+        epochs: Per batch size, the epochs of each of its converged observations (revision 5's
+            model, `zeus_run.optimizer._pace`).
     """
 
     step: int
@@ -83,6 +86,7 @@ class VOIState:
     rest: Mapping[int, ArmStats] = field(default_factory=dict)
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     spent: float = 0.0
+    epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -159,7 +163,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 4 (current): as 3, and a probe counts the chance that it never converges
+        revision: 5: as 4, and an untried batch size's cost is predicted as epochs x pace
+            (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4 (current): as 3, and a probe counts the chance that it never converges
             (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
             3: as 2, and a batch size's first run is checked for pace
             (`moments`); 2: exploration is valued over the recurrences left, and the robust
@@ -171,8 +176,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
-        if revision not in (1, 2, 3, 4):
-            raise ValueError(f"revision must be 1, 2, 3 or 4, got {revision}")
+        if revision not in (1, 2, 3, 4, 5):
+            raise ValueError(f"revision must be 1, 2, 3, 4 or 5, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
@@ -200,6 +205,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
         spent = state.spent + obs.cost
         state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
+        if self.revision >= 5 and obs.reached and obs.epochs > 0:
+            epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
+            state = dataclasses.replace(state, epochs=epochs)
         if self.revision < 3:
             return state
         b = obs.batch_size
@@ -327,6 +335,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if b in pace:
                 smaller = [c for c, p in steady.items() if c < b and p is not None]
                 ref = own.get(b, steady[max(smaller)] if smaller else None)
+                larger = [c for c, p in steady.items() if c > b and p is not None]
+                if self.revision >= 5 and b not in own and larger:  # at most B / b times B's pace
+                    bound = steady[min(larger)] * min(larger) / b
+                    ref = bound if ref is None else min(ref, bound)
                 if ref is not None and pace[b] > SLOWDOWN * ref:
                     cost = ref * first.epochs
             n, mean, var = state.rest[b].moments() if b in state.rest else (0, 0.0, 0.0)
@@ -352,8 +364,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if not 0 <= end + step < len(bs) or bs[end] not in est:
                 continue  # no batch size beyond, or this end never reached the target
             p = self.converge_chance(state)
-            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p)
-            mu, sd = self.predict(bs, est, end, step, cv2)
+            prior = self.model_prior(state, est, bs[end + step], cv2)
+            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p, prior)
+            mu, sd = prior or self.predict(bs, est, end, step, cv2)
             if (
                 value > 0
                 and self.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
@@ -375,11 +388,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         cv2: float,
         horizon: float | None = None,
         converge: float = 1.0,
+        prior: tuple[float, float] | None = None,
     ) -> float:
         """Expected saving of probing ``bs[end + step]`` over ``horizon`` recurrences, minus its expected extra cost.
 
         ``horizon`` None: `PLANNING_HORIZON`. ``converge``: the chance that the probe reaches the
-        target (`converge_chance`). One that does not saves nothing and its whole cost is lost (the
+        target (`converge_chance`). ``prior``: mean and sd of the probe's log cost from revision 5's
+        model (`model_prior`), in place of the walk's prediction. One that does not saves nothing and its whole cost is lost (the
         recurrence runs again); it is charged the cost it would have had converging: its
         learning curve stops it earlier, the threshold (``beta x`` the best) later.
 
@@ -388,7 +403,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         plus `TREND` x the last step's change, with spread ``STEP_SD`` plus the
         estimate's and one trial's uncertainty (unit of the result: J).
         """
-        mu, sd = self.predict(bs, est, end, step, cv2)
+        mu, sd = prior or self.predict(bs, est, end, step, cv2)
         gain = lognormal_shortfall(mu, sd, best_cost)
         expected = math.exp(mu + sd * sd / 2.0)
         extra = expected - converge * best_cost
@@ -413,6 +428,22 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         mu = log_end + trend
         sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
         return mu, sd
+
+    def model_prior(
+        self, state: VOIState, est: Mapping[int, Estimate], batch_size: int, cv2: float
+    ) -> tuple[float, float] | None:
+        """Mean and sd of an untried batch size's log cost from epochs x pace (revision 5; None before).
+
+        `zeus_run.optimizer._pace.model_log_cost` on the epochs of the converged observations and
+        each converged batch size's posterior mean cost, plus one trial's spread (``cv2``). None
+        while fewer than two batch sizes have converged: the walk's prediction (`predict`) stands.
+        """
+        if self.revision < 5:
+            return None
+        model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
+        if model is None:
+            return None
+        return model[0], math.sqrt(model[1] ** 2 + cv2)
 
     def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
         """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).
