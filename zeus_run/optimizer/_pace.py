@@ -35,10 +35,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: Relative spread (sd of log epochs) of the law's fit assumed before its residuals say
-#: otherwise, and its weight in pseudo-observations: runs of one configuration differ by about
-#: a tenth in epochs to the target (seeds of one batch size in the Zeus traces vary 5-20%).
-EPOCHS_PRIOR_SD = 0.1
+#: otherwise, and its weight in pseudo-observations: runs of one configuration differ by 5-25%
+#: in epochs to the target from their seed alone, and the law is an approximation on top of that.
+#: (0.1 was tried on the tuning seeds too: docs/benchmarks.md.)
+EPOCHS_PRIOR_SD = 0.2
 EPOCHS_PRIOR_DOF = 2.0
+#: Variance of an epoch count from its rounding to whole epochs (a run reaches the target during
+#: an epoch and is counted at its end: uniform over one epoch; unit: epochs^2).
+EPOCH_ROUNDING_VAR = 1.0 / 12.0
 #: Further spread of log epochs per unit of log batch size away from the nearest batch size
 #: the law was fitted on (the law holds near the data, less so far from it).
 EPOCHS_DRIFT_SD = 0.15
@@ -80,7 +84,8 @@ class EpochsFit:
         e = min(self.runs, key=lambda b: (abs(math.log(batch_size / b)), b))
         level, n = self.runs[e]
         epochs = max(level + self.k * (batch_size - e), 1e-9)
-        sigma2 = self.var * level * level  # one run's variance in epochs^2, at e's level
+        # one run's variance in epochs^2 at e's level, and the rounding of a whole epoch count
+        sigma2 = self.var * level * level + EPOCH_ROUNDING_VAR
         var = sigma2 / n / level**2 + sigma2 / self.sxx * (batch_size - e) ** 2 / epochs**2
         var += (EPOCHS_DRIFT_SD * math.log(batch_size / e)) ** 2
         return math.log(epochs), math.sqrt(var)

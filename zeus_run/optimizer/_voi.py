@@ -52,11 +52,12 @@ from typing import NamedTuple
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
 from zeus_run.optimizer._pace import model_log_cost
+from zeus_run.optimizer._stats import lognormal_shortfall
+from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
-_SQRT2 = math.sqrt(2.0)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
 
@@ -320,7 +321,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         machine, pace does. So a first run's pace is compared with the median pace of the
         batch size's later converged runs or, while there are none, with the pace of the
         nearest smaller batch size tried (a larger batch runs an epoch about as fast or
-        faster). If it ran more than `SLOWDOWN` times slower than that, its cost is taken at
+        faster; revision 5 also bounds it by ``B / b`` times the pace of the nearest larger
+        batch size ``B`` tried, the most a smaller batch can slow an epoch). If it ran more
+        than `SLOWDOWN` times slower than that, its cost is taken at
         that pace: the batch size stays in contention, and a Thompson draw runs it again
         while it looks competitive. Later runs are checked by the robust early stop
         (`zeus_run.optimizer.early_stop.Pace`) before they reach the optimizer. A wrong correction
@@ -335,9 +338,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if b in pace:
                 smaller = [c for c, p in steady.items() if c < b and p is not None]
                 ref = own.get(b, steady[max(smaller)] if smaller else None)
-                larger = [c for c, p in steady.items() if c > b and p is not None]
+                larger = {c: p for c, p in steady.items() if c > b and p is not None}
                 if self.revision >= 5 and b not in own and larger:  # at most B / b times B's pace
-                    bound = steady[min(larger)] * min(larger) / b
+                    bound = larger[min(larger)] * min(larger) / b
                     ref = bound if ref is None else min(ref, bound)
                 if ref is not None and pace[b] > SLOWDOWN * ref:
                     cost = ref * first.epochs
@@ -364,7 +367,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if not 0 <= end + step < len(bs) or bs[end] not in est:
                 continue  # no batch size beyond, or this end never reached the target
             p = self.converge_chance(state)
-            prior = self.model_prior(state, est, bs[end + step], cv2)
+            prior = self.model_prior(state, est, bs[end + step], cv2, self.predict(bs, est, end, step, cv2))
             value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p, prior)
             mu, sd = prior or self.predict(bs, est, end, step, cv2)
             if (
@@ -430,20 +433,30 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         return mu, sd
 
     def model_prior(
-        self, state: VOIState, est: Mapping[int, Estimate], batch_size: int, cv2: float
+        self,
+        state: VOIState,
+        est: Mapping[int, Estimate],
+        batch_size: int,
+        cv2: float,
+        walk: tuple[float, float],
     ) -> tuple[float, float] | None:
         """Mean and sd of an untried batch size's log cost from epochs x pace (revision 5; None before).
 
         `zeus_run.optimizer._pace.model_log_cost` on the epochs of the converged observations and
-        each converged batch size's posterior mean cost, plus one trial's spread (``cv2``). None
-        while fewer than two batch sizes have converged: the walk's prediction (`predict`) stands.
+        each converged batch size's posterior mean cost, plus one trial's spread (``cv2``), pooled
+        with the walk's prediction ``walk`` (`predict`: mean and sd of log cost) by precision. The
+        two are not independent (both read the same costs), so the pooled sd is optimistic; the
+        sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer
+        than two batch sizes have converged: the walk's prediction stands (revision 4).
         """
         if self.revision < 5:
             return None
         model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
         if model is None:
             return None
-        return model[0], math.sqrt(model[1] ** 2 + cv2)
+        mu, var = model[0], model[1] ** 2 + cv2
+        wp, mp = 1.0 / walk[1] ** 2, 1.0 / var
+        return (walk[0] * wp + mu * mp) / (wp + mp), math.sqrt(1.0 / (wp + mp))
 
     def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
         """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).
@@ -493,24 +506,3 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
-
-
-def _median(values: Iterable[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-
-
-def normal_cdf(x: float) -> float:
-    """Standard normal distribution function."""
-    return 0.5 * math.erfc(-x / _SQRT2)
-
-
-def lognormal_shortfall(mu: float, sd: float, target: float) -> float:
-    """``E[max(0, target - C)]`` for ``log C ~ N(mu, sd^2)``: the expected improvement on ``target``."""
-    if target <= 0.0:
-        return 0.0
-    if sd <= 0.0:
-        return max(0.0, target - math.exp(mu))
-    z = (math.log(target) - mu) / sd
-    return target * normal_cdf(z) - math.exp(mu + sd * sd / 2.0) * normal_cdf(z - sd)
