@@ -8,7 +8,7 @@ import random
 import pytest
 
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._voi import lognormal_shortfall
+from zeus_run.optimizer._stats import lognormal_shortfall
 
 BS = (8, 16, 32, 64, 128)
 

@@ -51,11 +51,13 @@ from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer._pace import model_log_cost
+from zeus_run.optimizer._stats import lognormal_shortfall
+from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
-_SQRT2 = math.sqrt(2.0)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
 
@@ -74,6 +76,8 @@ class VOIState:
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
+        epochs: Per batch size, the epochs of each of its converged observations (revision 5's
+            model, `zeus_run.optimizer._pace`).
     """
 
     step: int
@@ -83,6 +87,7 @@ class VOIState:
     rest: Mapping[int, ArmStats] = field(default_factory=dict)
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     spent: float = 0.0
+    epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -159,7 +164,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 4 (current): as 3, and a probe counts the chance that it never converges
+        revision: 5: as 4, and an untried batch size's cost is predicted as epochs x pace
+            (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4 (current): as 3, and a probe counts the chance that it never converges
             (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
             3: as 2, and a batch size's first run is checked for pace
             (`moments`); 2: exploration is valued over the recurrences left, and the robust
@@ -171,8 +177,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
-        if revision not in (1, 2, 3, 4):
-            raise ValueError(f"revision must be 1, 2, 3 or 4, got {revision}")
+        if revision not in (1, 2, 3, 4, 5):
+            raise ValueError(f"revision must be 1, 2, 3, 4 or 5, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
@@ -200,6 +206,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
         spent = state.spent + obs.cost
         state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
+        if self.revision >= 5 and obs.reached and obs.epochs > 0:
+            epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
+            state = dataclasses.replace(state, epochs=epochs)
         if self.revision < 3:
             return state
         b = obs.batch_size
@@ -312,7 +321,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         machine, pace does. So a first run's pace is compared with the median pace of the
         batch size's later converged runs or, while there are none, with the pace of the
         nearest smaller batch size tried (a larger batch runs an epoch about as fast or
-        faster). If it ran more than `SLOWDOWN` times slower than that, its cost is taken at
+        faster; revision 5 also bounds it by ``B / b`` times the pace of the nearest larger
+        batch size ``B`` tried, the most a smaller batch can slow an epoch). If it ran more
+        than `SLOWDOWN` times slower than that, its cost is taken at
         that pace: the batch size stays in contention, and a Thompson draw runs it again
         while it looks competitive. Later runs are checked by the robust early stop
         (`zeus_run.optimizer.early_stop.Pace`) before they reach the optimizer. A wrong correction
@@ -327,6 +338,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if b in pace:
                 smaller = [c for c, p in steady.items() if c < b and p is not None]
                 ref = own.get(b, steady[max(smaller)] if smaller else None)
+                larger = {c: p for c, p in steady.items() if c > b and p is not None}
+                if self.revision >= 5 and b not in own and larger:  # at most B / b times B's pace
+                    bound = larger[min(larger)] * min(larger) / b
+                    ref = bound if ref is None else min(ref, bound)
                 if ref is not None and pace[b] > SLOWDOWN * ref:
                     cost = ref * first.epochs
             n, mean, var = state.rest[b].moments() if b in state.rest else (0, 0.0, 0.0)
@@ -352,8 +367,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             if not 0 <= end + step < len(bs) or bs[end] not in est:
                 continue  # no batch size beyond, or this end never reached the target
             p = self.converge_chance(state)
-            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p)
-            mu, sd = self.predict(bs, est, end, step, cv2)
+            prior = self.model_prior(state, est, bs[end + step], cv2, self.predict(bs, est, end, step, cv2))
+            value = self.probe_value(bs, est, end, step, est[leader].mean, cv2, horizon, p, prior)
+            mu, sd = prior or self.predict(bs, est, end, step, cv2)
             if (
                 value > 0
                 and self.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
@@ -375,11 +391,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         cv2: float,
         horizon: float | None = None,
         converge: float = 1.0,
+        prior: tuple[float, float] | None = None,
     ) -> float:
         """Expected saving of probing ``bs[end + step]`` over ``horizon`` recurrences, minus its expected extra cost.
 
         ``horizon`` None: `PLANNING_HORIZON`. ``converge``: the chance that the probe reaches the
-        target (`converge_chance`). One that does not saves nothing and its whole cost is lost (the
+        target (`converge_chance`). ``prior``: mean and sd of the probe's log cost from revision 5's
+        model (`model_prior`), in place of the walk's prediction. One that does not saves nothing and its whole cost is lost (the
         recurrence runs again); it is charged the cost it would have had converging: its
         learning curve stops it earlier, the threshold (``beta x`` the best) later.
 
@@ -388,7 +406,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         plus `TREND` x the last step's change, with spread ``STEP_SD`` plus the
         estimate's and one trial's uncertainty (unit of the result: J).
         """
-        mu, sd = self.predict(bs, est, end, step, cv2)
+        mu, sd = prior or self.predict(bs, est, end, step, cv2)
         gain = lognormal_shortfall(mu, sd, best_cost)
         expected = math.exp(mu + sd * sd / 2.0)
         extra = expected - converge * best_cost
@@ -413,6 +431,32 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         mu = log_end + trend
         sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
         return mu, sd
+
+    def model_prior(
+        self,
+        state: VOIState,
+        est: Mapping[int, Estimate],
+        batch_size: int,
+        cv2: float,
+        walk: tuple[float, float],
+    ) -> tuple[float, float] | None:
+        """Mean and sd of an untried batch size's log cost from epochs x pace (revision 5; None before).
+
+        `zeus_run.optimizer._pace.model_log_cost` on the epochs of the converged observations and
+        each converged batch size's posterior mean cost, plus one trial's spread (``cv2``), pooled
+        with the walk's prediction ``walk`` (`predict`: mean and sd of log cost) by precision. The
+        two are not independent (both read the same costs), so the pooled sd is optimistic; the
+        sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer
+        than two batch sizes have converged: the walk's prediction stands (revision 4).
+        """
+        if self.revision < 5:
+            return None
+        model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
+        if model is None:
+            return None
+        mu, var = model[0], model[1] ** 2 + cv2
+        wp, mp = 1.0 / walk[1] ** 2, 1.0 / var
+        return (walk[0] * wp + mu * mp) / (wp + mp), math.sqrt(1.0 / (wp + mp))
 
     def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
         """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).
@@ -462,24 +506,3 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
-
-
-def _median(values: Iterable[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-
-
-def normal_cdf(x: float) -> float:
-    """Standard normal distribution function."""
-    return 0.5 * math.erfc(-x / _SQRT2)
-
-
-def lognormal_shortfall(mu: float, sd: float, target: float) -> float:
-    """``E[max(0, target - C)]`` for ``log C ~ N(mu, sd^2)``: the expected improvement on ``target``."""
-    if target <= 0.0:
-        return 0.0
-    if sd <= 0.0:
-        return max(0.0, target - math.exp(mu))
-    z = (math.log(target) - mu) / sd
-    return target * normal_cdf(z) - math.exp(mu + sd * sd / 2.0) * normal_cdf(z - sd)

@@ -75,7 +75,8 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
-        revision: Revision of ``zeus-voi``'s rules: 4 also counts the chance that a probe never
+        revision: Revision of ``zeus-voi``'s rules: 5 (opt-in) also predicts an untried batch size's
+            cost as epochs to the target x cost per epoch (`zeus_run.optimizer._pace`); 4 also counts the chance that a probe never
             converges and stops a probe by its learning curve; 3 also checks a batch size's first run for
             pace (a slow recurrence); 2 plans exploration over the recurrences left and uses the
             robust early stop (`zeus_run.optimizer.early_stop`); 1, 2 and 3 are how runs recorded

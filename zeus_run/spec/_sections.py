@@ -184,7 +184,11 @@ class Sections(Checker):
                 "revision",
                 p,
                 d.revision,
-                self.int_(1, 4, fix="4: the current rules; 3, 2 and 1: how runs from before them ran"),
+                self.int_(
+                    1,
+                    5,
+                    fix="4: the current rules; 5: the pace model (opt-in); 3, 2 and 1: how runs from before them ran",
+                ),
             ),
         )
 
