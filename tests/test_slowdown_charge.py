@@ -101,6 +101,7 @@ def test_a_real_run_charges_the_same_as_simulation(tmp_path, monkeypatch):
         max_epochs: 4
         recurrences: 4
         objective: {{kind: max-slowdown, factor: 1.0}}
+        optimizer: {{revision: 3}}  # the probe of 64 is the point; revision 4's budget skips it in 4 recurrences
         energy: {{source: nvml}}
         power_limit: {{step_watts: 50, warmup_iters: 2, measure_iters: 5, min_window_s: 0.01, settle_s: 0,
                       min_counter_updates: 1}}

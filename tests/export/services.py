@@ -96,10 +96,14 @@ def mlflow_server(tmp: Path) -> Iterator[Service]:
 
 @contextlib.contextmanager
 def pushgateway(tmp: Path) -> Iterator[Service]:
-    """Debian's prometheus-pushgateway, keeping its metrics in memory only."""
+    """Debian's prometheus-pushgateway, its metrics in a file of this test's own.
+
+    Debian's build persists to /var/lib/prometheus/pushgateway.data by default: every run (and another
+    checkout's) would read back the last one's series.
+    """
     program = need("prometheus-pushgateway")
     port = free_port()
-    argv = [program, f"--web.listen-address=127.0.0.1:{port}"]
+    argv = [program, f"--web.listen-address=127.0.0.1:{port}", f"--persistence.file={tmp / 'pushgateway.data'}"]
     service = Service(argv, f"http://127.0.0.1:{port}", "/-/ready", tmp / "pushgateway.log")
     try:
         yield service.start()

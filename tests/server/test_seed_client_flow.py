@@ -25,6 +25,7 @@ eta: 0.5
 beta: 2.0
 recurrences: 4
 seed: 1
+optimizer: {revision: 3}  # the seeds' flow explores; revision 4's budget would not in 4 recurrences
 energy: {source: estimate, watts: 100, basis: wall-time}
 """
 
