@@ -14,6 +14,7 @@ import pytest
 
 from tests.server.helpers import ServerProcess
 from tests.server.test_security import TRIAL_SPEC
+from tests.slurm_helpers import wait_for
 from zeus_run.remote import ServerClient, ServerError
 
 
@@ -122,6 +123,9 @@ def test_the_access_log_shows_the_job_and_a_short_trial_id_never_the_token(serve
     asked = client.ask("leases")
     client.report("leases", asked["token"], 1, 0.5, 1.0, 1.0)
     client.heartbeat("leases", asked["token"])
+    want = f"/v1/jobs/leases/trials/{asked['token'][:6]}~/heartbeat"
+    # The access line is written after the answer: wait until the server's output holds it.
+    wait_for(lambda: want in "".join(server.lines), what="the heartbeat's access line")
     log = "".join(server.lines)
     assert asked["token"] not in log and server.token not in log
     assert f"/v1/jobs/leases/trials/{asked['token'][:6]}~/epochs" in log
