@@ -33,8 +33,7 @@ from zeus_run.slurm import (
     submit,
 )
 
-# One cluster of two nodes: its tests run one at a time (in one xdist worker, `.ci/run`'s -n 2).
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.slurm
 
 CPU = SlurmSettings(gpus=0)
 
