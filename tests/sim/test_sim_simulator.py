@@ -102,7 +102,8 @@ def test_optimizer_sees_only_observed_outcomes(table):
     records = Engine(opt, 12, 20, 1.2).run([], ex)
     assert opt.seen == [observation_of(r) for r in records]
     for r, obs in zip(records, opt.seen, strict=False):
-        assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe", "epochs"}
+        assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe", "epochs", "slowdown"}
+        assert obs.slowdown == 1.0  # the paper's early stop checks no pace
         assert obs.epochs == r.epochs  # the epochs it ran: its pace is cost / epochs
         assert obs.probe  # serial: pruning takes any result of the batch size it expects
         if r.stop_reason == "skipped":

@@ -41,6 +41,10 @@ class Observation:
             probe: only the bandit's statistics learn from it. Serial runs: always True.
         epochs: Epochs it ran (0: unknown). ``cost / epochs`` is its pace, which a slow
             machine inflates and the batch size's convergence does not (``zeus-voi`` revision 3).
+        slowdown: How many times slower than its batch size's median pace the engine found this
+            run, whose ``cost`` it then took at that median (the robust early stop's check,
+            `zeus_run.optimizer.early_stop.Pace`); 1.0: not slow, or not checked (``zeus-voi``
+            revision 6 measures from it how often and how much runs slow down).
     """
 
     batch_size: int
@@ -48,6 +52,7 @@ class Observation:
     reached: bool
     probe: bool = True
     epochs: int = 0
+    slowdown: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
+#: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
+REVISIONS = (1, 2, 3, 4, 5, 6)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class VOIState:
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
         epochs: Per batch size, the epochs of each of its converged observations (revision 5's
             model, `zeus_run.optimizer._pace`).
+        checks: Converged runs of a batch size after its first, whose pace the engine checks against
+            the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
+        slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
+            (`Observation.slowdown`; revision 6).
     """
 
     step: int
@@ -88,6 +94,8 @@ class VOIState:
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     spent: float = 0.0
     epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    checks: int = 0
+    slowdowns: tuple[float, ...] = ()
 
 
 class Estimate(NamedTuple):
@@ -177,11 +185,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"window_size must be >= 0, got {window_size}")
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
-        if revision not in (1, 2, 3, 4, 5):
-            raise ValueError(f"revision must be 1, 2, 3, 4 or 5, got {revision}")
+        if revision not in REVISIONS:
+            raise ValueError(f"revision must be 1, 2, 3, 4, 5 or 6, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
+        #: Revision 5's epochs x pace model (`model_prior`); revision 6 builds on revision 4 without it.
+        self.pace_model = revision == 5
         self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
         ignored = {
             "pruning_rounds": (pruning_rounds, (None, 0)),
@@ -206,7 +216,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
         spent = state.spent + obs.cost
         state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
-        if self.revision >= 5 and obs.reached and obs.epochs > 0:
+        if self.pace_model and obs.reached and obs.epochs > 0:
             epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
             state = dataclasses.replace(state, epochs=epochs)
         if self.revision < 3:
@@ -218,6 +228,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         paces = state.paces
         if obs.reached and obs.epochs > 0:
             paces = {**paces, b: (*paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
+        if self.revision >= 6 and obs.reached:
+            slowdowns = (*state.slowdowns, obs.slowdown) if obs.slowdown > SLOWDOWN else state.slowdowns
+            state = dataclasses.replace(state, checks=state.checks + 1, slowdowns=slowdowns)
         return dataclasses.replace(state, rest=rest, paces=paces)
 
     def decide(self, state: VOIState, draw: int = 0) -> Decision:
@@ -232,6 +245,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         look = self.second_look(state, est) if self.revision >= 4 else None
         if look is not None:
             return Decision(look, "pruning", "second look: its first run ran slower than any batch size can")
+        if self.revision >= 6:
+            again = self.recheck(state, est, leader, cv2)
+            if again is not None:
+                return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
         probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
@@ -262,6 +279,79 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             ):
                 return b
         return None
+
+    def slow_runs(self, state: VOIState) -> tuple[float, tuple[float, ...]]:
+        """Chance that a run is slowed, and the slowdowns seen (revision 6).
+
+        Measured on the runs that can be checked, a batch size's runs after its first: the engine
+        compares each one's pace with the batch size's median and takes a slow one's cost at that
+        median (`Observation.slowdown`). The chance is the posterior mean under
+        `CONVERGE_PRIOR` (Jeffreys): ``(slow + 1/2) / (checked + 1)``. Without a slowdown seen
+        there is nothing to correct a run by, and the caller takes none.
+        """
+        a, b = self.CONVERGE_PRIOR
+        return (len(state.slowdowns) + a) / (sum(state.reached.values()) + a + b), state.slowdowns
+
+    def recheck(
+        self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float
+    ) -> tuple[float, int] | None:
+        """A converged batch size with one run that is worth running again, and the value of that (revision 6).
+
+        A run that fell in a slow recurrence rules its batch size out for good when it is the
+        batch size's only one: the engine can only tell a slow run by the batch size's earlier
+        ones (`Observation.slowdown`), and revision 3's check needs a smaller neighbour that ran
+        at its usual pace. How often runs slow down, and by how much, is measured (`slow_runs`).
+        Whether this one did is judged against what its neighbours predict for it (`neighbours`,
+        the walk's prediction, mean ``mu`` and sd ``sd`` of log cost): with ``q`` the chance of a
+        slow run and ``s_1..s_k`` the slowdowns seen, its cost ``c`` was slowed by ``s_i`` with
+        posterior weight ``w_i`` proportional to ``q / k x phi((log(c / s_i) - mu) / sd)``, and not
+        slowed with ``w_0`` proportional to ``(1 - q) x phi((log c - mu) / sd)``. Running it again is
+        worth ``sum_i w_i max(0, L - c / s_i) x horizon`` (``L`` the leader's mean cost, horizon
+        `planning_horizon`) less what that run costs beyond the leader,
+        ``sum_i w_i c / s_i + w_0 c - L``, within the budget (`within_budget`). The second run then
+        checks the first one's pace (`moments`). Without a slowdown seen, or a tried neighbour: None
+        (a quiet job explores exactly as revision 4).
+        """
+        q, slowdowns = self.slow_runs(state)
+        if not slowdowns:
+            return None
+        horizon, best_cost = self.planning_horizon(state), est[leader].mean
+        best: tuple[float, int] | None = None
+        for b, e in est.items():
+            prior = None if b == leader or b in state.rest else self.neighbours(est, b, cv2)
+            if prior is None:
+                continue
+            mu, sd = prior
+            c = max(e.mean, _TINY)
+            normal = (1.0 - q) * _density((math.log(c) - mu) / sd)
+            slowed = [q / len(slowdowns) * _density((math.log(c / s) - mu) / sd) for s in slowdowns]
+            total = normal + sum(slowed)
+            if total <= 0.0:
+                continue
+            gain = sum(w * max(0.0, best_cost - c / s) for w, s in zip(slowed, slowdowns, strict=True)) / total
+            cost = (normal * c + sum(w * c / s for w, s in zip(slowed, slowdowns, strict=True))) / total
+            value = gain * horizon - (cost - best_cost)
+            if value > 0 and self.within_budget(state, est, cost, 1.0) and (best is None or value > best[0]):
+                best = (value, b)
+        return best
+
+    def neighbours(self, est: Mapping[int, Estimate], batch_size: int, cv2: float) -> tuple[float, float] | None:
+        """Mean and sd of the log cost of a tried ``batch_size`` as its tried neighbours predict it (revision 6).
+
+        The walk's prediction (`predict`) from the next batch size below and the next above, each
+        without ``batch_size``'s own cost, pooled by precision; None where neither was tried.
+        """
+        bs, i = self.batch_sizes, self.batch_sizes.index(batch_size)
+        others = {b: e for b, e in est.items() if b != batch_size}
+        sides = [
+            self.predict(bs, others, i - step, step, cv2)
+            for step in (1, -1)
+            if 0 <= i - step < len(bs) and bs[i - step] in others
+        ]
+        if not sides:
+            return None
+        precision = sum(1.0 / sd**2 for _, sd in sides)
+        return sum(mu / sd**2 for mu, sd in sides) / precision, math.sqrt(1.0 / precision)
 
     def leader(self, state: VOIState) -> int | None:
         """The converged batch size with the lowest posterior mean cost (None before any converged)."""
@@ -339,7 +429,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
                 smaller = [c for c, p in steady.items() if c < b and p is not None]
                 ref = own.get(b, steady[max(smaller)] if smaller else None)
                 larger = {c: p for c, p in steady.items() if c > b and p is not None}
-                if self.revision >= 5 and b not in own and larger:  # at most B / b times B's pace
+                if self.pace_model and b not in own and larger:  # at most B / b times B's pace
                     bound = larger[min(larger)] * min(larger) / b
                     ref = bound if ref is None else min(ref, bound)
                 if ref is not None and pace[b] > SLOWDOWN * ref:
@@ -449,7 +539,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer
         than two batch sizes have converged: the walk's prediction stands (revision 4).
         """
-        if self.revision < 5:
+        if not self.pace_model:
             return None
         model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
         if model is None:
@@ -506,3 +596,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
+
+
+def _density(z: float) -> float:
+    """Standard normal density (up to its constant, which cancels in a posterior's weights)."""
+    return math.exp(-0.5 * z * z)
