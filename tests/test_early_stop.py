@@ -161,7 +161,7 @@ def test_a_run_recorded_before_revisions_resumes_with_revision_1_and_is_refused_
     stored = spec.parent / "runs" / "spec.yaml"
     stored.write_text("".join(ln for ln in stored.read_text().splitlines(True) if "revision:" not in ln))
     refused = zeus("run", str(spec), "--no-output")
-    assert refused.returncode == 2 and "optimizer.revision: 1 -> 4" in refused.stderr
+    assert refused.returncode == 2 and "optimizer.revision: 1 -> 6" in refused.stderr
     spec.write_text(spec.read_text() + "optimizer: {revision: 1}\n")
     resumed = zeus("run", str(spec), "--no-output")
     assert resumed.returncode == 0, resumed.stderr

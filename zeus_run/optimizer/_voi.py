@@ -159,7 +159,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 4,
+        revision: int = 6,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -172,8 +172,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 5: as 4, and an untried batch size's cost is predicted as epochs x pace
-            (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4 (current): as 3, and a probe counts the chance that it never converges
+        revision: 6 (current): as 4, and a batch size whose only run may have been slow is run again
+            (`recheck`); 5: as 4, and an untried batch size's cost is predicted as epochs x pace
+            (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and a probe counts the chance that it never converges
             (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
             3: as 2, and a batch size's first run is checked for pace
             (`moments`); 2: exploration is valued over the recurrences left, and the robust

@@ -188,8 +188,7 @@ class Sections(Checker):
                     1,
                     6,
                     fix=(
-                        "4: the current rules; 5: the pace model (opt-in); 6: a second look at a run that may have"
-                        " been slow (opt-in); 3, 2 and 1: how runs from before them ran"
+                        "6: the current rules; 5: the pace model (opt-in); 4, 3, 2 and 1: how runs from before them ran"
                     ),
                 ),
             ),
