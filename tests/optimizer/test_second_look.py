@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from zeus_run.engine.core import Engine
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.sim import JOBS, Noise, job_table, load_traces, simulate
+from zeus_run.sim import JOBS, Noise, TraceExecutor, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
 BS = (256, 512, 1024, 2048, 4096)
@@ -129,3 +130,28 @@ def test_a_slowed_first_run_of_b0_does_not_lock_the_walk_downwards(movielens):
         ]
     assert min(final[4]) <= 1024  # revision 4 walks down from the slow b0 and stays there on some seeds
     assert min(final[6]) >= 2048
+
+
+class _Spy(ZeusVOIOptimizer):
+    """Revision 6, recording what it is told."""
+
+    seen: list[Observation]
+
+    def observe(self, state, obs):
+        self.seen.append(obs)
+        return super().observe(state, obs)
+
+
+def test_the_engine_tells_the_optimizer_how_slow_a_run_it_checked_was(movielens):
+    """A slow recurrence of a batch size with runs before it: its cost is taken at the usual pace, and the factor told."""
+    slowdowns = [1.0] * 12
+    slowdowns[9] = 2.5  # recurrence 10: the walk is over, the leader runs again
+    spy = _Spy(movielens.batch_sizes, movielens.default_batch_size, seed=1, horizon=12, revision=6)
+    spy.seen = []
+    records = Engine(spy, 12, 20, 2.0).run([], TraceExecutor(movielens, 0.5, 1, tuple(slowdowns)))
+    slow = [(r, o) for r, o in zip(records, spy.seen, strict=True) if r.recurrence == 10]
+    assert len(slow) == 1
+    record, obs = slow[0]
+    assert obs.slowdown == pytest.approx(2.5, rel=0.05)
+    assert obs.cost == pytest.approx(record.cost / obs.slowdown)
+    assert all(o.slowdown == 1.0 for r, o in zip(records, spy.seen, strict=True) if r.recurrence != 10)
