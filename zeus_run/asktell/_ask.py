@@ -196,9 +196,8 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_pl
             f"{oldest.host or '?'} at {oldest.started_at}). Nothing was asked (exit code 75); tell those back, wait "
             "for their lease to expire, or raise `concurrency` in the spec."
         )
-    ledger = s.ledger()
-    recurrence = ledger.next_recurrence()
-    if recurrence is None:  # the spec's `recurrences` are all done, or in flight
+    request = s.engine.ask(s.ledger())  # the decision path's ask (as `zeus-run run`'s loop asks)
+    if request is None:  # the spec's `recurrences` are all done, or in flight
         total = spec.recurrences
         if s.asks:
             raise RunDirBusy(
@@ -211,7 +210,7 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_pl
             f"(exit code {JOB_COMPLETE_EXIT_CODE}). Raise `recurrences` in the spec, or set `recurrences: null` "
             "for a job with no end."
         )
-    request = ledger.start(recurrence)
+    recurrence = request.recurrence
     if request.attempt > 1 and "retry" not in request.decision.detail:
         why = _retry_reason(s, recurrence)
         decision = dataclasses.replace(request.decision, detail=f"{request.decision.detail}; {why}".strip("; "))

@@ -115,13 +115,12 @@ def tell(
         assert isinstance(marker, RunningMarker)
         request = request_of(marker, s.spec)
         record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.history)
-        engine = s.ledger().engine
-        record, spec_fault = engine.settle(request, record, s.history, stamp=True)
+        record, fault = s.engine.tell(request, record, s.history, stamp=True)  # the decision path's tell
         if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
             record = dataclasses.replace(record, provenance={**(record.provenance or {}), "tell_key": stamped})
         s.record(record, marker)
-        if spec_fault is not None:
-            logger.error("%s", spec_fault)
+        if fault is not None:  # a spec or environment error, or the first recurrence failed at b0
+            logger.error("%s", fault)
         if compact:
             _compact(Path(marker.trial_dir or ""))
         return record
