@@ -38,6 +38,10 @@ def _server_door(tmp: Path) -> list[TrialRecord]:
 DOORS["server"] = _server_door
 
 
+# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_doors")
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[TrialRecord]]:
     """The first three trials of the job through each door (run once for the module)."""

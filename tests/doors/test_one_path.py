@@ -244,7 +244,9 @@ def test_run_ask_tell_the_job_api_and_the_audit_all_decide_and_judge_through_eng
 
     # `zeus-run run --next 2`: two recurrences of four, in the launcher's loop
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(spec_text(tmp_path / "runs").replace('"{batch_size}"]', '"{batch_size}", "--needs", "1:2,2:2"]'))
+    spec_file.write_text(
+        spec_text(tmp_path / "runs").replace('"{batch_size}"]', '"{batch_size}", "--needs", "1:2,2:2"]')
+    )
     result = run_job(load_spec(spec_file).with_overrides(recurrences=4), next_recurrences=2)  # `run --next 2`
     assert [r.trial for r in result.new] == [0, 1]
     assert asked == told == [("run", 0), ("run", 1)]

@@ -9,6 +9,9 @@ import pytest
 
 from tests.export.helpers import real_run, zeus
 
+# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_report")
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
