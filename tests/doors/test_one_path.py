@@ -3,6 +3,7 @@ reader, one opener, and the imputation of an unmeasured tell."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -279,3 +280,61 @@ def read_history_of(run_dir: Path) -> list[TrialRecord]:
     from zeus_run.rundir.history import read_history
 
     return list(read_history(run_dir / "history.jsonl", warn=False))
+
+
+# -- the learning-curve stop through ask/tell ----------------------------------------------------------------------
+
+
+def _mark_curve_stop(run_dir: Path, token: str) -> None:
+    """Make the ask a probe held to its learning curve (what the engine decides for zeus-voi's probes)."""
+    from zeus_run.contract import markers_from_json, markers_to_json
+
+    path = run_dir / "running.json"
+    markers, _ = markers_from_json(json.loads(path.read_text()))
+    marked = [dataclasses.replace(m, curve_stop=True) if m.token == token else m for m in markers]
+    path.write_text(json.dumps(markers_to_json(marked)))
+
+
+@pytest.mark.parametrize("curve_stop", [True, False])
+def test_an_asked_probe_is_held_to_its_learning_curve_as_a_launched_one_is(tmp_path, curve_stop):
+    """A flat curve at 0.5 against a target of 0.9 with max_epochs 10: the launcher stops it after 3 epochs
+    (`tests/test_stop.py`); ``report_epoch`` and the tell judge an ask's trial by the same rule."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs").replace("max_epochs: 3", "max_epochs: 10"))
+    a = ask(spec)
+    assert not a.curve_stop  # b0's first run is no probe
+    if curve_stop:
+        _mark_curve_stop(a.run_dir, a.token)
+    answers = [report_epoch(a.run_dir, a.token, e, 0.5, time=float(e), energy=10.0 * e) for e in range(1, 11)]
+    stopped = [(e, s) for e, s in enumerate(answers, start=1) if s is not None]
+    record = tell(a.run_dir, a.token, exit_code=0)
+    if curve_stop:
+        assert stopped[0] == (3, StopReason.NO_PROGRESS)
+        assert (record.stop_reason, record.epochs, record.observed) == (StopReason.NO_PROGRESS, 3, True)
+    else:
+        assert stopped == [(10, StopReason.MAX_EPOCHS)] and record.stop_reason is StopReason.MAX_EPOCHS
+
+
+def test_a_trial_told_from_the_environment_stops_itself_on_its_curve(tmp_path, monkeypatch):
+    """`zeus_run.train.Trial` measuring itself (ask/tell without exec) reads ``ZEUS_CURVE_STOP``."""
+    from zeus_run.contract import Env
+    from zeus_run.train import Trial
+
+    events = tmp_path / "events.jsonl"
+    for name, value in {
+        Env.EVENT_LOG: str(events),
+        Env.HEARTBEAT: str(tmp_path / "heartbeat"),
+        Env.ENERGY: json.dumps({"source": "estimate", "watts": 100}),
+        Env.MAX_EPOCHS: "10",
+        Env.TARGET_METRIC: "0.9",
+        Env.CURVE_STOP: "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    trial = Trial.from_env(batch_size=8)
+    try:
+        goes_on = [trial.report(0.5) for _ in range(3)]
+    finally:
+        trial.close()
+    assert goes_on == [True, True, False]
+    stops = [json.loads(line) for line in events.read_text().splitlines() if '"stop"' in line]
+    assert [s["reason"] for s in stops] == ["no_progress"]

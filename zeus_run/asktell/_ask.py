@@ -60,6 +60,7 @@ class Ask:
         expires_at: When the lease runs out unless renewed (Unix time, unit: s).
         workdir: The absolute directory ``command`` runs in (the spec's ``workdir``; its paths are
             relative to it).
+        curve_stop: The trial may also be stopped by its learning curve (`zeus_run.trial.stop.StopRule`).
     """
 
     token: str
@@ -83,6 +84,7 @@ class Ask:
     lease_s: float
     expires_at: float
     workdir: Path | None = None
+    curve_stop: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """What ``zeus-run ask --format json`` prints (``attempt`` also as ``try``)."""
@@ -184,6 +186,7 @@ def _answer(
         lease_s=marker.lease if marker.lease is not None else spec.lease,
         expires_at=expires,
         workdir=Path(workdir).absolute(),
+        curve_stop=marker.curve_stop,
     )
 
 

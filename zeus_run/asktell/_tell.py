@@ -216,7 +216,8 @@ def report_epoch(
     stop = None
     if cost is not None and elapsed is not None:
         rule = _rule(spec, marker)
-        stop = rule.after_epoch(int(epoch), float(metric), cost, prev_cost)
+        curve = [ev.metric for ev in before if ev.epoch < int(epoch)] + [float(metric)]
+        stop = rule.after_epoch(int(epoch), float(metric), cost, prev_cost, curve)
         stop = stop or rule.during(elapsed, cost)
     if stop is not None:
         lines.append({"event": "stop", "reason": str(stop), "time": now})
@@ -402,7 +403,9 @@ def _from_events(
 
 def _rule(spec: JobSpec, marker: RunningMarker) -> StopRule:
     """The stop rule an ask's trial is held to (the launcher's: `zeus_run.trial.stop`)."""
-    return StopRule(spec.max_epochs, spec.target_metric, spec.higher_is_better, marker.threshold, spec.timeout)
+    return StopRule(
+        spec.max_epochs, spec.target_metric, spec.higher_is_better, marker.threshold, spec.timeout, marker.curve_stop
+    )
 
 
 def _start(tail: EventLogTail, marker: RunningMarker) -> float:
