@@ -279,7 +279,7 @@ def test_random_concurrent_runs_keep_every_invariant_and_audit(case):
 # -- the audit of a concurrent history -------------------------------------------------------------
 
 
-# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_concurrency")
 
 

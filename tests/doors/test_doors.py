@@ -38,13 +38,13 @@ def _server_door(tmp: Path) -> list[TrialRecord]:
 DOORS["server"] = _server_door
 
 
-# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+# One xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup), so `outcomes` runs once.
 pytestmark = pytest.mark.xdist_group("test_doors")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not "module": xdist may run another module's tests between these
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[TrialRecord]]:
-    """The first three trials of the job through each door (run once for the module)."""
+    """The first three trials of the job through each door (run once for the session)."""
     out = {}
     for name, door in DOORS.items():
         try:

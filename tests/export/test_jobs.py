@@ -11,7 +11,7 @@ import pytest
 from tests.export.helpers import real_run, simulated_run, zeus
 from zeus_run.views.jobs import expand_run_dirs, job_rows, load_job, total_row
 
-# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_jobs")
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.export.helpers import real_run, zeus
 
-# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_report")
 
 

@@ -25,7 +25,7 @@ def zr(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-# Its module-scoped fixture runs once: one xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup).
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("test_concurrency_sim")
 
 
