@@ -279,6 +279,10 @@ def test_random_concurrent_runs_keep_every_invariant_and_audit(case):
 # -- the audit of a concurrent history -------------------------------------------------------------
 
 
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_concurrency")
+
+
 @pytest.fixture(scope="module")
 def concurrent_history() -> tuple[list[TrialRecord], Knobs]:
     k = knobs(concurrency=3, seed=21)

@@ -25,7 +25,8 @@ from zeus_run.export import exposition
 from zeus_run.rundir.history import read_history
 from zeus_run.views.jobs import load_job
 
-pytestmark = pytest.mark.usefixtures("traces_dir")
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = [pytest.mark.usefixtures("traces_dir"), pytest.mark.xdist_group("test_one_baseline")]
 
 
 @pytest.fixture(scope="module")

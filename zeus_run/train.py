@@ -26,6 +26,7 @@ ZEUS_HIGHER_IS_BETTER   ``1`` if larger metrics are better, else ``0``
 ZEUS_MAX_EPOCHS         most epochs to train
 ZEUS_ETA_KNOB           eta of the cost
 ZEUS_COST_THRESH        early-stop cost threshold in joules (``inf`` if none)
+ZEUS_CURVE_STOP         ``1`` if the learning curve may stop the trial too
 ZEUS_LOG_DIR            directory for the script's own files for this trial
 ZEUS_JOB_ID             job name, recurrence and try, e.g. ``demo-r3-t1``
 ZEUS_RECURRENCE         1-based recurrence number
@@ -100,7 +101,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from zeus_run.contract import Env, process_start_time, reaches_target, write_heartbeat
+from zeus_run.contract import Env, env_float, env_int, process_start_time, reaches_target, write_heartbeat
 from zeus_run.remote import RemoteTrial
 
 if TYPE_CHECKING:  # imported only when measuring: importing this module stays standard-library only
@@ -152,11 +153,6 @@ def _open_meter(settings: dict, since: float | None) -> SelfMeter:
     return SelfMeter(settings, since)
 
 
-def _env_float(name: str, default: float | None) -> float | None:
-    raw = os.environ.get(name, "")
-    return float(raw) if raw.strip() else default
-
-
 def _energy_settings(env: Mapping[str, str]) -> dict | None:
     """The ``energy`` settings a script measures itself with (``ZEUS_ENERGY``), or None where a launcher
     measures it (its trial token is set). A server's trial without them measures with the defaults."""
@@ -168,11 +164,6 @@ def _energy_settings(env: Mapping[str, str]) -> dict | None:
     except ValueError:
         settings = {}
     return settings if isinstance(settings, dict) else {}
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
-    return int(raw) if raw.strip() else default
 
 
 class Trial:
@@ -210,6 +201,7 @@ class Trial:
         cost_threshold: float | None = None,
         timeout: float | None = None,
         count_startup: bool = True,
+        curve_stop: bool = False,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -239,7 +231,8 @@ class Trial:
         self._lock = threading.Lock()
         self.stop_reason: str | None = None  # the stop rule's reason when this process judged itself
         self._eta = eta
-        self._rule_args = (cost_threshold, timeout)
+        self._rule_args = (cost_threshold, timeout, curve_stop)
+        self._curve: list[float] = []
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
@@ -285,13 +278,14 @@ class Trial:
     def _rule(self) -> StopRule:
         from zeus_run.trial.stop import StopRule
 
-        threshold, timeout = self._rule_args
+        threshold, timeout, curve = self._rule_args
         return StopRule(
             self.max_epochs,
             self.target_metric,
             self.higher_is_better,
             math.inf if threshold is None else threshold,
             timeout,
+            curve,
         )
 
     def _judge_now(self) -> None:
@@ -331,25 +325,26 @@ class Trial:
         if remote is not None and remote.decision:
             return cls._from_decision(remote, learning_rate)
         return cls(
-            batch_size=_env_int(Env.BATCH_SIZE, batch_size),
-            learning_rate=_env_float(Env.LEARNING_RATE, learning_rate),
-            seed=_env_int(Env.SEED, seed),
-            max_epochs=_env_int(Env.MAX_EPOCHS, max_epochs),
-            target_metric=_env_float(Env.TARGET_METRIC, target_metric),
+            batch_size=env_int(Env.BATCH_SIZE, batch_size),
+            learning_rate=env_float(Env.LEARNING_RATE, learning_rate),
+            seed=env_int(Env.SEED, seed),
+            max_epochs=env_int(Env.MAX_EPOCHS, max_epochs),
+            target_metric=env_float(Env.TARGET_METRIC, target_metric),
             higher_is_better=higher_is_better if hib is None else hib.strip() not in ("0", "false", "False"),
             event_log=os.environ.get(Env.EVENT_LOG) or None,
             stop_file=os.environ.get(Env.STOP_FILE) or None,
             profile=os.environ.get(Env.PROFILE, "").strip() == "1",
             profile_stop_file=os.environ.get(Env.PROFILE_STOP) or None,
             heartbeat_file=os.environ.get(Env.HEARTBEAT) or None,
-            lease=_env_float(Env.LEASE, None),
+            lease=env_float(Env.LEASE, None),
             metric_name=os.environ.get(Env.METRIC_NAME) or None,
             remote=remote,
             # Nothing watches the script (no launcher's trial token): it measures itself, as the launcher would.
             energy=_energy_settings(os.environ) if os.environ.get(Env.HEARTBEAT) or remote is not None else None,
-            eta=_env_float(Env.ETA_KNOB, 0.5) or 0.0,
-            cost_threshold=_env_float(Env.COST_THRESH, None),
-            timeout=_env_float(Env.TIMEOUT, None),
+            eta=env_float(Env.ETA_KNOB, 0.5) or 0.0,
+            cost_threshold=env_float(Env.COST_THRESH, None),
+            timeout=env_float(Env.TIMEOUT, None),
+            curve_stop=os.environ.get(Env.CURVE_STOP, "").strip() == "1",
         )
 
     @classmethod
@@ -398,6 +393,7 @@ class Trial:
         """
         self.epoch = self.epoch + 1 if epoch is None else int(epoch)
         self.last_metric = float(metric)
+        self._curve.append(self.last_metric)
         self.reached = self.reached or reaches_target(self.last_metric, self.target_metric, self.higher_is_better)
         event: dict = {"event": "epoch", "epoch": self.epoch, "metric": self.last_metric}
         m = self._measure()
@@ -412,9 +408,10 @@ class Trial:
                 self.remote.report(self.epoch, self.last_metric, m[1], m[0], info)
         elif m is not None and self.stop_reason is None:
             rule = self._rule()
-            reason = rule.after_epoch(self.epoch, self.last_metric, m[2], self._prev_cost) or rule.during(m[0], m[2])
+            reason = rule.after_epoch(self.epoch, self.last_metric, m[2], self._prev_cost, self._curve)
+            reason = reason or rule.during(m[0], m[2])
             self._prev_cost = m[2]
-            if reason is not None and reason.value in ("cost_threshold", "timeout"):
+            if reason is not None and reason.value in ("cost_threshold", "timeout", "no_progress"):
                 self._stop(reason.value, m)
         return not self.should_stop()
 

@@ -18,6 +18,7 @@ from zeus_run.rundir.history import read_history
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("door_train.py")
+SCRIPT_HF = Path(__file__).with_name("door_train_hf.py")
 PYTHON = sys.executable
 #: How long one door may take on a loaded machine (unit: s); waited for, never asserted on.
 DOOR_TIMEOUT = 600
@@ -115,17 +116,39 @@ def door_shell(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
     return history(run_dir)
 
 
-def door_job(tmp: Path, trials: int = 3) -> list[TrialRecord]:
-    """The Python `Job` API, training in this process."""
+def door_job(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """The Python `Job` API, training in this process (``fail``: ``crash`` or ``oom`` raise in the block)."""
     import zeus_run
     from tests.doors.door_train import train
 
     spec, run_dir = write_spec(tmp)
     job = zeus_run.Job(spec)
     for _ in range(trials):
-        with job.ask() as trial:
-            train(trial)
+        try:
+            with job.ask() as trial:
+                if fail in FAILURES:
+                    raise RuntimeError(FAILURES[fail])
+                train(trial)
+        except RuntimeError as exc:
+            assert str(exc) == FAILURES.get(fail), exc  # the block's own error goes on after it is told
     return history(run_dir)
+
+
+#: What `door_train.py` raises for ``--fail crash`` and ``--fail oom``.
+FAILURES = {"crash": "boom", "oom": "CUDA out of memory. Tried to allocate 2.00 GiB"}
+
+
+def door_hf(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """``zeus-run run`` of the same job trained by a Hugging Face ``Trainer`` with `ZeusRunCallback`
+    (`door_train_hf.py`); ``fail`` ``no-metric`` names a metric the evaluation does not log."""
+    spec, run_dir = write_spec(tmp)
+    args = f', "--fail", "{fail}"' if fail and fail != "no-metric" else ""
+    name = "eval_acc" if fail == "no-metric" else "eval_accuracy"
+    text = spec.read_text().replace(f'"{SCRIPT}"]', f'"{SCRIPT_HF}"{args}]')
+    spec.write_text(text + f"metric: {{source: events, name: {name}}}\n")
+    r = sh(f"{zr()} run {spec}", tmp)
+    assert f'File "{REPO / "zeus_run"}' not in r.stderr, r.stderr  # no traceback of zeus-run's own
+    return history(run_dir)[:trials]
 
 
 def door_server(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:

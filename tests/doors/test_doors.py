@@ -38,9 +38,19 @@ def _server_door(tmp: Path) -> list[TrialRecord]:
 DOORS["server"] = _server_door
 
 
-@pytest.fixture(scope="module")
+def _server_door_failing(tmp: Path, fail: str, trials: int) -> list[TrialRecord]:
+    pytest.importorskip("fastapi", reason="the server extra is not installed: pip install -e '.[server]'")
+    pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install -e '.[server]'")
+    return helpers.door_server(tmp, fail, trials)
+
+
+# One xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup), so `outcomes` runs once.
+pytestmark = pytest.mark.xdist_group("test_doors")
+
+
+@pytest.fixture(scope="session")  # not "module": xdist may run another module's tests between these
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[TrialRecord]]:
-    """The first three trials of the job through each door (run once for the module)."""
+    """The first three trials of the job through each door (run once for the session)."""
     out = {}
     for name, door in DOORS.items():
         try:
@@ -50,11 +60,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[TrialRe
     return out
 
 
-@pytest.mark.parametrize("door", list(DOORS))
-def test_every_door_reaches_then_cuts_with_the_same_reasons(outcomes, door):
-    if door not in outcomes:
-        pytest.skip(f"the {door} door is not available here")
-    records = outcomes[door]
+def _check_the_same_reasons(records: list[TrialRecord]) -> None:
     assert records[0].batch_size == 8 and 16 in [r.batch_size for r in records], records
     reached, cut = records[0], next(r for r in records if r.batch_size == 16)
     assert (reached.stop_reason, reached.observed, reached.reached, reached.epochs) == ("target_reached", True, True, 2)
@@ -65,6 +71,13 @@ def test_every_door_reaches_then_cuts_with_the_same_reasons(outcomes, door):
         assert r.energy > 0 and r.time > 0
 
 
+@pytest.mark.parametrize("door", list(DOORS))
+def test_every_door_reaches_then_cuts_with_the_same_reasons(outcomes, door):
+    if door not in outcomes:
+        pytest.skip(f"the {door} door is not available here")
+    _check_the_same_reasons(outcomes[door])
+
+
 def test_the_same_work_costs_the_same_energy_through_every_door(outcomes):
     energies = {door: records[0].energy for door, records in outcomes.items()}
     assert len(energies) >= 4, energies  # run, exec, shell and the Job at least
@@ -72,9 +85,17 @@ def test_the_same_work_costs_the_same_energy_through_every_door(outcomes):
     assert high / low <= AGREE, energies
 
 
-def test_hf_callback_door():
-    pytest.importorskip("transformers", reason="transformers is not installed: pip install -e '.[hf]'")
-    pytest.skip("the Hugging Face door needs a model and data set; run it where the hf extra is set up")
+def _needs_hf() -> None:
+    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test_frameworks.sh installs it)")
+    pytest.importorskip("transformers", reason="transformers is not installed (scripts/test_frameworks.sh installs it)")
+
+
+@pytest.mark.frameworks
+def test_the_hugging_face_callback_door_reaches_then_cuts_with_the_same_reasons(tmp_path):
+    """The same job trained by a ``Trainer`` with `ZeusRunCallback` under ``zeus-run run``. Its energy is not
+    compared with the other doors': importing transformers and torch is CPU work the plain script does not do."""
+    _needs_hf()
+    _check_the_same_reasons(helpers.door_hf(tmp_path))
 
 
 def test_a_plain_tell_is_recorded_as_unmeasured_and_imputed_once_a_trial_was_measured(tmp_path):
@@ -104,38 +125,48 @@ def test_a_plain_tell_is_recorded_as_unmeasured_and_imputed_once_a_trial_was_mea
 
 # -- failures: the same verdict through every door ---------------------------------------------------------------
 
-#: Doors that run the script as a process (the failures are the script's own).
-SCRIPT_DOORS = {"run": helpers.door_run, "exec": helpers.door_exec, "shell": helpers.door_shell}
+#: Doors that run the script as a process (the failures are the script's own), and the Hugging Face door
+#: (marker ``frameworks``: scripts/test_frameworks.sh).
+SCRIPT_DOORS = {"run": helpers.door_run, "exec": helpers.door_exec, "shell": helpers.door_shell, "hf": helpers.door_hf}
+#: Doors where the trial exists before the script fails: an error raised while training is told by the
+#: `Job`'s block and by the server's client. (An import error or a script that never reports never reaches them.)
+TRAINING_DOORS = {**SCRIPT_DOORS, "job": helpers.door_job, "server": _server_door_failing}
+
+
+def _doors(doors: dict[str, object]) -> list[object]:
+    return [pytest.param(d, marks=pytest.mark.frameworks) if d == "hf" else d for d in doors]
 
 
 def _first(door: str, tmp: Path, fail: str) -> TrialRecord:
-    records = SCRIPT_DOORS[door](tmp, fail, trials=1)
+    if door == "hf":
+        _needs_hf()
+    records = TRAINING_DOORS[door](tmp, fail, trials=1)  # type: ignore[operator]
     assert records, f"the {door} door recorded nothing"
     return records[0]
 
 
-@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+@pytest.mark.parametrize("door", _doors(TRAINING_DOORS))
 def test_a_crash_at_once_is_an_observed_crash_through_every_door(tmp_path, door):
     record = _first(door, tmp_path, "crash")
     assert (record.stop_reason, record.observed, record.epochs) == ("crashed", True, 0), record
     assert "RuntimeError: boom" in (record.cause or record.message or ""), record
 
 
-@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+@pytest.mark.parametrize("door", _doors(TRAINING_DOORS))
 def test_out_of_memory_is_the_batch_sizes_fault_through_every_door(tmp_path, door):
     record = _first(door, tmp_path, "oom")
     assert (record.stop_reason, record.observed) == ("crashed", True), record
     assert "out of memory" in (record.cause or record.message or ""), record
 
 
-@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+@pytest.mark.parametrize("door", _doors(SCRIPT_DOORS))
 def test_an_import_error_is_an_environment_error_not_an_observation(tmp_path, door):
     record = _first(door, tmp_path, "import")
     assert not record.observed and "ModuleNotFoundError" in (record.cause or record.message or ""), record
     assert record.stop_reason == "environment_error", record
 
 
-@pytest.mark.parametrize("door", list(SCRIPT_DOORS))
+@pytest.mark.parametrize("door", _doors(SCRIPT_DOORS))
 def test_no_metric_is_a_spec_error_not_an_observation(tmp_path, door):
     record = _first(door, tmp_path, "no-metric")
     assert (record.stop_reason, record.observed) == ("config_error", False), record

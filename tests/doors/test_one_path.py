@@ -3,6 +3,7 @@ reader, one opener, and the imputation of an unmeasured tell."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -209,3 +210,131 @@ def test_tell_counts_a_trial_stopped_between_epochs_up_to_its_stop(tmp_path):
     assert (r.stop_reason, r.epochs, r.time, r.energy, r.metrics) == ("cost_threshold", 1, 4.5, 45.0, (0.5,))
     assert (r.energy_source, r.energy_method, r.observed) == ("estimate", "watts-x-cpu-time", True)
     assert r.after_time is not None and r.after_time > 0  # from the stop to the tell
+
+
+# -- the decision path ---------------------------------------------------------------------------------------------
+
+
+def test_run_ask_tell_the_job_api_and_the_audit_all_decide_and_judge_through_engine_ask_and_tell(tmp_path, monkeypatch):
+    """One decision path: `run`'s loop, ``ask``/``tell``, the `Job` API and the audit take every decision through
+    `Engine.ask`, and every door's record goes through `Engine.tell` (the one judge), never around them."""
+    from zeus_run.asktell import Job
+    from zeus_run.engine.core import Engine
+    from zeus_run.engine.knobs import Knobs
+    from zeus_run.engine.replay import audit
+    from zeus_run.engine.runner import run_job
+    from zeus_run.spec import load_spec
+
+    asked: list[tuple[str, int]] = []
+    told: list[tuple[str, int]] = []
+    door = ["run"]
+    real_ask, real_tell = Engine.ask, Engine.tell
+
+    def spy_ask(self, ledger, horizon=None):
+        request = real_ask(self, ledger, horizon)
+        if request is not None:
+            asked.append((door[0], request.trial))
+        return request
+
+    def spy_tell(self, request, record, before, stamp):
+        told.append((door[0], record.trial))
+        return real_tell(self, request, record, before, stamp)
+
+    monkeypatch.setattr(Engine, "ask", spy_ask)
+    monkeypatch.setattr(Engine, "tell", spy_tell)
+
+    # `zeus-run run --next 2`: two recurrences of four, in the launcher's loop
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(
+        spec_text(tmp_path / "runs").replace('"{batch_size}"]', '"{batch_size}", "--needs", "1:2,2:2"]')
+    )
+    result = run_job(load_spec(spec_file).with_overrides(recurrences=4), next_recurrences=2)  # `run --next 2`
+    assert [r.trial for r in result.new] == [0, 1]
+    assert asked == told == [("run", 0), ("run", 1)]
+
+    # the same run directory, asked and told from a shell's library calls
+    door[0] = "ask/tell"
+    a = ask(result.run_dir)
+    for epoch, metric in ((1, 0.5), (2, 0.95)):
+        report_epoch(a.run_dir, a.token, epoch, metric)
+    record = tell(a.run_dir, a.token, exit_code=0)
+    assert record.reached and asked[-1] == told[-1] == ("ask/tell", 2)
+
+    # the Job API (what the callbacks and the server's jobs drive)
+    door[0] = "job"
+    job = Job(run_dir=result.run_dir)
+    with job.ask() as trial:
+        trial.report(0.95, epoch=1)
+    assert job.record is not None and job.record.reached and asked[-1] == told[-1] == ("job", 3)
+
+    # the audit re-derives each recorded decision through the same ask, and judges nothing
+    door[0] = "audit"
+    n_told = len(told)
+    history = read_history_of(result.run_dir)
+    checked = audit(history, Knobs.from_spec(stored_spec(result.run_dir)))
+    assert checked.divergence is None and checked.checked == len(history) == 4
+    assert [t for d, t in asked if d == "audit"] == [0, 1, 2, 3] and len(told) == n_told
+
+
+def read_history_of(run_dir: Path) -> list[TrialRecord]:
+    from zeus_run.rundir.history import read_history
+
+    return list(read_history(run_dir / "history.jsonl", warn=False))
+
+
+# -- the learning-curve stop through ask/tell ----------------------------------------------------------------------
+
+
+def _mark_curve_stop(run_dir: Path, token: str) -> None:
+    """Make the ask a probe held to its learning curve (what the engine decides for zeus-voi's probes)."""
+    from zeus_run.contract import markers_from_json, markers_to_json
+
+    path = run_dir / "running.json"
+    markers, _ = markers_from_json(json.loads(path.read_text()))
+    marked = [dataclasses.replace(m, curve_stop=True) if m.token == token else m for m in markers]
+    path.write_text(json.dumps(markers_to_json(marked)))
+
+
+@pytest.mark.parametrize("curve_stop", [True, False])
+def test_an_asked_probe_is_held_to_its_learning_curve_as_a_launched_one_is(tmp_path, curve_stop):
+    """A flat curve at 0.5 against a target of 0.9 with max_epochs 10: the launcher stops it after 3 epochs
+    (`tests/test_stop.py`); ``report_epoch`` and the tell judge an ask's trial by the same rule."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs").replace("max_epochs: 3", "max_epochs: 10"))
+    a = ask(spec)
+    assert not a.curve_stop  # b0's first run is no probe
+    if curve_stop:
+        _mark_curve_stop(a.run_dir, a.token)
+    answers = [report_epoch(a.run_dir, a.token, e, 0.5, time=float(e), energy=10.0 * e) for e in range(1, 11)]
+    stopped = [(e, s) for e, s in enumerate(answers, start=1) if s is not None]
+    record = tell(a.run_dir, a.token, exit_code=0)
+    if curve_stop:
+        assert stopped[0] == (3, StopReason.NO_PROGRESS)
+        assert (record.stop_reason, record.epochs, record.observed) == (StopReason.NO_PROGRESS, 3, True)
+    else:
+        assert stopped == [(10, StopReason.MAX_EPOCHS)] and record.stop_reason is StopReason.MAX_EPOCHS
+
+
+def test_a_trial_told_from_the_environment_stops_itself_on_its_curve(tmp_path, monkeypatch):
+    """`zeus_run.train.Trial` measuring itself (ask/tell without exec) reads ``ZEUS_CURVE_STOP``."""
+    from zeus_run.contract import Env
+    from zeus_run.train import Trial
+
+    events = tmp_path / "events.jsonl"
+    for name, value in {
+        Env.EVENT_LOG: str(events),
+        Env.HEARTBEAT: str(tmp_path / "heartbeat"),
+        Env.ENERGY: json.dumps({"source": "estimate", "watts": 100}),
+        Env.MAX_EPOCHS: "10",
+        Env.TARGET_METRIC: "0.9",
+        Env.CURVE_STOP: "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    trial = Trial.from_env(batch_size=8)
+    try:
+        goes_on = [trial.report(0.5) for _ in range(3)]
+    finally:
+        trial.close()
+    assert goes_on == [True, True, False]
+    stops = [json.loads(line) for line in events.read_text().splitlines() if '"stop"' in line]
+    assert [s["reason"] for s in stops] == ["no_progress"]

@@ -11,6 +11,9 @@ import pytest
 from tests.export.helpers import real_run, simulated_run, zeus
 from zeus_run.views.jobs import expand_run_dirs, job_rows, load_job, total_row
 
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_jobs")
+
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory):

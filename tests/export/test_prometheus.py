@@ -35,6 +35,10 @@ PROMQL = {
 }
 
 
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_prometheus")
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")

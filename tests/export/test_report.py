@@ -9,6 +9,9 @@ import pytest
 
 from tests.export.helpers import real_run, zeus
 
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_report")
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):

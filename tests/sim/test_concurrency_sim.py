@@ -25,6 +25,10 @@ def zr(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+# One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_concurrency_sim")
+
+
 @pytest.fixture(scope="module")
 def cifar(request):
     traces = REPO.parent / "shared" / "traces"

@@ -33,7 +33,8 @@ from zeus_run.slurm import (
     submit,
 )
 
-pytestmark = pytest.mark.slurm
+# One cluster of two nodes: its tests run one at a time (in one xdist worker, `.ci/run`'s -n 2).
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 CPU = SlurmSettings(gpus=0)
 

@@ -26,7 +26,8 @@ from zeus_run.rundir.history import read_history
 from zeus_run.slurm import find_jobs, run_job_prefix
 from zeus_run.spec import load_spec
 
-pytestmark = pytest.mark.slurm
+# One cluster of two nodes: its tests run one at a time (in one xdist worker, `.ci/run`'s -n 2).
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 ROOT = Path(__file__).resolve().parents[2]
 

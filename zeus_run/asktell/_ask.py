@@ -60,6 +60,7 @@ class Ask:
         expires_at: When the lease runs out unless renewed (Unix time, unit: s).
         workdir: The absolute directory ``command`` runs in (the spec's ``workdir``; its paths are
             relative to it).
+        curve_stop: The trial may also be stopped by its learning curve (`zeus_run.trial.stop.StopRule`).
     """
 
     token: str
@@ -83,6 +84,7 @@ class Ask:
     lease_s: float
     expires_at: float
     workdir: Path | None = None
+    curve_stop: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """What ``zeus-run ask --format json`` prints (``attempt`` also as ``try``)."""
@@ -184,6 +186,7 @@ def _answer(
         lease_s=marker.lease if marker.lease is not None else spec.lease,
         expires_at=expires,
         workdir=Path(workdir).absolute(),
+        curve_stop=marker.curve_stop,
     )
 
 
@@ -196,9 +199,8 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_pl
             f"{oldest.host or '?'} at {oldest.started_at}). Nothing was asked (exit code 75); tell those back, wait "
             "for their lease to expire, or raise `concurrency` in the spec."
         )
-    ledger = s.ledger()
-    recurrence = ledger.next_recurrence()
-    if recurrence is None:  # the spec's `recurrences` are all done, or in flight
+    request = s.engine.ask(s.ledger())  # the decision path's ask (as `zeus-run run`'s loop asks)
+    if request is None:  # the spec's `recurrences` are all done, or in flight
         total = spec.recurrences
         if s.asks:
             raise RunDirBusy(
@@ -211,7 +213,7 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_pl
             f"(exit code {JOB_COMPLETE_EXIT_CODE}). Raise `recurrences` in the spec, or set `recurrences: null` "
             "for a job with no end."
         )
-    request = ledger.start(recurrence)
+    recurrence = request.recurrence
     if request.attempt > 1 and "retry" not in request.decision.detail:
         why = _retry_reason(s, recurrence)
         decision = dataclasses.replace(request.decision, detail=f"{request.decision.detail}; {why}".strip("; "))

@@ -92,6 +92,7 @@ class AskedTrial:
             eta=spec.eta,
             cost_threshold=a.cost_threshold,
             timeout=spec.timeout,
+            curve_stop=a.curve_stop,
             count_startup=False,  # this process asks many trials: its own start-up is none of theirs
         )
         return self.trial

@@ -115,13 +115,12 @@ def tell(
         assert isinstance(marker, RunningMarker)
         request = request_of(marker, s.spec)
         record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.history)
-        engine = s.ledger().engine
-        record, spec_fault = engine.settle(request, record, s.history, stamp=True)
+        record, fault = s.engine.tell(request, record, s.history, stamp=True)  # the decision path's tell
         if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
             record = dataclasses.replace(record, provenance={**(record.provenance or {}), "tell_key": stamped})
         s.record(record, marker)
-        if spec_fault is not None:
-            logger.error("%s", spec_fault)
+        if fault is not None:  # a spec or environment error, or the first recurrence failed at b0
+            logger.error("%s", fault)
         if compact:
             _compact(Path(marker.trial_dir or ""))
         return record
@@ -217,7 +216,8 @@ def report_epoch(
     stop = None
     if cost is not None and elapsed is not None:
         rule = _rule(spec, marker)
-        stop = rule.after_epoch(int(epoch), float(metric), cost, prev_cost)
+        curve = [ev.metric for ev in before if ev.epoch < int(epoch)] + [float(metric)]
+        stop = rule.after_epoch(int(epoch), float(metric), cost, prev_cost, curve)
         stop = stop or rule.during(elapsed, cost)
     if stop is not None:
         lines.append({"event": "stop", "reason": str(stop), "time": now})
@@ -403,7 +403,9 @@ def _from_events(
 
 def _rule(spec: JobSpec, marker: RunningMarker) -> StopRule:
     """The stop rule an ask's trial is held to (the launcher's: `zeus_run.trial.stop`)."""
-    return StopRule(spec.max_epochs, spec.target_metric, spec.higher_is_better, marker.threshold, spec.timeout)
+    return StopRule(
+        spec.max_epochs, spec.target_metric, spec.higher_is_better, marker.threshold, spec.timeout, marker.curve_stop
+    )
 
 
 def _start(tail: EventLogTail, marker: RunningMarker) -> float:

@@ -63,6 +63,12 @@ FORMAT_HELP = "table: for people (plain aligned text when not on a terminal); js
 FormatOption = typer.Option(Format.table, "--format", "-f", case_sensitive=False, help=FORMAT_HELP)
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Debug logging (e.g. the exact command of each trial).")
 QuietOption = typer.Option(False, "--quiet", "-q", help="Only warnings and errors, on stderr.")
+IdempotencyKeyOption = typer.Option(
+    None,
+    "--idempotency-key",
+    help="A key of your choice (a UUID) for this request: run the same command with the same key again "
+    "(a retry after a lost answer) and it answers as the first did instead of doing it twice.",
+)
 
 
 def eta_option(default: str) -> Any:

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import typer
 
-from zeus_run.cli._common import QuietOption, VerboseOption, err_console, handle_errors, setup_logging
+from zeus_run.cli._common import (
+    IdempotencyKeyOption,
+    QuietOption,
+    VerboseOption,
+    err_console,
+    handle_errors,
+    setup_logging,
+)
 
 
 class AskFormat(str, enum.Enum):
@@ -38,12 +45,7 @@ def ask_command(
         case_sensitive=False,
         help="text (for people), json (one object), or env (`export` lines for `eval` in a shell step).",
     ),
-    idempotency_key: str | None = typer.Option(
-        None,
-        "--idempotency-key",
-        help="A key of your choice (a UUID) for this request: run the same command with the same key again "
-        "(a retry after a lost answer) and it answers as the first did instead of doing it twice.",
-    ),
+    idempotency_key: str | None = IdempotencyKeyOption,
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:

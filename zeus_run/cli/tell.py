@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from zeus_run.cli._common import QuietOption, VerboseOption, handle_errors, setup_logging
+from zeus_run.cli._common import IdempotencyKeyOption, QuietOption, VerboseOption, handle_errors, setup_logging
 
 RunDirArgument = typer.Argument(..., metavar="RUN_DIR", help="The run directory the ask named (ZEUS_RUN_DIR).")
 TokenArgument = typer.Argument(..., metavar="TOKEN", help="The ask's token (ZEUS_ASK_TOKEN).")
@@ -40,12 +40,7 @@ def tell_command(
         "(ModuleNotFoundError, a missing command) is told apart from a crash of the batch size.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the record as JSON on stdout."),
-    idempotency_key: str | None = typer.Option(
-        None,
-        "--idempotency-key",
-        help="A key of your choice (a UUID) for this request: run the same command with the same key again "
-        "(a retry after a lost answer) and it answers as the first did instead of doing it twice.",
-    ),
+    idempotency_key: str | None = IdempotencyKeyOption,
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:

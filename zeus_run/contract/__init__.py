@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
 from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
-from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles
+from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles, env_float, env_int
 from zeus_run.contract._process import process_start_time
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
 from zeus_run.contract._trial import (
@@ -50,6 +50,8 @@ __all__ = [
     "TrialOutcome",
     "TrialPlan",
     "crash_cause",
+    "env_float",
+    "env_int",
     "exit_text",
     "heartbeat_time",
     "markers_from_json",

@@ -42,6 +42,8 @@ class RunningMarker:
         seen, in_flight, draw, probe: Concurrent runs: the decision's context
             (`zeus_run.engine.core.TrialRequest.stamp`).
         horizon: Recurrences the optimizer planned over when it decided.
+        curve_stop: The trial may also be stopped by its learning curve (`zeus_run.trial.stop.StopRule`); a
+            tell judges an ask's trial by the same rule.
         executor: The executor that ran it (``local``, ``slurm``).
         slot: Local concurrency: its slot.
         job_name, job_prefix, trial_dir, slurm_job_id, heartbeat_timeout: Slurm: what finds its job again.
@@ -84,6 +86,7 @@ class RunningMarker:
     asked_at: float | None = None
     host: str | None = None
     request_key: str | None = None
+    curve_stop: bool = False
 
     #: Fields that name the decision: a trial taken over must agree on each of them.
     DECISION: ClassVar[tuple[str, ...]] = (

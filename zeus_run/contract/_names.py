@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 # -- environment and files ----------------------------------------------------------------
 
 
@@ -16,6 +18,8 @@ class Env:
     MAX_EPOCHS = "ZEUS_MAX_EPOCHS"
     ETA_KNOB = "ZEUS_ETA_KNOB"
     COST_THRESH = "ZEUS_COST_THRESH"
+    #: ``1`` when the trial may also be stopped by its learning curve (`zeus_run.trial.stop.StopRule.curve_stop`).
+    CURVE_STOP = "ZEUS_CURVE_STOP"
     LOG_DIR = "ZEUS_LOG_DIR"
     JOB_ID = "ZEUS_JOB_ID"
     RECURRENCE = "ZEUS_RECURRENCE"
@@ -96,3 +100,15 @@ class TrialFiles:
 
 #: ``running.json``: the trials in flight (a crash marker), at the top of the run directory.
 RUNNING_NAME = "running.json"
+
+
+def env_float(name: str, default: float | None) -> float | None:
+    """The environment variable ``name`` as a float (``default`` when unset or blank)."""
+    raw = os.environ.get(name, "")
+    return float(raw) if raw.strip() else default
+
+
+def env_int(name: str, default: int) -> int:
+    """The environment variable ``name`` as an int (``default`` when unset or blank)."""
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else default

@@ -40,6 +40,7 @@ from typing import Protocol, runtime_checkable
 from zeus_run.contract import StopReason
 from zeus_run.engine.concurrent import InOrder
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.position import observation_of
 from zeus_run.engine.request import TrialRequest
 from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer
@@ -117,16 +118,49 @@ class Engine:
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
 
-    def settle(
+    # -- the decision path: every door asks, runs the trial its own way, and tells --------------------
+
+    def ask(self, ledger: Ledger, horizon: int | None = None) -> TrialRequest | None:
+        """The next trial: the oldest unfinished recurrence not in flight (else a new one), decided on what
+        ``ledger`` has folded and counted in flight there.
+
+        Every door asks here: `run`'s loop (`Engine.run`), ``zeus-run ask`` and ``exec``, the `Job`
+        API, the callbacks and the server (`zeus_run.asktell`), and the audit that re-derives each
+        recorded decision (`zeus_run.engine.replay`).
+
+        Args:
+            ledger: What the engine knows (the history folded, the trials in flight).
+            horizon: Recurrences the optimizer plans over, if not its own (the audit's).
+
+        Returns:
+            The trial's request (decision, cost threshold, trial number, decision context), or None
+            when every recurrence is done or in flight.
+
+        Raises:
+            ConvergenceError: The recurrence due has used up ``max_tries``.
+        """
+        recurrence = ledger.next_recurrence()
+        return None if recurrence is None else ledger.start(recurrence, horizon)
+
+    def tell(
         self, request: TrialRequest, record: TrialRecord, before: Sequence[TrialRecord], stamp: bool
     ) -> tuple[TrialRecord, ZeusRunError | None]:
-        """An ended trial's record as the history keeps it, and the error that stops the run if the spec made it fail.
+        """An ended trial's record as the history keeps it, and the error that ends the run after it, if any.
+
+        The second half of every door (`ask`): the record is stamped, charged and judged by the one
+        classifier (`zeus_run.trial.classify.judge`). The caller appends it to the history and folds it
+        (`Ledger.fold`; ask/tell folds what the history file holds, `zeus_run.asktell._fold`).
 
         Args:
             request: The request it was started with.
             record: Its record as its executor (or a tell) made it.
             before: Every record folded before it.
             stamp: Stamp the decision's context (`TrialRequest.stamp`): concurrent runs and asks.
+
+        Returns:
+            The record, and the error that ends the run: a spec or environment error
+            (`zeus_run.trial.classify.ConfigurationError`), or the first recurrence not converging at
+            the default batch size (`ConvergenceError`); None to go on.
         """
         if stamp:
             record = request.stamp(record)
@@ -134,7 +168,20 @@ class Engine:
             record = dataclasses.replace(record, horizon=request.horizon)
         if self.charge is not None:
             record = self.charge(before, record)
-        return judge(record, before)
+        record, fault = judge(record, before)
+        return record, fault or self._failure(record)
+
+    def _failure(self, record: TrialRecord) -> ConvergenceError | None:
+        """The error that ends the run after ``record``, if any: the first recurrence did not converge at b0."""
+        if record.recurrence != 1 or record.reached or observation_of(record) is None:
+            return None
+        if record.batch_size != self.optimizer.default_batch_size:
+            return None  # a retry after a crash with several in flight may run another one: it is just a try
+        return ConvergenceError(
+            f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "
+            f"({record.stop_reason}: {record.message or 'see its log'}). zeus-run needs the default batch "
+            "size to converge: check target_metric, higher_is_better, max_epochs and the script."
+        )
 
     def run(
         self,
@@ -175,54 +222,50 @@ class Engine:
         """
         executor = execute if isinstance(execute, TrialExecutor) else InOrder(execute)
         ledger = Ledger.from_history(self, history, adopted)
-        for request in sorted(adopted, key=lambda q: q.trial):
-            executor.start(request)
+        for adopt in sorted(adopted, key=lambda q: q.trial):
+            executor.start(adopt)
         new: list[TrialRecord] = []
         error: ZeusRunError | None = None
         stopping = False
         while True:
-            while not stopping and len(ledger.in_flight) < self.concurrency:
-                rec = ledger.next_recurrence()
-                if rec is None and more is not None:
-                    self.recurrences += more()
-                    rec = ledger.next_recurrence()
-                if rec is None:
-                    break
+            while not stopping and len(ledger.in_flight) < self.concurrency:  # ask, and launch
                 try:
-                    request = ledger.start(rec)
+                    request: TrialRequest | None = self.ask(ledger)
+                    if request is None and more is not None:  # triggers that joined the run, if any
+                        self.recurrences += more()
+                        request = self.ask(ledger)
                 except ConvergenceError as exc:
                     error, stopping = exc, True
+                    break
+                if request is None:
                     break
                 executor.start(request)
             if not ledger.in_flight:
                 break
-            if (
-                more is not None
-                and not stopping
-                and len(ledger.in_flight) < self.concurrency
-                and isinstance(executor, TimedExecutor)
-            ):
-                # A slot is free: look for triggers that joined the run every so often while trials run.
-                waited = executor.wait_for(JOIN_POLL_S)
-                if waited is None:
-                    continue
-                record = waited
-            else:
-                record = executor.wait_any()
+            record = self._wait(
+                executor, more is not None and not stopping and len(ledger.in_flight) < self.concurrency
+            )
+            if record is None:
+                continue
             ended = ledger.in_flight.get(record.trial)
             if ended is None:
                 raise ValueError(
                     f"the executor returned trial {record.trial}, which is not in flight "
                     f"(in flight: {sorted(ledger.in_flight)}); an executor must copy the request's trial"
                 )
-            record, spec_fault = self.settle(ended, record, [*history, *new], stamp=self.concurrency > 1)
-            error = error or spec_fault
+            record, fault = self.tell(ended, record, [*history, *new], stamp=self.concurrency > 1)  # tell
             new.append(record)
             on_record(record)
             ledger.fold(record)
-            if error is None:
-                error = ledger.failure(record)
+            error = error or fault
             stopping = stopping or record.stop_reason is StopReason.INTERRUPTED or error is not None
         if error is not None:
             raise error
         return new
+
+    def _wait(self, executor: TrialExecutor, free_slot: bool) -> TrialRecord | None:
+        """The next trial to end; with a free slot and ``more`` (joined triggers), None every `JOIN_POLL_S`
+        seconds without one, so that the loop looks for triggers that joined the run."""
+        if free_slot and isinstance(executor, TimedExecutor):
+            return executor.wait_for(JOIN_POLL_S)
+        return executor.wait_any()

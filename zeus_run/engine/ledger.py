@@ -233,18 +233,6 @@ class Ledger:
         self.started += 1
         return request
 
-    def failure(self, record: TrialRecord) -> ConvergenceError | None:
-        """The error that ends the run after ``record``, if any: the first recurrence did not converge at b0."""
-        if record.recurrence != 1 or record.reached or observation_of(record) is None:
-            return None
-        if record.batch_size != self.engine.optimizer.default_batch_size:
-            return None  # a retry after a crash with several in flight may run another one: it is just a try
-        return ConvergenceError(
-            f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "
-            f"({record.stop_reason}: {record.message or 'see its log'}). zeus-run needs the default batch "
-            "size to converge: check target_metric, higher_is_better, max_epochs and the script."
-        )
-
     def _recurrence(self, n: int) -> _Recurrence:
         if n > self._newest:
             self._newest = n

@@ -111,12 +111,11 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
                     checked, Divergence(q, "end order", f"trial {_started(records[q], q)} ended", "it had not started")
                 )
             ledger.fold(records[q], _started(records[q], q))
-        recurrence = ledger.next_recurrence()
-        assert recurrence is not None  # the horizon is past every recorded recurrence
-        try:
-            req = ledger.start(recurrence, rec.horizon if rec.horizon is not None else knobs.horizon)
+        try:  # the decision path's ask, as the run took it
+            req = ledger.engine.ask(ledger, rec.horizon if rec.horizon is not None else knobs.horizon)
         except ConvergenceError:
             return AuditResult(checked, None)
+        assert req is not None  # the horizon is past every recorded recurrence
         diff = _difference(rec, req)
         if diff is not None:
             return AuditResult(checked, Divergence(p, *diff))

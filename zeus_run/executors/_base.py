@@ -223,6 +223,7 @@ def prepare(
             Env.MAX_EPOCHS: str(spec.max_epochs),
             Env.ETA_KNOB: repr(spec.eta),
             Env.COST_THRESH: repr(req.cost_threshold),
+            Env.CURVE_STOP: str(int(req.curve_stop)),
             Env.LOG_DIR: str(tdir),
             Env.JOB_ID: f"{spec.name}-r{req.recurrence}-t{req.attempt}",
             Env.RECURRENCE: str(req.recurrence),
@@ -295,6 +296,7 @@ def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> RunningMar
         draw=req.draw if concurrent else 0,
         probe=req.probe if concurrent else False,
         horizon=req.horizon,
+        curve_stop=req.curve_stop,
     )
 
 

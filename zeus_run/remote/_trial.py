@@ -127,16 +127,7 @@ class RemoteTrial:
             return None
         self._close()
         elapsed = time.monotonic() - self._t0 if time_s is None else time_s
-        try:
-            return self.client.finish(self.job, self.token, elapsed, energy_j, exit_code, measured)
-        except ServerError as exc:
-            if exc.code == "already_told":  # a retry after the server recorded it and died before answering
-                logger.info("zeus-run server already has this trial's tell: %s", exc)
-                return None
-            if exc.status in (404, 410):
-                self._lost(exc)
-                return None
-            raise
+        return self._tell(lambda: self.client.finish(self.job, self.token, elapsed, energy_j, exit_code, measured))
 
     def fail(
         self, message: str, exit_code: int = 1, energy_j: float | None = None, measured: dict[str, Any] | None = None
@@ -146,8 +137,14 @@ class RemoteTrial:
             return None
         self._close()
         elapsed = time.monotonic() - self._t0
+        return self._tell(
+            lambda: self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
+        )
+
+    def _tell(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        """Send the tell; None where the server already has it (a retry) or no longer knows the trial."""
         try:
-            return self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
+            return send()
         except ServerError as exc:
             if exc.code == "already_told":  # a retry after the server recorded it and died before answering
                 logger.info("zeus-run server already has this trial's tell: %s", exc)

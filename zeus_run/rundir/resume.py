@@ -302,6 +302,7 @@ def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
         draw=marker.draw,
         probe=marker.probe,
         horizon=marker.horizon,
+        curve_stop=marker.curve_stop,
     )
 
 

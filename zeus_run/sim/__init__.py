@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
+from zeus_run.sim._baselines import Expected, default_baseline, epoch_costs, expected, grid_search_cost, oracle_baseline
 from zeus_run.sim._noise import Noise
-from zeus_run.sim._simulator import (
-    Expected,
-    SimResult,
-    TraceExecutor,
-    default_baseline,
-    epoch_costs,
-    expected,
-    grid_search_cost,
-    oracle_baseline,
-    simulate,
-)
+from zeus_run.sim._simulator import SimResult, TraceExecutor, simulate
 from zeus_run.sim._traces import (
     JOBS,
     JobTable,

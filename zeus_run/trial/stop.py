@@ -150,10 +150,11 @@ def judge(rule: StopRule, points: list[tuple[float, float | None]]) -> Judged:
     prev = 0.0
     for i, (metric, cost) in enumerate(points):
         epoch = i + 1
+        curve = [m for m, _ in points[: i + 1]]
         if cost is None:
-            reason = rule.after_epoch(epoch, metric, 0.0, 0.0)
+            reason = rule.after_epoch(epoch, metric, 0.0, 0.0, curve)
         else:
-            reason = rule.after_epoch(epoch, metric, cost, prev) or rule.during(0.0, cost)
+            reason = rule.after_epoch(epoch, metric, cost, prev, curve) or rule.during(0.0, cost)
             prev = cost
         if reason is not None:
             return Judged(epoch, reason, i)
