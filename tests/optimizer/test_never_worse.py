@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from zeus_run.contract import StopReason
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
+from zeus_run.optimizer._second_look import second_look
 from zeus_run.optimizer.early_stop import CURVE_WINDOW, cannot_reach, curve_min_epochs
 from zeus_run.sim import find_job, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
@@ -140,7 +141,7 @@ def test_a_probe_below_b0_whose_first_run_ran_slower_than_any_batch_size_can_is_
     assert est[128].mean == pytest.approx(90.0) and opt.leader(again) == 128
     # a first run within the bound (18 J an epoch < 1.3 x 15 J) gets no second look
     quiet = opt.fold([*b0, Observation(128, 180.0, True, epochs=10)])
-    assert opt.second_look(quiet, opt.posterior(quiet)[0]) is None
+    assert second_look(opt, quiet, opt.posterior(quiet)[0]) is None
     # revision 3 never looks again
     old = ZeusVOIOptimizer([64, 128, 192], 192, seed=1, horizon=50, revision=3)
     assert "second look" not in old.decide(old.fold([*b0, Observation(128, 300.0, True, epochs=10)])).detail

@@ -6,6 +6,7 @@ import pytest
 
 from zeus_run.engine.core import Engine
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
+from zeus_run.optimizer._second_look import recheck, slow_runs
 from zeus_run.sim import JOBS, Noise, TraceExecutor, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -32,7 +33,7 @@ def opt(revision: int) -> ZeusVOIOptimizer:
 def test_the_slowdowns_the_engine_found_are_counted():
     r6 = opt(6)
     state = r6.fold(UNLUCKY_B0)
-    q, slowdowns = r6.slow_runs(state)
+    q, slowdowns = slow_runs(r6, state)
     assert slowdowns == (2.0,)
     assert state.checks == 7  # the runs of 512 after its first
     assert q == pytest.approx((1 + 0.5) / (len(UNLUCKY_B0) + 1))  # every converged run could have been slow
@@ -63,7 +64,7 @@ def test_a_second_run_at_the_usual_pace_puts_b0_back_in_the_lead():
 )
 def test_no_second_look_without_evidence(case, observations):
     r4, r6 = opt(4), opt(6)
-    assert r6.recheck(r6.fold(observations), *_leader_and_spread(r6, observations)) is None, case
+    assert recheck(r6, r6.fold(observations), *_leader_and_spread(r6, observations)) is None, case
     assert r6.decide(r6.fold(observations)) == r4.decide(r4.fold(observations)), case
 
 
@@ -76,9 +77,9 @@ def _leader_and_spread(o: ZeusVOIOptimizer, observations: list[Observation]):
 def test_the_second_look_keeps_to_the_budget(monkeypatch):
     r6 = opt(6)
     state = r6.fold(UNLUCKY_B0)
-    assert r6.recheck(state, *_leader_and_spread(r6, UNLUCKY_B0)) is not None
+    assert recheck(r6, state, *_leader_and_spread(r6, UNLUCKY_B0)) is not None
     monkeypatch.setattr(r6, "within_budget", lambda *args: False)
-    assert r6.recheck(state, *_leader_and_spread(r6, UNLUCKY_B0)) is None
+    assert recheck(r6, state, *_leader_and_spread(r6, UNLUCKY_B0)) is None
     assert r6.decide(state).batch_size != B0
 
 

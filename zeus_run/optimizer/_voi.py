@@ -8,18 +8,16 @@ reached) and two facts that hold for any training job: cost is close to
 unimodal in log batch size, and it changes smoothly from one batch size to the
 next.
 
-**The walk.** The batch sizes tried so far form an interval around b0 (b0
-runs first). Before each trial the policy looks at the next untried batch size
-beyond each end of that interval and predicts its cost: the cost at that end,
-moved on by `TREND` times the last step's change in log cost (cost rising
-towards that end predicts a further rise), with a spread of `STEP_SD` in log
-cost per step. The probe is run if its expected improvement over the cheapest
-batch size so far, counted over the future recurrences, exceeds
-its expected extra cost now (`planning_horizon`: the recurrences left when the
-spec gives ``recurrences``, discounted). A single noisy cost at the end of a steep descent
-does not end the walk on its own: the end's estimate is smoothed towards the
-straight-line continuation of the two batch sizes before it (precision-weighted).
-An end that never reached the target closes its side, as in Zeus.
+**The walk.** The batch sizes tried so far form an interval around b0 (b0 runs first). Before each
+trial the policy looks at the next untried batch size beyond each end of that interval and predicts
+its cost: the cost at that end, moved on by `TREND` times the last step's change in log cost (cost
+rising towards that end predicts a further rise), with a spread of `STEP_SD` in log cost per step.
+The probe is run if its expected improvement over the cheapest batch size so far, counted over the
+future recurrences, exceeds its expected extra cost now (`planning_horizon`: the recurrences left
+when the spec gives ``recurrences``, discounted). A single noisy cost at the end of a steep descent
+does not end the walk on its own: the end's estimate is smoothed towards the straight-line
+continuation of the two batch sizes before it (precision-weighted). An end that never reached the
+target closes its side, as in Zeus.
 
 **The bandit.** Otherwise the policy exploits with Gaussian Thompson Sampling
 over the batch sizes that reached the target. Each arm's variance is shrunk
@@ -31,10 +29,10 @@ close arms over tens or hundreds of recurrences. Because the walk is
 re-examined before every trial, an end of the interval that becomes the
 cheapest arm later (its first cost was unlucky) re-opens its side.
 
-**Slow first runs** (revision 3). A batch size's first run has no earlier run
-to compare its pace with; one that fell in a slow recurrence would rule its
-batch size out for good. Its cost per epoch is checked against the batch size's
-later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
+**Slow first runs** (revision 3). A batch size's first run has no earlier run to compare its pace
+with; one that fell in a slow recurrence would rule its batch size out for good. Its cost per epoch
+is checked against the batch size's later runs, or the nearest smaller batch size tried
+(`ZeusVOIOptimizer.moments`). Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`.
 
 The state is a pure fold over observations (`VOIState`); the only randomness
 is the Thompson draw, seeded by ``(seed, step)``.
@@ -52,6 +50,7 @@ from typing import NamedTuple
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
 from zeus_run.optimizer._pace import model_log_cost
+from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
@@ -243,116 +242,17 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return Decision(b0, "pruning", "nothing has reached the target yet")
         est, cv2 = self.posterior(state)
         leader = min(converged, key=lambda b: est[b].mean)
-        look = self.second_look(state, est) if self.revision >= 4 else None
+        look = second_look(self, state, est) if self.revision >= 4 else None
         if look is not None:
             return Decision(look, "pruning", "second look: its first run ran slower than any batch size can")
         if self.revision >= 6:
-            again = self.recheck(state, est, leader, cv2)
+            again = recheck(self, state, est, leader, cv2)
             if again is not None:
                 return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
         probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
         return self.thompson(state, est, converged, draw)
-
-    def second_look(self, state: VOIState, est: Mapping[int, Estimate]) -> int | None:
-        """A batch size below b0 whose only run looks slow, to run once more (revision 4).
-
-        `moments` checks a first run's pace against the nearest smaller batch size tried; a
-        walk downwards has none, and a probe whose first run fell in a slow recurrence closes
-        the walk's lower side for good. A smaller batch size runs more, smaller iterations per
-        epoch; at worst each takes as long as the larger batch size's, so its cost per epoch
-        is at most ``B / b`` times that of the larger batch size ``B`` next to it. A first run
-        more than `SLOWDOWN` times slower than that bound ran slow: it is run once more, within
-        the budget (`within_budget`), and that run checks the first one's pace (`moments`).
-        """
-        bs, b0 = self.batch_sizes, self.default_batch_size
-        for i, b in enumerate(bs[: bs.index(b0)]):
-            first, larger = state.first.get(b), bs[i + 1]
-            if first is None or not first.reached or first.epochs <= 0 or b in state.rest:
-                continue
-            ref = state.first.get(larger)
-            if ref is None or not ref.reached or ref.epochs <= 0 or larger not in est:
-                continue
-            pace = _median(state.paces[larger]) if state.paces.get(larger) else ref.cost / ref.epochs
-            if first.cost / first.epochs > SLOWDOWN * pace * larger / b and self.within_budget(
-                state, est, est[larger].mean, 1.0
-            ):
-                return b
-        return None
-
-    def slow_runs(self, state: VOIState) -> tuple[float, tuple[float, ...]]:
-        """Chance that a run is slowed, and the slowdowns seen (revision 6).
-
-        Measured on the runs that can be checked, a batch size's runs after its first: the engine
-        compares each one's pace with the batch size's median and takes a slow one's cost at that
-        median (`Observation.slowdown`). The chance is the posterior mean under
-        `CONVERGE_PRIOR` (Jeffreys): ``(slow + 1/2) / (checked + 1)``. Without a slowdown seen
-        there is nothing to correct a run by, and the caller takes none.
-        """
-        a, b = self.CONVERGE_PRIOR
-        return (len(state.slowdowns) + a) / (sum(state.reached.values()) + a + b), state.slowdowns
-
-    def recheck(
-        self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float
-    ) -> tuple[float, int] | None:
-        """A converged batch size with one run that is worth running again, and the value of that (revision 6).
-
-        A run that fell in a slow recurrence rules its batch size out for good when it is the
-        batch size's only one: the engine can only tell a slow run by the batch size's earlier
-        ones (`Observation.slowdown`), and revision 3's check needs a smaller neighbour that ran
-        at its usual pace. How often runs slow down, and by how much, is measured (`slow_runs`).
-        Whether this one did is judged against what its neighbours predict for it (`neighbours`,
-        the walk's prediction, mean ``mu`` and sd ``sd`` of log cost): with ``q`` the chance of a
-        slow run and ``s_1..s_k`` the slowdowns seen, its cost ``c`` was slowed by ``s_i`` with
-        posterior weight ``w_i`` proportional to ``q / k x phi((log(c / s_i) - mu) / sd)``, and not
-        slowed with ``w_0`` proportional to ``(1 - q) x phi((log c - mu) / sd)``. Running it again is
-        worth ``sum_i w_i max(0, L - c / s_i) x horizon`` (``L`` the leader's mean cost, horizon
-        `planning_horizon`) less what that run costs beyond the leader,
-        ``sum_i w_i c / s_i + w_0 c - L``, within the budget (`within_budget`). The second run then
-        checks the first one's pace (`moments`). Without a slowdown seen, or a tried neighbour: None
-        (a quiet job explores exactly as revision 4).
-        """
-        q, slowdowns = self.slow_runs(state)
-        if not slowdowns:
-            return None
-        horizon, best_cost = self.planning_horizon(state), est[leader].mean
-        best: tuple[float, int] | None = None
-        for b, e in est.items():
-            prior = None if b == leader or b in state.rest else self.neighbours(est, b, cv2)
-            if prior is None:
-                continue
-            mu, sd = prior
-            c = max(e.mean, _TINY)
-            normal = (1.0 - q) * _density((math.log(c) - mu) / sd)
-            slowed = [q / len(slowdowns) * _density((math.log(c / s) - mu) / sd) for s in slowdowns]
-            total = normal + sum(slowed)
-            if total <= 0.0:
-                continue
-            gain = sum(w * max(0.0, best_cost - c / s) for w, s in zip(slowed, slowdowns, strict=True)) / total
-            cost = (normal * c + sum(w * c / s for w, s in zip(slowed, slowdowns, strict=True))) / total
-            value = gain * horizon - (cost - best_cost)
-            if value > 0 and self.within_budget(state, est, cost, 1.0) and (best is None or value > best[0]):
-                best = (value, b)
-        return best
-
-    def neighbours(self, est: Mapping[int, Estimate], batch_size: int, cv2: float) -> tuple[float, float] | None:
-        """Mean and sd of the log cost of a tried ``batch_size`` as its tried neighbours predict it (revision 6).
-
-        The walk's prediction (`predict`) from the next batch size below and the next above, each
-        without ``batch_size``'s own cost, pooled by precision; None where neither was tried.
-        """
-        bs, i = self.batch_sizes, self.batch_sizes.index(batch_size)
-        others = {b: e for b, e in est.items() if b != batch_size}
-        sides = [
-            self.predict(bs, others, i - step, step, cv2)
-            for step in (1, -1)
-            if 0 <= i - step < len(bs) and bs[i - step] in others
-        ]
-        if not sides:
-            return None
-        precision = sum(1.0 / sd**2 for _, sd in sides)
-        return sum(mu / sd**2 for mu, sd in sides) / precision, math.sqrt(1.0 / precision)
 
     def leader(self, state: VOIState) -> int | None:
         """The converged batch size with the lowest posterior mean cost (None before any converged)."""
@@ -597,8 +497,3 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         draws = [est[b].mean + self.TS_SCALE * math.sqrt(est[b].var) * rng.gauss(0.0, 1.0) for b in arms]
         i = min(range(len(arms)), key=draws.__getitem__)
         return Decision(arms[i], "thompson", f"sampled mean cost {draws[i]:.4g} J")
-
-
-def _density(z: float) -> float:
-    """Standard normal density (up to its constant, which cancels in a posterior's weights)."""
-    return math.exp(-0.5 * z * z)
