@@ -153,15 +153,29 @@ def test_a_recurrence_wide_slowdown_never_costs_more_than_one_extra_try(shape, s
     assert SLOWDOWN > 1.0
 
 
-def test_a_run_recorded_before_revisions_resumes_with_revision_1_and_is_refused_without(write_spec):
+def test_a_run_recorded_under_an_older_revision_goes_on_under_it_unless_the_spec_names_another(write_spec):
+    """An upgrade's new default revision never stops a recurring job: a spec that leaves ``optimizer.revision``
+    at its default goes on under the revision the run was recorded with (1: before revisions); a spec that
+    names another one is refused, and --force starts a run directory next to it."""
     from tests.cli.test_run_cli import spec_text, zeus
+    from zeus_run.rundir.opener import locate
+    from zeus_run.rundir.settings import read_settings
+    from zeus_run.spec import load_spec
 
-    spec = write_spec(spec_text(body="recurrences: 2\n").replace("recurrences: 1\n", ""))
+    spec = write_spec(spec_text(body="recurrences: 3\n").replace("recurrences: 1\n", ""))
     assert zeus("run", str(spec), "--no-output", "-n", "1").returncode == 0
-    stored = spec.parent / "runs" / "spec.yaml"
+    run_dir = spec.parent / "runs"
+    stored = run_dir / "spec.yaml"
     stored.write_text("".join(ln for ln in stored.read_text().splitlines(True) if "revision:" not in ln))
-    refused = zeus("run", str(spec), "--no-output")
-    assert refused.returncode == 2 and "optimizer.revision: 1 -> 6" in refused.stderr
-    spec.write_text(spec.read_text() + "optimizer: {revision: 1}\n")
-    resumed = zeus("run", str(spec), "--no-output")
+    assert locate(load_spec(spec)).spec.optimizer.revision == 1  # recorded before revisions
+    resumed = zeus("run", str(spec), "--no-output", "-n", "2")
     assert resumed.returncode == 0, resumed.stderr
+    assert "recorded under zeus-voi revision 1: it goes on under revision 1" in resumed.stderr
+    assert "revision" not in (read_settings(run_dir) or {}).get("optimizer", {})  # the record is as it was
+    assert zeus("replay", str(run_dir)).returncode == 0
+    spec.write_text(spec.read_text() + "optimizer: {revision: 5}\n")
+    refused = zeus("run", str(spec), "--no-output", "-n", "3")
+    assert refused.returncode == 2 and "optimizer.revision: 1 -> 5" in refused.stderr
+    forced = zeus("run", str(spec), "--no-output", "-n", "1", "--force")
+    assert forced.returncode == 0 and (spec.parent / "runs-2" / "spec.yaml").is_file(), forced.stderr
+    assert read_settings(spec.parent / "runs-2")["optimizer"]["revision"] == 5

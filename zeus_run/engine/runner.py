@@ -117,7 +117,7 @@ def run_job(
     lst: RunListener = listener or NullRunListener()
     trigger = triggered_at or now()
     where = locate(spec, run_dir, new=new, force=force)  # the one opener of every door
-    path, resumed = where.path, where.resumed
+    spec, path, resumed = where.spec, where.path, where.resumed
     _preflight_default(spec)
     cancel = cancel or threading.Event()
     executor_class = EXECUTORS[spec.executor.kind]

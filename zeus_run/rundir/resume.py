@@ -34,7 +34,7 @@ from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.settings import read_settings
 from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running
-from zeus_run.spec import DECISION_FIELDS, JobSpec
+from zeus_run.spec import DECISION_FIELDS, JobSpec, OptimizerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +181,39 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, pa
     if result.divergence is not None:
         out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
     return out
+
+
+def keep_recorded_revision(spec: JobSpec, path: Path) -> JobSpec:
+    """``spec``, going on under the optimizer revision its run directory was recorded with, when the spec leaves
+    ``optimizer.revision`` at its default.
+
+    A new default revision (a zeus-run upgrade) then never stops a recurring job whose history was decided
+    under an older one: the history goes on deciding as it was recorded, and replays exactly. A spec that
+    names another revision than the default is compared as it is (`spec_differences`), and ``--force`` (which
+    never calls this) starts a run directory next to it under the spec's revision.
+    """
+    try:
+        stored = read_settings(path)
+    except RunDirError:
+        return spec  # compared as it is: `compatibility` says what is wrong with it
+    opt = stored.get("optimizer") if stored else None
+    if not isinstance(opt, dict) or opt.get("policy") != spec.optimizer.policy:
+        return spec
+    recorded = opt.get("revision", 1)  # recorded before revisions: 1
+    default = OptimizerSettings.for_policy(spec.optimizer.policy).revision
+    if not isinstance(recorded, int) or recorded == spec.optimizer.revision or spec.optimizer.revision != default:
+        return spec
+    logger.info(
+        "%s was recorded under %s revision %d: it goes on under revision %d (the job spec leaves "
+        "optimizer.revision at its default, %d; --force starts a run directory next to it under revision %d)",
+        path,
+        spec.optimizer.policy,
+        recorded,
+        recorded,
+        default,
+        default,
+    )
+    return dataclasses.replace(spec, optimizer=dataclasses.replace(spec.optimizer, revision=recorded))
 
 
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:

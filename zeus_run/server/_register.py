@@ -24,7 +24,7 @@ from typing import Any
 
 from zeus_run.remote import job_path
 from zeus_run.rundir.opener import lock
-from zeus_run.rundir.resume import compatibility
+from zeus_run.rundir.resume import compatibility, keep_recorded_revision
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths
@@ -67,6 +67,7 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
     spec = dataclasses.replace(spec, run_dir=path)
     # A brief holder, as an ask: another worker process may register or ask at the same moment.
     with lock(path, "register") as rd:
+        spec = keep_recorded_revision(spec, path)  # as `zeus-run run` resumes it
         diffs, _ = compatibility(path, spec)  # what `zeus-run run` resumes by
         if diffs:
             raise ApiError(
