@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import wait_for
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
@@ -116,8 +115,11 @@ def test_cost_threshold_stops_early_and_kills_the_process_group(write_spec, tmp_
     # far below the 30 epochs it would have run without the early stop.
     assert stopped["cost"] <= stopped["cost_threshold"] * 1.15
     pid, child = (int(x) for x in pidfile.read_text().split())
-    for p in (pid, child):  # the run ended after the trial: its process group was killed then
-        wait_for(lambda p=p: not alive(p), timeout=30)
+    deadline = time.monotonic() + 30  # the run ended after the trial: its process group was killed then
+    while any(alive(p) for p in (pid, child)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p in (pid, child):
+        assert not alive(p), f"process {p} survived the trial"
 
 
 def alive(pid: int) -> bool:
