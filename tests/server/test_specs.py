@@ -81,6 +81,21 @@ def test_a_changed_spec_is_applied_or_refused_exactly_as_run_would(server, chang
         assert client.ask("job")["lease_s"] == 30
 
 
+def test_a_job_recorded_under_an_older_revision_keeps_it_when_the_spec_leaves_it_at_its_default(server):
+    """As `zeus-run run` resumes it (`zeus_run.rundir.resume.keep_recorded_revision`): an upgrade's new default
+    revision changes nothing; naming another revision is a conflict."""
+    client = server.client()
+    client.register("job", {**BASE, "optimizer": {"policy": "zeus-voi", "revision": 4}})
+    one_trial(client)
+    answer = client.register("job", BASE)  # the default revision, not named
+    assert answer["changed"] == [] and answer["spec"]["optimizer"]["revision"] == 4
+    assert yaml.safe_load((server.root / "job" / SPEC_NAME).read_text())["optimizer"]["revision"] == 4
+    with pytest.raises(ServerError) as refused:
+        client.register("job", {**BASE, "optimizer": {"policy": "zeus-voi", "revision": 5}})
+    assert (refused.value.status, refused.value.code) == (409, "spec_conflict")
+    assert "optimizer.revision: 4 -> 5" in str(refused.value)
+
+
 def test_a_spec_that_names_a_file_outside_the_job_gets_422_naming_the_field(server, tmp_path):
     client = server.client()
     client.register("job", BASE)
