@@ -42,20 +42,27 @@ def train(trial) -> None:  # trial: a zeus_run.train.Trial
             break
 
 
-def main() -> None:
+def begin(choices: tuple[str, ...]):
+    """Parse ``--fail``, fail as it says before training (an import, a crash, out of memory), and return the
+    option and the trial (`zeus_run.train.Trial`); the doors' scripts share it."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fail", choices=("crash", "oom", "import", "no-metric"), default=None)
-    args = ap.parse_args()
-    if args.fail == "import":
+    ap.add_argument("--fail", choices=choices, default=None)
+    fail = ap.parse_args().fail
+    if fail == "import":
         import zeus_run_not_installed  # noqa: F401
     from zeus_run.train import Trial
 
     trial = Trial.from_env(batch_size=8, max_epochs=6, target_metric=0.9)
-    if args.fail == "crash":
+    if fail == "crash":
         raise RuntimeError("boom")
-    if args.fail == "oom":
+    if fail == "oom":
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    if args.fail == "no-metric":
+    return fail, trial
+
+
+def main() -> None:
+    fail, trial = begin(("crash", "oom", "import", "no-metric"))
+    if fail == "no-metric":
         burn(0.5)
         trial.close()
         return

@@ -11,7 +11,6 @@ Options: ``--fail crash|oom|import`` for the failure outcomes (a wrong ``metric.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -20,24 +19,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--fail", choices=("crash", "oom", "import"), default=None)
-    args = ap.parse_args()
-    if args.fail == "import":
-        import zeus_run_not_installed  # noqa: F401
+    from tests.doors.door_train import REACH, WORK, begin, burn
+
+    _, trial = begin(("crash", "oom", "import"))
 
     import torch
     from transformers import Trainer, TrainerCallback
 
-    from tests.doors.door_train import REACH, WORK, burn
     from zeus_run.integrations.hf import ZeusRunCallback, training_arguments
-    from zeus_run.train import Trial
 
-    trial = Trial.from_env(batch_size=8, max_epochs=6, target_metric=0.9)
-    if args.fail == "crash":
-        raise RuntimeError("boom")
-    if args.fail == "oom":
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
     torch.set_num_threads(1)
     need = REACH.get(trial.batch_size, 0)
     evaluations = [0]
