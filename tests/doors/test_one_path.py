@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -127,6 +128,33 @@ def test_an_unmeasured_trial_is_imputed_from_the_measured_ones():
     assert e == pytest.approx(4.0 * 150.0)  # no trial of 32 measured: the job's median power
     e, how, power = impute([], 8, 4.0, 100.0)
     assert (e, how.method, power) == (400.0, "watts-x-time", 100.0)  # nothing measured yet: one stated basis
+
+
+def test_a_tell_imputes_from_the_fold_as_from_the_whole_history_and_reads_only_what_was_appended(tmp_path, monkeypatch):
+    """A server's tell must not re-read the history (its cost would grow with every trial): the fold keeps the
+    measured trials' power, and imputes exactly what the whole history would."""
+    from zeus_run.asktell import Measured
+    from zeus_run.rundir.history import HistoryStore
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs").replace("recurrences: 3", "recurrences: 8"))
+    for watts in (150.0, 250.0, 200.0):  # measured in the trial's process
+        a = ask(spec)
+        report_epoch(a.run_dir, a.token, 1, 0.95)
+        tell(a.run_dir, a.token, exit_code=0, measured=Measured(2.0, 2.0 * watts, "nvml", False, "counter", 300.0))
+    reads: list[Path] = []
+    real_read = HistoryStore.read
+    monkeypatch.setattr(HistoryStore, "read", lambda self, warn=True: reads.append(self.path) or real_read(self, warn))
+    a = ask(a.run_dir)  # by its run directory, as the server asks
+    report_epoch(a.run_dir, a.token, 1, 0.95)
+    r = tell(a.run_dir, a.token, exit_code=0, time=4.0)  # time told by hand, energy not: imputed
+    assert reads == []  # neither the ask, the report nor the tell parsed the whole history
+    history = list(real_read(HistoryStore(a.run_dir / "history.jsonl"), False))[:-1]
+    e, how, power = impute(history, r.batch_size, r.time, 100.0)
+    assert (r.energy, r.energy_method, r.max_power) == (e, how.method, power)
+    assert (r.energy_source, r.energy_method) == ("unmeasured", "imputed")
+    same = [h.energy / h.time for h in history if h.batch_size == r.batch_size] or [150.0, 250.0, 200.0]
+    assert r.energy == pytest.approx(r.time * statistics.median(same))
 
 
 # -- the settings reader and the opener --------------------------------------------------------------------------

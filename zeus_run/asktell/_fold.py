@@ -11,8 +11,9 @@ function of the records, so this is the same ledger a fresh fold gives; the
 file is re-read whole whenever it is not the file the fold came from (another
 inode, shorter, or other bytes where the fold ended), or under another spec.
 
-What is kept per job is the ledger and the set of recorded trial numbers, not
-the records; at most `MAX_JOBS` jobs are kept (the least recently used goes).
+What is kept per job is the ledger, the set of recorded trial numbers and the
+measured trials' power (`zeus_run.asktell._measure.PowerBasis`), not the
+records; at most `MAX_JOBS` jobs are kept (the least recently used goes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zeus_run import _fs
+from zeus_run.asktell._measure import PowerBasis
 from zeus_run.engine.core import Engine
 from zeus_run.engine.ledger import Ledger
 from zeus_run.errors import HistoryError
@@ -46,6 +48,7 @@ class JobFold:
         file_id: ``(st_dev, st_ino)`` of the history file folded (None: there was none).
         offset: Bytes of it folded (complete lines).
         tail: Its last bytes before ``offset``.
+        power: The measured trials' power, for a tell to impute an unmeasured trial's energy.
     """
 
     engine: Engine
@@ -54,6 +57,7 @@ class JobFold:
     file_id: tuple[int, int] | None = None
     offset: int = 0
     tail: bytes = b""
+    power: PowerBasis = field(default_factory=PowerBasis)
 
 
 _FOLDS: collections.OrderedDict[str, JobFold] = collections.OrderedDict()
@@ -108,6 +112,7 @@ def _catch_up(history: Path, fold: JobFold) -> JobFold:
         raise
     fold.ledger.extend(records)
     fold.recorded.update(r.trial for r in records)
+    fold.power.extend(records)
     fold.file_id = file_id
     fold.offset += end
     fold.tail = (fold.tail + new[:end])[-_TAIL:]

@@ -12,7 +12,7 @@ tell. ``zeus-run tell --energy`` and ``--time`` are figures told by hand
 A trial whose energy nothing measured (a plain ``tell`` without ``--energy``) is
 recorded as ``unmeasured``: never charged ``watts x time`` as if measured. Its
 cost must still be comparable with the job's measured trials, so its energy is
-imputed (`impute`): its time x the median power (energy / time) of the job's
+imputed (`PowerBasis.impute`): its time x the median power (energy / time) of the job's
 measured trials of the same batch size, else of all its measured trials
 (``energy_method: imputed``). A job none of whose trials was measured yet has
 nothing to impute from: its unmeasured trials are charged the spec's
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zeus_run.engine.record import UNMEASURED, Measurement
@@ -67,28 +67,48 @@ def meter_of(info: Mapping[str, Any] | None, default_power: float) -> tuple[Meas
     return how, float(info.get("max_power") or default_power)
 
 
+@dataclass
+class PowerBasis:
+    """The measured power (energy / time) and max power of a job's real trials, per batch size: what `impute`
+    charges an unmeasured trial. Built from the records once and extended as they are appended (the ask/tell
+    fold keeps one), so a tell does not re-read the history.
+
+    Attributes:
+        by_batch: Batch size -> (power, max power) of each measured trial, in record order (unit: W).
+    """
+
+    by_batch: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, history: Iterable[TrialRecord]) -> PowerBasis:
+        basis = cls()
+        basis.extend(history)
+        return basis
+
+    def extend(self, records: Iterable[TrialRecord]) -> None:
+        for r in records:
+            if r.kind != "real" or r.energy_source == UNMEASURED or r.time <= 0 or r.energy <= 0:
+                continue
+            self.by_batch.setdefault(r.batch_size, []).append((r.energy / r.time, r.max_power))
+
+    def impute(self, batch_size: int, time: float, watts: float) -> tuple[float, Measurement, float]:
+        """Energy of an unmeasured trial of ``batch_size`` that ran ``time`` seconds, how it was obtained, and the
+        max power its cost charges time at (the measured trials', so that the costs compare; unit: W).
+
+        Args:
+            batch_size: The trial's batch size.
+            time: Its time (unit: s).
+            watts: The spec's ``energy.watts`` (used only when no trial of the job was measured).
+        """
+        basis = self.by_batch.get(batch_size) or [x for xs in self.by_batch.values() for x in xs]
+        if not basis:
+            return watts * time, Measurement(UNMEASURED, True, "watts-x-time"), watts
+        power = statistics.median(p for p, _ in basis)
+        return power * time, Measurement(UNMEASURED, True, "imputed"), statistics.median(m for _, m in basis)
+
+
 def impute(
     history: Iterable[TrialRecord], batch_size: int, time: float, watts: float
 ) -> tuple[float, Measurement, float]:
-    """Energy of an unmeasured trial of ``batch_size`` that ran ``time`` seconds, how it was obtained, and the
-    max power its cost charges time at (the measured trials', so that the costs compare; unit: W).
-
-    Args:
-        history: The job's records so far.
-        batch_size: The trial's batch size.
-        time: Its time (unit: s).
-        watts: The spec's ``energy.watts`` (used only when no trial of the job was measured).
-    """
-    same: list[TrialRecord] = []
-    every: list[TrialRecord] = []
-    for r in history:
-        if r.kind != "real" or r.energy_source == UNMEASURED or r.time <= 0 or r.energy <= 0:
-            continue
-        every.append(r)
-        if r.batch_size == batch_size:
-            same.append(r)
-    basis = same or every
-    if not basis:
-        return watts * time, Measurement(UNMEASURED, True, "watts-x-time"), watts
-    power = statistics.median(r.energy / r.time for r in basis)
-    return power * time, Measurement(UNMEASURED, True, "imputed"), statistics.median(r.max_power for r in basis)
+    """`PowerBasis.impute` over ``history`` (the job's records so far)."""
+    return PowerBasis.of(history).impute(batch_size, time, watts)

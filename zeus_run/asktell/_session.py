@@ -23,6 +23,7 @@ from typing import overload
 
 from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, has_expired
+from zeus_run.asktell._measure import PowerBasis
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
@@ -110,6 +111,14 @@ class Session:
             return Ledger.from_history(self.engine, self.history, asks)
         self._fold = folded(self.rd.path, self.engine)  # with what this session appended
         return self._fold.ledger.branch(asks)
+
+    def power(self) -> PowerBasis:
+        """The measured trials' power, for imputing an unmeasured trial's energy (with what this session
+        appended)."""
+        if self._fold is None:
+            return PowerBasis.of(self.history)
+        self._fold = folded(self.rd.path, self.engine)
+        return self._fold.power
 
     def expire(self, now: float | None = None) -> list[TrialRecord]:
         """Record every ask whose lease ran out as an infrastructure failure (appended, marker removed)."""

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time as _time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from zeus_run import _fs
 from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
 from zeus_run.asktell._lease import ask_provenance, has_expired
-from zeus_run.asktell._measure import REPORTED, Measured, impute, meter_of
+from zeus_run.asktell._measure import REPORTED, Measured, PowerBasis, meter_of
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import (
     RunningMarker,
@@ -114,7 +114,7 @@ def tell(
             _refuse(s, token, marker, told)
         assert isinstance(marker, RunningMarker)
         request = request_of(marker, s.spec)
-        record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.history)
+        record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.power)
         record, fault = s.engine.tell(request, record, s.history, stamp=True)  # the decision path's tell
         if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
             record = dataclasses.replace(record, provenance={**(record.provenance or {}), "tell_key": stamped})
@@ -309,14 +309,14 @@ class _Told:
     measured: Measured | None
 
 
-def _record(spec: JobSpec, marker: RunningMarker, told: _Told, history: Sequence[TrialRecord]) -> TrialRecord:
+def _record(spec: JobSpec, marker: RunningMarker, told: _Told, power: Callable[[], PowerBasis]) -> TrialRecord:
     tdir = Path(marker.trial_dir or "")
     outcome = read_outcome(tdir)
     reported: list[str] = []
     if outcome is not None:  # the agent ran it (zeus-run exec): measured where it ran
         how = measured_by(read_agent_info(tdir) or {}, Measurement("estimate", True))
     else:
-        outcome, how, reported = _from_events(spec, marker, told, history)
+        outcome, how, reported = _from_events(spec, marker, told, power)
     notes = [n for n in (told.message, outcome.message) if n]
     return trial_record(
         spec.name,
@@ -334,7 +334,7 @@ def _record(spec: JobSpec, marker: RunningMarker, told: _Told, history: Sequence
 
 
 def _from_events(
-    spec: JobSpec, marker: RunningMarker, told: _Told, history: Sequence[TrialRecord]
+    spec: JobSpec, marker: RunningMarker, told: _Told, power: Callable[[], PowerBasis]
 ) -> tuple[TrialOutcome, Measurement, list[str]]:
     """The outcome of a trial no agent watched: its epochs read back through the stop rule, and its time and
     energy as the training side measured them (`zeus_run.asktell._measure`)."""
@@ -380,7 +380,7 @@ def _from_events(
     else:
         how = Measurement(UNMEASURED)
     if e is None or not how.measured:
-        e, how, max_power = impute(history, marker.batch_size, t, spec.energy.watts)
+        e, how, max_power = power().impute(marker.batch_size, t, spec.energy.watts)
     decided = at is not None
     outcome = TrialOutcome(
         epochs=counted,

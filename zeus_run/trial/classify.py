@@ -267,7 +267,7 @@ def judge(
         history: The records before it (one or more sequences, in order).
         tail: The script's output tail, if the record's ``message`` does not hold it.
     """
-    finding = classify(record, list(itertools.chain(*history)), tail)
+    finding = classify(record, itertools.chain(*history), tail)  # read only where the evidence needs it
     if not finding.stops_the_run:
         return record, None
     cause, fix = finding.cause or str(finding.stop_reason), finding.fix or ""
