@@ -5,6 +5,11 @@ directories cannot be locked) and writes ``.lock``: pid, host, since (UTC) and
 its role: ``run`` for a launcher, which holds it for the whole run, or a brief
 role (``ask``, ``tell``, ``expire``) for ask/tell, which holds it for a moment
 and is waited for.
+
+A caller that must not block (the server's event loop) takes locks inside
+`first_lock_without_waiting`: the first lock it takes while another process
+holds it raises `WouldWait` at once, before the call has done anything, so the
+caller can make the same call again where waiting is fine (a worker thread).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from zeus_run import _fs
@@ -29,6 +37,26 @@ _LINK_ADVICE = (
     "zeus-run does not follow symbolic links in a run directory: whoever planted one could make it overwrite "
     "the link's target. Remove it, or choose another run directory."
 )
+
+
+class WouldWait(RunDirBusy):
+    """The run directory is held by another (inside `first_lock_without_waiting`); nothing was done."""
+
+
+#: Inside `first_lock_without_waiting`: [whether a lock was taken yet]; None outside.
+_NO_WAIT: ContextVar[list[bool] | None] = ContextVar("zeus_run_no_wait", default=None)
+
+
+@contextmanager
+def first_lock_without_waiting() -> Iterator[None]:
+    """Within this block (this thread or task), the first run-directory lock taken does not wait: held by
+    another, it raises `WouldWait` before anything was done under it. Later locks wait as usual (the call
+    has done something by then, so it cannot be made again elsewhere)."""
+    token = _NO_WAIT.set([False])
+    try:
+        yield
+    finally:
+        _NO_WAIT.reset(token)
 
 
 def _lock(path: Path) -> int:
@@ -87,10 +115,16 @@ def _lock_waiting(path: Path, wait: float) -> int:
     started = time.monotonic()
     deadline = started + wait
     pause = 0.01
+    no_wait = _NO_WAIT.get()
     while True:
         try:
-            return _lock(path)
-        except RunDirBusy:
+            fd = _lock(path)
+            if no_wait is not None:
+                no_wait[0] = True
+            return fd
+        except RunDirBusy as exc:
+            if no_wait is not None and not no_wait[0]:
+                raise WouldWait(str(exc)) from None
             now = time.monotonic()
             words = _holder_words(path)
             brief = words[3:4] != [] and words[3] in BRIEF_ROLES

@@ -4,13 +4,19 @@
 name to its run directory (`ServerRoot.job_dir`), serializes the requests of
 one job, and turns the engine's answers into the API's bodies.
 
-The library's calls block (the run directory's ``flock``, fsyncs), so they run
-on a small pool of worker threads (`WORKERS`). A request waits for its job's
-turn on the event loop (`JobService.run`: one `asyncio.Lock` per job), not on a
-worker, so the requests of one slow job (a slow disk, many clients) hold at
-most one worker and never keep another job waiting. Epoch reports and
-heartbeats, the most frequent and cheapest calls, have workers of their own.
-Few workers also keep the threads from fighting over the interpreter lock.
+The library's calls are brief (a few file operations and fsyncs: about a
+millisecond on a local disk), so they run on the event loop's thread
+(`JobService.run`): handing each to a worker thread costs more than the call,
+and threads that contend for the interpreter lock made a request's CPU double
+under concurrency. A call never waits there for another process, though: it
+takes its run directory's lock without waiting
+(`zeus_run.rundir.lock.first_lock_without_waiting`), and when another holder
+has it (a second worker process, a ``zeus-run tell``, a launcher) the call is
+made again on a small pool of worker threads (`WORKERS`), which waits. There a
+request waits for its job's turn on the event loop (one `asyncio.Lock` per
+job), not on a worker, so one busy job holds at most one worker and never keeps
+another job waiting. Epoch reports and heartbeats, the most frequent and
+cheapest calls, take no lock and have workers of their own.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import anyio.to_thread
 
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
+from zeus_run.rundir.lock import WouldWait, first_lock_without_waiting
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server import _faults, _register
 from zeus_run.server._errors import ApiError
@@ -63,14 +70,25 @@ class JobService:
         self._limiters: tuple[anyio.CapacityLimiter, anyio.CapacityLimiter] | None = None
 
     async def run(self, name: str | None, call: Callable[[], T], quick: bool = False) -> T:
-        """Run ``call`` (a blocking method of this service) on a worker, after the job's earlier requests.
+        """Run ``call`` (a method of this service), after the job's earlier requests: here, unless its run
+        directory is held by another process (then on a worker, which waits for it).
 
         Args:
-            name: The job (None: a call that reads, in no job's turn).
+            name: The job (None: a call that reads, in no job's turn, on a worker: a whole history can be long).
             call: The call.
-            quick: A report or heartbeat: a few file operations and no lock, run on workers of
-                their own, so that they never wait behind other jobs' asks and tells.
+            quick: A report or heartbeat: a few file operations and no lock (on a worker: on workers of
+                their own, so that they never wait behind other jobs' asks and tells).
         """
+        turn = self._turns.get(name) if name is not None else None
+        if name is not None and (turn is None or not turn.locked()):  # none of its requests is on a worker
+            try:
+                with first_lock_without_waiting():
+                    return call()
+            except WouldWait:
+                logger.debug("job %s: its run directory is held by another process; waiting on a worker", name)
+        return await self._on_worker(name, call, quick)
+
+    async def _on_worker(self, name: str | None, call: Callable[[], T], quick: bool) -> T:
         if self._limiters is None:
             self._limiters = (anyio.CapacityLimiter(self.workers), anyio.CapacityLimiter(QUICK_WORKERS))
         limiter = self._limiters[quick]
