@@ -107,13 +107,14 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return HeartbeatAnswer(expires_at=await service.run(job, lambda: service.heartbeat(job, token), quick=True))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/epochs", response_model=ReportAnswer)
-    async def report(body: EpochReport, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> ReportAnswer:
+    async def report(body: EpochReport, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
         """Report one epoch. On disk (fsynced) before the answer, which says whether to stop.
 
         The last epoch again (a retry) is answered as before and not recorded twice; a lower epoch is 409.
         """
         k = _key(key)
-        return await service.run(job, lambda: service.report(job, token, body, k), quick=True)
+        answer = await service.run(job, lambda: service.report(job, token, body, k), quick=True)
+        return Response(answer.model_dump_json(), media_type="application/json")  # FastAPI would validate it again
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/finish", response_model=TrialRecord)
     async def finish(body: Finish, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
