@@ -281,15 +281,16 @@ def _join(
         measured = f"measured by the launcher it joined ({got.holder})"
         lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, measured, done)
 
-    req = joins.request(path, k, trigger)
-    logger.info(
-        "%s is held by another launcher and the spec allows overlap (concurrency %d): asked it to run %d more "
-        "recurrence(s) for this trigger; waiting for them",
-        path,
-        spec.concurrency,
-        k,
-    )
+    # The signals go to ``cancel`` before the request is written: a SIGINT right after it withdraws it.
     with _signals_to(cancel) as signum:
+        req = joins.request(path, k, trigger)
+        logger.info(
+            "%s is held by another launcher and the spec allows overlap (concurrency %d): asked it to run %d more "
+            "recurrence(s) for this trigger; waiting for them",
+            path,
+            spec.concurrency,
+            k,
+        )
         outcome = joins.wait_for(path, req, lambda: is_held(path), lst.on_trial_end, cancel, claimed)
     if outcome.interrupted is not None:
         raise _interrupted(signum[0], path, outcome.interrupted)
