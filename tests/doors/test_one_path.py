@@ -157,6 +157,18 @@ def test_a_tell_imputes_from_the_fold_as_from_the_whole_history_and_reads_only_w
     assert r.energy == pytest.approx(r.time * statistics.median(same))
 
 
+def test_figures_a_client_reports_without_saying_how_it_measured_are_marked_time_then_energy(tmp_path):
+    """The Zeus client reports time and energy with each epoch and no meter: the record says what was reported,
+    in the one order every door uses (``time energy``)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(spec_text(tmp_path / "runs"))
+    a = ask(spec)
+    report_epoch(a.run_dir, a.token, 1, 0.5, time=10.0, energy=2000.0)
+    report_epoch(a.run_dir, a.token, 2, 0.95, time=20.0, energy=4000.0)
+    r = tell(a.run_dir, a.token, exit_code=0, time=20.0, energy=4000.0)
+    assert (r.reported, r.energy_source, r.time, r.energy) == ("time energy", "reported", 20.0, 4000.0)
+
+
 # -- the settings reader and the opener --------------------------------------------------------------------------
 
 
