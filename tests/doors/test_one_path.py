@@ -167,6 +167,11 @@ def test_figures_a_client_reports_without_saying_how_it_measured_are_marked_time
     report_epoch(a.run_dir, a.token, 2, 0.95, time=20.0, energy=4000.0)
     r = tell(a.run_dir, a.token, exit_code=0, time=20.0, energy=4000.0)
     assert (r.reported, r.energy_source, r.time, r.energy) == ("time energy", "reported", 20.0, 4000.0)
+    # Ended without figures (Zeus's client's PATCH at its exit): the last epoch's time and energy, one point.
+    b = ask(a.run_dir)
+    report_epoch(b.run_dir, b.token, 1, 0.5, time=10.0, energy=2000.0)
+    r = tell(b.run_dir, b.token, exit_code=1, message="ended before the server said to stop")
+    assert (r.reported, r.energy_source, r.time, r.energy) == ("time energy", "reported", 10.0, 2000.0)
 
 
 # -- the settings reader and the opener --------------------------------------------------------------------------

@@ -377,6 +377,11 @@ def _from_events(
     elif events and events[-1].energy is not None:
         e = events[-1].energy
         how = meter[0] if meter is not None else Measurement(REPORTED)
+        if meter is None:  # a client's figures at its last epoch (Zeus's client): time and energy at one point
+            if told.time is None and events[-1].elapsed is not None:
+                t = events[-1].elapsed
+                reported = ["time"]
+            reported = [*reported, "energy"]
     else:
         how = Measurement(UNMEASURED)
     if e is None or not how.measured:
