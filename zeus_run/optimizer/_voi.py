@@ -33,6 +33,7 @@ cheapest arm later (its first cost was unlucky) re-opens its side.
 with; one that fell in a slow recurrence would rule its batch size out for good. Its cost per epoch
 is checked against the batch size's later runs, or the nearest smaller batch size tried
 (`ZeusVOIOptimizer.moments`). Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`.
+Strides of two batch sizes down a steep descent (revision 7): `zeus_run.optimizer._stride`.
 
 The state is a pure fold over observations (`VOIState`); the only randomness
 is the Thompson draw, seeded by ``(seed, step)``.
@@ -53,6 +54,7 @@ from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
+from zeus_run.optimizer._stride import candidates as _stride_candidates
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ logger = logging.getLogger(__name__)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,9 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 6 (current): as 4, and a batch size whose only run may have been slow is run again
-            (`recheck`); 5: as 4, and an untried batch size's cost is predicted as epochs x pace
+        revision: 7: as 6, and a walk down a steep descent may stride two batch sizes, the one it
+            skipped being weighed like a probe (`zeus_run.optimizer._stride`); 6: as 4, and a batch
+            size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost is predicted as epochs x pace
             (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and a probe counts the chance that it never converges
             (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
             3: as 2, and a batch size's first run is checked for pace
@@ -186,7 +189,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
         if revision not in REVISIONS:
-            raise ValueError(f"revision must be 1, 2, 3, 4, 5 or 6, got {revision}")
+            raise ValueError(f"revision must be one of {REVISIONS}, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
@@ -351,6 +354,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float, horizon: float | None = None
     ) -> Decision | None:
         """The untried batch size beyond an end of the tried interval worth probing most, if any is."""
+        if self.revision >= 7:
+            return self.best_stride(state, est, leader, cv2, horizon)
         bs = self.batch_sizes
         tried = [i for i, b in enumerate(bs) if b in state.arms]
         best: tuple[float, int, str] | None = None
@@ -371,6 +376,26 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return None
         value, batch_size, side = best
         return Decision(batch_size, "pruning", f"{side}: expected saving exceeds the probe's cost by {value:.4g} J")
+
+    def best_stride(
+        self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float, horizon: float | None = None
+    ) -> Decision | None:
+        """Revision 7's `best_probe`: the walk may stride two batch sizes (`zeus_run.optimizer._stride`)."""
+        p = self.converge_chance(state)
+        best: tuple[float, int, str] | None = None
+        for batch_size, why, prior in _stride_candidates(self, state, est, cv2):
+            mu, sd = prior
+            value = self.probe_value(self.batch_sizes, est, 0, 0, est[leader].mean, cv2, horizon, p, prior)
+            if (
+                value > 0
+                and self.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
+                and (best is None or value > best[0])
+            ):
+                best = (value, batch_size, why)
+        if best is None:
+            return None
+        value, batch_size, why = best
+        return Decision(batch_size, "pruning", f"{why}: expected saving exceeds the probe's cost by {value:.4g} J")
 
     def probe_value(
         self,
