@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._stride import candidates
+from zeus_run.optimizer._stride import candidates, predict_span
 from zeus_run.sim import find_job, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -82,6 +82,21 @@ def test_a_stride_past_the_best_is_checked_back():
     assert set(gaps) == {64, 256}
     assert gaps[64][0] < gaps[256][0]  # the gap below the leader is predicted cheaper than the one above it
     assert o.decide(state).batch_size == 64
+
+
+def test_a_gap_next_to_a_cliff_is_predicted_from_the_descent():
+    """b0 = 128 of (16, 32, 64, 128, 256): 64 fell steeply (log -0.69), the stride to 16 landed on 4x its cost.
+
+    The cliff has no trend behind it and says nothing of the slope into the gap: the gap is predicted as the
+    next step of the descent (what revision 6 would have probed), not halfway up to the cliff.
+    """
+    o = ZeusVOIOptimizer((16, 32, 64, 128, 256), 128, seed=1, horizon=24, revision=7)
+    state = fold(o, [(128, 4.0), (64, 2.0), (16, 8.0)])
+    est, cv2 = o.posterior(state)
+    gaps = {b: prior for b, why, prior in candidates(o, state, est, cv2) if "skipped" in why}
+    walk = predict_span(o, est, 2, -1, cv2)
+    assert gaps[32] == pytest.approx(walk[:2])
+    assert o.decide(state).batch_size == 32
 
 
 def test_revision_7_is_a_pure_function_of_the_observations():

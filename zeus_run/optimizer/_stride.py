@@ -12,12 +12,14 @@ not there. Otherwise (no trend yet, a rising, flat or uncertain one) the candida
 the budget), against the next batch size's.
 
 A batch size a stride skipped is a gap, weighed like any probe too: its log cost is what the walk
-predicts from each tried neighbour towards it (`predict_span`, with that neighbour's own trend),
-pooled by precision, as revision 6's second look predicts a tried batch size (`neighbours`). A
-stride that overshot the best batch size lands on a rise, and the neighbour on the descending
-side still predicts a fall into the gap, so the gap is checked back; a straight line between the
-two neighbours (a bridge) would put the gap above the lower one and leave the best batch size
-untried.
+predicts from a tried neighbour towards it (`predict_span`), from each neighbour that has a trend
+(a converged batch size behind it), pooled by precision, as revision 6's second look pools its
+neighbours (`neighbours`). A stride that overshot the best batch size lands on a rise with no
+trend behind it yet, and the neighbour it left from still predicts a fall into the gap: the gap
+is checked back as revision 6 would have probed it. Pooling in the trendless neighbour too (its
+cost with no change) puts the gap between the two, above the lower one when the stride landed
+on a cliff, and leaves the best batch size untried (`tests/optimizer/test_policy_voi.py`, and
+docs/benchmarks.md for the measurements).
 
 Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
 """
@@ -85,7 +87,8 @@ def candidates(
     In revision 6's order (downwards first) the next batch size beyond each end whose batch size
     reached the target, each followed by the one after it where the descent is sure to go on
     past the next step (the module docstring); then every untried batch size between two tried
-    ones (a gap a stride left).
+    ones (a gap a stride left), predicted from its neighbours that have a trend (all of its
+    converged neighbours when none has).
     """
     bs = opt.batch_sizes
     tried = [i for i, b in enumerate(bs) if b in state.arms]
@@ -100,8 +103,9 @@ def candidates(
     for i in range(1, len(bs) - 1):
         if bs[i] in state.arms or bs[i - 1] not in state.arms or bs[i + 1] not in state.arms:
             continue
-        sides = [predict_span(opt, est, j, i - j, cv2)[:2] for j in (i - 1, i + 1) if bs[j] in est]
-        if sides:
-            precision = sum(1.0 / sd**2 for _, sd in sides)
-            mu = sum(m / sd**2 for m, sd in sides) / precision
+        sides = [predict_span(opt, est, j, i - j, cv2) for j in (i - 1, i + 1) if bs[j] in est]
+        trended = [(m, sd) for m, sd, c in sides if math.isfinite(c)] or [(m, sd) for m, sd, _ in sides]
+        if trended:
+            precision = sum(1.0 / sd**2 for _, sd in trended)
+            mu = sum(m / sd**2 for m, sd in trended) / precision
             yield bs[i], "the batch size a stride skipped", (mu, math.sqrt(1.0 / precision))

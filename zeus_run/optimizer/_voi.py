@@ -160,7 +160,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 6,
+        revision: int = 7,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -173,7 +173,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 7: as 6, and a walk down a steep descent may stride two batch sizes, the one it
+        revision: 7 (current): as 6, and a walk down a steep descent may stride two batch sizes, the one it
             skipped being weighed like a probe (`zeus_run.optimizer._stride`); 6: as 4, and a batch
             size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost is predicted as epochs x pace
             (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and a probe counts the chance that it never converges
