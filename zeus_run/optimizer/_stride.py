@@ -30,6 +30,8 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from zeus_run.optimizer._base import Decision
+
 if TYPE_CHECKING:
     from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
 
@@ -109,3 +111,34 @@ def candidates(
             precision = sum(1.0 / sd**2 for _, sd in trended)
             mu = sum(m / sd**2 for m, sd in trended) / precision
             yield bs[i], "the batch size a stride skipped", (mu, math.sqrt(1.0 / precision))
+
+
+def best_stride(
+    opt: ZeusVOIOptimizer,
+    state: VOIState,
+    est: Mapping[int, Estimate],
+    leader: int,
+    cv2: float,
+    horizon: float | None = None,
+) -> Decision | None:
+    """Revision 7's `ZeusVOIOptimizer.best_probe`: the `candidates` worth probing most, if any is.
+
+    Each is valued as revision 6 values a probe (`ZeusVOIOptimizer.probe_value` with its prediction,
+    the chance that it converges), within the budget (`ZeusVOIOptimizer.within_budget`); ties go to
+    the earlier candidate, as in revision 6.
+    """
+    p = opt.converge_chance(state)
+    best: tuple[float, int, str] | None = None
+    for batch_size, why, prior in candidates(opt, state, est, cv2):
+        mu, sd = prior
+        value = opt.probe_value(opt.batch_sizes, est, 0, 0, est[leader].mean, cv2, horizon, p, prior)
+        if (
+            value > 0
+            and opt.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
+            and (best is None or value > best[0])
+        ):
+            best = (value, batch_size, why)
+    if best is None:
+        return None
+    value, batch_size, why = best
+    return Decision(batch_size, "pruning", f"{why}: expected saving exceeds the probe's cost by {value:.4g} J")

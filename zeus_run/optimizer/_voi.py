@@ -31,13 +31,11 @@ cheapest arm later (its first cost was unlucky) re-opens its side.
 
 **Slow first runs** (revision 3). A batch size's first run has no earlier run to compare its pace
 with; one that fell in a slow recurrence would rule its batch size out for good. Its cost per epoch
-is checked against the batch size's later runs, or the nearest smaller batch size tried
-(`ZeusVOIOptimizer.moments`). Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`.
-Strides of two batch sizes down a steep descent (revision 7): `zeus_run.optimizer._stride`.
+is checked against the batch size's later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
+Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`; strides (revision 7): `zeus_run.optimizer._stride`.
 
-The state is a pure fold over observations (`VOIState`); the only randomness
-is the Thompson draw, seeded by ``(seed, step)``.
-"""
+The state is a pure fold over observations (`VOIState`); the only randomness is the Thompson draw, seeded by
+``(seed, step)``."""
 
 from __future__ import annotations
 
@@ -54,7 +52,7 @@ from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
-from zeus_run.optimizer._stride import candidates as _stride_candidates
+from zeus_run.optimizer._stride import best_stride
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
@@ -173,15 +171,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 7 (current): as 6, and a walk down a steep descent may stride two batch sizes, the one it
-            skipped being weighed like a probe (`zeus_run.optimizer._stride`); 6: as 4, and a batch
-            size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost is predicted as epochs x pace
-            (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and a probe counts the chance that it never converges
-            (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
-            3: as 2, and a batch size's first run is checked for pace
-            (`moments`); 2: exploration is valued over the recurrences left, and the robust
-            early stop (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
-            early stop. Runs replay with the revision they recorded.
+        revision: 7 (current): as 6, with strides down a steep descent (`zeus_run.optimizer._stride`); 6: as 4, and a
+            batch size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's
+            cost is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as
+            3, and a probe counts the chance that it never converges (`converge_chance`) and is stopped by its learning
+            curve (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is checked for
+            pace (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
+            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop. Runs replay
+            with the revision they recorded.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -252,7 +249,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             again = recheck(self, state, est, leader, cv2)
             if again is not None:
                 return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
-        probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
+        best_probe = best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
+        probe = best_probe(self, state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
         return self.thompson(state, est, converged, draw)
@@ -354,8 +352,6 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float, horizon: float | None = None
     ) -> Decision | None:
         """The untried batch size beyond an end of the tried interval worth probing most, if any is."""
-        if self.revision >= 7:
-            return self.best_stride(state, est, leader, cv2, horizon)
         bs = self.batch_sizes
         tried = [i for i, b in enumerate(bs) if b in state.arms]
         best: tuple[float, int, str] | None = None
@@ -376,26 +372,6 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return None
         value, batch_size, side = best
         return Decision(batch_size, "pruning", f"{side}: expected saving exceeds the probe's cost by {value:.4g} J")
-
-    def best_stride(
-        self, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float, horizon: float | None = None
-    ) -> Decision | None:
-        """Revision 7's `best_probe`: the walk may stride two batch sizes (`zeus_run.optimizer._stride`)."""
-        p = self.converge_chance(state)
-        best: tuple[float, int, str] | None = None
-        for batch_size, why, prior in _stride_candidates(self, state, est, cv2):
-            mu, sd = prior
-            value = self.probe_value(self.batch_sizes, est, 0, 0, est[leader].mean, cv2, horizon, p, prior)
-            if (
-                value > 0
-                and self.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
-                and (best is None or value > best[0])
-            ):
-                best = (value, batch_size, why)
-        if best is None:
-            return None
-        value, batch_size, why = best
-        return Decision(batch_size, "pruning", f"{why}: expected saving exceeds the probe's cost by {value:.4g} J")
 
     def probe_value(
         self,
