@@ -46,8 +46,14 @@ def test_default_batch_size_runs_first_and_until_it_converges():
 
 def test_walk_follows_the_descent_and_stops_after_a_clear_rise():
     # Down from b0: 16 costs twice as much, so the walk turns up; 64 is cheaper, 128 five times dearer.
-    decisions, _ = play(ZeusVOIOptimizer(BS, 32, seed=1), {8: 400.0, 16: 200.0, 32: 100.0, 64: 60.0, 128: 300.0})
+    costs = {8: 400.0, 16: 200.0, 32: 100.0, 64: 60.0, 128: 300.0}
+    decisions, _ = play(ZeusVOIOptimizer(BS, 32, seed=1, revision=6), costs)
     assert probes(decisions) == [32, 16, 64, 128]  # 8, beyond a doubling, is never run
+    assert exploited(decisions) == {64}
+    # Revision 7: the fall from 16 to 32 (log -0.69) is steep and sure, so the walk strides to 128, which
+    # rose; from 32 the descent still goes on into 64, which is checked back and is the best.
+    decisions, _ = play(ZeusVOIOptimizer(BS, 32, seed=1), costs)
+    assert probes(decisions) == [32, 16, 128, 64]
     assert exploited(decisions) == {64}
 
 
@@ -85,7 +91,8 @@ def test_an_unlucky_end_is_reopened_when_the_leader_turns_out_dearer():
     opt = ZeusVOIOptimizer(bs, 1024, seed=1)
     first = {512: 430.0, 1024: 250.0, 2048: 157.0, 4096: 229.0, 8192: 120.0, 16384: 100.0}
     decisions, state = play(opt, first, n=6)
-    assert probes(decisions) == [1024, 512, 2048, 4096]  # 2048 looks best after one lucky run
+    # 2048 looks best after one lucky run (revision 7 strides from 1024 to 4096 and checks 2048 back)
+    assert probes(decisions) == [1024, 512, 4096, 2048]
     assert exploited(decisions) == {2048}
     # 2048's later runs cost more (its first was lucky): the walk resumes beyond 4096.
     later = {**first, 2048: 195.0}
@@ -95,7 +102,7 @@ def test_an_unlucky_end_is_reopened_when_the_leader_turns_out_dearer():
 
 def test_thompson_is_tempered_and_seeded():
     costs = {8: 400.0, 16: 200.0, 32: 100.0, 64: 60.0, 128: 300.0}
-    _, state = play(ZeusVOIOptimizer(BS, 32, seed=1), costs, n=5)
+    _, state = play(ZeusVOIOptimizer(BS, 32, seed=1), costs, n=5)  # the walk is over after 4 probes
     greedy = type("Greedy", (ZeusVOIOptimizer,), {"TS_SCALE": 0.0})(BS, 32, seed=1)
     assert {greedy.decide(state).batch_size for _ in range(5)} == {64}
     a, b = ZeusVOIOptimizer(BS, 32, seed=7), ZeusVOIOptimizer(BS, 32, seed=7)

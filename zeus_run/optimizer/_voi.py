@@ -31,12 +31,11 @@ cheapest arm later (its first cost was unlucky) re-opens its side.
 
 **Slow first runs** (revision 3). A batch size's first run has no earlier run to compare its pace
 with; one that fell in a slow recurrence would rule its batch size out for good. Its cost per epoch
-is checked against the batch size's later runs, or the nearest smaller batch size tried
-(`ZeusVOIOptimizer.moments`). Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`.
+is checked against the batch size's later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
+Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`; strides (revision 7): `zeus_run.optimizer._stride`.
 
-The state is a pure fold over observations (`VOIState`); the only randomness
-is the Thompson draw, seeded by ``(seed, step)``.
-"""
+The state is a pure fold over observations (`VOIState`); the only randomness is the Thompson draw, seeded by
+``(seed, step)``."""
 
 from __future__ import annotations
 
@@ -53,6 +52,7 @@ from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
+from zeus_run.optimizer._stride import best_stride
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 6,
+        revision: int = 7,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -171,14 +171,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 6 (current): as 4, and a batch size whose only run may have been slow is run again
-            (`recheck`); 5: as 4, and an untried batch size's cost is predicted as epochs x pace
-            (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and a probe counts the chance that it never converges
-            (`converge_chance`) and is stopped by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`);
-            3: as 2, and a batch size's first run is checked for pace
-            (`moments`); 2: exploration is valued over the recurrences left, and the robust
-            early stop (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's
-            early stop. Runs replay with the revision they recorded.
+        revision: 7 (current): as 6, with strides down a steep descent (`zeus_run.optimizer._stride`); 6: as 4, and a
+            batch size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's
+            cost is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as
+            3, and a probe counts the chance that it never converges (`converge_chance`) and is stopped by its learning
+            curve (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is checked for
+            pace (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
+            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop. Runs replay
+            with the revision they recorded.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -186,7 +186,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
         if revision not in REVISIONS:
-            raise ValueError(f"revision must be 1, 2, 3, 4, 5 or 6, got {revision}")
+            raise ValueError(f"revision must be one of {REVISIONS}, got {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
@@ -249,7 +249,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             again = recheck(self, state, est, leader, cv2)
             if again is not None:
                 return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
-        probe = self.best_probe(state, est, leader, cv2, self.planning_horizon(state))
+        best_probe = best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
+        probe = best_probe(self, state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
         return self.thompson(state, est, converged, draw)

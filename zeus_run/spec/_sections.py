@@ -186,9 +186,10 @@ class Sections(Checker):
                 d.revision,
                 self.int_(
                     1,
-                    6,
+                    7,
                     fix=(
-                        "6: the current rules; 5: the pace model (opt-in); 4, 3, 2 and 1: how runs from before them ran"
+                        "7: the current rules; 5: the pace model (opt-in); 6, 4, 3, 2 and 1: how runs from before "
+                        "them ran"
                     ),
                 ),
             ),
