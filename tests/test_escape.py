@@ -146,9 +146,13 @@ def test_an_escaped_process_holding_the_output_cannot_hang_the_launcher(tmp_path
     spec = job(
         tmp_path,
         f"""
-        import subprocess
+        import subprocess, time
         child = subprocess.Popen(["setsid", "env", "-i", "sleep", "120"])
         open({str(tmp_path / "pids")!r}, "w").write(str(child.pid))
+        # Escaped only once it runs `sleep` (after setsid and env -i): before that it is still in the
+        # trial's session, and a loaded machine may not have run it yet when this script exits.
+        while open(f"/proc/{{child.pid}}/cmdline", "rb").read().split(b"\\0")[0] != b"sleep":
+            time.sleep(0.01)
         print("val_acc=1.0", flush=True)
         """,
         REGEX,
