@@ -18,7 +18,7 @@ from tests.conftest import PYTHON, SCRIPTS
 from tests.test_faults import wait_for
 from zeus_run.asktell import ask, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
-from zeus_run.asktell._measure import impute
+from zeus_run.asktell._measure import PowerBasis
 from zeus_run.cli import app
 from zeus_run.contract import StopReason, TrialOutcome, reaches_target
 from zeus_run.engine.core import TrialRequest
@@ -122,11 +122,11 @@ def test_an_unmeasured_trial_is_imputed_from_the_measured_ones():
         )
 
     history = [rec(8, 10.0, 1000.0), rec(16, 10.0, 2000.0), rec(8, 5.0, 999.0, "unmeasured")]
-    e, how, power = impute(history, 16, 4.0, 100.0)
+    e, how, power = PowerBasis.of(history).impute(16, 4.0, 100.0)
     assert (e, how.source, how.method, power) == (800.0, "unmeasured", "imputed", 300.0)  # batch size 16's 200 W
-    e, how, _ = impute(history, 32, 4.0, 100.0)
+    e, how, _ = PowerBasis.of(history).impute(32, 4.0, 100.0)
     assert e == pytest.approx(4.0 * 150.0)  # no trial of 32 measured: the job's median power
-    e, how, power = impute([], 8, 4.0, 100.0)
+    e, how, power = PowerBasis.of([]).impute(8, 4.0, 100.0)
     assert (e, how.method, power) == (400.0, "watts-x-time", 100.0)  # nothing measured yet: one stated basis
 
 
@@ -150,7 +150,7 @@ def test_a_tell_imputes_from_the_fold_as_from_the_whole_history_and_reads_only_w
     r = tell(a.run_dir, a.token, exit_code=0, time=4.0)  # time told by hand, energy not: imputed
     assert reads == []  # neither the ask, the report nor the tell parsed the whole history
     history = list(real_read(HistoryStore(a.run_dir / "history.jsonl"), False))[:-1]
-    e, how, power = impute(history, r.batch_size, r.time, 100.0)
+    e, how, power = PowerBasis.of(history).impute(r.batch_size, r.time, 100.0)
     assert (r.energy, r.energy_method, r.max_power) == (e, how.method, power)
     assert (r.energy_source, r.energy_method) == ("unmeasured", "imputed")
     same = [h.energy / h.time for h in history if h.batch_size == r.batch_size] or [150.0, 250.0, 200.0]

@@ -71,7 +71,7 @@ def meter_of(info: Mapping[str, Any] | None, default_power: float) -> tuple[Meas
 
 @dataclass
 class PowerBasis:
-    """The measured power (energy / time) and max power of a job's real trials, per batch size: what `impute`
+    """The measured power (energy / time) and max power of a job's real trials, per batch size: what `PowerBasis.impute`
     charges an unmeasured trial. Built from the records once and extended as they are appended (the ask/tell
     fold keeps one), so a tell does not re-read the history.
 
@@ -114,10 +114,3 @@ class PowerBasis:
         if not powers:
             return watts * time, Measurement(UNMEASURED, True, "watts-x-time"), watts
         return statistics.median(powers) * time, Measurement(UNMEASURED, True, "imputed"), statistics.median(max_powers)
-
-
-def impute(
-    history: Iterable[TrialRecord], batch_size: int, time: float, watts: float
-) -> tuple[float, Measurement, float]:
-    """`PowerBasis.impute` over ``history`` (the job's records so far)."""
-    return PowerBasis.of(history).impute(batch_size, time, watts)

@@ -369,7 +369,7 @@ def _from_events(
     if at is not None and at[1] is not None:
         how = meter[0] if meter is not None else Measurement(REPORTED)
         if meter is None:
-            reported = [w for w in ("time", "energy") if w in reported or w == "energy"]  # as stated: time, energy
+            reported = reported if "energy" in reported else [*reported, "energy"]  # in the order stated: time, energy
     elif told.energy is not None:
         how = Measurement(REPORTED)
     elif told.measured is not None:
