@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 from pathlib import Path
 
 from tests.cli.test_join import wait_until
 from tests.server.helpers import ServerProcess
 from tests.server.test_server_jobs import TOKEN, check_complete, clients, demo_spec, finish, records
+from zeus_run.remote import HEALTH_PATH
 
 
 def start(tmp_path: Path, port: int = 0) -> ServerProcess:
@@ -75,4 +78,66 @@ def test_a_dead_worker_stops_the_server_so_that_what_runs_it_restarts_it(tmp_pat
         server.exit_code()  # it stops by itself
         assert any(f"worker {child} exited" in line for line in server.lines), "".join(server.lines)
     finally:
+        server.stop()
+
+
+def _served_by(port: int, client: socket.socket, pids: list[int]) -> int | None:
+    """The process among ``pids`` whose file descriptors hold the server's end of ``client``'s connection."""
+    mine = client.getsockname()[1]
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, remote = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)
+                if local == port and remote == mine:
+                    inode = fields[9]
+    wanted = f"socket:[{inode}]"
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                    return pid
+    return None
+
+
+def _health(client: socket.socket) -> None:
+    """A request on the kept-alive connection, and its whole answer."""
+    client.sendall(f"GET {HEALTH_PATH} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
+        chunk = client.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200"), data
+
+
+def _length(data: bytes) -> int:
+    head = data.split(b"\r\n\r\n", 1)[0].decode().lower()
+    return next(int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.startswith("content-length:"))
+
+
+def test_a_burst_of_kept_alive_connections_is_shared_between_the_workers(tmp_path):
+    """Eight clients that connect at once and keep their connections: each process answers four of them (asyncio
+    alone took a whole burst in the process that woke first, and the other process sat idle)."""
+    server = start(tmp_path)
+    conns: list[socket.socket] = []
+    try:
+        wait_until("the second worker runs", lambda: len(workers(server.proc.pid)) == 1)
+        pids = [server.proc.pid, *workers(server.proc.pid)]
+
+        def served_by_worker() -> bool:
+            with socket.create_connection(("127.0.0.1", server.port)) as probe:
+                _health(probe)
+                return _served_by(server.port, probe, pids) == pids[1]
+
+        wait_until("the worker process serves", served_by_worker)
+        conns = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(8)]  # queued before any accept
+        for conn in conns:
+            _health(conn)
+        owners = [_served_by(server.port, conn, pids) for conn in conns]
+        assert sorted(owners.count(pid) for pid in pids) == [4, 4], owners
+    finally:
+        for conn in conns:
+            conn.close()
         server.stop()

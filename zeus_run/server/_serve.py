@@ -23,6 +23,7 @@ from pathlib import Path
 from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.remote import DEFAULT_PORT
 from zeus_run.server._gate import DEFAULT_MAX_BODY
+from zeus_run.server._listener import Balance, Listener
 from zeus_run.server._root import LOCAL_TOKEN_NAME, ServerRoot
 from zeus_run.server._security import check_bind, local_token, read_token_file
 
@@ -101,11 +102,14 @@ def serve(settings: ServeSettings) -> None:
             limit_concurrency=MAX_CONCURRENT,
             timeout_keep_alive=KEEP_ALIVE_S,
             server_header=False,
+            backlog=1,  # one connection per wake-up, so that --workers share them (`_listener`)
         )
-        with _workers(settings.workers) as (parent, lost):
+        with _workers(settings.workers, sock) as (index, lost):
             server = QuietServer(config, pending)
+            if sock.balance is not None:
+                sock.balance.attach(index)
             server.run(sockets=[sock])
-            if not parent:
+            if index:
                 os._exit(0)  # a worker: nothing of the parent's to clean up
         if lost.is_set():
             raise ZeusRunError("A worker process exited, so the server stopped; restart it (its log says why).")
@@ -115,9 +119,10 @@ def serve(settings: ServeSettings) -> None:
 
 
 @contextlib.contextmanager
-def _workers(n: int) -> Iterator[tuple[bool, threading.Event]]:
-    """Fork ``n - 1`` workers that serve the same socket beside this process; yields whether this is the parent,
-    and an event set when a worker died (the server then stops with an error).
+def _workers(n: int, sock: Listener) -> Iterator[tuple[int, threading.Event]]:
+    """Fork ``n - 1`` workers that serve the same socket beside this process; yields this process's index (0: the
+    parent), and an event set when a worker died (the server then stops with an error). The processes share the
+    socket's connections (`zeus_run.server._listener.Balance`).
 
     Each worker has its own jobs' state and takes each job's run-directory lock per ask and tell,
     exactly as a ``zeus-run tell`` from another host does, so a job stays consistent across them.
@@ -127,18 +132,19 @@ def _workers(n: int) -> Iterator[tuple[bool, threading.Event]]:
     """
     lost = threading.Event()
     if n <= 1:
-        yield True, lost
+        yield 0, lost
         return
     if not sys.platform.startswith("linux"):
         raise UsageError(f"--workers {n}: several worker processes need Linux; run one server per machine here.")
     parent = os.getpid()
     children: list[int] = []
     stopping = threading.Event()
-    for _ in range(n - 1):
+    sock.balance = Balance(n)
+    for index in range(1, n):
         pid = os.fork()
         if pid == 0:
             _die_with(parent)
-            yield False, lost
+            yield index, lost
             return
         children.append(pid)
     logger.info("zeus-run serve: %d worker processes (pids %s)", n, " ".join(map(str, [parent, *children])))
@@ -161,7 +167,7 @@ def _workers(n: int) -> Iterator[tuple[bool, threading.Event]]:
 
     threading.Thread(target=watch, name="zeus-run serve workers", daemon=True).start()
     try:
-        yield True, lost
+        yield 0, lost
     finally:
         stopping.set()
         for pid in children:
@@ -182,17 +188,17 @@ def _die_with(parent: int) -> None:
         os._exit(0)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int) -> Listener:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # NOTE: proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say so, and
     # with Nagle on, a kept-alive client waits out the peer's delayed ACK (40 ms) on every answer.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = Listener(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     # NOTE: SO_REUSEADDR lets a restarted server take its port back while old
     # connections sit in TIME_WAIT; it does not let two servers share a port.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen()
     except OSError:
         sock.close()
         raise
