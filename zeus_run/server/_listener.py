@@ -46,6 +46,7 @@ class Balance:
         self._index = 0
         self._mine = 0
         self._declined_since: float | None = None
+        self._last_declined = 0.0
 
     def attach(self, index: int) -> None:
         """Count this process's connections as process ``index`` (``0 .. processes - 1``)."""
@@ -67,8 +68,9 @@ class Balance:
             self._declined_since = None
             return True
         now = time.monotonic()
-        if self._declined_since is None:
-            self._declined_since = now
+        if self._declined_since is None or now - self._last_declined > YIELD_S:
+            self._declined_since = now  # a new connection: the last one was taken by another process
+        self._last_declined = now
         if now - self._declined_since >= YIELD_S:
             self._declined_since = None
             return True
