@@ -1,8 +1,9 @@
 """The HTTP API: FastAPI routes over `zeus_run.server._jobs.JobService` (paths in `zeus_run.remote`).
 
-Routes are ``async``: each awaits its job's turn and runs the blocking call on
-one of the service's workers (`zeus_run.server._jobs.JobService.run`), so a
-job that waits on its disk holds one worker and no other job.
+Routes are ``async``: each awaits its job's turn and makes the library call on
+the event loop, or on one of the service's worker threads where another process
+holds the job's run directory (`zeus_run.server._jobs.JobService.run`), so a job
+that waits for its lock holds one worker and no other job.
 
 Ask, report, finish and fail take an ``Idempotency-Key`` header: a retry with
 the same key is answered as the request it repeats (2xx), across a restart.
