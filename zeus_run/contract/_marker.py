@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -115,10 +116,10 @@ class RunningMarker:
         if not isinstance(data, dict):
             return None
         kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            v = data.get(f.name)
-            if v is not None and _fits(str(f.type), v):
-                kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+        for name, base in _kinds(cls):
+            v = data.get(name)
+            if v is not None and _fits(base, v):
+                kwargs[name] = tuple(v) if isinstance(v, list) else v
         if not all(k in kwargs for k in ("recurrence", "attempt", "trial", "batch_size")):
             return None
         if kwargs["recurrence"] < 1 or kwargs["attempt"] < 1 or kwargs["batch_size"] < 1:
@@ -150,9 +151,14 @@ class RunningMarker:
         ]
 
 
-def _fits(annotation: str, v: Any) -> bool:
-    """Whether a JSON value fits a marker field's annotation (no bools for numbers, finite, in range)."""
-    base = annotation.replace(" ", "").removesuffix("|None")
+@functools.cache
+def _kinds(cls: type) -> tuple[tuple[str, str], ...]:
+    """Each field's name and type as `_fits` reads it (``int``, ``float``, ``str``, ``bool``, ``tuple...``)."""
+    return tuple((f.name, str(f.type).replace(" ", "").removesuffix("|None")) for f in dataclasses.fields(cls))
+
+
+def _fits(base: str, v: Any) -> bool:
+    """Whether a JSON value fits a marker field's type (`_kinds`: no bools for numbers, finite, in range)."""
     if base == "bool":
         return isinstance(v, bool)
     if isinstance(v, bool):

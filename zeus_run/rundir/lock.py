@@ -191,6 +191,11 @@ def _in_use(path: Path) -> RunDirBusy:
     )
 
 
+#: The width ``.lock``'s line is padded to (unit: bytes): a server's every ask and tell writes it, and writing
+#: over a line of the same width costs no truncation (a journaled change of the file's size).
+_HOLDER_WIDTH = 128
+
+
 def _write_holder(path: Path, role: str = "run") -> int:
     """Write this holder's pid, host, time and role into ``.lock`` (for the message another launcher shows)."""
     lock_path = path / LOCK_NAME
@@ -199,9 +204,14 @@ def _write_holder(path: Path, role: str = "run") -> int:
     except OSError as exc:
         raise _unusable(lock_path, exc) from None
     try:
-        os.ftruncate(fd, 0)
         since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        _fs.write_all(fd, f"{os.getpid()} {socket.gethostname() or '?'} {since} {role}\n".encode())
+        line = f"{os.getpid()} {socket.gethostname() or '?'} {since} {role}".encode()
+        if len(line) < _HOLDER_WIDTH:  # padded to one width: written over the last holder's, never truncated
+            line = line.ljust(_HOLDER_WIDTH - 1)
+        line += b"\n"
+        if os.fstat(fd).st_size != len(line):
+            os.ftruncate(fd, 0)
+        _fs.write_all(fd, line)
     except OSError as exc:
         os.close(fd)
         raise _unusable(lock_path, exc) from None

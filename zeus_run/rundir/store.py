@@ -106,7 +106,10 @@ class RunDir:
                 _fs.make_dir(p / TRIALS_NAME)
             except OSError as exc:
                 raise _unusable(p / TRIALS_NAME, exc) from None
-            check_writable(p, sync=role == "run")
+            if role == "run":
+                check_writable(p)
+            else:  # a brief holder writes a file or two at once, and each write that fails says which and why
+                check_free(p)
             info_fd = _write_holder(p, role)
         except BaseException:
             os.close(lock_fd)
@@ -295,9 +298,10 @@ def refuse_links(path: Path, scan: bool = True) -> None:
     Raises:
         RunDirError: Lists every such entry.
     """
-    found = [why for name in WRITTEN_FILES if (why := _fs.unsafe_entry(path / name)) is not None]
+    odd = _odd_entries(path)  # one listing, not a stat per name: a server's every ask and tell checks
+    found = [why for name in WRITTEN_FILES if name in odd and (why := _fs.unsafe_entry(path / name)) is not None]
     trials = path / TRIALS_NAME
-    why = _fs.unsafe_entry(trials, want_dir=True)
+    why = _fs.unsafe_entry(trials, want_dir=True) if TRIALS_NAME in odd else None
     if why is not None:
         found.append(why)
     elif scan and trials.is_dir():
@@ -321,6 +325,26 @@ def refuse_links(path: Path, scan: bool = True) -> None:
         )
 
 
+_CHECKED = frozenset(WRITTEN_FILES)
+
+
+def _odd_entries(path: Path) -> set[str]:
+    """The names of `WRITTEN_FILES` and ``trials`` in ``path`` that its listing shows as a link or of the wrong
+    type (each then looked at with `zeus_run._fs.unsafe_entry`); all of them where it cannot be listed."""
+    odd = set()
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name == TRIALS_NAME:
+                    if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                        odd.add(entry.name)
+                elif entry.name in _CHECKED and (entry.is_symlink() or not entry.is_file(follow_symlinks=False)):
+                    odd.add(entry.name)
+    except OSError:
+        return {*WRITTEN_FILES, TRIALS_NAME}
+    return odd
+
+
 def _refuse_world_writable(path: Path) -> None:
     try:
         mode = os.stat(path).st_mode
@@ -333,20 +357,25 @@ def _refuse_world_writable(path: Path) -> None:
         )
 
 
-def check_writable(path: Path, sync: bool = True) -> None:
-    """Fail early if a trial's results could not be saved.
-
-    Args:
-        path: The run directory.
-        sync: Also fsync the probe (a file system may report a full disk only then). A brief
-            holder (an ask or a tell, whose own writes are fsynced and report their errors) skips it.
+def check_writable(path: Path) -> None:
+    """Fail early if a trial's results could not be saved: write and fsync a probe (a file system may report a
+    full disk only then), and check the free space (`check_free`).
 
     Raises:
         RunDirError: The directory is not writable or the disk is (nearly) full.
     """
     probe = path / PROBE_NAME
     with _PROBE_LOCK:  # trials on several slots check at once
-        _probe(path, probe, sync)
+        _probe(path, probe)
+    check_free(path)
+
+
+def check_free(path: Path) -> None:
+    """Fail early if the disk under ``path`` is (nearly) full.
+
+    Raises:
+        RunDirError: It has less than `MIN_FREE_BYTES` free.
+    """
     free = shutil.disk_usage(path).free
     if free < MIN_FREE_BYTES:
         raise RunDirError(
@@ -357,7 +386,7 @@ def check_writable(path: Path, sync: bool = True) -> None:
 _PROBE_LOCK = threading.Lock()
 
 
-def _probe(path: Path, probe: Path, sync: bool) -> None:
+def _probe(path: Path, probe: Path) -> None:
     try:
         try:
             os.unlink(probe)  # a stale probe, or a link planted in its place (unlink removes the link itself)
@@ -366,8 +395,7 @@ def _probe(path: Path, probe: Path, sync: bool) -> None:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             _fs.write_all(fd, b"ok")
-            if sync:
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
             os.remove(probe)
