@@ -116,7 +116,7 @@ class RunningMarker:
         if not isinstance(data, dict):
             return None
         kwargs: dict[str, Any] = {}
-        for name, base in _kinds(cls):
+        for name, base in _kinds():
             v = data.get(name)
             if v is not None and _fits(base, v):
                 kwargs[name] = tuple(v) if isinstance(v, list) else v
@@ -152,9 +152,10 @@ class RunningMarker:
 
 
 @functools.cache
-def _kinds(cls: type) -> tuple[tuple[str, str], ...]:
-    """Each field's name and type as `_fits` reads it (``int``, ``float``, ``str``, ``bool``, ``tuple...``)."""
-    return tuple((f.name, str(f.type).replace(" ", "").removesuffix("|None")) for f in dataclasses.fields(cls))
+def _kinds() -> tuple[tuple[str, str], ...]:
+    """Each marker field's name and type as `_fits` reads it (``int``, ``float``, ``str``, ``bool``, ``tuple...``)."""
+    fields = dataclasses.fields(RunningMarker)
+    return tuple((f.name, str(f.type).replace(" ", "").removesuffix("|None")) for f in fields)
 
 
 def _fits(base: str, v: Any) -> bool:
