@@ -141,3 +141,28 @@ def test_a_burst_of_kept_alive_connections_is_shared_between_the_workers(tmp_pat
         for conn in conns:
             conn.close()
         server.stop()
+
+
+def test_the_kernel_queues_a_burst_whatever_event_loop_is_installed(tmp_path):
+    """The listening socket's queue is `BACKLOG` long in each process, with uvloop installed too (the test extra
+    installs it, as ``uvicorn[standard]`` does): uvloop, which uvicorn takes where it finds it, listened with
+    the backlog of 1 meant for asyncio's accept, and 32 clients that connected at once were reset."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from zeus_run.server._listener import BACKLOG
+
+    if shutil.which("ss") is None:
+        pytest.skip("`ss` (iproute2) is not installed: it shows a listening socket's queue length")
+    server = start(tmp_path)
+    try:
+        wait_until("the second worker runs", lambda: len(workers(server.proc.pid)) == 1)
+        out = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{server.port}"], capture_output=True, text=True, check=True
+        ).stdout
+        queues = [int(line.split()[2]) for line in out.splitlines() if line.startswith("LISTEN")]
+        assert queues and min(queues) >= BACKLOG, out
+    finally:
+        server.stop()

@@ -102,6 +102,9 @@ def serve(settings: ServeSettings) -> None:
             limit_concurrency=MAX_CONCURRENT,
             timeout_keep_alive=KEEP_ALIVE_S,
             server_header=False,
+            # asyncio's accept, never uvloop's (taken by 'auto' where installed): the workers' sharing is asyncio's
+            # accept (`_listener`), and uvloop's listen kept backlog=1 as the kernel's queue (bursts were reset).
+            loop="asyncio",
             backlog=1,  # one connection per wake-up, so that --workers share them (`_listener`)
         )
         with _workers(settings.workers, sock) as (index, lost):
