@@ -393,3 +393,25 @@ def test_replay_of_an_edited_spec_is_a_clear_error(write_spec, edit):
     r = zeus("replay", str(runs(spec)))
     assert r.returncode == 2, r.stderr
     assert "spec.yaml" in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize("size", [0, 10, 4095, 4096, 4097, 20_000])
+def test_read_at_most_reads_what_a_bounded_read_does(tmp_path, size):
+    path = tmp_path / "f"
+    data = bytes(i % 251 for i in range(size))
+    path.write_bytes(data)
+    for limit in (1, 100, 4096, 5000, 1 << 20):
+        with open(path, "rb") as f:
+            assert _fs.read_at_most(f, limit) == data[:limit]
+
+
+def test_read_at_most_reads_past_the_size_it_saw_when_the_file_grows(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    path.write_bytes(b"a" * 10)
+    real = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 0, *real(fd)[7:])))  # sees size 0
+    path.write_bytes(b"b" * 10_000)
+    with open(path, "rb") as f:
+        assert _fs.read_at_most(f, 1 << 20) == b"b" * 10_000
+        f.seek(0)
+        assert _fs.read_at_most(f, 6000) == b"b" * 6000

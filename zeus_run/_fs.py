@@ -95,6 +95,16 @@ def open_read(path: str | os.PathLike[str]) -> BinaryIO:
     return os.fdopen(open_fd(path, os.O_RDONLY), "rb")
 
 
+def read_at_most(f: BinaryIO, limit: int) -> bytes:
+    """What ``f.read(limit)`` returns (up to ``limit`` bytes), without a buffer of ``limit`` bytes for a small file
+    (a few MB allocated and cut back cost more than the read: a server reads small bounded files per request)."""
+    want = min(limit, os.fstat(f.fileno()).st_size + 4096)
+    data = f.read(want)
+    if len(data) == want and want < limit:  # it grew meanwhile
+        data += f.read(limit - want)
+    return data
+
+
 def touch(path: str | os.PathLike[str]) -> bool:
     """Create ``path`` if missing (a signal file), never through a link.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from zeus_run import _fs
 from zeus_run.asktell._keys import same_key
 from zeus_run.contract import StopReason
 from zeus_run.errors import EpochOutOfOrder
@@ -31,7 +32,7 @@ def earlier_answer(events: Path, epoch: int, stamped: str | None) -> tuple[StopR
     """
     try:
         with open(events, "rb") as f:
-            data = f.read(MAX_EVENTS_BYTES)
+            data = _fs.read_at_most(f, MAX_EVENTS_BYTES)
     except FileNotFoundError:
         return None
     lines = [_event(line) for line in data.splitlines()]

@@ -46,7 +46,7 @@ def read_settings(path: Path) -> dict[str, Any] | None:
     )
     try:
         with _fs.open_read(spec_file) as f:
-            raw = f.read(MAX_BYTES + 1)
+            raw = _fs.read_at_most(f, MAX_BYTES + 1)
         if len(raw) > MAX_BYTES:
             raise RunDirError(f"{str(spec_file)!r} is larger than {MAX_BYTES} bytes: not a spec zeus-run wrote. {fix}")
         data = load_yaml(raw.decode("utf-8"))

@@ -278,7 +278,7 @@ def read_running(path: Path) -> list[RunningMarker] | None:
         return None
     try:
         with _fs.open_read(p) as f:
-            data = json.loads(f.read(_MAX_RUNNING_BYTES + 1))
+            data = json.loads(_fs.read_at_most(f, _MAX_RUNNING_BYTES + 1))
     except (OSError, ValueError, RecursionError) as exc:
         logger.warning("ignoring an unreadable %s (%s)", p, exc)
         return []
