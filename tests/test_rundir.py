@@ -415,3 +415,19 @@ def test_read_at_most_reads_past_the_size_it_saw_when_the_file_grows(tmp_path, m
         assert _fs.read_at_most(f, 1 << 20) == b"b" * 10_000
         f.seek(0)
         assert _fs.read_at_most(f, 6000) == b"b" * 6000
+
+
+def test_the_lock_names_its_last_holder_only(tmp_path):
+    """``.lock`` is written over in place at one width (no truncation per ask and tell): what an earlier
+    holder or an older zeus-run wrote, longer or shorter, never shows through."""
+    from zeus_run.rundir.lock import LOCK_NAME, _holder_words, _write_holder, launcher_holds
+
+    lock = tmp_path / LOCK_NAME
+    for earlier in (b"123 " + b"h" * 300 + b" 2026-01-01T00:00:00+00:00 run\n", b"1 h t\n", b""):
+        lock.write_bytes(earlier)
+        for role in ("ask", "run", "tell"):
+            os.close(_write_holder(tmp_path, role))
+            words = _holder_words(tmp_path)
+            assert words[0] == str(os.getpid()) and words[3:] == [role], words
+            assert launcher_holds(tmp_path) is (role == "run")
+        assert lock.read_bytes().rstrip().endswith(b" tell") and len(lock.read_bytes()) == 128
