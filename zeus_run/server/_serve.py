@@ -23,7 +23,7 @@ from pathlib import Path
 from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.remote import DEFAULT_PORT
 from zeus_run.server._gate import DEFAULT_MAX_BODY
-from zeus_run.server._listener import Balance, Listener
+from zeus_run.server._listener import BACKLOG, Balance, Listener
 from zeus_run.server._root import LOCAL_TOKEN_NAME, ServerRoot
 from zeus_run.server._security import check_bind, local_token, read_token_file
 
@@ -105,7 +105,9 @@ def serve(settings: ServeSettings) -> None:
             # asyncio's accept, never uvloop's (taken by 'auto' where installed): the workers' sharing is asyncio's
             # accept (`_listener`), and uvloop's listen kept backlog=1 as the kernel's queue (bursts were reset).
             loop="asyncio",
-            backlog=1,  # one connection per wake-up, so that --workers share them (`_listener`)
+            # --workers: one connection per wake-up, so that the processes share them (`_listener`); one process
+            # takes a burst at once (one per wake-up held 32 clients' first asks back: ask p99 270 ms, not 140).
+            backlog=1 if settings.workers > 1 else BACKLOG,
         )
         with _workers(settings.workers, sock) as (index, lost):
             server = QuietServer(config, pending)
