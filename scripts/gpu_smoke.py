@@ -10,7 +10,7 @@ restored at the end, also on Ctrl-C.
 
 Without a GPU, NVML, or a GPU framework it says why and exits 0.
 
-    python scripts/gpu_smoke.py [--seconds 5] [--eta 0.5] [--step 25]
+    python scripts/gpu_smoke.py [--seconds 5] [--eta 0.5] [--step 25] [--read-only]
 """
 
 from __future__ import annotations
@@ -64,6 +64,12 @@ def main() -> int:
     ap.add_argument("--step", type=float, default=25.0, help="power-limit step (unit: W)")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up iterations per limit")
     ap.add_argument("--measure", type=int, default=20, help="measured iterations per limit")
+    ap.add_argument(
+        "--read-only",
+        action="store_true",
+        help="measure and read the power-limit range only: set no power limit and no persistence mode "
+        "(for a machine whose GPU settings must stay as they are)",
+    )
     args = ap.parse_args()
 
     from zeus_run.energy import NvmlEnergy
@@ -96,8 +102,11 @@ def main() -> int:
         if src.invalid_windows:
             print(f"warning: {src.invalid_windows} invalid window(s) (energy counter went backwards)")
 
-        ctl = PowerLimitController(src)
+        ctl = PowerLimitController([g.gpu for g in src.gpus])
         print(f"power limits {ctl.min_limit:g}-{ctl.max_limit:g} W; to profile: {ctl.candidate_limits(args.step)}")
+        if args.read_only:
+            print("--read-only: no power limit or persistence mode set; the profile is skipped")
+            return 0
         if not ctl.check_permission():
             print(f"power limits cannot be set: {ctl.reason}. {HOW_TO_ENABLE}")
             return 0
