@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.cli.test_join import wait_until
 from tests.server.helpers import ServerProcess
 from tests.server.test_server_jobs import TOKEN, check_complete, clients, demo_spec, finish, records
 from zeus_run.remote import HEALTH_PATH
+from zeus_run.server._listener import BACKLOG
 
 
 def start(tmp_path: Path, port: int = 0) -> ServerProcess:
@@ -147,13 +152,6 @@ def test_the_kernel_queues_a_burst_whatever_event_loop_is_installed(tmp_path):
     """The listening socket's queue is `BACKLOG` long in each process, with uvloop installed too (the test extra
     installs it, as ``uvicorn[standard]`` does): uvloop, which uvicorn takes where it finds it, listened with
     the backlog of 1 meant for asyncio's accept, and 32 clients that connected at once were reset."""
-    import shutil
-    import subprocess
-
-    import pytest
-
-    from zeus_run.server._listener import BACKLOG
-
     if shutil.which("ss") is None:
         pytest.skip("`ss` (iproute2) is not installed: it shows a listening socket's queue length")
     server = start(tmp_path)

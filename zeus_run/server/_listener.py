@@ -100,6 +100,12 @@ class Listener(socket.socket):
     def listen(self, backlog: int = BACKLOG) -> None:
         super().listen(BACKLOG)
 
+    def accepts_per_wakeup(self) -> int:
+        """What to give asyncio as its ``backlog`` (connections accepted each time the socket is ready): one
+        where processes share the connections, so that each takes its share; a whole burst for one process,
+        which would otherwise hold the later connections' first requests back."""
+        return 1 if self.balance is not None else BACKLOG
+
     def accept(self) -> tuple[socket.socket, object]:
         balance = self.balance
         if balance is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.remote import DEFAULT_PORT
 from zeus_run.server._gate import DEFAULT_MAX_BODY
-from zeus_run.server._listener import BACKLOG, Balance, Listener
+from zeus_run.server._listener import Balance, Listener
 from zeus_run.server._root import LOCAL_TOKEN_NAME, ServerRoot
 from zeus_run.server._security import check_bind, local_token, read_token_file
 
@@ -94,22 +94,20 @@ def serve(settings: ServeSettings) -> None:
         logger.info(
             "zeus-run serve: listening on http://%s:%d (root %s, %d job(s))", shown, port, root.path, len(root.jobs())
         )
-        config = uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            limit_concurrency=MAX_CONCURRENT,
-            timeout_keep_alive=KEEP_ALIVE_S,
-            server_header=False,
-            # asyncio's accept, never uvloop's (taken by 'auto' where installed): the workers' sharing is asyncio's
-            # accept (`_listener`), and uvloop's listen kept backlog=1 as the kernel's queue (bursts were reset).
-            loop="asyncio",
-            # --workers: one connection per wake-up, so that the processes share them (`_listener`); one process
-            # takes a burst at once (one per wake-up held 32 clients' first asks back: ask p99 270 ms, not 140).
-            backlog=1 if settings.workers > 1 else BACKLOG,
-        )
         with _workers(settings.workers, sock) as (index, lost):
+            config = uvicorn.Config(
+                app,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                limit_concurrency=MAX_CONCURRENT,
+                timeout_keep_alive=KEEP_ALIVE_S,
+                server_header=False,
+                # asyncio's accept, never uvloop's (taken by 'auto' where installed): the workers' sharing is asyncio's
+                # accept (`_listener`), and uvloop's listen kept backlog=1 as the kernel's queue (bursts were reset).
+                loop="asyncio",
+                backlog=sock.accepts_per_wakeup(),
+            )
             server = QuietServer(config, pending)
             if sock.balance is not None:
                 sock.balance.attach(index)
