@@ -86,11 +86,11 @@ def install(app: FastAPI, publisher: Publisher) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> JSONResponse:
-        return _refused(request, answer(exc.status, publisher.text(str(exc)), exc.code, exc.field))
+        return refused(request.method, request.url.path, exc, publisher)
 
     @app.exception_handler(ZeusRunError)
     async def _library(request: Request, exc: ZeusRunError) -> JSONResponse:
-        return _refused(request, library_answer(exc, publisher))
+        return refused(request.method, request.url.path, exc, publisher)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -115,13 +115,16 @@ def library_answer(exc: BaseException, publisher: Publisher) -> JSONResponse:
     return answer(500, f"Internal server error ({type(exc).__name__}); the server's log has the details.", "internal")
 
 
-def _refused(request: Request, response: JSONResponse) -> JSONResponse:
-    """``response``, logged as one line (with ``zeus-run serve -v``)."""
+def refused(method: str, path: str, exc: ApiError | ZeusRunError, publisher: Publisher) -> JSONResponse:
+    """The answer to a route's refusal (an `ApiError` or a library error), logged as one line (with
+    ``zeus-run serve -v``); the routes and `zeus_run.server._lane` answer refusals with it."""
+    if isinstance(exc, ApiError):
+        response = answer(exc.status, publisher.text(str(exc)), exc.code, exc.field)
+    else:
+        response = library_answer(exc, publisher)
     if refusals.isEnabledFor(logging.INFO):
         body = bytes(response.body).decode("utf-8", "replace")
-        refusals.info(
-            "%s %s refused: %d %s", request.method, redact(request.url.path), response.status_code, body[:300]
-        )
+        refusals.info("%s %s refused: %d %s", method, redact(path), response.status_code, body[:300])
     return response
 
 
