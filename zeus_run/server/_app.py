@@ -7,6 +7,9 @@ that waits for its lock holds one worker and no other job.
 
 Ask, report, finish and fail take an ``Idempotency-Key`` header: a retry with
 the same key is answered as the request it repeats (2xx), across a restart.
+Their work is `zeus_run.server._trials.TrialCalls`, which the fast lane
+(`zeus_run.server._lane`) calls too: a well-formed request of theirs is
+answered there, without FastAPI's per-request work; the rest reach the routes.
 """
 
 from __future__ import annotations
