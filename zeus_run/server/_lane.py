@@ -19,7 +19,6 @@ OpenAPI schema stays FastAPI's.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,8 +31,6 @@ from zeus_run.server._errors import ApiError, library_answer, refused
 from zeus_run.server._gate import Scope, Send
 from zeus_run.server._models import AskRequest, EpochReport, Fail, Finish
 from zeus_run.server._trials import TrialCalls
-
-logger = logging.getLogger(__name__)
 
 _JOBS = f"{API_PREFIX}/jobs/"
 _KEY = b"idempotency-key"
