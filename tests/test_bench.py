@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.sim_helpers import write_tiny_traces
-from zeus_run.sim import JOBS, Noise, job_table, load_traces, simulate
+from zeus_run.sim import JOBS, Noise, informed_start, job_table, load_traces, oracle_baseline, simulate
 from zeus_run.spec import OptimizerSettings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
@@ -53,13 +53,18 @@ def test_bench_table_on_real_traces(traces_dir):
     assert "policy zeus\n" in out.stdout and "policy zeus-plus" in out.stdout
     assert "eta 0.5, beta 2.0, seeds 1-3 (3)" in out.stdout
     headers = [line.split() for line in out.stdout.splitlines() if line.startswith("job")]
-    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "mean", ">1.1xD", "Default", "reference"]
+    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "mean", ">1.1xD", "Default", "floor"]
+    columns.append("reference")
     tries = ["tries", "max", ">1", "try"]
     assert headers == [[*columns, *tries], [*columns, "zeus", *tries]]  # zeus-plus's table also shows zeus's
     assert "median regret over 1 rows" in out.stdout and "worst row:" in out.stdout
     assert "rows worse than the reference:" in out.stdout
     assert "rows worse than zeus:" in out.stdout  # zeus-plus is compared with zeus on the same seeds
     assert "(3 simulations)" in out.stdout
+    traces = load_traces(traces_dir / "summary_train.csv", traces_dir / "summary_power_v100.csv")
+    table = job_table(traces, JOBS["squad"])
+    floor = informed_start(table) / (table.horizon * oracle_baseline(table, 0.5).cost) - 1.0
+    assert f"each first run profiling the limits): median over rows {floor * 100:.2f}%\n" in out.stdout
 
 
 def test_bench_rows_match_simulate_in_one_or_many_processes(traces_dir):

@@ -10,7 +10,16 @@ from tests.sim_helpers import write_tiny_traces
 from zeus_run.engine.core import Engine, TrialRequest
 from zeus_run.engine.position import observation_of
 from zeus_run.optimizer import Decision, ZeusOptimizer
-from zeus_run.sim import JOBS, TraceExecutor, default_baseline, job_table, load_traces, oracle_baseline, simulate
+from zeus_run.sim import (
+    JOBS,
+    TraceExecutor,
+    default_baseline,
+    informed_start,
+    job_table,
+    load_traces,
+    oracle_baseline,
+    simulate,
+)
 from zeus_run.spec import OptimizerSettings
 
 
@@ -50,6 +59,27 @@ def test_first_trial_pays_profiling_epoch(table):
     assert second.energy == pytest.approx(second.epochs * 450)
     assert second.time == pytest.approx(second.epochs * 5)
     assert second.cost == pytest.approx(second.epochs * 725)
+
+
+def test_informed_start_by_hand(table):
+    # Recurrence 1, b0 = 16, profiled: epoch 1 at the mean over limits (energy (800 + 900) / 2, time
+    # (10 + 6) / 2), its other 4 of 5 mean epochs at 200 W (900 J, 6 s each): 0.5 * 4450 + 0.5 * 200 * 32.
+    b0 = 0.5 * 4450 + 0.5 * 200 * 32
+    # Recurrence 2, the Oracle's bs 8, profiled: epoch 1 (450 + 720) / 2 J, 4.5 s; 4 epochs at 100 W.
+    oracle_first = 0.5 * (585 + 4 * 450) + 0.5 * 200 * (4.5 + 4 * 5)
+    assert informed_start(table, 0.5, 1) == pytest.approx(b0)
+    assert informed_start(table, 0.5, 2) == pytest.approx(b0 + oracle_first)
+    assert informed_start(table, 0.5, 8) == pytest.approx(b0 + oracle_first + 6 * 5 * 725)
+    assert informed_start(table, 0.5) == informed_start(table, 0.5, table.horizon)
+
+
+def test_informed_start_is_below_every_simulated_run_of_the_oracle_path(table):
+    """A policy that knew the Oracle still pays b0's first run and two profiles: the floor is above
+    the Oracle, and its excess shrinks as the horizon grows."""
+    oracle = oracle_baseline(table, 0.5).cost
+    excess = [informed_start(table, 0.5, n) / (n * oracle) - 1.0 for n in (2, 8, 32)]
+    assert all(e > 0 for e in excess)
+    assert excess == sorted(excess, reverse=True)
 
 
 def _profiled(table, seed=0):

@@ -202,7 +202,7 @@ class TraceExecutor:
         n = round(share * len(self._profiles[row]))
         return "profiled all power limits in epoch 1" if share >= 1.0 else f"profiled {n} power limits in epoch 1"
 
-    def _charge(self, row: int, col: int, epochs: int, profiled: bool) -> tuple[float, float]:
+    def _charge(self, row: int, col: int, epochs: float, profiled: bool) -> tuple[float, float]:
         """Energy (J) and time (s) of ``epochs`` epochs; the first one profiled if ``profiled``."""
         e1 = float(self._epoch_energy[row, col])
         t1 = float(self.table.time_per_epoch[row, col])
@@ -410,3 +410,33 @@ def simulate(
         knobs=knobs,
         slowdowns=slowdowns,
     )
+
+
+def informed_start(table: JobTable, eta: float = 0.5, horizon: int | None = None) -> float:
+    """Expected cumulative cost of the *informed start*: the floor of a policy that starts at b0 (unit: J).
+
+    The informed start knows the Oracle's batch size from the outset, yet runs as zeus-run
+    must: b0 in recurrence 1, then the Oracle's batch size in every later one, and each
+    batch size's first run profiles the power limits as `TraceExecutor` charges it (a full
+    or, on a short horizon, a shortened sweep). Epochs are each batch size's mean over its
+    traced runs. What a learning policy pays beyond this is the price of not knowing which
+    batch size is best; what this pays beyond the Oracle is b0's first run and profiling,
+    which no policy that starts at b0 avoids.
+
+    Args:
+        table: The job on one GPU.
+        eta: Cost knob in [0, 1].
+        horizon: Recurrences (None: the paper's horizon).
+    """
+    n = table.horizon if horizon is None else horizon
+    executor = TraceExecutor(table, eta, seed=0)
+    oracle = oracle_baseline(table, eta)
+    rows = [table.index(table.default_batch_size)]
+    if n > 1:
+        rows += [table.index(oracle.batch_size)] * (n - 1)
+    total = 0.0
+    for recurrence, row in enumerate(rows, start=1):
+        col, profiled = executor.power_limit(row, recurrence, n)
+        energy, time = executor._charge(row, col, float(table.mean_epochs[row]), profiled)
+        total += executor.objective.trial_cost(energy, time, table.max_power)
+    return total
