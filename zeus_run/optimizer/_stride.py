@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._base import Decision
+from zeus_run.optimizer._trend import log_epochs, noisy_part
 
 if TYPE_CHECKING:
     from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
@@ -46,7 +47,13 @@ def _log(e: Estimate) -> tuple[float, float]:
 
 
 def predict_span(
-    opt: ZeusVOIOptimizer, est: Mapping[int, Estimate], end: int, step: int, cv2: float, steps: int = 1
+    opt: ZeusVOIOptimizer,
+    est: Mapping[int, Estimate],
+    end: int,
+    step: int,
+    cv2: float,
+    steps: int = 1,
+    epochs: Mapping[int, float] | None = None,
 ) -> tuple[float, float, float]:
     """Mean and sd of the log cost ``steps`` (1 or 2) batch sizes beyond ``end``, and the cautious trend.
 
@@ -57,6 +64,11 @@ def predict_span(
     and adds `STEP_SD` of spread. The third value is the trend plus one standard deviation of it
     (from the two costs it is measured on; infinite without a trend): the largest change per step
     the costs support with some confidence, negative only for a sure descent.
+
+    ``epochs`` (revision 8, `zeus_run.optimizer._trend.log_epochs`): the log mean epochs of each
+    converged batch size. The trend then takes the change in epochs between the two batch sizes it
+    is measured on only as far as it stands out of their noise (`zeus_run.optimizer._trend.noisy_part`);
+    the change in cost per epoch counts whole. The stride's test (the third value) is revision 7's.
     """
     bs = opt.batch_sizes
     log_end, var_end = _log(est[bs[end]])
@@ -74,6 +86,8 @@ def predict_span(
         k = abs(end - inside[0])
         trend = opt.TREND * (log_end - l1) / k
         cautious = trend + opt.TREND * math.sqrt(var_end + v1) / k
+        if epochs is not None:
+            trend -= opt.TREND * noisy_part(opt, est, epochs, bs[end], bs[inside[0]]) / k
     mu, change = log_end, trend
     for _ in range(steps):
         mu += change
@@ -93,19 +107,20 @@ def candidates(
     converged neighbours when none has).
     """
     bs = opt.batch_sizes
+    ep = log_epochs(state, est) if opt.revision >= 8 else None
     tried = [i for i, b in enumerate(bs) if b in state.arms]
     for side, end, step in (("downwards", min(tried), -1), ("upwards", max(tried), 1)):
         if not 0 <= end + step < len(bs) or bs[end] not in est:
             continue  # no batch size beyond, or this end never reached the target
-        mu, sd, cautious = predict_span(opt, est, end, step, cv2)
+        mu, sd, cautious = predict_span(opt, est, end, step, cv2, epochs=ep)
         yield bs[end + step], side, (mu, sd)
         if 0 <= end + 2 * step < len(bs) and opt.TREND * cautious < -opt.STEP_SD:
-            mu2, sd2, _ = predict_span(opt, est, end, step, cv2, steps=2)
+            mu2, sd2, _ = predict_span(opt, est, end, step, cv2, steps=2, epochs=ep)
             yield bs[end + 2 * step], f"{side}, two steps", (mu2, sd2)
     for i in range(1, len(bs) - 1):
         if bs[i] in state.arms or bs[i - 1] not in state.arms or bs[i + 1] not in state.arms:
             continue
-        sides = [predict_span(opt, est, j, i - j, cv2) for j in (i - 1, i + 1) if bs[j] in est]
+        sides = [predict_span(opt, est, j, i - j, cv2, epochs=ep) for j in (i - 1, i + 1) if bs[j] in est]
         trended = [(m, sd) for m, sd, c in sides if math.isfinite(c)] or [(m, sd) for m, sd, _ in sides]
         if trended:
             precision = sum(1.0 / sd**2 for _, sd in trended)

@@ -32,10 +32,9 @@ cheapest arm later (its first cost was unlucky) re-opens its side.
 **Slow first runs** (revision 3). A batch size's first run has no earlier run to compare its pace
 with; one that fell in a slow recurrence would rule its batch size out for good. Its cost per epoch
 is checked against the batch size's later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
-Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`; strides (revision 7): `zeus_run.optimizer._stride`.
-
-The state is a pure fold over observations (`VOIState`); the only randomness is the Thompson draw, seeded by
-``(seed, step)``."""
+Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`; strides (revision 7): `zeus_run.optimizer._stride`;
+the trend apart from epoch counts' noise (revision 8): `zeus_run.optimizer._trend`. The state is a pure fold over
+observations (`VOIState`); the only randomness is the Thompson draw, seeded by ``(seed, step)``."""
 
 from __future__ import annotations
 
@@ -60,7 +59,7 @@ logger = logging.getLogger(__name__)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6, 7)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class VOIState:
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
         epochs: Per batch size, the epochs of each of its converged observations (revision 5's
-            model, `zeus_run.optimizer._pace`).
+            model, `zeus_run.optimizer._pace`, and revision 8's trend, `zeus_run.optimizer._trend`).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
             the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
         slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
@@ -158,7 +157,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 7,
+        revision: int = 8,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -171,14 +170,15 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 7 (current): as 6, with strides down a steep descent (`zeus_run.optimizer._stride`); 6: as 4, and a
-            batch size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's
-            cost is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as
-            3, and a probe counts the chance that it never converges (`converge_chance`) and is stopped by its learning
-            curve (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is checked for
-            pace (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
-            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop. Runs replay
-            with the revision they recorded.
+        revision: 8 (current): as 7, the walk's trend counting a change in epochs as far as it stands out of their
+            noise (`zeus_run.optimizer._trend`); 7: as 6, with strides down a steep descent (`zeus_run.optimizer._stride`);
+            6: as 4, and a batch size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried
+            batch size's cost is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have
+            converged; 4: as 3, and a probe counts the chance that it never converges (`converge_chance`) and is stopped
+            by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is
+            checked for pace (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
+            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop. Runs replay with
+            the revision they recorded.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -216,7 +216,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
         spent = state.spent + obs.cost
         state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
-        if self.pace_model and obs.reached and obs.epochs > 0:
+        if (self.pace_model or self.revision >= 8) and obs.reached and obs.epochs > 0:
             epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
             state = dataclasses.replace(state, epochs=epochs)
         if self.revision < 3:

@@ -186,9 +186,9 @@ class Sections(Checker):
                 d.revision,
                 self.int_(
                     1,
-                    7,
+                    8,
                     fix=(
-                        "7: the current rules; 5: the pace model (opt-in); 6, 4, 3, 2 and 1: how runs from before "
+                        "8: the current rules; 5: the pace model (opt-in); 7, 6, 4, 3, 2 and 1: how runs from before "
                         "them ran"
                     ),
                 ),
