@@ -26,7 +26,7 @@ KINDS = ("real", "simulated", "replayed")
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
 #: Fields written only when set (absent: None), so records read as they did before these existed.
-OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing", "after_metrics")
+OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead")
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -100,6 +100,9 @@ class TrialRecord:
             (its output was held in a buffer, `zeus_run.trial.burst`): ``time`` and ``cost`` are
             what the trial cost, but its epochs were not timed, so its time per epoch means
             nothing. None: each epoch was measured when it was read.
+        profile_overhead: What this trial's power-limit sweep cost beyond the same work at the limit
+            it chose (unit: J of cost, within ``cost``); None: no sweep ended in this trial. ``zeus-voi``
+            revision 9 learns the batch size's cost without it.
     """
 
     job: str
@@ -146,6 +149,7 @@ class TrialRecord:
     horizon: int | None = None
     reported: str | None = None
     epoch_timing: str | None = None
+    profile_overhead: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)

@@ -128,3 +128,57 @@ def test_failed_set_stops_profiling_without_raising():
     for i in range(1, 20):
         prof.observe(i, i * 0.1, i * 0.1, i * 25.0)
     assert prof.done and not prof.complete and prof.chosen is None
+
+
+def _recorded_drive(prof, calls):
+    """`drive`, keeping every reading (steps, time, energy) the profiler was fed while it swept."""
+    readings = []
+    t = st = e = 0.0
+    steps = 0
+    prof.start()
+    while not prof.done:
+        lim = calls[-1]
+        n = max(1, round(thr_at(lim) * 0.05))
+        steps += n
+        st += n / thr_at(lim)
+        t += n / thr_at(lim)
+        e += power_at(lim) * n / thr_at(lim)
+        prof.observe(steps, st, t, e)
+        readings.append((steps, t, e))
+    return readings
+
+
+@pytest.mark.parametrize("eta", [0.2, 0.5, 0.8])
+def test_overhead_prices_the_sweep_against_the_same_iterations_at_the_chosen_limit(eta):
+    from zeus_run.cost import zeus_cost
+
+    calls: list[float] = []
+    prof = JitProfiler(
+        LIMITS, lambda p: best_power_limit(p, eta, 300), lambda w: calls.append(w) or True, 5, 20, settle_s=0
+    )
+    readings = _recorded_drive(prof, calls)
+    (s0, t0, e0), (s1, t1, e1) = readings[0], readings[-1]
+    best = next(m for m in prof.profile if m.power_limit == prof.chosen)
+    at_best = (s1 - s0) / best.throughput
+    expected = zeus_cost(e1 - e0 - at_best * best.avg_power, t1 - t0 - at_best, eta, 300.0)
+    assert prof.overhead(eta, 300.0) == pytest.approx(expected)
+    assert expected > 0  # the low limits run slower and cost more than the chosen one
+
+
+def test_overhead_is_zero_where_every_limit_costs_the_same_and_none_without_a_sweep():
+    flat = JitProfiler(LIMITS, lambda p: 300.0, lambda w: True, 5, 20, settle_s=0)
+    flat.start()
+    steps = 0
+    while not flat.done:  # 10 iterations/s at 200 W whatever the limit
+        steps += 1
+        flat.observe(steps, steps / 10.0, steps / 10.0, 20.0 * steps)
+    assert flat.overhead(0.5, 300.0) == pytest.approx(0.0, abs=1e-9)
+    truth = [PowerLimitMeasurement(l, power_at(l), thr_at(l)) for l in LIMITS]
+    stored = JitProfiler.from_profile(truth, lambda p: best_power_limit(p, 0.5, 300), lambda w: True)
+    stored.start()
+    assert stored.overhead(0.5, 300.0) is None  # profiled in an earlier trial: this one paid nothing
+    abandoned = JitProfiler(LIMITS, lambda p: 300.0, lambda w: True, 5, 20, settle_s=0)
+    abandoned.start()
+    abandoned.observe(1, 0.1, 0.1, 20.0)
+    abandoned.abandon("the script reports no steps")
+    assert abandoned.overhead(0.5, 300.0) is None

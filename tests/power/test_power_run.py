@@ -19,6 +19,7 @@ from zeus_run.engine.runner import run_job
 from zeus_run.errors import PowerLimitPermissionError
 from zeus_run.optimizer.power_limit import best_power_limit
 from zeus_run.power import ProfileStore
+from zeus_run.rundir.history import read_history
 from zeus_run.spec import parse_spec
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -73,6 +74,12 @@ def test_profiles_first_trial_persists_and_reuses(tmp_path, monkeypatch):
     assert [r.power_limit for r in res.new] == [expected, expected]
     assert [r.energy_method for r in res.new] == ["counter", "counter"]
     assert res.new[0].energy > 0
+    # The first trial's sweep is priced (at least 0: the fake runs as fast at every limit) and recorded in
+    # the history; the second trial swept nothing.
+    first, second = read_history(tmp_path / "run" / "history.jsonl")[-2:]
+    assert first.profile_overhead is not None and 0 <= first.profile_overhead < first.cost
+    assert second.profile_overhead is None
+    assert res.new[0].profile_overhead == first.profile_overhead
     sets = [c[2] for c in nv.calls if c[0] == "limit"]
     # permission probe (original), the profiled limits (3 or 4, above), the choice, restore; then trial 2:
     # choice, restore

@@ -132,8 +132,11 @@ def test_optimizer_sees_only_observed_outcomes(table):
     records = Engine(opt, 12, 20, 1.2).run([], ex)
     assert opt.seen == [observation_of(r) for r in records]
     for r, obs in zip(records, opt.seen, strict=False):
-        assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe", "epochs", "slowdown"}
+        assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe", "epochs", "slowdown", "overhead"}
         assert obs.slowdown == 1.0  # the paper's early stop checks no pace
+        # A first run's sweep is priced as the launcher prices it; no later run sweeps.
+        assert obs.overhead == (r.profile_overhead or 0.0)
+        assert (r.profile_overhead is not None) == (r is next(x for x in records if x.batch_size == r.batch_size))
         assert obs.epochs == r.epochs  # the epochs it ran: its pace is cost / epochs
         assert obs.probe  # serial: pruning takes any result of the batch size it expects
         if r.stop_reason == "skipped":

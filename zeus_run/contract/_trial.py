@@ -164,6 +164,9 @@ class TrialOutcome:
         cause: One line naming why a failed trial failed (`crash_cause`), None if it did not fail.
         epoch_timing: `BURST_TIMING` when every epoch's metric arrived at once at the script's exit
             (its output was held in a buffer: `zeus_run.trial.burst`); None: timed as read.
+        profile_overhead: What the power-limit sweep in this trial cost beyond the same work at the
+            chosen limit (unit: J of cost; `zeus_run.power.JitProfiler.overhead`); None: no sweep ended
+            in this trial.
     """
 
     epochs: int
@@ -184,11 +187,13 @@ class TrialOutcome:
     cause: str | None = None
     epoch_timing: str | None = None
     after_metrics: tuple[float, ...] | None = None
+    profile_overhead: float | None = None
 
     #: The outcome's fields a history record carries as they are (`record_fields`).
     RECORDED = (
         *("epochs", "time", "energy", "max_power", "cost", "reached", "stop_reason", "metrics", "exit_code"),
         *("ended", "after_time", "after_energy", "power_limit", "cause", "epoch_timing", "after_metrics"),
+        "profile_overhead",
     )
 
     def record_fields(self) -> dict[str, Any]:

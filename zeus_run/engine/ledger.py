@@ -177,7 +177,7 @@ class Ledger:
                 record.batch_size,
                 len(pending),
             )
-            return dataclasses.replace(obs, cost=obs.cost / ratio, slowdown=ratio)
+            return dataclasses.replace(obs, cost=obs.cost / ratio, overhead=obs.overhead / ratio, slowdown=ratio)
         for p in pending:
             self._observe(p)
         return obs

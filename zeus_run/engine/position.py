@@ -74,7 +74,14 @@ def observation_of(record: TrialRecord) -> Observation | None:
     """
     if not record.observed:
         return None
-    return Observation(record.batch_size, record.cost, record.reached, record.probe is not False, record.epochs)
+    return Observation(
+        record.batch_size,
+        record.cost,
+        record.reached,
+        record.probe is not False,
+        record.epochs,
+        overhead=record.profile_overhead or 0.0,
+    )
 
 
 def observations(records: Iterable[TrialRecord]) -> list[Observation]:

@@ -45,6 +45,8 @@ class Observation:
             run, whose ``cost`` it then took at that median (the robust early stop's check,
             `zeus_run.optimizer.early_stop.Pace`); 1.0: not slow, or not checked (``zeus-voi``
             revision 6 measures from it how often and how much runs slow down).
+        overhead: What its power-limit sweep cost beyond the same work at the chosen limit (unit: J,
+            within ``cost``; 0: none). ``zeus-voi`` revision 9 learns ``cost - overhead``.
     """
 
     batch_size: int
@@ -53,6 +55,7 @@ class Observation:
     probe: bool = True
     epochs: int = 0
     slowdown: float = 1.0
+    overhead: float = 0.0
 
 
 @dataclass(frozen=True)

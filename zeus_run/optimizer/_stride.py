@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._base import Decision
+from zeus_run.optimizer._overhead import overhead_share
 from zeus_run.optimizer._trend import log_epochs, noisy_part
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ def best_stride(
     for batch_size, why, prior in candidates(opt, state, est, cv2):
         mu, sd = prior
         value = opt.probe_value(opt.batch_sizes, est, 0, 0, est[leader].mean, cv2, horizon, p, prior)
+        value -= overhead_share(opt, state, batch_size) * math.exp(mu + sd * sd / 2.0)  # its sweep (revision 9)
         if (
             value > 0
             and opt.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)

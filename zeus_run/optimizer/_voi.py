@@ -29,12 +29,11 @@ close arms over tens or hundreds of recurrences. Because the walk is
 re-examined before every trial, an end of the interval that becomes the
 cheapest arm later (its first cost was unlucky) re-opens its side.
 
-**Slow first runs** (revision 3). A batch size's first run has no earlier run to compare its pace
-with; one that fell in a slow recurrence would rule its batch size out for good. Its cost per epoch
-is checked against the batch size's later runs, or the nearest smaller batch size tried (`ZeusVOIOptimizer.moments`).
-Second looks (revisions 4 and 6): `zeus_run.optimizer._second_look`; strides (revision 7): `zeus_run.optimizer._stride`;
-the trend apart from epoch counts' noise (revision 8): `zeus_run.optimizer._trend`. The state is a pure fold over
-observations (`VOIState`); the only randomness is the Thompson draw, seeded by ``(seed, step)``."""
+**Slow first runs** (revision 3): a first run's pace is checked (`ZeusVOIOptimizer.moments`). Second looks
+(revisions 4, 6): `zeus_run.optimizer._second_look`; strides (7): `zeus_run.optimizer._stride`; the trend apart from
+epoch counts' noise (8): `zeus_run.optimizer._trend`; costs without the power-limit sweep (9):
+`zeus_run.optimizer._overhead`. The state is a pure fold over observations (`VOIState`); the only randomness is the
+Thompson draw, seeded by ``(seed, step)``."""
 
 from __future__ import annotations
 
@@ -47,6 +46,7 @@ from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer._overhead import without_sweep
 from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import lognormal_shortfall
@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 #: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
 _TINY = 1e-12
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class VOIState:
             the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
         slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
             (`Observation.slowdown`; revision 6).
+        overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
     """
 
     step: int
@@ -94,6 +95,7 @@ class VOIState:
     epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
+    overheads: Mapping[int, float] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -157,7 +159,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 8,
+        revision: int = 9,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -170,15 +172,15 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 8 (current): as 7, the walk's trend counting a change in epochs as far as it stands out of their
-            noise (`zeus_run.optimizer._trend`); 7: as 6, with strides down a steep descent (`zeus_run.optimizer._stride`);
-            6: as 4, and a batch size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried
-            batch size's cost is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have
-            converged; 4: as 3, and a probe counts the chance that it never converges (`converge_chance`) and is stopped
-            by its learning curve (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is
-            checked for pace (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
-            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop. Runs replay with
-            the revision they recorded.
+        revision: 9 (current): as 8, learning costs without the power-limit sweep (`zeus_run.optimizer._overhead`);
+            8: as 7, the walk's trend counting a change in epochs as far as it stands out of their noise
+            (`zeus_run.optimizer._trend`); 7: as 6, with strides (`zeus_run.optimizer._stride`); 6: as 4, and a batch
+            size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost
+            is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and
+            a probe counts the chance that it never converges (`converge_chance`) and is stopped by its learning curve
+            (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is checked for pace
+            (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
+            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -209,12 +211,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
     def observe(self, state: VOIState, obs: Observation) -> VOIState:
         if obs.batch_size not in self.batch_sizes:
             raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
+        spent = state.spent + obs.cost  # what was paid, the sweep included
+        if self.revision >= 9:
+            state, obs = without_sweep(state, obs)
         arms = dict(state.arms)
         arms[obs.batch_size] = arms.get(obs.batch_size, ArmStats()).add(obs.cost, self.window_size)
         reached = dict(state.reached)
         if obs.reached:
             reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
-        spent = state.spent + obs.cost
         state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
         if (self.pace_model or self.revision >= 8) and obs.reached and obs.epochs > 0:
             epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
@@ -280,14 +284,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
     def posterior(self, state: VOIState) -> tuple[dict[int, Estimate], float]:
         """Posterior of each converged arm's mean cost, and the pooled relative variance of one trial's cost.
 
-        The relative variance is pooled over arms with two or more costs, plus
-        ``PRIOR_CV2_DOF`` pseudo degrees of freedom at ``PRIOR_CV2``:
+        The relative variance is pooled over arms with two or more costs, plus ``PRIOR_CV2_DOF`` pseudo
+        degrees of freedom at ``PRIOR_CV2``:
 
             cv2   = (sum_i SS_i / m_i^2 + dof0 * cv2_0) / (sum_i (n_i - 1) + dof0)
             var_i = (SS_i + w * cv2 * m_i^2) / (n_i - 1 + w),  Var[mean_i] = var_i / n_i
 
-        where ``SS_i`` is arm i's sum of squared deviations, ``m_i`` its mean cost
-        and ``w`` = ``VARIANCE_PRIOR_WEIGHT``: one cost per arm is enough.
+        ``SS_i``: arm i's sum of squared deviations, ``m_i`` its mean cost, ``w`` = ``VARIANCE_PRIOR_WEIGHT``.
         """
         moments = self.moments(state) if self.revision >= 3 else {b: a.moments() for b, a in state.arms.items()}
         ss, dof = self.PRIOR_CV2_DOF * self.PRIOR_CV2, self.PRIOR_CV2_DOF
@@ -306,20 +309,17 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
     def moments(self, state: VOIState) -> dict[int, tuple[int, float, float]]:
         """``(count, mean, population variance)`` of each batch size's costs, first runs checked for pace (revision 3).
 
-        A batch size's first run has no earlier run to compare its pace (cost per epoch)
-        with: if it fell in a slow recurrence (a shared GPU, a slow file system), its cost
-        would rule its batch size out for good, and if that batch size is b0 (recurrence 1)
-        the walk settles on a wrong batch size. Epochs to the target do not depend on the
-        machine, pace does. So a first run's pace is compared with the median pace of the
-        batch size's later converged runs or, while there are none, with the pace of the
-        nearest smaller batch size tried (a larger batch runs an epoch about as fast or
-        faster; revision 5 also bounds it by ``B / b`` times the pace of the nearest larger
-        batch size ``B`` tried, the most a smaller batch can slow an epoch). If it ran more
-        than `SLOWDOWN` times slower than that, its cost is taken at
-        that pace: the batch size stays in contention, and a Thompson draw runs it again
-        while it looks competitive. Later runs are checked by the robust early stop
-        (`zeus_run.optimizer.early_stop.Pace`) before they reach the optimizer. A wrong correction
-        (a batch size that really runs its epochs slower) costs at most that one more run.
+        A batch size's first run has no earlier run to compare its pace (cost per epoch) with: if it fell in
+        a slow recurrence (a shared GPU, a slow file system), its cost would rule its batch size out for good,
+        and if that batch size is b0 (recurrence 1) the walk settles on a wrong batch size. Epochs to the
+        target do not depend on the machine, pace does. So a first run's pace is compared with the median
+        pace of the batch size's later converged runs or, while there are none, with the pace of the nearest
+        smaller batch size tried (a larger batch runs an epoch about as fast or faster; revision 5 also bounds
+        it by ``B / b`` times the pace of the nearest larger batch size ``B`` tried, the most a smaller batch
+        can slow an epoch). If it ran more than `SLOWDOWN` times slower than that, its cost is taken at that
+        pace: the batch size stays in contention, and a Thompson draw runs it again while it looks
+        competitive. Later runs are checked by the robust early stop (`zeus_run.optimizer.early_stop.Pace`)
+        before they reach the optimizer. A wrong correction costs at most that one more run.
         """
         own = {b: _median(p) for b, p in state.paces.items() if p}
         pace = {b: f.cost / f.epochs for b, f in state.first.items() if f.reached and f.epochs > 0}

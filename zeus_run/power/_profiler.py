@@ -42,6 +42,9 @@ A profiler built `from_profile` (a batch size profiled in an earlier trial or
 run) is done from the start: `start` applies the stored choice. One built with
 ``measured`` (a partial profile: an earlier trial of the batch size ended before
 its sweep did) continues the sweep at the first limit not yet measured.
+
+`JitProfiler.overhead` prices the sweep: what its span cost beyond the same iterations at the
+chosen limit. The trial's record carries it (``profile_overhead``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from zeus_run.cost import zeus_cost
 from zeus_run.optimizer.power_limit import PowerLimitMeasurement
 
 logger = logging.getLogger(__name__)
@@ -145,6 +149,9 @@ class JitProfiler:
         self._scaled = False
         self._done_at: _Mark | None = None
         self._last_energy = 0.0
+        #: First reading of this trial's sweep, and its end: the span `overhead` prices.
+        self._swept_from: _Mark | None = None
+        self._swept_to: _Mark | None = None
 
     @classmethod
     def from_profile(
@@ -201,6 +208,8 @@ class JitProfiler:
         if self.done or self._phase == "idle":
             return
         mark = _Mark(steps, script_time, time, energy)
+        if self._swept_from is None:
+            self._swept_from = _Mark(steps, script_time, time, energy)
         if self._phase == "warmup":
             if self._begin is None:
                 self._begin = mark  # first reading at this limit: the settle time counts from here
@@ -254,6 +263,7 @@ class JitProfiler:
 
     def _finish(self, mark: _Mark) -> None:
         """The sweep is over (every limit, or as many as ``more`` wanted): pick and apply."""
+        self._swept_to = mark if self._swept_from is not None else None
         self.complete = True
         self.chosen = self.pick(self.profile)
         logger.info(
@@ -287,6 +297,25 @@ class JitProfiler:
         d = self._done_at
         rest = max(time - d.time, 0.0) * at_max.throughput / best.throughput
         return d.time + rest, d.energy + rest * best.avg_power
+
+    def overhead(self, eta: float, max_power: float) -> float | None:
+        """What this trial's sweep cost beyond the same iterations at the chosen limit (unit: J of cost).
+
+        The sweep runs from its first reading to the choice, at every limit measured: the time and
+        energy it took, against its iterations at the chosen limit's throughput and average power,
+        priced as the trial is (`zeus_run.cost.zeus_cost`). 0 at least. None where this trial did not
+        complete a sweep (a stored profile, a partial or abandoned one): nothing to price. ``zeus-voi``
+        learns a batch size's cost without it (revision 9).
+        """
+        a, b = self._swept_from, self._swept_to
+        if a is None or b is None or self.chosen is None:
+            return None
+        best = {m.power_limit: m for m in self.profile}.get(self.chosen)
+        steps, time, energy = b.steps - a.steps, b.time - a.time, b.energy - a.energy
+        if best is None or best.throughput <= 0 or steps <= 0 or time <= 0:
+            return None
+        at_best = steps / best.throughput
+        return max(0.0, zeus_cost(energy - at_best * best.avg_power, time - at_best, eta, max_power))
 
     @property
     def partial(self) -> bool:

@@ -148,6 +148,11 @@ class TraceExecutor:
             epochs, cut_by_threshold = curve_after, False
         energy, time = self._charge(row, col, epochs, profiled)
         energy, time = energy * slow, time * slow
+        overhead = None  # the sweep beyond the same work at the chosen limit, as the launcher prices it
+        if profiled and epochs > 0:
+            steady_e, steady_t = self._charge(row, col, epochs, False)
+            steady = self.objective.trial_cost(steady_e * slow, steady_t * slow, t.max_power)
+            overhead = max(0.0, self.objective.trial_cost(energy, time, t.max_power) - steady)
         return self._record(
             req,
             col,
@@ -158,6 +163,7 @@ class TraceExecutor:
             reached=reached,
             stop_reason=self._reason(reached, cut_by_threshold, epochs, t.job.max_epochs),
             message=self._profile_message(row) if profiled else None,
+            overhead=overhead,
         )
 
     @staticmethod
@@ -180,6 +186,7 @@ class TraceExecutor:
         reached: bool,
         stop_reason: StopReason,
         message: str | None,
+        overhead: float | None = None,
     ) -> TrialRecord:
         t = self.table
         outcome = TrialOutcome(
@@ -192,6 +199,7 @@ class TraceExecutor:
             stop_reason=stop_reason,
             exit_code=None,
             power_limit=t.power_limits[col],
+            profile_overhead=overhead,
         )
         return trial_record(
             t.job.name, req, outcome, Measurement("trace"), kind="simulated", observed=True, message=message

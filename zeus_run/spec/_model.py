@@ -75,7 +75,8 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
-        revision: Revision of ``zeus-voi``'s rules: 8 (the default) is 7 and a walk whose trend counts a
+        revision: Revision of ``zeus-voi``'s rules: 9 (the default) is 8 learning each batch size's cost
+            without its first run's power-limit sweep (`zeus_run.optimizer._overhead`); 8 is 7 and a walk whose trend counts a
             change in epochs to the target only as far as it stands out of their noise
             (`zeus_run.optimizer._trend`); 7 is 6 and a walk down a steep descent
             that strides two batch sizes (`zeus_run.optimizer._stride`); 6 is 4 and a second look at a batch
@@ -83,7 +84,7 @@ class OptimizerSettings:
             cost as epochs to the target x cost per epoch (`zeus_run.optimizer._pace`); 4 also counts the chance that a probe never
             converges and stops a probe by its learning curve; 3 also checks a batch size's first run for
             pace (a slow recurrence); 2 plans exploration over the recurrences left and uses the
-            robust early stop (`zeus_run.optimizer.early_stop`); 1, 2, 3, 4, 6 and 7 are how runs
+            robust early stop (`zeus_run.optimizer.early_stop`); 1, 2, 3, 4, 6, 7 and 8 are how runs
             recorded before them replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
     """
 
@@ -93,7 +94,7 @@ class OptimizerSettings:
     prior_mean: float = 0.0
     prior_precision: float = 0.0
     num_explorations: int = POLICY_DEFAULTS[DEFAULT_POLICY]["num_explorations"]
-    revision: int = 8
+    revision: int = 9
 
     @classmethod
     def for_policy(cls, policy: str = DEFAULT_POLICY, **knobs: Any) -> OptimizerSettings:

@@ -186,9 +186,9 @@ class Sections(Checker):
                 d.revision,
                 self.int_(
                     1,
-                    8,
+                    9,
                     fix=(
-                        "8: the current rules; 5: the pace model (opt-in); 7, 6, 4, 3, 2 and 1: how runs from before "
+                        "9: the current rules; 5: the pace model (opt-in); 8, 7, 6, 4, 3, 2 and 1: how runs from before "
                         "them ran"
                     ),
                 ),

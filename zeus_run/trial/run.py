@@ -471,6 +471,9 @@ class _TrialRun:
             message=message,
             malformed=malformed,
             power_limit=self.profiler.chosen if self.profiler is not None else None,
+            profile_overhead=(
+                self.profiler.overhead(self.plan.eta, self.energy.max_power) if self.profiler is not None else None
+            ),
             cause=cause,
             epoch_timing=timing,
             after_metrics=tuple(self.after_metrics) or None,
