@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import zeus
 from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
 from zeus_run.engine.runner import run_job
@@ -80,6 +81,9 @@ def test_profiles_first_trial_persists_and_reuses(tmp_path, monkeypatch):
     assert first.profile_overhead is not None and 0 <= first.profile_overhead < first.cost
     assert second.profile_overhead is None
     assert res.new[0].profile_overhead == first.profile_overhead
+    shown = zeus("history", str(tmp_path / "run"))
+    assert shown.returncode == 0, shown.stderr
+    assert "Power-limit sweeps: 1, costing" in " ".join(shown.stdout.split())
     sets = [c[2] for c in nv.calls if c[0] == "limit"]
     # permission probe (original), the profiled limits (3 or 4, above), the choice, restore; then trial 2:
     # choice, restore

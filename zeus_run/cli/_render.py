@@ -312,6 +312,12 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         vs = f", {_pct(st.savings)} against the default{_rough(s)}" if st.savings is not None else ""
         skipped = f"; {st.skipped} slow recurrence(s) left out" if st.skipped else ""
         lines.append(f"Steady state ({span}{skipped}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
+    if s.sweeps:
+        share = f", {s.sweep_cost / s.total_cost:.1%} of the total cost" if s.total_cost > 0 else ""
+        lines.append(
+            f"Power-limit sweeps: {s.sweeps}, costing {fmt_energy(s.sweep_cost)} beyond the same work at the limits "
+            f"they chose{share}"
+        )
     if s.after_time > 0:
         lines.append(
             f"After the target or a stop (saving, winding down; not in the cost): time {fmt_time(s.after_time)}, "

@@ -190,6 +190,9 @@ class Summary:
         provenance: Distinct values of each `PROVENANCE_FIELDS` field the records carry.
         after_time, after_energy: Time and energy the scripts spent after the point they were
             judged at (saving a model, winding down); not part of the totals or the cost (units: s, J).
+        sweeps: Trials that completed a power-limit sweep and priced it (``profile_overhead``).
+        sweep_cost: What those sweeps cost beyond the same work at the limits they chose (unit: J;
+            part of ``total_cost``).
     """
 
     trials: int
@@ -225,6 +228,8 @@ class Summary:
     after_time: float = 0.0
     after_energy: float = 0.0
     slow: dict[int, float] = field(default_factory=dict)
+    sweeps: int = 0
+    sweep_cost: float = 0.0
 
 
 def failure_reason(record: TrialRecord) -> str | None:
@@ -475,6 +480,8 @@ def summarize(
         after_time=sum(r.after_time or 0.0 for r in records),
         after_energy=sum(r.after_energy or 0.0 for r in records),
         slow=slow,
+        sweeps=sum(1 for r in records if r.profile_overhead is not None),
+        sweep_cost=sum(r.profile_overhead or 0.0 for r in records),
     )
 
 
