@@ -147,13 +147,10 @@ def best_stride(
     best: tuple[float, int, str] | None = None
     for batch_size, why, prior in candidates(opt, state, est, cv2):
         mu, sd = prior
+        expected = math.exp(mu + sd * sd / 2.0)  # the probe's expected cost, were it to converge
         value = opt.probe_value(opt.batch_sizes, est, 0, 0, est[leader].mean, cv2, horizon, p, prior)
-        value -= overhead_share(opt, state, batch_size) * math.exp(mu + sd * sd / 2.0)  # its sweep (revision 9)
-        if (
-            value > 0
-            and opt.within_budget(state, est, math.exp(mu + sd * sd / 2.0), p)
-            and (best is None or value > best[0])
-        ):
+        value -= overhead_share(opt, state, batch_size) * expected  # its sweep (revision 9)
+        if value > 0 and opt.within_budget(state, est, expected, p) and (best is None or value > best[0]):
             best = (value, batch_size, why)
     if best is None:
         return None
