@@ -182,3 +182,31 @@ def test_overhead_is_zero_where_every_limit_costs_the_same_and_none_without_a_sw
     abandoned.observe(1, 0.1, 0.1, 20.0)
     abandoned.abandon("the script reports no steps")
     assert abandoned.overhead(0.5, 300.0) is None
+
+
+def test_stall_reports_a_trial_that_measured_no_limit_and_only_that():
+    def short_trial(prof, seconds):  # readings every 50 ms at 10 iterations/s, energy at 200 W
+        prof.start()
+        for i in range(1, int(seconds / 0.05) + 1):
+            prof.observe(i, i * 0.05, i * 0.05, 10.0 * i)
+
+    pick = lambda p: best_power_limit(p, 0.5, 300.0)  # noqa: E731
+    calls: list[float] = []
+    setter = lambda w: calls.append(w) or True  # noqa: E731
+    prof = JitProfiler(LIMITS, pick, setter, warmup_iters=1, measure_iters=2, min_window_s=2.0, settle_s=0.5)
+    short_trial(prof, 1.5)  # shorter than settle + window: nothing measured
+    why = prof.stall()
+    assert why is not None and "1.4 s" in why and "at 300 W" in why and "at least 2 s" in why
+    longer = JitProfiler(LIMITS, pick, setter, warmup_iters=1, measure_iters=2, min_window_s=2.0, settle_s=0.5)
+    short_trial(longer, 6.0)  # measures 300 W and 275 W, then the trial ends mid-sweep
+    assert longer.partial and not longer.done and longer.stall() is None
+    # The next trial continues that partial sweep: measuring nothing new is a stall again.
+    again = JitProfiler(
+        LIMITS, pick, setter, warmup_iters=1, measure_iters=2, min_window_s=2.0, settle_s=0.5, measured=longer.profile
+    )
+    short_trial(again, 1.0)
+    assert again.stall() is not None and f"at {again.todo[0]:g} W" in again.stall()
+    assert JitProfiler.from_profile(longer.profile, pick, setter).stall() is None  # nothing to sweep
+    unstarted = JitProfiler(LIMITS, pick, setter)
+    unstarted.start()
+    assert unstarted.stall() is None  # no reading at all: not a short window (the script reported no steps)

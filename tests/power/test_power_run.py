@@ -27,7 +27,7 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _spec(tmp_path, iters=100, extra="", recurrences=2):
+def _spec(tmp_path, iters=100, extra="", recurrences=2, min_window_s=0.01):
     text = textwrap.dedent(f"""
         name: plt
         command: ["{{python}}", "{SCRIPTS / "step_train.py"}", "{iters}", "0.004"]
@@ -44,7 +44,7 @@ def _spec(tmp_path, iters=100, extra="", recurrences=2):
           step_watts: 50
           warmup_iters: 2
           measure_iters: 5
-          min_window_s: 0.01  # the fake counter is continuous; keep the test short
+          min_window_s: {min_window_s}  # the fake counter is continuous; keep the test short
           settle_s: 0
           min_counter_updates: 1
         {extra}
@@ -208,3 +208,19 @@ def test_restore_on_sigterm(tmp_path):
     pers = [c for c in calls if c[0] == "persistence"]
     assert limits[-1] == ["limit", 0, 250_000]  # the original limit, not the max
     assert pers[-1] == ["persistence", 0, 0]
+
+
+def test_training_shorter_than_a_window_warms_each_trial_and_measures_nothing(tmp_path, monkeypatch, caplog):
+    # Seen on a real H200: a job whose training lasts about 1.5 s never completed a 2 s window; each
+    # trial started the 700 W window again, and only the per-epoch scaling note said anything.
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    nv = FakeNvml([_gpu()])
+    spec = _spec(tmp_path, iters=20, min_window_s=3600)
+    with caplog.at_level("WARNING"), NvmlEnergy(None, nvml=nv, environ={}) as energy:
+        res = run_job(spec, energy=energy)
+    assert len(res.new) == 2 and all(r.reached for r in res.new)
+    stalls = [r.getMessage() for r in caplog.records if "no power limit measured in this trial" in r.getMessage()]
+    assert len(stalls) == 2, stalls
+    assert "a window at 300 W needs 0 s to settle, then at least 3600 s" in stalls[0]
+    assert "power_limit.min_window_s" in stalls[0]
+    assert ProfileStore(tmp_path / "run").get(32) is None

@@ -152,6 +152,9 @@ class JitProfiler:
         #: First reading of this trial's sweep, and its end: the span `overhead` prices.
         self._swept_from: _Mark | None = None
         self._swept_to: _Mark | None = None
+        #: Limits measured before this trial, and this trial's last reading: what `stall` reports.
+        self._measured_before = len(self.profile)
+        self._last_time: float | None = None
 
     @classmethod
     def from_profile(
@@ -208,6 +211,7 @@ class JitProfiler:
         if self.done or self._phase == "idle":
             return
         mark = _Mark(steps, script_time, time, energy)
+        self._last_time = time
         if self._swept_from is None:
             self._swept_from = _Mark(steps, script_time, time, energy)
         if self._phase == "warmup":
@@ -316,6 +320,23 @@ class JitProfiler:
             return None
         at_best = steps / best.throughput
         return max(0.0, zeus_cost(energy - at_best * best.avg_power, time - at_best, eta, max_power))
+
+    def stall(self) -> str | None:
+        """Why this trial measured no limit although its sweep is not over, or None.
+
+        A script whose training is shorter than one window (``settle_s``, then ``min_window_s``
+        and ``min_updates`` counter changes) never measures a limit: each trial starts the same
+        window again. The launcher warns with this text rather than sweep in silence.
+        """
+        a = self._swept_from
+        if self.done or a is None or self._last_time is None or len(self.profile) > self._measured_before:
+            return None
+        at = self.todo[min(self._i, len(self.todo) - 1)]
+        return (
+            f"the script reported training steps for {self._last_time - a.time:.1f} s, and a window at {at:g} W "
+            f"needs {self.settle_s:g} s to settle, then at least {self.min_window_s:g} s, "
+            f"{self.warmup_iters + self.measure_iters} iterations and {self.min_updates} energy-counter updates"
+        )
 
     @property
     def partial(self) -> bool:

@@ -103,7 +103,17 @@ class PowerSession:
 
     def trial_done(self, batch_size: int, profiler: JitProfiler) -> None:
         """Persist a newly completed profile (later trials of the batch size reuse it) or a partial one
-        (the next trial of the batch size continues its sweep)."""
+        (the next trial of the batch size continues its sweep). Warns when the trial measured no
+        limit at all (`JitProfiler.stall`): a job whose training is that short never gets a profile."""
+        why = profiler.stall()
+        if why is not None:
+            logger.warning(
+                "batch size %d: no power limit measured in this trial: %s. The next trial of this batch size "
+                "starts the window again; if the training is always this short, lower power_limit.min_window_s "
+                "and settle_s, or set power_limit.enabled: false",
+                batch_size,
+                why,
+            )
         if profiler.partial and self.store.get(batch_size) is None:
             self.store.put(batch_size, profiler.profile, partial=True)
             logger.info(
