@@ -37,14 +37,21 @@ def test_the_smoke_script_measures_and_reads_the_limits_through_nvml(monkeypatch
         gpu.energy_mj += 5_000  # 5 J per iteration
 
     monkeypatch.setattr(smoke, "_workload", lambda: (work, "a stand-in workload"))
-    argv = ["gpu_smoke.py", "--seconds", "0.05", *(["--read-only"] if case == "read-only" else [])]
+    argv = ["gpu_smoke.py", "--seconds", "0.05", "--window", "0.02", "--settle", "0"]
+    argv += ["--read-only", "--windows", "2"] if case == "read-only" else []
     monkeypatch.setattr(sys, "argv", argv)
     assert smoke.main() == 0
     out = capsys.readouterr().out
     assert "NVIDIA H200" in out and "iterations in" in out
     assert "power limits 200-700 W" in out
+    # The double's counter advances at every iteration: the script counts it changing at every read.
+    assert "energy counter: " in out and " at every read " in out
     if case == "read-only":
         assert "no power limit or persistence mode set" in out
+        # Two windows at the current limit, unchanged, measured as the profiler measures a limit: 5 J an iteration.
+        rows = [r for r in map(str.split, out.splitlines()) if len(r) == 5 and r[0] in ("1", "2")]
+        assert len(rows) == 2 and all(float(r[3]) >= 0.02 and int(r[4]) >= 20 for r in rows), out
+        assert "windows at one limit differ by" in out
     else:
         assert "power limits cannot be set" in out
     assert gpu.limit_mw == 700_000 and gpu.persistence == 0  # as they were
