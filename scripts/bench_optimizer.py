@@ -9,7 +9,11 @@ Each row also shows the Default's regret and the *floor*: the regret of the
 informed start (`zeus_run.sim.informed_start`), which knows the Oracle's batch
 size but runs b0 first and profiles the limits of each batch size it runs, as
 every policy here does (expected epochs, no noise). What a policy pays above the
-floor is the price of learning which batch size is best.
+floor is the price of learning which batch size is best. Column ``walk``: the
+regret of the guided walk (`zeus_run.sim.guided_walk`), which knows where the
+Oracle's batch size is but steps there one batch size a recurrence, as a walk
+must, and sees the batch size beyond it once: what a policy that moves to
+neighbouring batch sizes pays at the least.
 Under each table: the median over rows, the worst row, rows worse than the
 reference (eta 0.5, beta 2.0 only: the reference was measured there) and rows
 worse than ``zeus`` on the same seeds (when ``zeus`` is benchmarked too), and
@@ -62,7 +66,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zeus_run.errors import TraceError, ZeusRunError
 from zeus_run.objective import Objective, ObjectiveError, parse_objective
-from zeus_run.sim import JOBS, JobTable, Noise, informed_start, job_table, load_traces, oracle_baseline, simulate
+from zeus_run.sim import (
+    JOBS,
+    JobTable,
+    Noise,
+    guided_walk,
+    informed_start,
+    job_table,
+    load_traces,
+    oracle_baseline,
+    simulate,
+)
 from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
 
 REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
@@ -88,6 +102,8 @@ class Row:
     default_vs_oracle: float = math.nan
     #: The informed start's expected regret (`zeus_run.sim.informed_start`): b0 once, then the Oracle's batch size.
     floor: float = math.nan
+    #: The guided walk's expected regret (`zeus_run.sim.guided_walk`): one batch size a recurrence to the Oracle's.
+    walk: float = math.nan
 
     @property
     def mean_tries(self) -> float:
@@ -421,7 +437,9 @@ def simulate_row(task: tuple) -> Row:
         if keep:
             summaries.append(r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}))
     n = table.horizon if horizon is None else horizon
-    floor = informed_start(table, eta, n) / (n * oracle_baseline(table, eta).cost) - 1.0
+    oracle = n * oracle_baseline(table, eta).cost
+    floor = informed_start(table, eta, n) / oracle - 1.0
+    walk = guided_walk(table, eta, n, beta) / oracle - 1.0
     return Row(
         table.job.name,
         table.gpu,
@@ -432,6 +450,7 @@ def simulate_row(task: tuple) -> Row:
         tuple(tries),
         default_vs_oracle,
         floor,
+        walk,
     )
 
 
@@ -474,7 +493,7 @@ def print_table(
     zeus_rows = {(r.job, r.gpu): r for r in zeus or ()}
     print(f"policy {policy}")
     head = f"{'job':<14}{'gpu':<6}{'horizon':>8}{'cost/Default':>14}{'median':>9}{'p90':>8}"
-    head += f"{'mean':>9}{'>1.1xD':>8}{'Default':>9}{'floor':>8}"
+    head += f"{'mean':>9}{'>1.1xD':>8}{'Default':>9}{'floor':>8}{'walk':>8}"
     head += f"{'reference':>11}" if reference else ""
     head += f"{'zeus':>8}" if zeus_rows else ""
     head += f"{'tries':>7}{'max':>5}{'>1 try':>8}"
@@ -485,6 +504,7 @@ def print_table(
             f"{r.job:<14}{r.gpu:<6}{r.horizon:>8}{statistics.median(r.cost_ratios):>14.3f}"
             f"{r.median * 100:>8.2f}%{r.p90 * 100:>7.2f}%"
             f"{r.mean * 100:>8.2f}%{r.over_default * 100:>7.1f}%{r.default_regret * 100:>8.2f}%{r.floor * 100:>7.2f}%"
+            f"{r.walk * 100:>7.2f}%"
         )
         ref = reference.get((r.job, r.gpu))
         if reference:
@@ -517,6 +537,10 @@ def print_table(
         print(
             f"floor (b0 once, then the Oracle's batch size, each first run profiling the limits): "
             f"median over rows {statistics.median(r.floor for r in rows) * 100:.2f}%"
+        )
+        print(
+            f"walk (b0, then one batch size a recurrence to the Oracle's and the one beyond it): "
+            f"median over rows {statistics.median(r.walk for r in rows) * 100:.2f}%"
         )
         tries = [t for r in rows for t in r.tries]
         print(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.sim_helpers import write_tiny_traces
-from zeus_run.sim import JOBS, Noise, informed_start, job_table, load_traces, oracle_baseline, simulate
+from zeus_run.sim import JOBS, Noise, guided_walk, informed_start, job_table, load_traces, oracle_baseline, simulate
 from zeus_run.spec import OptimizerSettings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
@@ -53,7 +53,7 @@ def test_bench_table_on_real_traces(traces_dir):
     assert "policy zeus\n" in out.stdout and "policy zeus-plus" in out.stdout
     assert "eta 0.5, beta 2.0, seeds 1-3 (3)" in out.stdout
     headers = [line.split() for line in out.stdout.splitlines() if line.startswith("job")]
-    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "mean", ">1.1xD", "Default", "floor"]
+    columns = ["job", "gpu", "horizon", "cost/Default", "median", "p90", "mean", ">1.1xD", "Default", "floor", "walk"]
     columns.append("reference")
     tries = ["tries", "max", ">1", "try"]
     assert headers == [[*columns, *tries], [*columns, "zeus", *tries]]  # zeus-plus's table also shows zeus's
@@ -65,6 +65,8 @@ def test_bench_table_on_real_traces(traces_dir):
     table = job_table(traces, JOBS["squad"])
     floor = informed_start(table) / (table.horizon * oracle_baseline(table, 0.5).cost) - 1.0
     assert f"each first run profiling the limits): median over rows {floor * 100:.2f}%\n" in out.stdout
+    walk = guided_walk(table) / (table.horizon * oracle_baseline(table, 0.5).cost) - 1.0
+    assert f"to the Oracle's and the one beyond it): median over rows {walk * 100:.2f}%\n" in out.stdout
 
 
 def test_bench_rows_match_simulate_in_one_or_many_processes(traces_dir):

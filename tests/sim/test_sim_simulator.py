@@ -155,3 +155,49 @@ def test_simulate_totals_and_policies(table):
     assert res.regret == pytest.approx(res.cost / (8 * 5 * 725) - 1)
     plus = simulate(table, seed=1, settings=OptimizerSettings(policy="zeus-plus"))
     assert plus.policy == "zeus-plus" and len(plus.records) >= 8
+
+
+WALK_TRAIN = """dataset,network,batch_size,optimizer,learning_rate,run,target_metric,target_epoch
+walk,net,8,sgd,0.1,1,1.0,
+walk,net,16,sgd,0.1,1,1.0,4
+walk,net,32,sgd,0.1,1,1.0,6
+walk,net,64,sgd,0.1,1,1.0,8
+"""
+WALK_POWER = """dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power
+walk,net,8,sgd,100,1,100
+walk,net,16,sgd,100,1,100
+walk,net,32,sgd,100,1,100
+walk,net,64,sgd,100,1,100
+"""
+
+
+def test_guided_walk_by_hand(tmp_path):
+    """b0 64, the Oracle 16 two steps down, and 8 beyond it never converges: the walk runs 64, 32, then 8 once
+    (cut at beta x the best run so far, or at max_epochs, and its recurrence runs again), then 16."""
+    from zeus_run.sim import TraceJob, guided_walk
+
+    (tmp_path / "summary_train.csv").write_text(WALK_TRAIN)
+    (tmp_path / "summary_power_one.csv").write_text(WALK_POWER)
+    traces = load_traces(tmp_path / "summary_train.csv", tmp_path / "summary_power_one.csv")
+    table = job_table(traces, TraceJob("walk", "walk", "net", "sgd", 1.0, 10, 64))
+    assert table.max_power == 100 and oracle_baseline(table, 0.5).batch_size == 16
+    # One limit: every epoch costs 0.5 * 100 W * 1 s + 0.5 * 100 W * 1 s = 100 J, the swept first one too.
+    assert guided_walk(table, 0.5, 1) == pytest.approx(800)
+    assert guided_walk(table, 0.5, 2) == pytest.approx(800 + 600)
+    # 8 never converges: at beta 2 its cost never passes 1200 within max_epochs (10 epochs, 1000 J).
+    assert guided_walk(table, 0.5, 5) == pytest.approx(800 + 600 + 1000 + 3 * 400)
+    # At beta 1.2 it is cut once it passes 720: after 8 epochs.
+    assert guided_walk(table, 0.5, 5, beta=1.2) == pytest.approx(800 + 600 + 800 + 3 * 400)
+    # The informed start goes to 16 at once: the walk pays 32's run and 8's over it.
+    assert informed_start(table, 0.5, 5) == pytest.approx(800 + 4 * 400)
+    # With b0 the Oracle's, the walk sees both neighbours: 8 (cut after 9 epochs, 900 > 2 x 400), then 32.
+    at_oracle = job_table(traces, TraceJob("walk", "walk", "net", "sgd", 1.0, 10, 16))
+    assert guided_walk(at_oracle, 0.5, 4) == pytest.approx(400 + 900 + 600 + 400 + 400)
+
+
+def test_guided_walk_is_the_informed_start_where_b0_is_next_to_the_oracle_at_an_end(table):
+    """On the tiny trace b0 (16) is next to the Oracle (8), at an end: the walk is the informed start."""
+    from zeus_run.sim import guided_walk
+
+    for n in (1, 2, 8):
+        assert guided_walk(table, 0.5, n) == pytest.approx(informed_start(table, 0.5, n))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zeus_run.sim._baselines import Expected, default_baseline, epoch_costs, expected, grid_search_cost, oracle_baseline
 from zeus_run.sim._noise import Noise
-from zeus_run.sim._simulator import SimResult, TraceExecutor, informed_start, simulate
+from zeus_run.sim._simulator import SimResult, TraceExecutor, guided_walk, informed_start, simulate
 from zeus_run.sim._traces import (
     JOBS,
     JobTable,
@@ -31,6 +31,7 @@ __all__ = [
     "expected",
     "find_job",
     "grid_search_cost",
+    "guided_walk",
     "informed_start",
     "job_table",
     "load_trace_job",

@@ -437,14 +437,61 @@ def informed_start(table: JobTable, eta: float = 0.5, horizon: int | None = None
         horizon: Recurrences (None: the paper's horizon).
     """
     n = table.horizon if horizon is None else horizon
+    oracle = table.index(oracle_baseline(table, eta).batch_size)
+    return _expected_path(table, eta, n, [table.index(table.default_batch_size)], oracle)
+
+
+def guided_walk(table: JobTable, eta: float = 0.5, horizon: int | None = None, beta: float | None = 2.0) -> float:
+    """Expected cumulative cost of the *guided walk*: the floor of a walk that moves one batch size at a time (unit: J).
+
+    The guided walk knows where the Oracle's batch size is and walks there as a policy that steps to
+    neighbouring batch sizes must: b0 in recurrence 1, then every batch size between b0 and the Oracle's, one a
+    recurrence, then the Oracle's neighbour beyond it once (both neighbours when b0 is the Oracle's) to see
+    that the cost rises there, then the Oracle's batch size. Epochs and profiling as in `informed_start`; a
+    batch size that never reached the target in the traces runs until its cost passes ``beta`` times the
+    cheapest run before it (the paper's early stop) or ``max_epochs``. `zeus` and `zeus-voi` walk so (with a
+    stride now and then); what they pay beyond this is the price of not knowing the direction and where to
+    stop, and what this pays beyond `informed_start` is the walk itself.
+
+    Args:
+        table: The job on one GPU.
+        eta: Cost knob in [0, 1].
+        horizon: Recurrences (None: the paper's horizon).
+        beta: The early stop's factor for a batch size that never converges (None: it runs ``max_epochs``).
+    """
+    n = table.horizon if horizon is None else horizon
+    start, oracle = table.index(table.default_batch_size), table.index(oracle_baseline(table, eta).batch_size)
+    step = 1 if oracle > start else -1
+    path = list(range(start, oracle, step)) if oracle != start else [start]
+    confirm = [oracle - 1, oracle + 1] if oracle == start else [oracle + step]
+    path += [i for i in confirm if 0 <= i < len(table.batch_sizes)]
+    return _expected_path(table, eta, n, path, oracle, beta)
+
+
+def _expected_path(
+    table: JobTable, eta: float, n: int, first: list[int], then: int, beta: float | None = None
+) -> float:
+    """Expected cost of running the rows ``first`` in order, then row ``then``, over ``n`` recurrences (unit: J).
+
+    Each row's first run profiles the power limits (`TraceExecutor.power_limit`); a row with no converged
+    run costs up to ``beta`` times the cheapest converged run before it, at most ``max_epochs`` epochs,
+    and its recurrence runs again."""
     executor = TraceExecutor(table, eta, seed=0)
-    oracle = oracle_baseline(table, eta)
-    rows = [table.index(table.default_batch_size)]
-    if n > 1:
-        rows += [table.index(oracle.batch_size)] * (n - 1)
-    total = 0.0
-    for recurrence, row in enumerate(rows, start=1):
+    total, best, recurrence, queue = 0.0, math.inf, 1, [*first[:n]]
+    while recurrence <= n:
+        row = queue.pop(0) if queue else then
         col, profiled = executor.power_limit(row, recurrence, n)
-        energy, time = executor._charge(row, col, float(table.mean_epochs[row]), profiled)
-        total += executor.objective.trial_cost(energy, time, table.max_power)
+        epochs = float(table.mean_epochs[row])
+        if math.isnan(epochs):  # never converges: cut at beta x the best so far, or at max_epochs
+            cost, k = 0.0, 0
+            while k < table.job.max_epochs:
+                k += 1
+                c = executor.objective.trial_cost(*executor._charge(row, col, float(k), profiled), table.max_power)
+                cost = c
+                if beta is not None and c > beta * best:
+                    break
+            total += cost
+            continue  # the recurrence runs again
+        cost = executor.objective.trial_cost(*executor._charge(row, col, epochs, profiled), table.max_power)
+        total, best, recurrence = total + cost, min(best, cost), recurrence + 1
     return total
