@@ -78,6 +78,17 @@ def _cadence(changes: int, reads: int, seconds: float) -> str:
     )
 
 
+def _drive(prof, work, src) -> None:
+    """Run ``work`` (one iteration) until the profiler is done, feeding it each iteration's reading."""
+    prof.start()
+    t0, steps = time.monotonic(), 0
+    while not prof.done:
+        work()
+        steps += 1
+        now = time.monotonic() - t0
+        prof.observe(steps, now, now, src.read())
+
+
 def _dry_windows(src, work, ctl, count: int, window: float | None, settle: float | None) -> None:
     """Measure ``count`` profiling windows at the GPU's current limit, setting nothing, and print their spread."""
     from zeus_run.power import JitProfiler
@@ -102,13 +113,7 @@ def _dry_windows(src, work, ctl, count: int, window: float | None, settle: float
             min_window_s=window,
             settle_s=settle,
         )
-        prof.start()
-        t0, steps = time.monotonic(), 0
-        while not prof.done:
-            work()
-            steps += 1
-            now = time.monotonic() - t0
-            prof.observe(steps, now, now, src.read())
+        _drive(prof, work, src)
         if not prof.profile:
             print(f"{i + 1:8d} no measurement (the counter did not advance)")
             continue
@@ -208,13 +213,7 @@ def main() -> int:
                 **({} if args.window is None else {"min_window_s": args.window}),
                 **({} if args.settle is None else {"settle_s": args.settle}),
             )
-            prof.start()
-            t0, steps = time.monotonic(), 0
-            while not prof.done:
-                work()
-                steps += 1
-                now = time.monotonic() - t0
-                prof.observe(steps, now, now, src.read())
+            _drive(prof, work, src)
             print(f"{'limit W':>8} {'avg W':>8} {'iter/s':>8} {'window s':>9} {'updates':>8}")
             for m in prof.profile:
                 print(
