@@ -21,12 +21,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from zeus_run.optimizer._stats import TINY
+
 if TYPE_CHECKING:
     from zeus_run.optimizer._base import Observation
     from zeus_run.optimizer._voi import VOIState, ZeusVOIOptimizer
-
-#: Smallest cost kept (unit: J).
-_TINY = 1e-12
 
 
 def without_sweep(state: VOIState, obs: Observation) -> tuple[VOIState, Observation]:
@@ -34,7 +33,7 @@ def without_sweep(state: VOIState, obs: Observation) -> tuple[VOIState, Observat
     batch size's overhead share (overhead over steady cost) recorded; as they are without an overhead."""
     if obs.overhead <= 0:
         return state, obs
-    steady = max(obs.cost - obs.overhead, _TINY)
+    steady = max(obs.cost - obs.overhead, TINY)
     shares = {**state.overheads, obs.batch_size: obs.overhead / steady}
     return dataclasses.replace(state, overheads=shares), dataclasses.replace(obs, cost=steady)
 

@@ -9,14 +9,12 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from zeus_run.optimizer._stats import TINY
 from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer.early_stop import SLOWDOWN
 
 if TYPE_CHECKING:
     from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
-
-#: Floor of a cost before its logarithm (unit: J).
-_TINY = 1e-12
 
 
 def second_look(opt: ZeusVOIOptimizer, state: VOIState, est: Mapping[int, Estimate]) -> int | None:
@@ -89,7 +87,7 @@ def recheck(
         if prior is None:
             continue
         mu, sd = prior
-        c = max(e.mean, _TINY)
+        c = max(e.mean, TINY)
         normal = (1.0 - q) * _density((math.log(c) - mu) / sd)
         slowed = [q / len(slowdowns) * _density((math.log(c / s) - mu) / sd) for s in slowdowns]
         total = normal + sum(slowed)

@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable
 
 _SQRT2 = math.sqrt(2.0)
+#: Floor of a cost before its logarithm or a division (unit: J); a zero-cost trial is clamped to it.
+TINY = 1e-12
 
 
 def median(values: Iterable[float]) -> float:
@@ -13,6 +15,12 @@ def median(values: Iterable[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def log_moments(mean: float, var: float) -> tuple[float, float]:
+    """Log of a mean cost (floored at `TINY`) and the variance of that log (the relative variance)."""
+    m = max(mean, TINY)
+    return math.log(m), var / (m * m)
 
 
 def normal_cdf(x: float) -> float:

@@ -32,19 +32,16 @@ from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._base import Decision
 from zeus_run.optimizer._overhead import overhead_share
+from zeus_run.optimizer._stats import TINY, log_moments
 from zeus_run.optimizer._trend import log_epochs, noisy_part
 
 if TYPE_CHECKING:
     from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
 
-#: Floor of a cost before its logarithm (unit: J).
-_TINY = 1e-12
-
 
 def _log(e: Estimate) -> tuple[float, float]:
     """Log of an estimate's mean, and the variance of that log."""
-    m = max(e.mean, _TINY)
-    return math.log(m), e.var / (m * m)
+    return log_moments(e.mean, e.var)
 
 
 def predict_span(
@@ -78,8 +75,8 @@ def predict_span(
         (l1, _), (l2, _) = _log(est[bs[inside[0]]]), _log(est[bs[inside[1]]])
         k1, k2 = abs(end - inside[0]), abs(inside[0] - inside[1])
         line, var_line = l1 + (l1 - l2) * k1 / k2, opt.STEP_SD**2 * k1 + 2.0 * cv2
-        precision = 1.0 / max(var_end, _TINY) + 1.0 / var_line
-        log_end = (log_end / max(var_end, _TINY) + line / var_line) / precision
+        precision = 1.0 / max(var_end, TINY) + 1.0 / var_line
+        log_end = (log_end / max(var_end, TINY) + line / var_line) / precision
         var_end = 1.0 / precision
     trend, cautious = 0.0, math.inf
     if inside:

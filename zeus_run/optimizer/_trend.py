@@ -27,11 +27,10 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from zeus_run.optimizer._stats import log_moments
+
 if TYPE_CHECKING:
     from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
-
-#: Floor of a cost before its logarithm (unit: J).
-_TINY = 1e-12
 
 
 def log_epochs(state: VOIState, est: Mapping[int, Estimate]) -> dict[int, float]:
@@ -50,6 +49,6 @@ def noisy_part(
     """
     if end not in epochs or inner not in epochs:
         return 0.0
-    v = sum(est[b].var / max(est[b].mean, _TINY) ** 2 for b in (end, inner))
+    v = sum(log_moments(est[b].mean, est[b].var)[1] for b in (end, inner))
     s = opt.STEP_SD**2 / (opt.STEP_SD**2 + v)
     return (1.0 - s) * (epochs[end] - epochs[inner])

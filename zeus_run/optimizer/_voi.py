@@ -49,6 +49,7 @@ from zeus_run.optimizer._gts import ArmStats
 from zeus_run.optimizer._overhead import without_sweep
 from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer._second_look import recheck, second_look
+from zeus_run.optimizer._stats import TINY as _TINY
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer._stride import best_stride
@@ -56,8 +57,6 @@ from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
-#: Smallest cost used in logarithms (a zero-cost trial is clamped to it; unit: J).
-_TINY = 1e-12
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
 REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
