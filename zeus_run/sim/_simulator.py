@@ -477,21 +477,22 @@ def _expected_path(
     run costs up to ``beta`` times the cheapest converged run before it, at most ``max_epochs`` epochs,
     and its recurrence runs again."""
     executor = TraceExecutor(table, eta, seed=0)
-    total, best, recurrence, queue = 0.0, math.inf, 1, [*first[:n]]
+
+    def cost(row: int, col: int, epochs: float, profiled: bool) -> float:
+        return executor.objective.trial_cost(*executor._charge(row, col, epochs, profiled), table.max_power)
+
+    total, best, recurrence, queue = 0.0, math.inf, 1, list(first)
     while recurrence <= n:
         row = queue.pop(0) if queue else then
         col, profiled = executor.power_limit(row, recurrence, n)
         epochs = float(table.mean_epochs[row])
-        if math.isnan(epochs):  # never converges: cut at beta x the best so far, or at max_epochs
-            cost, k = 0.0, 0
-            while k < table.job.max_epochs:
-                k += 1
-                c = executor.objective.trial_cost(*executor._charge(row, col, float(k), profiled), table.max_power)
-                cost = c
-                if beta is not None and c > beta * best:
-                    break
-            total += cost
+        if math.isnan(epochs):  # never converges: cut once past beta x the best so far, or at max_epochs
+            cut = math.inf if beta is None else beta * best
+            k = next(
+                (k for k in range(1, table.job.max_epochs) if cost(row, col, k, profiled) > cut), table.job.max_epochs
+            )
+            total += cost(row, col, k, profiled)
             continue  # the recurrence runs again
-        cost = executor.objective.trial_cost(*executor._charge(row, col, epochs, profiled), table.max_power)
-        total, best, recurrence = total + cost, min(best, cost), recurrence + 1
+        c = cost(row, col, epochs, profiled)
+        total, best, recurrence = total + c, min(best, c), recurrence + 1
     return total
