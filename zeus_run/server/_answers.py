@@ -63,3 +63,10 @@ class Registered(BaseModel):
     spec: dict[str, Any] = Field(description="The resolved spec (every default filled in).")
     created: bool = Field(description="The job is new.")
     changed: list[str] = Field(description="Settings this spec changed and that now apply (empty: none).")
+    job_token: str | None = Field(
+        default=None,
+        description="The job's own token, made by this registration (the operator's, for a job without one): "
+        "shown only here; give it to the job's pods (ZEUS_SERVER_TOKEN). null: the job has a token already "
+        "(`zeus-run serve tokens rotate` makes a new one).",
+    )
+    token_id: str | None = Field(default=None, description="The short id of the job's token (as logs name it).")
