@@ -51,22 +51,22 @@ def test_each_job_token_acts_on_its_own_job_and_gets_403_on_the_other(server):
     for mine, other, theirs in ((ca, "job-b", "job-a"), (cb, "job-a", "job-b")):
         tok = asked[other]["token"]
         calls = {
-            "ask": lambda: mine.ask(other, wait_s=0),
-            "report": lambda: mine.report(other, tok, 1, 0.5, 1.0, 1.0),
-            "finish": lambda: mine.finish(other, tok),
-            "heartbeat": lambda: mine.heartbeat(other, tok),
-            "cancel": lambda: mine.cancel(other, tok),
-            "history": lambda: mine.history(other),
-            "register": lambda: mine.register(other, spec_of(other)),
-            "delete": lambda: mine.request("DELETE", f"/v1/jobs/{other}"),
+            "ask": lambda c, j, t: c.ask(j, wait_s=0),
+            "report": lambda c, j, t: c.report(j, t, 1, 0.5, 1.0, 1.0),
+            "finish": lambda c, j, t: c.finish(j, t),
+            "heartbeat": lambda c, j, t: c.heartbeat(j, t),
+            "cancel": lambda c, j, t: c.cancel(j, t),
+            "history": lambda c, j, t: c.history(j),
+            "register": lambda c, j, t: c.register(j, spec_of(j)),
+            "delete": lambda c, j, t: c.request("DELETE", f"/v1/jobs/{j}"),
         }
         for name, call in calls.items():
-            exc = refused(call)
+            exc = refused(lambda call=call, mine=mine, other=other, tok=tok: call(mine, other, tok))
             assert (exc.status, exc.code) == (403, "forbidden"), name
             assert repr(other) in str(exc) and repr(theirs) in str(exc)
         assert mine.request("GET", "/v1/jobs") == {"jobs": [theirs]}  # the listing shows only its job
         # its own job's deletion needs the operator's token too
-        exc = refused(lambda: mine.request("DELETE", f"/v1/jobs/{theirs}"))
+        exc = refused(lambda mine=mine, theirs=theirs: mine.request("DELETE", f"/v1/jobs/{theirs}"))
         assert (exc.status, exc.code) == (403, "operator_only")
         status, body = zeus(server, mine._token, "DELETE", f"/jobs?job_id={other}")
         assert (status, body["code"]) == (403, "operator_only")

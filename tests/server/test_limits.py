@@ -14,6 +14,7 @@ import pytest
 from tests.server.helpers import ServerProcess
 from tests.server.test_security import TRIAL_SPEC
 from tests.slurm_helpers import wait_for
+from zeus_run.remote import ServerError
 from zeus_run.server._limits import HEADER_TIMEOUT_S
 
 SPEC = TRIAL_SPEC.replace("lease: 1", "lease: 600").replace("recurrences: 1", "recurrences: 5")
@@ -59,14 +60,14 @@ def test_no_token_in_the_log_after_refusals(server):
     told = client.ask("leases")
     assert client.report("leases", told["token"], 1, 0.95, 1.0, 10.0)["converged"]
     client.finish("leases", told["token"], time_s=1.0, energy_j=10.0)
-    with pytest.raises(Exception):
+    with pytest.raises(ServerError):
         client.finish("leases", told["token"])  # 409 already_told
     unknown = "0123456789abcdef01234567"
-    with pytest.raises(Exception):
+    with pytest.raises(ServerError):
         client.finish("leases", unknown)  # 404 unknown_trial
     cancelled = client.ask("leases")
     client.cancel("leases", cancelled["token"])
-    with pytest.raises(Exception):
+    with pytest.raises(ServerError):
         client.report("leases", cancelled["token"], 1, 0.5, 1.0, 1.0)  # 410 after the cancel
     wait_for(lambda: "refused: 410" in "".join(server.lines), what="the 410's refusal line")
     log = "".join(server.lines)
