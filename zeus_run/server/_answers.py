@@ -36,6 +36,12 @@ class AskAnswer(_Open):
     expires_at: float = Field(description="When the lease runs out unless renewed (Unix time, unit: s).")
     run_dir: str = Field(description="The job's run directory, relative to the server's root.")
     trial_dir: str = Field(description="The trial's directory, relative to the server's root.")
+    command: list[str] = Field(
+        description="The spec's command for this trial, in the job's terms: `{python}` and `{log_dir}` where the "
+        "client fills in its own interpreter and directory (zeus_run.remote does)."
+    )
+    env: dict[str, str] = Field(description="The ZEUS_* contract for the trial, without the server's file paths.")
+    workdir: str | None = Field(default=None, description="Always null: the client runs where it is.")
 
 
 class TrialRecord(_Open):
