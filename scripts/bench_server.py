@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import re
 import statistics
 import subprocess
@@ -186,7 +187,18 @@ def run_level(
     t0 = time.perf_counter()
     for p in procs:
         p.start()
-    results = [out.get() for _ in procs]
+    results = []
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1.0))
+        except queue.Empty:
+            failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if failed:  # e.g. Zeus's SQLite server answering 500 "database is locked" on a loaded machine
+                for p in procs:
+                    p.terminate()
+                raise SystemExit(
+                    f"{len(failed)} client(s) failed (exit {failed[0]}; the traceback above says why)"
+                ) from None
     wall = time.perf_counter() - t0
     for p in procs:
         p.join()

@@ -17,6 +17,7 @@ once, with its traceback, and never reaches uvicorn.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import time
@@ -28,8 +29,7 @@ from zeus_run.server._access import CALLER, path_allows
 from zeus_run.server._errors import ApiError
 from zeus_run.server._logs import escape_controls
 from zeus_run.server._public import redact
-from zeus_run.server._security import tokens_equal
-from zeus_run.server._tokens import JobToken, TokenStore
+from zeus_run.server._tokens import JOB_TOKEN_PREFIX, JobToken, TokenStore
 
 access_log = logging.getLogger("zeus_run.server.access")
 logger = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ class Gate:
     ) -> None:
         self.app = app
         self.token = token
+        self._token_bytes = token.encode()
         self.max_body = max_body
         self.lane = lane
         self.tokens = tokens
@@ -127,10 +128,12 @@ class Gate:
 
     def caller(self, given: str) -> tuple[bool, JobToken | None]:
         """Whether ``given`` is a valid token, and whose: None for the operator's, else the job token."""
-        if tokens_equal(given, self.token):
-            return True, None
-        hit = self.tokens.job_of(given) if self.tokens is not None else None
-        return hit is not None, hit
+        if self.tokens is not None and given.startswith(JOB_TOKEN_PREFIX):
+            hit = self.tokens.job_of(given)
+            if hit is not None:
+                return True, hit
+        # NOTE: constant time (hmac.compare_digest) for tokens of the operator's length
+        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token_bytes), None
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         auth = b""

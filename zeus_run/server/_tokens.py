@@ -96,6 +96,9 @@ class TokenStore:
         self.path = root / TOKENS_NAME
         self._lock_path = root / _LOCK_NAME
         self._by_hash: dict[str, JobToken] = {}
+        #: Tokens already checked against the table read (emptied whenever it is read again): a request's check
+        #: is then one dict lookup, not a hash (NOTE: valid tokens only, so at most one entry per job).
+        self._seen: dict[str, JobToken] = {}
         self._version: tuple[int, int, int] | None = None
         self._checked = -float("inf")
 
@@ -111,13 +114,20 @@ class TokenStore:
         now = time.monotonic()
         if now - self._checked > RECHECK_S:
             self._refresh(now)
+        seen = self._seen.get(token)
+        if seen is not None:
+            return seen
         h = digest(token)
         hit = self._by_hash.get(h)
         if hit is None and self._refresh(now):
             hit = self._by_hash.get(h)
         # NOTE: the lookup is by the hash of a 256-bit secret, so its timing tells nothing of the token;
         # the compare is constant-time all the same.
-        return hit if hit is not None and hmac.compare_digest(hit.sha256, h) else None
+        if hit is None or not hmac.compare_digest(hit.sha256, h):
+            return None
+        if len(self._seen) < 2 * len(self._by_hash) + 16:
+            self._seen[token] = hit
+        return hit
 
     def _refresh(self, now: float) -> bool:
         """Read the table again if the file changed; whether it did."""
@@ -130,6 +140,7 @@ class TokenStore:
         if version == self._version:
             return False
         self._by_hash = {t.sha256: t for t in self._read().values()}
+        self._seen = {}
         self._version = version
         return True
 
