@@ -270,11 +270,11 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         """Discounted recurrences after the next one over which a probe's saving counts.
 
         ``sum_{k<n} DISCOUNT**k`` with ``n`` the recurrences left after the next one
-        (horizon minus the converged trials so far, minus one); open-ended jobs and
-        revision 1: `PLANNING_HORIZON` (the limit of that sum).
+        (horizon minus the converged trials so far, minus one); open-ended jobs: their expected
+        ``lifetime``, the same at every recurrence (100, that sum's limit); revision 1: `PLANNING_HORIZON`.
         """
-        if self.horizon is None or self.revision < 2:
-            return self.PLANNING_HORIZON
+        if self.revision < 2 or self.horizon is None:
+            return self.PLANNING_HORIZON if self.revision < 2 else float(self.lifetime)
         left = max(0, self.horizon - sum(state.reached.values()) - 1)
         return (1.0 - self.DISCOUNT**left) / (1.0 - self.DISCOUNT)
 
@@ -456,9 +456,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         excess so far is what the runs cost beyond ``D`` per recurrence done; the probe adds its
         expected cost ``probe`` less ``D`` times the chance it converges (one that does not is lost
         whole and its recurrence runs again). The job may exceed the Default by at most
-        ``BUDGET x D x N``, ``N`` its recurrences, or `PLANNING_HORIZON` when open-ended (the
-        effective horizon of the discount `DISCOUNT`). Savings found so far (a leader cheaper than b0)
-        lower the excess and so fund further exploration.
+        ``BUDGET x D x N``, ``N`` its recurrences, or its expected ``lifetime`` when open-ended (100 by default,
+        the discount's effective horizon). Savings found so far (a leader cheaper than b0) fund more exploration.
 
         Args:
             state: What has been observed.
@@ -470,7 +469,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if self.revision < 4 or b0 not in est:
             return True
         default = est[b0].mean
-        n = self.PLANNING_HORIZON if self.horizon is None else self.horizon
+        n = self.lifetime if self.horizon is None else self.horizon
         excess = state.spent - default * sum(state.reached.values())
         return excess + probe - converge * default <= self.BUDGET * default * n
 
