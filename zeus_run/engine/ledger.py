@@ -286,9 +286,9 @@ class Ledger:
         expecting = choice.batch_size if choice.stage == "pruning" else None
         waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
         rule = opt.early_stop
-        leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
         fallback_after = rule.fallback_after(eng.max_early_stops)
         if fallback_after is not None and r.early_stops >= fallback_after:
+            leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
             decision = Decision(
                 leader if leader is not None else best_known(self.converged, opt.default_batch_size),
                 "fallback",

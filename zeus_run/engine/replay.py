@@ -130,6 +130,14 @@ def _started(record: TrialRecord, position: int) -> int:
 
 def _difference(rec: TrialRecord, req: TrialRequest) -> tuple[str, Any, Any] | None:
     """The first field where the recorded trial differs from the replayed request: (what, recorded, replayed)."""
+    if (
+        rec.seen is None  # serial: the usual case is an exact match, checked at once
+        and (rec.recurrence, rec.attempt, rec.batch_size) == (req.recurrence, req.attempt, req.decision.batch_size)
+        and (
+            rec.cost_threshold == req.cost_threshold or (rec.cost_threshold is None and req.cost_threshold == math.inf)
+        )
+    ):
+        return None
     pairs: list[tuple[str, Any, Any]] = [
         ("recurrence", rec.recurrence, req.recurrence),
         ("try", rec.attempt, req.attempt),
