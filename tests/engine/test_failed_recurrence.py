@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_run_cli import zeus
 from tests.engine.doors import ask_tell, audit_exact, bad_night, exec_job, history, night_job, run_n, run_next
 from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE
 
@@ -106,6 +107,8 @@ def test_run_n_goes_on_past_a_failed_recurrence_and_exits_5(tmp_path):
     ]
     assert run_n(spec, 4).returncode == 0 and history(spec)[-1]["recurrence"] == 4
     audit_exact(spec)
+    shown = zeus("history", str(spec.parent / "runs"))
+    assert shown.returncode == 0 and shown.stdout.count("failed: crashed (RuntimeError: CUDA out of memory") == 2
 
 
 def test_a_history_wedged_by_an_earlier_version_goes_on(tmp_path):
