@@ -3,14 +3,16 @@
 Runs ``zeus-run --help`` (and a few other cheap invocations) several times in
 fresh interpreters, interleaved with the bare interpreter (``python -c pass``)
 so that a busy machine slows them alike, and prints the median wall time of
-each and how far ``--help`` is above the bare interpreter. Exits 1 when the
-median of ``--help`` is above the budget, so CI can run it::
+each and how far ``--help`` is above the bare interpreter (the median of the
+paired differences). Exits 1 when that is above the budget, so CI can run it::
 
-    python scripts/bench_startup.py                 # budget 150 ms, 9 runs each
-    python scripts/bench_startup.py --runs 15 --budget-ms 100
+    python scripts/bench_startup.py                 # budget 100 ms above the interpreter, 9 runs each
+    python scripts/bench_startup.py --runs 15 --budget-ms 50
 
-The goal is 60 ms for ``--help`` on an idle machine (`GOAL_MS`, printed);
-the budget CI checks is looser because CI machines are shared. ``--help`` and
+The goal is 60 ms for ``--help``'s median on an idle machine (`GOAL_MS`,
+printed). CI checks what zeus-run adds to the interpreter's own start-up,
+which a shared machine slows alike: on a machine so busy that ``python -c pass``
+takes 250 ms, an absolute budget would fail on the interpreter alone. ``--help`` and
 ``--version`` are answered without loading typer or any command
 (`zeus_run.cli.root_help`); a command's ``--help`` loads typer and that command
 only. Timings include interpreter start-up, as a user's shell sees them.
@@ -48,7 +50,12 @@ def time_once(args: list[str]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9, help="Runs per case (default 9).")
-    parser.add_argument("--budget-ms", type=float, default=150.0, help="Budget for --help's median (default 150).")
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=100.0,
+        help="Budget for --help above the bare interpreter (median of paired runs; default 100).",
+    )
     args = parser.parse_args()
     time_once(["--help"])  # warm the file cache and the bytecode
     time_once(["history", "--help"])
@@ -67,12 +74,15 @@ def main() -> int:
     print(f"python -c pass            median {bare * 1000:6.0f} ms   (interpreter alone)")
     above = statistics.median(h - b for h, b in zip(times["--help"], times["bare"], strict=True))
     print(f"zeus-run --help is {above * 1000:.0f} ms above the bare interpreter (median of the paired runs)")
-    help_ms = statistics.median(times["--help"]) * 1000
     print(f"goal: zeus-run --help a median of {GOAL_MS:.0f} ms or less on an idle machine")
-    if help_ms > args.budget_ms:
-        print(f"FAIL: zeus-run --help median {help_ms:.0f} ms is above the {args.budget_ms:.0f} ms budget")
+    if above * 1000 > args.budget_ms:
+        print(
+            f"FAIL: zeus-run --help is {above * 1000:.0f} ms above the interpreter, over the {args.budget_ms:.0f} ms budget"
+        )
         return 1
-    print(f"OK: zeus-run --help median {help_ms:.0f} ms is within the {args.budget_ms:.0f} ms budget")
+    print(
+        f"OK: zeus-run --help is {above * 1000:.0f} ms above the interpreter, within the {args.budget_ms:.0f} ms budget"
+    )
     return 0
 
 
