@@ -20,7 +20,7 @@ from pathlib import Path
 from zeus_run.asktell._ask import ask
 from zeus_run.asktell._tell import heartbeat, tell
 from zeus_run.contract import Env, StopReason, TrialFiles
-from zeus_run.errors import UsageError
+from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE, UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import read_running
 from zeus_run.trial.agent import AgentPlan, run_plan
@@ -101,9 +101,12 @@ def run_ask(
 
 
 def exit_code_of(record: TrialRecord) -> int:
-    """``zeus-run exec``'s exit code: 0 a model (target reached), 130 interrupted, else 1."""
+    """``zeus-run exec``'s exit code: 0 a model (target reached), 130 interrupted, 5 the recurrence failed (this
+    was its last try: `zeus_run.errors.RECURRENCE_FAILED_EXIT_CODE`), else 1."""
     if record.reached:
         return EXEC_REACHED
     if record.stop_reason is StopReason.INTERRUPTED:
         return EXEC_INTERRUPTED
+    if record.recurrence_failed is not None:
+        return RECURRENCE_FAILED_EXIT_CODE
     return EXEC_NO_MODEL

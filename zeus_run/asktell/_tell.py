@@ -115,7 +115,7 @@ def tell(
         assert isinstance(marker, RunningMarker)
         request = request_of(marker, s.spec)
         record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.power)
-        record, fault = s.engine.tell(request, record, s.history, stamp=True)  # the decision path's tell
+        record, fault = s.engine.tell(request, record, s.history, True, s.ledger())  # the decision path's tell
         if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
             record = dataclasses.replace(record, provenance={**(record.provenance or {}), "tell_key": stamped})
         s.record(record, marker)

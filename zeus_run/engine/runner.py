@@ -24,7 +24,7 @@ from zeus_run.energy import EnergySource
 from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.knobs import Knobs
-from zeus_run.engine.position import position
+from zeus_run.engine.position import Position, position
 from zeus_run.errors import Interrupted, RunDirBusy
 from zeus_run.executors import (
     EXECUTORS,
@@ -82,6 +82,13 @@ class RunResult:
     energy: str = ""
     resumed: bool = False
 
+    @property
+    def failed(self) -> list[TrialRecord]:
+        """The last try of each recurrence that failed in this call (used up ``max_tries`` without the target):
+        the job goes on with the next recurrence, and ``zeus-run run`` exits with
+        `zeus_run.errors.RECURRENCE_FAILED_EXIT_CODE`."""
+        return [r for r in self.new if r.recurrence_failed is not None]
+
 
 def run_job(
     spec: JobSpec,
@@ -94,8 +101,13 @@ def run_job(
     cancel: threading.Event | None = None,
     next_recurrences: int | None = None,
     triggered_at: str | None = None,
+    until: int | None = None,
 ) -> RunResult:
-    """Run (or resume) a recurring job until ``spec.recurrences`` recurrences converged.
+    """Run (or resume) a recurring job until ``spec.recurrences`` recurrences ended (reached the target, or failed).
+
+    A recurrence that uses up ``max_tries`` without the target fails: it is recorded as failed
+    (`RunResult.failed`) and the run goes on with the next recurrence. The optimizer plans over the
+    job's ``recurrences`` (or an open-ended job's ``lifetime``), never over what one call runs.
 
     Args:
         spec: The validated job spec.
@@ -108,10 +120,12 @@ def run_job(
         next_recurrences: Run this many recurrences past those already done, whatever ``spec.recurrences``
             says (one scheduler trigger: ``zeus-run run JOB.yaml --next``).
         triggered_at: ISO-8601 time of the trigger, stamped on every record (default: now).
+        until: Run until this many recurrences have ended in all, whatever ``spec.recurrences`` says
+            (``zeus-run run -n N``); the optimizer still plans over the spec's.
 
     Raises:
         RunDirError, LaunchError, HistoryError, EnergyError: Setup problems (nothing recorded).
-        ConvergenceError: The job cannot reach its target.
+        ConvergenceError: The job cannot reach its target (its first recurrence, at the default batch size).
         Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
     """
     lst: RunListener = listener or NullRunListener()
@@ -142,13 +156,17 @@ def run_job(
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)
-        done = position(history).completed
-        knobs = Knobs.from_spec(spec)  # the horizon the optimizer plans over: the spec's (None: open-ended)
-        if next_recurrences is None and spec.recurrences is None:
+        where_now = position(history, spec.max_tries)
+        done = where_now.ended
+        knobs = Knobs.from_spec(spec)  # the horizon the optimizer plans over: the job's, whatever this call runs
+        if next_recurrences is None and until is None and spec.recurrences is None:
             next_recurrences = 1  # open-ended: each launch runs one more recurrence
         if next_recurrences is not None:
             spec = spec.with_overrides(recurrences=done + next_recurrences)
+        elif until is not None:
+            spec = spec.with_overrides(recurrences=until)
         total = spec.recurrences
+        _say_failed(history, where_now, spec.max_tries)
         assert total is not None
         lst.on_run_start(spec, rd.path, energy.describe(), done)
         if done >= total:
@@ -202,6 +220,19 @@ def run_job(
                 + " recorded as interrupted and will be re-run",
             )
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
+
+
+def _say_failed(history: list[TrialRecord], where: Position, max_tries: int) -> None:
+    """Log (for a cron log) that the last recurrence before this call failed, and that the job goes on."""
+    if not where.failed or not history:
+        return
+    last = max(history, key=lambda r: r.recurrence)
+    if last.reached or where.recurrence <= last.recurrence:
+        return
+    why = last.recurrence_failed or (
+        f"it used up max_tries {max_tries} without the target (recorded before failed recurrences were marked)"
+    )
+    logger.info("recurrence %d failed: %s; the job goes on with recurrence %d", last.recurrence, why, where.recurrence)
 
 
 def _run_concurrent(
@@ -277,7 +308,7 @@ def _join(
     store = HistoryStore(path / HISTORY_NAME)
 
     def claimed(got: joins.JoinRequest) -> None:
-        done = position(list(store.read(warn=False))).completed
+        done = position(list(store.read(warn=False)), spec.max_tries).ended
         measured = f"measured by the launcher it joined ({got.holder})"
         lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, measured, done)
 
@@ -302,7 +333,7 @@ def _join(
             outcome.left,
         )
         granted = outcome.request.granted
-        done = position(list(store.read(warn=False))).completed
+        done = position(list(store.read(warn=False)), spec.max_tries).ended
         # Through the last recurrence granted (a dead holder's unfinished ones come first), else K more.
         more = max(granted) - done if granted else outcome.left
         result = run_job(

@@ -297,6 +297,7 @@ def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> RunningMar
         probe=req.probe if concurrent else False,
         horizon=req.horizon,
         curve_stop=req.curve_stop,
+        lifetime=req.lifetime,
     )
 
 

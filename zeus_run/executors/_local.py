@@ -128,7 +128,11 @@ class LocalExecutor(RealExecutor):
                 return record
         bs = req.decision.batch_size
         power = self.power_for(slot, energy)
-        profiler = power.profiler_for(bs, recurrences_left(req.recurrence, req.horizon)) if power is not None else None
+        profiler = (
+            power.profiler_for(bs, recurrences_left(req.recurrence, req.horizon, req.lifetime))
+            if power is not None
+            else None
+        )
         prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
         if self.spec.concurrency > 1:
             prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, slot=slot))

@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from zeus_run import _fs
 from zeus_run.errors import HistoryError
@@ -79,10 +79,14 @@ def resolve_history_path(path: str | Path) -> Path:
 def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> HistoryReadResult:
     """Parse history bytes. See `read_history`."""
     out = HistoryReadResult()
-    lines = raw.split(b"\n")
+    lines: list[Any]  # str, or bytes where the file is not valid UTF-8
+    try:  # decoded once, not line by line (a torn write may cut a character: then each line is decoded alone)
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = raw.split(b"\n")
     complete_end = raw.endswith(b"\n")
     # lines[-1] is b"" when the file ends with a newline.
-    body = lines[:-1] if complete_end else lines
+    body: list[Any] = lines[:-1] if complete_end else lines
     last = len(body) - 1
     for i, line in enumerate(body):
         if not line.strip():
@@ -91,7 +95,7 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
             data = json.loads(line)
         except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError
             if i == last:  # a torn write: a record's first bytes are never valid JSON
-                out.torn = line.decode("utf-8", "replace")
+                out.torn = line if isinstance(line, str) else line.decode("utf-8", "replace")
                 if warn:
                     logger.warning(
                         "%s: ignoring a torn or corrupt last line (%d bytes; %s); earlier %d record(s) kept",

@@ -20,6 +20,7 @@ from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
     DEFAULT_LEASE,
+    DEFAULT_LIFETIME,
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
     MIN_LEASE,
@@ -55,6 +56,7 @@ _TOP_KEYS = (
     "objective",
     "beta",
     "recurrences",
+    "lifetime",
     "max_tries",
     "seed",
     "timeout",
@@ -198,6 +200,13 @@ class _Validator(Sections):
         recurrences = (
             None if "recurrences" in d and d["recurrences"] is None else g(d, "recurrences", "", 20, self.int_(1))
         )
+        lifetime = g(
+            d,
+            "lifetime",
+            "",
+            DEFAULT_LIFETIME,
+            self.int_(1, fix="The recurrences an open-ended job is expected to run, e.g. 100"),
+        )
         max_tries = g(d, "max_tries", "", 20, self.int_(1))
         seed = g(d, "seed", "", 123456, self.int_(0))
         timeout = g(
@@ -269,6 +278,7 @@ class _Validator(Sections):
             objective=objective,
             beta=beta,
             recurrences=recurrences,
+            lifetime=lifetime,
             max_tries=max_tries,
             seed=seed,
             timeout=timeout,
