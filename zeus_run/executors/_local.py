@@ -19,7 +19,7 @@ from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_sourc
 from zeus_run.engine.concurrent import slot_devices
 from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.record import Measurement
-from zeus_run.errors import EnergyError
+from zeus_run.errors import EnergyError, LaunchEnvironmentError, LaunchError
 from zeus_run.executors._base import RealExecutor, prepare, to_record
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
@@ -140,6 +140,9 @@ class LocalExecutor(RealExecutor):
         invalid_before = energy.invalid_windows
         try:
             out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
+        except (LaunchError, LaunchEnvironmentError):
+            self.rd.clear_running(req.trial)  # nothing started: no try of the recurrence was used
+            raise
         finally:
             if power is not None:
                 power.controller.restore()  # each of its GPUs' original limit and persistence mode

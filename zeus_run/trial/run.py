@@ -47,11 +47,10 @@ import time
 from zeus_run import _fs
 from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause, reaches_target
 from zeus_run.energy import EnergySource
-from zeus_run.errors import LaunchError
 from zeus_run.trial import burst
 from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
 from zeus_run.trial.hooks import NullListener, TrialListener, TrialProfiler
-from zeus_run.trial.launch import preflight, trial_environment
+from zeus_run.trial.launch import launch_error, preflight, trial_environment
 from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import metric_readers, reading_notes
@@ -89,7 +88,8 @@ def run_trial(
             readings at every poll; the caller restores the GPUs' limits afterwards.
 
     Raises:
-        LaunchError: The command could not be started.
+        LaunchError: The command could not be started (`zeus_run.trial.launch.launch_error`).
+        LaunchEnvironmentError: This machine could not start it (too many open files, no memory).
     """
     return _TrialRun(plan, energy, listener or NullListener(), cancel or threading.Event(), profiler).run()
 
@@ -217,11 +217,14 @@ class _TrialRun:
             " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
             + (f" {Env.TRIAL_TOKEN}={p.token}" if p.token else ""),
         )
+        try:
+            out = OutputChannel(p.stdout)
+        except OSError as exc:  # no pipe or terminal to be had (too many open files)
+            raise launch_error(p.argv[0], exc) from exc
         log = TrialLog(p.log_path)
         tree = ProcessTree(p.token) if p.token else None
         if tree is not None:
             self.energy.track(tree.cpu_seconds)
-        out = OutputChannel(p.stdout)
         try:
             if self.profiler is not None:
                 self.profiler.start()
@@ -239,7 +242,7 @@ class _TrialRun:
                     bufsize=0,
                 )
             except OSError as exc:
-                raise LaunchError(f"Could not start {p.argv[0]!r}: {exc}. Fix `command` in the job spec.") from exc
+                raise launch_error(p.argv[0], exc) from exc
             fd = out.started(proc)
             if tree is None:
                 tree = ProcessTree("", proc.pid)  # the process group only
