@@ -5,10 +5,11 @@ A self-contained unit: a plain-data `TrialPlan` in, a plain-data
 in the launcher or in an agent beside the script. It needs only an energy
 source (and, optionally, a power-limit profiler) from its caller.
 
-The script runs in a session of its own, its environment marked with the
-trial's token (`zeus_run.trial.proctree`). Its output (stdout and stderr, through
-a pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk
-and never blocking, to the trial's log file and to a listener; when every metric
+The script runs in a session of its own (and a cgroup of its own where one can
+be made), its environment marked with the trial's token, and its orphans come
+back to this process, its subreaper (`zeus_run.trial.proctree`). Its output
+(stdout and stderr, through a pipe or a pseudo-terminal: `zeus_run.trial.output`)
+is streamed, chunk by chunk and never blocking, to the trial's log file and to a listener; when every metric
 line arrives in one burst at the exit, the outcome says so (`zeus_run.trial.burst`).
 The launcher reads each finished epoch's metric (event log or regex),
 measures time and energy at every epoch boundary, and decides to stop the
@@ -48,6 +49,7 @@ from zeus_run import _fs
 from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause, reaches_target
 from zeus_run.energy import EnergySource
 from zeus_run.trial import burst
+from zeus_run.trial._cgroup import TrialCgroup
 from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
 from zeus_run.trial.hooks import NullListener, TrialListener, TrialProfiler
 from zeus_run.trial.launch import launch_error, preflight, trial_environment
@@ -55,7 +57,7 @@ from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import metric_readers, reading_notes
 from zeus_run.trial.output import OutputChannel
-from zeus_run.trial.proctree import ProcessTree
+from zeus_run.trial.proctree import ProcessTree, subreaper
 from zeus_run.trial.stop import StopRule
 
 logger = logging.getLogger(__name__)
@@ -229,31 +231,39 @@ class _TrialRun:
             if self.profiler is not None:
                 self.profiler.start()
             meter = Meter(self.energy, p.eta, self.profiler)
-            try:
-                proc = subprocess.Popen(
-                    p.argv[0] if p.shell else list(p.argv),
-                    shell=p.shell,
-                    cwd=str(p.workdir),
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out.child,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    bufsize=0,
-                )
-            except OSError as exc:
-                raise launch_error(p.argv[0], exc) from exc
-            fd = out.started(proc)
-            if tree is None:
-                tree = ProcessTree("", proc.pid)  # the process group only
-            tree.attach(proc.pid)
-            try:
-                with self.regex if self.regex is not None else contextlib.nullcontext():
-                    exit_code, end = self._watch(proc, fd, out, log, meter, tree)
-            finally:
-                if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
-                    tree.sweep()
-                    proc.wait()
+            with subreaper():  # the script's orphans come to this process, not to init (`zeus_run.trial.proctree`)
+                cgroup = TrialCgroup.create(p.token)  # None where none can be made
+                try:
+                    proc = subprocess.Popen(
+                        p.argv[0] if p.shell else list(p.argv),
+                        shell=p.shell,
+                        cwd=str(p.workdir),
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out.child,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        bufsize=0,
+                    )
+                except OSError as exc:
+                    if cgroup is not None:
+                        cgroup.remove(0.0)
+                    raise launch_error(p.argv[0], exc) from exc
+                if cgroup is not None and not cgroup.add(proc.pid):
+                    cgroup = None
+                fd = out.started(proc)
+                if tree is None:
+                    tree = ProcessTree("", proc.pid)  # the process group only
+                tree.attach(proc.pid, cgroup)
+                try:
+                    with self.regex if self.regex is not None else contextlib.nullcontext():
+                        exit_code, end = self._watch(proc, fd, out, log, meter, tree)
+                finally:
+                    if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
+                        tree.sweep()
+                        proc.wait()
+                    elif tree.cgroup is not None:
+                        tree.sweep()
         finally:
             out.close()
             self.energy.track(None)
@@ -285,6 +295,7 @@ class _TrialRun:
                 self._feed_profiler(meter)
                 if proc.poll() is not None:
                     break
+                tree.tend()  # reap the script's orphans that exited
                 self._judge(meter, tree)
             # The main process exited (by itself or stopped): this is the end of the trial.
             end = meter.freeze()
