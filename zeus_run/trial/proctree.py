@@ -220,6 +220,12 @@ class ProcessTree:
     #: Least time between two full /proc scans for `cpu_seconds` (unit: s); in between,
     #: only the members already known are read (new processes are found at the next scan).
     FULL_SCAN_INTERVAL = 1.0
+    #: Least time between two readings in `cpu_seconds` (unit: s): one clock tick, the resolution of the
+    #: kernel's CPU times; a call within it returns the last reading.
+    READING_INTERVAL = 1.0 / _TICKS
+    #: Least time between two readings of the known members' children in `cpu_seconds` (unit: s): the
+    #: launcher's tick, so an epoch costs one read per process, and a burst of epochs no more.
+    CHILDREN_INTERVAL = 0.05
     #: Least time between two looks for the trial's orphans to reap while it runs (unit: s; `tend`).
     TEND_INTERVAL = 0.5
 
@@ -232,6 +238,8 @@ class ProcessTree:
         self._cpu = 0.0
         self._scan_at = -1e9
         self._tend_at = -1e9
+        self._children_at = -1e9
+        self._read_at = -1e9
         #: The sessions of the trial's marked processes (the script's, and each one a member made with
         #: setsid): only to know an orphan seen as a zombie when the sweep reaps it, never to kill.
         self._sessions: set[int] = set() if root is None else {root}
@@ -326,18 +334,28 @@ class ProcessTree:
 
         Counts live members, the reaped children they waited for, and members
         that ended since the last reading (at their last reading). Reads the
-        known members' ``stat`` and their children's on every call, and rescans
-        /proc for new members every `FULL_SCAN_INTERVAL` seconds.
+        known members' ``stat`` at most once per clock tick (`READING_INTERVAL`:
+        a script alone costs one read per epoch, and a burst of epochs one read
+        in all), their children at most every
+        `CHILDREN_INTERVAL` (a wrapper shell's script, found before the next
+        full scan), and rescans /proc for new members every `FULL_SCAN_INTERVAL`
+        seconds.
         """
         if self.root is None and not self._last:
             return self._cpu  # nothing started yet
         now = time.monotonic()
+        if now - self._read_at < self.READING_INTERVAL:
+            return self._cpu  # the kernel counts CPU time in clock ticks: a reading within one is the last one
+        self._read_at = now
         if now - self._scan_at >= self.FULL_SCAN_INTERVAL:
             self._scan_at = now
             current = self._scan()
         else:  # the members known, and their children (a wrapper shell's script, before the scan finds it)
+            children = now - self._children_at >= self.CHILDREN_INTERVAL
+            if children:
+                self._children_at = now
             current = {}
-            todo = [*self._last, *([self.root] if self.root is not None else [])]
+            todo = list(dict.fromkeys([*self._last, *([self.root] if self.root is not None else [])]))
             seen = set(todo)
             while todo:
                 pid = todo.pop()
@@ -345,9 +363,10 @@ class ProcessTree:
                 old = self._last.get(pid)
                 if p is not None and (old is None or p.start == old.start):
                     current[pid] = p
-                    fresh = [c for c in _children(pid) if c not in seen]
-                    seen.update(fresh)
-                    todo += fresh
+                    if children:
+                        fresh = [c for c in _children(pid) if c not in seen]
+                        seen.update(fresh)
+                        todo += fresh
         for pid, p in self._last.items():
             if pid not in current and p.ppid not in current:
                 # Gone, and not into a member's reaped-children time: keep its last reading.
