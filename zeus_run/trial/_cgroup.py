@@ -106,6 +106,13 @@ class TrialCgroup:
         return cls(path)
 
     @classmethod
+    def enter(cls, token: str, pid: int) -> TrialCgroup | None:
+        """A new cgroup for the trial with ``token``, with process ``pid`` (the script) and its descendants moved
+        in (`create`, `add`); None where none can be made."""
+        cgroup = cls.create(token)
+        return cgroup if cgroup is not None and cgroup.add(pid) else None
+
+    @classmethod
     def existing(cls, token: str) -> TrialCgroup | None:
         """The cgroup a launcher made for the trial with ``token`` beside this process's own, if it is still there."""
         parent = own_cgroup_dir() if token and enabled() else None

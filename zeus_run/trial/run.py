@@ -5,17 +5,15 @@ A self-contained unit: a plain-data `TrialPlan` in, a plain-data
 in the launcher or in an agent beside the script. It needs only an energy
 source (and, optionally, a power-limit profiler) from its caller.
 
-The script runs in a session of its own (and a cgroup of its own where one can
-be made), its environment marked with the trial's token, and its orphans come
-back to this process, its subreaper (`zeus_run.trial.proctree`). Its output
-(stdout and stderr, through a pipe or a pseudo-terminal: `zeus_run.trial.output`)
-is streamed, chunk by chunk and never blocking, to the trial's log file and to a listener; when every metric
-line arrives in one burst at the exit, the outcome says so (`zeus_run.trial.burst`).
-The launcher reads each finished epoch's metric (event log or regex),
-measures time and energy at every epoch boundary, and decides to stop the
-trial when the target is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
-the last epoch's cost) would exceed the threshold or already has, the timeout
-passes (the one rule of every door, `zeus_run.trial.stop.StopRule`), or it is cancelled. Cost is counted up to that decision.
+The script runs in a session (and, where one can be made, a cgroup) of its own, its environment marked with the
+trial's token, and its orphans come back to this process, its subreaper (`zeus_run.trial.proctree`). Its output
+(stdout and stderr, through a pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk and
+never blocking, to the trial's log file and to a listener; when every metric line arrives in one burst at the exit,
+the outcome says so (`zeus_run.trial.burst`). The launcher reads each finished epoch's metric (event log or regex),
+measures time and energy at every epoch boundary, and decides to stop the trial when the target is reached,
+``max_epochs`` is hit, the cost after the next epoch (predicted as the last epoch's cost) would exceed the threshold
+or already has, the timeout passes (the one rule of every door, `zeus_run.trial.stop.StopRule`), or it is
+cancelled. Cost is counted up to that decision.
 
 The stop protocol (README, "Stopping a trial"):
 
@@ -27,10 +25,9 @@ The stop protocol (README, "Stopping a trial"):
    stop too;
 3. SIGTERM to every process of the trial; 4. SIGKILL after ``kill_grace``.
 
-Time and energy from the decision to the script's exit are recorded apart
-(``after_time``, ``after_energy``). When the script's main process has exited,
-every process it left behind is killed, its output is drained for at most
-`DRAIN_TIME` seconds, and the trial is over.
+Time and energy from the decision to the script's exit are recorded apart (``after_time``, ``after_energy``).
+When the script's main process has exited, every process it left behind is killed, its output is drained for at
+most `DRAIN_TIME` seconds, and the trial is over.
 """
 
 from __future__ import annotations
@@ -232,7 +229,6 @@ class _TrialRun:
                 self.profiler.start()
             meter = Meter(self.energy, p.eta, self.profiler)
             with subreaper():  # the script's orphans come to this process, not to init (`zeus_run.trial.proctree`)
-                cgroup = TrialCgroup.create(p.token)  # None where none can be made
                 try:
                     proc = subprocess.Popen(
                         p.argv[0] if p.shell else list(p.argv),
@@ -246,11 +242,8 @@ class _TrialRun:
                         bufsize=0,
                     )
                 except OSError as exc:
-                    if cgroup is not None:
-                        cgroup.remove(0.0)
                     raise launch_error(p.argv[0], exc) from exc
-                if cgroup is not None and not cgroup.add(proc.pid):
-                    cgroup = None
+                cgroup = TrialCgroup.enter(p.token, proc.pid)  # None where none can be made
                 fd = out.started(proc)
                 if tree is None:
                     tree = ProcessTree("", proc.pid)  # the process group only
