@@ -105,6 +105,13 @@ class LaunchError(ZeusRunError):
     exit_code = 2
 
 
+class LaunchEnvironmentError(ZeusRunError):
+    """This machine could not start a trial (too many open files, no memory or processes left): not the
+    command's fault, so nothing is recorded against the batch size; fix the machine and run again."""
+
+    exit_code = 2
+
+
 class ConvergenceError(ZeusRunError):
     """The job cannot reach its target: its first recurrence failed at the default batch size."""
 

@@ -25,7 +25,7 @@ from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.position import Position, position
-from zeus_run.errors import Interrupted, RunDirBusy
+from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -43,7 +43,7 @@ from zeus_run.records import TrialRecord
 from zeus_run.rundir import joins
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
-from zeus_run.rundir.lock import is_held, launcher_holds
+from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import locate, lock
 from zeus_run.rundir.resume import choose_run_dir, recover, request_of
 from zeus_run.rundir.store import first_missing, remove_if_unused
@@ -138,13 +138,13 @@ def run_job(
     created = not path.exists() or not any(path.iterdir())
     creates = first_missing(path)  # parents this run creates too (`runs/` of `runs/job`)
     with contextlib.ExitStack() as stack:
-        try:
+        if next_recurrences is None or spec.concurrency < 2:
             rd = stack.enter_context(lock(path, "run"))
-        except RunDirBusy:
-            if next_recurrences is None or spec.concurrency < 2 or not launcher_holds(path):
-                raise
-            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
-            return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
+        else:  # a trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`)
+            held = joins.hold_or_join(lambda: lock(path, "run"), path)
+            if held is None:
+                return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
+            rd = stack.enter_context(held)
         if created:  # a run that fails before recording anything leaves no empty run directory
             stack.callback(remove_if_unused, rd, creates)
         if energy is None:

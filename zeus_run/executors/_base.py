@@ -212,7 +212,8 @@ def prepare(
     lr = learning_rate_for(spec, bs)
     seed = spec.seed + req.observed
     tdir = rd.trial_dir(req.recurrence, req.attempt) if make_dir else rd.trial_path(req.recurrence, req.attempt)
-    argv, env = command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
+    values = placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir)
+    argv, env = command(spec, values)
     env.update(
         {
             Env.BATCH_SIZE: str(bs),
@@ -254,7 +255,7 @@ def prepare(
         higher_is_better=spec.higher_is_better,
         metric_regex=spec.metric.regex if spec.metric.source in ("regex", "file") else None,
         metric_key=spec.metric.key if spec.metric.source == "jsonl" else None,
-        metric_path=spec.workdir / spec.metric.path if spec.metric.path is not None else None,
+        metric_path=spec.workdir / substitute(spec.metric.path, values) if spec.metric.path is not None else None,
         eta=spec.eta,
         cost_threshold=req.cost_threshold,
         curve_stop=req.curve_stop,

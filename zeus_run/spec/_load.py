@@ -249,7 +249,7 @@ class _Validator(Sections):
             )
         )
 
-        self.placeholders(command, env, learning_rate)
+        self.placeholders(command, env, learning_rate, metric.path)
         if workdir is not None and "workdir" in d and not workdir.is_dir():
             self.problem(
                 "workdir",
@@ -440,8 +440,12 @@ class _Validator(Sections):
                 out[k] = self.text.get(f"env.{k}", str(v).lower() if isinstance(v, bool) else str(v))
         return out
 
-    def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:
+    def placeholders(
+        self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None, metric_path: str | None
+    ) -> None:
         places = [("command", a) for a in command] + [(f"env.{k}", v) for k, v in env.items()]
+        if metric_path is not None:
+            places.append(("metric.path", metric_path))
         for field, text in places:
             if "{" in _PLACEHOLDER_RE.sub("", text) or "}" in _PLACEHOLDER_RE.sub("", text):
                 self.problem(

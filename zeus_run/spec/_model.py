@@ -125,7 +125,8 @@ class MetricSettings:
             number, or ``regex``'s match).
         regex: Pattern with one capture group holding the metric (``regex``; ``file`` optionally).
         key: The metric's key in each JSON line (``jsonl``).
-        path: The file the script appends to (``file``; ``jsonl`` optionally), relative to ``workdir``.
+        path: The file the script appends to (``file``; ``jsonl`` optionally), relative to ``workdir``; it may hold
+            placeholders (``{log_dir}/metrics.jsonl``: a file per trial).
         name: The metric's name in a training framework's logs (e.g. ``eval_accuracy``), for
             the Hugging Face and Lightning callbacks (`zeus_run.integrations`); None: theirs.
     """

@@ -242,8 +242,10 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
             Verdict.SPEC_ERROR,
             CONFIG_ERROR,
             "no metric was read from this trial although the script exited 0, and none from any trial before it",
-            "Fix `metric` in the job spec: metric.regex must match the line the script prints each epoch; with "
-            "source: events the script must report through zeus_run.train (or a zeus_run callback)",
+            "Fix `metric` in the job spec: the field its source reads must match what the script writes each epoch "
+            "(source: regex: metric.regex, a line of its output; jsonl: metric.key, a key of its JSON lines; "
+            "file: metric.path, the file it appends to; events: the script reports through zeus_run.train or a "
+            "zeus_run callback)",
         )
     return _failure(record, reason)
 

@@ -427,7 +427,17 @@ class FileMetricTail:
         self.reader = reader
         self.offset = 0
         self.steps = 0
+        #: Whether the file was there at some look, how many lines and epochs were read from it.
+        self.found = False
+        self.lines = 0
+        self.epochs = 0
         self._split = LineSplitter()
+
+    def no_metric_note(self) -> str:
+        """Why no epoch was read from the file (for the trial's record)."""
+        if not self.found:
+            return f"metric.path {self.path!r} was never written (is it where the script writes its metric?)"
+        return f"metric.path {self.path!r}: none of the {self.lines} line(s) appended to it held a metric"
 
     @property
     def malformed(self) -> int:
@@ -450,8 +460,15 @@ class FileMetricTail:
             return []
         finally:
             os.close(fd)
+        self.found = True
         self.offset += len(chunk)
-        return [ev for line in self._split.feed(chunk) for ev in self.reader.feed_line(line)]
+        return self._read(self._split.feed(chunk))
+
+    def _read(self, lines: list[bytes]) -> list[EpochEvent]:
+        self.lines += len(lines)
+        out = [ev for line in lines for ev in self.reader.feed_line(line)]
+        self.epochs += len(out)
+        return out
 
     def finish(self) -> list[EpochEvent]:
         out: list[EpochEvent] = []
@@ -460,7 +477,7 @@ class FileMetricTail:
             out += self.poll()
             if self.offset == before:
                 break
-        return out + [ev for line in self._split.flush() for ev in self.reader.feed_line(line)]
+        return out + self._read(self._split.flush())
 
 
 def remove_quietly(path: str) -> None:
