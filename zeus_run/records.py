@@ -26,7 +26,10 @@ KINDS = ("real", "simulated", "replayed")
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
 #: Fields written only when set (absent: None), so records read as they did before these existed.
-OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead")
+OPTIONAL_FIELDS = (
+    *CONCURRENCY_FIELDS,
+    *("horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead", "window"),
+)
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -103,6 +106,14 @@ class TrialRecord:
         profile_overhead: What this trial's power-limit sweep cost beyond the same work at the limit
             it chose (unit: J of cost, within ``cost``); None: no sweep ended in this trial. ``zeus-voi``
             revision 9 learns the batch size's cost without it.
+        window: The span its time and energy (with ``after_time`` and ``after_energy``) cover, and who
+            measured it: ``by`` (``launcher``, ``agent``: the script's processes from ``launch`` to ``exit``;
+            ``script``: the training process measured itself), ``from`` (``launch``, ``process-start``,
+            ``previous-trial``: the end of the process's trial before; ``trial``), ``to`` (``exit``,
+            ``close``: where the process told it, ``tell``: no reading after its last epoch), and the
+            start-up a script charged before it could read its meter (``extended_s``, ``extended_j`` and
+            ``extended_at``: ``power-at-start``, ``cpu-time``...; `zeus_run.energy.SelfMeter`). None: not
+            said (an unmeasured or simulated trial, or recorded before windows were).
     """
 
     job: str
@@ -150,6 +161,7 @@ class TrialRecord:
     reported: str | None = None
     epoch_timing: str | None = None
     profile_overhead: float | None = None
+    window: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
@@ -170,6 +182,8 @@ class TrialRecord:
         out = {name: getattr(self, name) for name in _FIELDS}  # every field is a plain value (no asdict copy)
         if self.provenance is not None:
             out["provenance"] = dict(self.provenance)
+        if self.window is not None:
+            out["window"] = dict(self.window)
         if self.in_flight is not None:
             out["in_flight"] = list(self.in_flight)
         out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]

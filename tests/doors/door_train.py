@@ -42,6 +42,10 @@ def train(trial) -> None:  # trial: a zeus_run.train.Trial
             break
 
 
+#: What ``--fail crash`` and ``--fail oom`` raise.
+FAILURES = {"crash": "boom", "oom": "CUDA out of memory. Tried to allocate 2.00 GiB"}
+
+
 def begin(choices: tuple[str, ...]):
     """Parse ``--fail``, fail as it says before training (an import, a crash, out of memory), and return the
     option and the trial (`zeus_run.train.Trial`); the doors' scripts share it."""
@@ -50,13 +54,12 @@ def begin(choices: tuple[str, ...]):
     fail = ap.parse_args().fail
     if fail == "import":
         import zeus_run_not_installed  # noqa: F401
+    import zeus_run.asktell  # noqa: F401  (every door's script starts up alike: the Job API's needs it)
     from zeus_run.train import Trial
 
     trial = Trial.from_env(batch_size=8, max_epochs=6, target_metric=0.9)
-    if fail == "crash":
-        raise RuntimeError("boom")
-    if fail == "oom":
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    if fail in FAILURES:
+        raise RuntimeError(FAILURES[fail])
     return fail, trial
 
 

@@ -47,6 +47,7 @@ class Measured:
         estimated: Whether the energy is an estimate.
         method: How it was obtained.
         max_power: Max power for the cost (unit: W).
+        window: The span measured (`zeus_run.energy.SelfMeter.window`), None if not said.
     """
 
     time: float
@@ -55,10 +56,25 @@ class Measured:
     estimated: bool
     method: str | None
     max_power: float
+    window: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    @classmethod
+    def of(cls, time: float, energy: float, info: Mapping[str, Any]) -> Measured:
+        """A measurement from its figures and a meter's ``info`` (`zeus_run.energy.SelfMeter.info`)."""
+        window = info.get("window")
+        return cls(
+            time,
+            energy,
+            str(info["source"]),
+            bool(info["estimated"]),
+            info.get("method"),
+            float(info["max_power"]),
+            window if isinstance(window, Mapping) else None,
+        )
 
     @property
     def how(self) -> Measurement:
-        return Measurement(self.source, self.estimated, self.method)
+        return Measurement(self.source, self.estimated, self.method, self.window)
 
 
 def meter_of(info: Mapping[str, Any] | None, default_power: float) -> tuple[Measurement, float] | None:

@@ -52,7 +52,7 @@ from zeus_run.rundir.resume import marker_fields, request_of
 from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import read_agent_info, read_outcome
-from zeus_run.trial.events import EpochEvent, EventLogTail
+from zeus_run.trial.events import EpochEvent, EventLogTail, window_of
 from zeus_run.trial.log import log_tail
 from zeus_run.trial.stop import StopRule, judge
 
@@ -338,11 +338,15 @@ def _from_events(
 ) -> tuple[TrialOutcome, Measurement, list[str]]:
     """The outcome of a trial no agent watched: its epochs read back through the stop rule, and its time and
     energy as the training side measured them (`zeus_run.asktell._measure`)."""
-    tail = EventLogTail(str(Path(marker.trial_dir or "") / TrialFiles.EVENTS))
+    tdir = Path(marker.trial_dir or "")
+    tail = EventLogTail(str(tdir / TrialFiles.EVENTS))
     events = tail.finish()
     start = _start(tail, marker)
     meter = meter_of(tail.measured, spec.energy.watts)
     max_power = _max_power(spec, told.measured, meter)
+    code = told.exit_code if told.exit_code is not None else tail.exit_code  # else the script's own, at its exit
+    if _never_began(tdir, tail, events, told, code):
+        return _could_not_start(spec, marker, told, code, power, start)
     points = _points(spec, events, start, max_power)
     judged = judge(_rule(spec, marker), [(m, c) for m, _, _, c in points])
     reason, counted = judged.reason, judged.epochs
@@ -355,12 +359,16 @@ def _from_events(
         reason, counted = StopReason.parse(tail.stop), tail.stop_after
         at = tail.stop_point
     if reason is None:
-        reason = StopReason.CRASHED if told.exit_code not in (None, 0) else StopReason.EXITED
-    # The whole trial, as told or measured (else up to now).
+        reason = StopReason.CRASHED if code not in (None, 0) else StopReason.EXITED
+    # The whole trial, as told, or measured (in the process that tells, or to the script's exit: its last
+    # `end` event), else up to now.
+    end = tail.end
     total_t = told.time if told.time is not None else told.measured.time if told.measured is not None else None
     if total_t is None:
-        total_t = max(_time.time() - start, 0.0)
+        total_t = end[0] if end is not None else max(_time.time() - start, 0.0)
     total_e = told.energy if told.energy is not None else told.measured.energy if told.measured else None
+    if total_e is None and end is not None and told.time is None:
+        total_e = end[1]
     t = at[0] if at is not None and at[0] is not None else total_t
     e = at[1] if at is not None else None
     if e is None and total_e is not None:
@@ -374,6 +382,8 @@ def _from_events(
         how = Measurement(REPORTED)
     elif told.measured is not None:
         how = told.measured.how
+    elif end is not None and end[1] is not None and total_e is not None:  # its own reading at its close or exit
+        how = meter[0] if meter is not None else Measurement(REPORTED)
     elif events and events[-1].energy is not None:
         e = events[-1].energy
         how = meter[0] if meter is not None else Measurement(REPORTED)
@@ -386,7 +396,10 @@ def _from_events(
         how = Measurement(UNMEASURED)
     if e is None or not how.measured:
         e, how, max_power = power().impute(marker.batch_size, t, spec.energy.watts)
+    elif how.source != REPORTED:
+        how = dataclasses.replace(how, window=_window(tail, told, end))
     decided = at is not None
+    message = None if told.message else _last_words(tail, code)
     outcome = TrialOutcome(
         epochs=counted,
         time=t,
@@ -395,15 +408,83 @@ def _from_events(
         cost=zeus_cost(e, t, spec.eta, max_power),
         reached=reason is StopReason.TARGET_REACHED,
         stop_reason=reason,
-        exit_code=told.exit_code,
+        exit_code=code,
         after_time=max(total_t - t, 0.0) if decided else None,
         after_energy=max(total_e - e, 0.0) if decided and total_e is not None else None,
         metrics=tuple(ev.metric for ev in events[:counted]),
         malformed=tail.malformed,
-        message=None if told.message else tail.error,
-        cause=crash_cause(reason, told.message or tail.error, told.exit_code),
+        message=message,
+        cause=crash_cause(reason, told.message or message, code),
     )
     return outcome, how, reported
+
+
+def _last_words(tail: EventLogTail, code: int | None) -> str | None:
+    """What a failed script said last, from its own events: the output it printed before it exited (as the
+    launcher keeps its log's tail), else the exception that ended it."""
+    if code not in (None, 0) and tail.output:
+        return f"{exit_text(code)}; last output:\n{tail.output}"
+    return tail.error
+
+
+def _window(tail: EventLogTail, told: _Told, end: tuple[float, float | None] | None) -> dict[str, object] | None:
+    """The span the training side measured (its meter's ``window``) and where it ended: ``exit`` or ``close``
+    (its last reading), or ``tell`` (no reading after its last epoch)."""
+    raw = told.measured.window if told.measured is not None else (tail.measured or {}).get("window")
+    window: dict[str, object] = window_of(dict(raw)) if isinstance(raw, Mapping) else {}
+    if not window:
+        return None
+    if told.measured is not None:
+        window.setdefault("to", "close")
+    else:
+        window["to"] = tail.end_at if end is not None and tail.end_at else "tell"
+    return window
+
+
+def _never_began(tdir: Path, tail: EventLogTail, events: Sequence[EpochEvent], told: _Told, code: int | None) -> bool:
+    """Whether a failed script died before it could start: the ask gave it a command (a plan), it exited non-zero,
+    and nothing shows it ever ran: no ``start`` event (`zeus_run.train.Trial` writes one first thing), no epoch,
+    no figures, and no output for the classifier to read (``--log``)."""
+    if code in (None, 0) or told.message or told.measured is not None or told.energy is not None:
+        return False
+    if tail.started is not None or events or tail.end is not None or tail.error or tail.output:
+        return False
+    return os.path.lexists(tdir / TrialFiles.PLAN)
+
+
+def _could_not_start(
+    spec: JobSpec,
+    marker: RunningMarker,
+    told: _Told,
+    code: int | None,
+    power: Callable[[], PowerBasis],
+    start: float,
+) -> tuple[TrialOutcome, Measurement, list[str]]:
+    """The outcome of a script that died before `zeus_run.train.Trial` began (`_never_began`): an environment
+    error, as ``zeus-run run`` records an import error, never a crash of the batch size; nothing measured it."""
+    t = told.time if told.time is not None else max(_time.time() - start, 0.0)
+    e, how, max_power = power().impute(marker.batch_size, t, spec.energy.watts)
+    cause = (
+        f"the script ended ({exit_text(code)}) before it started training: no start event in its trial directory "
+        "(zeus_run.train.Trial writes one first thing), so it died on an import, a missing file or its interpreter"
+    )
+    fix = (
+        "Run it by hand to see why, or tell with its output (`--log FILE`) so that zeus-run reads the error; "
+        "fix the environment, then ask again (recorded as environment_error, not observed)"
+    )
+    outcome = TrialOutcome(
+        epochs=0,
+        time=t,
+        energy=e,
+        max_power=max_power,
+        cost=zeus_cost(e, t, spec.eta, max_power),
+        reached=False,
+        stop_reason=StopReason.ENVIRONMENT_ERROR,
+        exit_code=code,
+        message=f"{cause}. {fix}",
+        cause=cause,
+    )
+    return outcome, how, []
 
 
 def _rule(spec: JobSpec, marker: RunningMarker) -> StopRule:

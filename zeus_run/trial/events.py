@@ -172,8 +172,18 @@ class EventLogTail:
         #: Ask/tell: time and energy since the trial began at that stop, as the script measured them (None: not).
         self.stop_point: tuple[float | None, float | None] = (None, None)
         #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
-        #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``), None if it did not say.
+        #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``, ``window``), None if it did not say.
         self.measured: dict[str, Any] | None = None
+        #: Ask/tell: the script's last reading of its own trial (an ``end`` event: `zeus_run.train.Trial` writes one
+        #: when it closes and one at its process's exit, which wins): time and energy since the trial began (units:
+        #: s, J; energy None: not measured there), None if none came.
+        self.end: tuple[float, float | None] | None = None
+        #: Ask/tell: where that reading was taken, ``close`` or ``exit`` (None: no end event).
+        self.end_at: str | None = None
+        #: Ask/tell: the exit code and the last output the script saw at its exit (`zeus_run.contract.ExitWatch`),
+        #: None where it did not say.
+        self.exit_code: int | None = None
+        self.output: str | None = None
 
     def poll(self) -> list[EpochEvent]:
         """Epoch events appended since the last call."""
@@ -269,6 +279,9 @@ class EventLogTail:
             if isinstance(message, str):
                 self.error = message[-2000:]
             return None
+        if kind == "end":
+            self._end(ev)
+            return None
         if kind == "info":
             if isinstance(ev.get("measured"), dict):
                 self.measured = _measured(ev["measured"])
@@ -286,6 +299,20 @@ class EventLogTail:
         epoch = parse_count(ev.get("epoch", self._epochs + 1), "epoch")
         self._epochs = epoch
         return EpochEvent(epoch, metric, when, _finite(ev.get("elapsed")), _finite(ev.get("energy")))
+
+    def _end(self, ev: dict[str, Any]) -> None:
+        """An ``end`` event: the script's last reading (an exit's is not replaced by a later close's)."""
+        elapsed = _finite(ev.get("elapsed"))
+        at = ev.get("at") if ev.get("at") in ("close", "exit") else "close"
+        if elapsed is None or (self.end_at == "exit" and at != "exit"):
+            return
+        self.end, self.end_at = (elapsed, _finite(ev.get("energy"))), at
+        code = ev.get("exit_code")
+        if isinstance(code, int) and not isinstance(code, bool) and -255 <= code <= 255:
+            self.exit_code = code
+        output = ev.get("output")
+        if isinstance(output, str):
+            self.output = output[-4000:]
 
     def _skip(self, why: str) -> None:
         self.malformed += 1
@@ -305,6 +332,25 @@ def _measured(raw: dict[str, Any]) -> dict[str, Any]:
     power = _finite(raw.get("max_power"))
     if power is not None and power > 0:
         out["max_power"] = power
+    window = raw.get("window")
+    if isinstance(window, dict):
+        out["window"] = window_of(window)
+    return out
+
+
+def window_of(raw: dict[str, Any]) -> dict[str, Any]:
+    """A measurement window as the training side described it (`zeus_run.energy.SelfMeter.window`), checked:
+    ``by``, ``from``, ``to`` and ``extended_at`` short strings, ``extended_s``, ``extended_j`` and ``ask_s`` finite
+    numbers."""
+    out: dict[str, Any] = {}
+    for key in ("by", "from", "to", "extended_at"):
+        v = raw.get(key)
+        if isinstance(v, str) and 0 < len(v) <= 40:
+            out[key] = v
+    for key in ("extended_s", "extended_j", "ask_s"):
+        f = _finite(raw.get(key))
+        if f is not None:
+            out[key] = f
     return out
 
 
