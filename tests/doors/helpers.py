@@ -118,13 +118,29 @@ def door_shell(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
     return history(run_dir)
 
 
+def door_plain(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """The documented plain ask/tell: ``eval "$(zeus-run ask ...)"``, the script with its output where it goes,
+    ``zeus-run tell ... --exit-code $?`` (no ``--log``: the script's own events are all the tell reads)."""
+    spec, run_dir = write_spec(tmp, fail)
+    args = f" --fail {fail}" if fail else ""
+    for _ in range(trials):
+        r = sh(
+            f'eval "$({zr()} ask {spec} --format env)" || exit 9\n'
+            f"{PYTHON} {SCRIPT}{args}\n"
+            f'{zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?\n',
+            tmp,
+        )
+        assert r.returncode == 0, r.stderr
+    return history(run_dir)
+
+
 def door_job(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
     """The Python `Job` API in a script of its own (`door_job.py`; ``fail``: ``crash`` or ``oom`` raise in the
     block)."""
     spec, run_dir = write_spec(tmp)
     args = f" --fail {fail}" if fail else ""
     r = sh(f"{PYTHON} {SCRIPT_JOB} {spec} --trials {trials}{args}", tmp)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == (1 if fail == "oom-exit" else 0), r.stderr
     return history(run_dir)
 
 

@@ -31,7 +31,7 @@ from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._measure import Measured
 from zeus_run.asktell._session import resolve_job
 from zeus_run.asktell._tell import tell
-from zeus_run.contract import TrialFiles
+from zeus_run.contract import TrialFiles, exit_status, exit_watch
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
@@ -108,6 +108,7 @@ class AskedTrial:
             count_startup=self.job.count_startup,
             told_in_process=True,  # told at the block's end, in this process
         )
+        exit_watch().install()  # what the block prints, for a block that ends the process (sys.exit(1))
         return self.trial
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -117,12 +118,17 @@ class AskedTrial:
             self.trial.close()
             if m is not None:
                 measured = Measured.of(*m)
-        message = None if exc is None else f"{type(exc).__name__}: {exc}"
-        self.job.record = tell(
-            self.asked.run_dir,
-            self.asked.token,
-            exit_code=None if exc is None else 1,
-            message=message,
-            measured=measured,
-        )
+        code, message = _failure(exc)
+        self.job.record = tell(self.asked.run_dir, self.asked.token, exit_code=code, message=message, measured=measured)
         # None: an exception raised in the block goes on after it is recorded
+
+
+def _failure(exc: BaseException | None) -> tuple[int | None, str | None]:
+    """The exit code and message a block that ended with ``exc`` is told with: ``sys.exit(n)`` the process's exit
+    (with what it printed last, as a launcher reads its log), any other exception a crash with its message."""
+    if exc is None:
+        return None, None
+    if isinstance(exc, SystemExit):
+        code = exit_status(exc.code)
+        return code, None if code == 0 else f"exit code {code}; last output:\n{exit_watch().output() or '(no output)'}"
+    return 1, f"{type(exc).__name__}: {exc}"
