@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,16 @@ FAKE_PYNVML = Path(__file__).resolve().parents[1] / "fake_pynvml"
 DRAW_W = 200.0
 
 
-def _spec(run_dir: Path, door: str = "trial") -> str:
+@dataclass
+class Room:
+    """Where a door runs: its directory, lines added to the job's spec, and environment added to its processes."""
+
+    tmp: Path
+    spec_extra: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _spec(room: Room, door: str = "trial") -> str:
     return f"""
 name: window
 command: ["{helpers.PYTHON}", "{SCRIPT}", "--door", "{door}"]
@@ -36,88 +46,99 @@ max_epochs: 6
 recurrences: 2
 lease: 600
 energy: {{source: nvml}}
-run_dir: {run_dir}
+run_dir: {room.tmp / "runs"}
+{room.spec_extra}
 """
 
 
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    nodes = tmp / "nodes.json"
+def _env(room: Room, **extra: str) -> dict[str, str]:
+    nodes = room.tmp / "nodes.json"
     nodes.write_text(json.dumps({"local": {"gpus": [{"uuid": "GPU-w", "max_mw": 300_000, "draw_w": DRAW_W}]}}))
+    path = os.pathsep.join([*filter(None, [room.env.get("PYTHONPATH")]), str(FAKE_PYNVML), str(helpers.REPO)])
     return {
-        "PYTHONPATH": f"{FAKE_PYNVML}{os.pathsep}{helpers.REPO}",
+        **room.env,
+        "PYTHONPATH": path,
         "FAKE_NVML_NODES": str(nodes),
-        "WINDOW_LEDGER": str(tmp / "ledger.jsonl"),
+        "WINDOW_LEDGER": str(room.tmp / "ledger.jsonl"),
         **extra,
     }
 
 
-def _sh(script: str, tmp: Path, **env: str) -> None:
-    r = helpers.sh(script, tmp, **_env(tmp, **env))
+def _sh(script: str, room: Room, **env: str) -> None:
+    r = helpers.sh(script, room.tmp, **_env(room, **env))
     assert f'File "{helpers.REPO / "zeus_run"}' not in r.stderr, r.stderr  # no traceback of zeus-run's own
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def _setup(tmp: Path, door: str = "trial") -> tuple[Path, Path]:
-    tmp.mkdir(parents=True, exist_ok=True)
-    spec = tmp / "job.yaml"
-    spec.write_text(_spec(tmp / "runs", door))
-    return spec, tmp / "runs"
+def _setup(room: Room, door: str = "trial") -> tuple[Path, Path]:
+    room.tmp.mkdir(parents=True, exist_ok=True)
+    spec = room.tmp / "job.yaml"
+    spec.write_text(_spec(room, door))
+    return spec, room.tmp / "runs"
 
 
-def _run(tmp: Path, door: str = "trial") -> TrialRecord:
-    spec, run_dir = _setup(tmp, door)
-    _sh(f"{helpers.zr()} run {spec} -n 1", tmp)
+def _run(room: Room, door: str = "trial") -> TrialRecord:
+    spec, run_dir = _setup(room, door)
+    _sh(f"{helpers.zr()} run {spec} -n 1", room)
     return helpers.history(run_dir)[0]
 
 
-def _asktell(tmp: Path, door: str = "trial") -> TrialRecord:
-    spec, run_dir = _setup(tmp, door)
+def _asktell(room: Room, door: str = "trial") -> TrialRecord:
+    spec, run_dir = _setup(room, door)
     _sh(
         f'eval "$({helpers.zr()} ask {spec} --format env)" || exit 9\n'
         f"{helpers.PYTHON} {SCRIPT} --door {door}\n"
         f'{helpers.zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?\n',
-        tmp,
+        room,
     )
     return helpers.history(run_dir)[0]
 
 
-def _exec(tmp: Path) -> TrialRecord:
-    spec, run_dir = _setup(tmp)
-    _sh(f"{helpers.zr()} exec --job {spec}", tmp)
+def _exec(room: Room) -> TrialRecord:
+    spec, run_dir = _setup(room)
+    _sh(f"{helpers.zr()} exec --job {spec}", room)
     return helpers.history(run_dir)[0]
 
 
-def _job(tmp: Path) -> TrialRecord:
-    spec, run_dir = _setup(tmp)
-    _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec}", tmp)
+def _job(room: Room) -> TrialRecord:
+    spec, run_dir = _setup(room)
+    _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec}", room)
     return helpers.history(run_dir)[0]
 
 
-def _server(tmp: Path) -> TrialRecord:
+#: The server door's job name, and its run directory under the server's root (`server_run_dir`).
+SERVER_JOB = "window"
+
+
+def server_run_dir(room: Room) -> Path:
+    return room.tmp / "root" / SERVER_JOB
+
+
+def _server(room: Room) -> TrialRecord:
     pytest.importorskip("fastapi", reason="the server extra is not installed: pip install -e '.[server]'")
     pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install -e '.[server]'")
     from tests.server.helpers import ServerProcess
 
-    spec, _ = _setup(tmp)
-    server = ServerProcess(tmp / "root", extra=("--allow-path", str(SCRIPT.parent)))
+    spec, _ = _setup(room)
+    server = ServerProcess(room.tmp / "root", extra=("--allow-path", str(SCRIPT.parent)), env=_env(room))
     try:
         client = server.client()
-        client.register("window", spec.read_text())
-        env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: "window"}
-        _sh(f"{helpers.PYTHON} {SCRIPT}", tmp, **env)
-        return TrialRecord.from_json(client.history("window")[0])
+        client.register(SERVER_JOB, spec.read_text())
+        env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: SERVER_JOB}
+        _sh(f"{helpers.PYTHON} {SCRIPT}", room, **env)
+        return TrialRecord.from_json(client.history(SERVER_JOB)[0])
     finally:
         server.stop()
 
 
-DOORS: dict[str, Callable[[Path], TrialRecord]] = {
+DOORS: dict[str, Callable[[Room], TrialRecord]] = {
     "run": _run,
     "exec": _exec,
     "ask/tell": _asktell,
     "Job API": _job,
     "server client": _server,
-    "callbacks under run": lambda tmp: _run(tmp, "driver"),
-    "callbacks under ask/tell": lambda tmp: _asktell(tmp, "driver"),
+    "callbacks under run": lambda room: _run(room, "driver"),
+    "callbacks under ask/tell": lambda room: _asktell(room, "driver"),
 }
 
 
@@ -142,5 +163,5 @@ LAUNCHED = ("run", "exec", "callbacks under run")
 
 def run_door(name: str, tmp: Path) -> tuple[TrialRecord, float]:
     """The door's first record and its ledger (unit: J)."""
-    record = DOORS[name](tmp)
+    record = DOORS[name](Room(tmp))
     return record, ledger(tmp, record)

@@ -12,6 +12,8 @@ tells in the process), with ``asking_s``, the time it spent in calls that ask ze
 process (``zeus_run.Job`` and its ``ask``; ``Trial.from_env`` with a server): a bound on the ask a record
 leaves out (``window.ask_s``).
 
+``$WINDOW_TIMES`` (``start,epoch,save`` in seconds) changes the defaults of the three.
+
 ``--door``: how it reads its trial: ``trial`` (`zeus_run.train.Trial.from_env`), ``job`` (the Python
 `zeus_run.Job` API on ``--spec``, saving inside the block), ``driver`` (what the Hugging Face and Lightning
 callbacks do: `zeus_run.integrations._driver.Driver`, closed at the end of training, then the save).
@@ -53,10 +55,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--door", choices=("trial", "job", "driver"), default="trial")
     ap.add_argument("--spec", default=None)
-    ap.add_argument("--start", type=float, default=1.5)
-    ap.add_argument("--epoch", type=float, default=0.8)
+    start, epoch, save = (float(x) for x in (os.environ.get("WINDOW_TIMES") or "1.5,0.8,0.5").split(","))
+    ap.add_argument("--start", type=float, default=start)
+    ap.add_argument("--epoch", type=float, default=epoch)
     ap.add_argument("--reach", type=int, default=3)
-    ap.add_argument("--save", type=float, default=0.5)
+    ap.add_argument("--save", type=float, default=save)
     args = ap.parse_args()
     # The same imports whatever the door (what each door's helper needs), so that the start-up is the same work.
     import zeus_run
