@@ -232,3 +232,27 @@ def test_a_trial_under_an_ask_counts_from_its_process_start(tmp_path, monkeypatc
     odd = EventLogTail(str(later))
     odd.finish()
     assert odd.started == 100.0
+
+
+def test_the_last_reading_is_the_exits_and_a_close_after_it_does_not_replace_it(tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        '{"event": "end", "at": "close", "elapsed": 4.0, "energy": 40.0, "time": 1.0}\n'
+        '{"event": "end", "at": "exit", "elapsed": 4.5, "energy": 45.0, "exit_code": 1, "output": "OOM", "time": 2}\n'
+        '{"event": "end", "at": "close", "elapsed": 9.0, "energy": 90.0, "time": 3.0}\n'
+        '{"event": "end", "at": "exit", "elapsed": "x", "energy": 1.0, "time": 4.0}\n'
+    )
+    tail = EventLogTail(str(log))
+    assert tail.finish() == [] and tail.malformed == 0
+    assert (tail.end, tail.end_at, tail.exit_code, tail.output) == ((4.5, 45.0), "exit", 1, "OOM")
+
+
+def test_a_meters_window_is_read_with_every_field_checked(tmp_path):
+    log = tmp_path / "events.jsonl"
+    window = {"by": "script", "from": "process-start", "extended_s": 1.5, "extended_j": -3, "extended_at": 7, "x": 1}
+    measured = {"source": "nvml", "estimated": False, "max_power": 300, "window": window}
+    log.write_text(json.dumps({"event": "info", "measured": measured}) + "\n")
+    tail = EventLogTail(str(log))
+    tail.finish()
+    assert tail.measured is not None
+    assert tail.measured["window"] == {"by": "script", "from": "process-start", "extended_s": 1.5}

@@ -167,6 +167,7 @@ class _Process:
         #: and the CPU time of those asks (unit: s).
         self.ask_s = 0.0
         self.ask_cpu_s = 0.0
+        self._pid = os.getpid()  # a child forked from this process runs these hooks at its exit too: not its trials
         self._hooked = False
         self._lock = threading.Lock()
 
@@ -220,6 +221,8 @@ class _Process:
     def at_exit(self) -> None:
         """The process is exiting: each trial told after the exit gets its last reading, its exit code and, if it
         failed, its last output (`zeus_run.contract.ExitWatch`)."""
+        if os.getpid() != self._pid:
+            return
         watch = exit_watch()
         code, output = watch.code(), watch.output()
         with self._lock:

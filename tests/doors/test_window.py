@@ -72,3 +72,26 @@ def test_the_record_says_how_its_window_was_measured(door_energies):
         ), (door, w)
         assert w["extended_s"] >= 1.4 and w["extended_j"] == pytest.approx(DRAW_W * w["extended_s"], rel=0.01)
     assert windows["Job API"]["ask_s"] > 0  # its own ask, in its process, is not the trial's
+
+
+def test_a_process_that_runs_trial_after_trial_charges_each_from_the_end_of_the_one_before(tmp_path):
+    """The `Job` API running two trials in one process: the second's window opens where the first closed, on the
+    same open counter (measured, not extended), less its own ask; its energy is what the double drew meanwhile."""
+    import json
+
+    from tests.doors import helpers
+    from tests.doors.window import SCRIPT, Room, _setup, _sh
+
+    room = Room(tmp_path, env={"WINDOW_TIMES": "0.5,0.3,0.3"})
+    spec, run_dir = _setup(room)
+    _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec} --trials 2", room)
+    first, second = helpers.history(run_dir)
+    (line,) = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    trials = json.loads(line)["trials"]
+    assert first.window is not None and first.window["from"] == "process-start", first.window
+    assert second.window is not None and second.window["from"] == "previous-trial", second.window
+    assert "extended_s" not in second.window  # measured from the first trial's last reading
+    assert 0 <= second.window["ask_s"] <= trials[1]["asking_s"] + 0.01, (second.window, trials)
+    span = trials[1]["end"] - trials[0]["end"] - second.window["ask_s"]
+    t, e = whole(second)
+    assert t == pytest.approx(span, rel=AGREE) and e == pytest.approx(DRAW_W * span, rel=AGREE), (second, span)

@@ -27,12 +27,14 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-#: The span the script reports (`_ledger`): ``end`` (None: at exit) and ``asking_s``.
-SPAN: dict[str, float | None] = {"end": None, "asking_s": 0.0}
+#: The span the script reports (`_ledger`): ``end`` (None: at exit) and ``asking_s``; with ``--trials``, each
+#: trial's ``end`` and ``asking_s`` (``trials``).
+SPAN: dict[str, Any] = {"end": None, "asking_s": 0.0, "trials": []}
 
 
 def _ledger() -> None:
@@ -42,6 +44,7 @@ def _ledger() -> None:
     path = os.environ.get("WINDOW_LEDGER")
     if path:
         span = {"start": process_start_time(), "end": SPAN["end"] or time.time(), "asking_s": SPAN["asking_s"]}
+        span["trials"] = SPAN["trials"]
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(span) + "\n")
 
@@ -55,6 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--door", choices=("trial", "job", "driver"), default="trial")
     ap.add_argument("--spec", default=None)
+    ap.add_argument("--trials", type=int, default=1, help="job door: trials in this process, one after another")
     start, epoch, save = (float(x) for x in (os.environ.get("WINDOW_TIMES") or "1.5,0.8,0.5").split(","))
     ap.add_argument("--start", type=float, default=start)
     ap.add_argument("--epoch", type=float, default=epoch)
@@ -74,15 +78,21 @@ def main() -> None:
     if args.door == "job":
         t = time.monotonic()
         job = zeus_run.Job(args.spec)
-        asked = job.ask()
-        _asked(t)
-        with asked as trial:
-            for epoch in trial.epochs():
-                time.sleep(args.epoch)
-                if not trial.report(0.95 if epoch >= args.reach else 0.5):
-                    break
-            time.sleep(args.save)  # the model saved inside the block
-            SPAN["end"] = time.time()  # the block tells in this process: its end is the trial's
+        for k in range(args.trials):
+            if k:
+                time.sleep(args.start)  # the next trial's data, loaded between the two
+                t = time.monotonic()
+            asked = job.ask()
+            _asked(t)
+            spent = time.monotonic() - t
+            with asked as trial:
+                for epoch in trial.epochs():
+                    time.sleep(args.epoch)
+                    if not trial.report(0.95 if epoch >= args.reach else 0.5):
+                        break
+                time.sleep(args.save)  # the model saved inside the block
+                SPAN["end"] = time.time()  # the block tells in this process: its end is the trial's
+            SPAN["trials"].append({"end": SPAN["end"], "asking_s": spent})
         return
     if args.door == "driver":
         from zeus_run.integrations._driver import Driver

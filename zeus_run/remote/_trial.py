@@ -57,6 +57,7 @@ class RemoteTrial:
         self._beat.start()
         self._exit = exit_watch()
         self._exit.install()  # how the process ends, for a tell at its exit
+        self._pid = os.getpid()  # a forked child runs the exit hook too: it is not this trial's end
         import atexit
 
         atexit.register(self._at_exit)
@@ -187,7 +188,7 @@ class RemoteTrial:
         A non-zero exit (``sys.exit(1)`` after printing an error, an uncaught exception) is a failure with the
         exit code and the last lines the script printed, where the server's classifier reads the cause.
         """
-        if self.closed:
+        if self.closed or os.getpid() != self._pid:
             return
         # NOTE: an uncaught exception has been printed (and left in sys.last_value) before atexit runs.
         code = self._exit.code()
