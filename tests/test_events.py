@@ -247,12 +247,14 @@ def test_the_last_reading_is_the_exits_and_a_close_after_it_does_not_replace_it(
     assert (tail.end, tail.end_at, tail.exit_code, tail.output) == ((4.5, 45.0), "exit", 1, "OOM")
 
 
-def test_a_meters_window_is_read_with_every_field_checked(tmp_path):
+def test_a_meters_window_is_passed_on_and_checked_where_it_is_kept(tmp_path):
+    from zeus_run.asktell._measure import window_of
+
     log = tmp_path / "events.jsonl"
     window = {"by": "script", "from": "process-start", "extended_s": 1.5, "extended_j": -3, "extended_at": 7, "x": 1}
     measured = {"source": "nvml", "estimated": False, "max_power": 300, "window": window}
     log.write_text(json.dumps({"event": "info", "measured": measured}) + "\n")
     tail = EventLogTail(str(log))
     tail.finish()
-    assert tail.measured is not None
-    assert tail.measured["window"] == {"by": "script", "from": "process-start", "extended_s": 1.5}
+    assert tail.measured is not None and tail.measured["window"] == window
+    assert window_of(window) == {"by": "script", "from": "process-start", "extended_s": 1.5}

@@ -94,38 +94,31 @@ reached or the cost threshold would be crossed; `report` returning False and
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
-import logging
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
+from zeus_run._process_trials import PROCESS, end_event, report_uncaught
 from zeus_run.contract import (
     Env,
     env_float,
     env_int,
     exit_watch,
-    process_start_time,
     reaches_target,
     write_heartbeat,
 )
 from zeus_run.remote import RemoteTrial
 
 if TYPE_CHECKING:  # imported only when measuring: importing this module stays standard-library only
-    from zeus_run.energy import SelfMeter
-    from zeus_run.energy._self import Carry
     from zeus_run.trial.stop import StopRule
 
 T = TypeVar("T")
 
-logger = logging.getLogger(__name__)
 
 #: Learning rate `Trial.from_env` gives a script run by hand that names none
 #: (and a job whose spec has no ``learning_rate``): Adam's usual default.
@@ -137,146 +130,6 @@ STEP_EVENT_INTERVAL = 0.02
 PROFILE_CHECK_INTERVAL = 0.25
 #: Seconds between two checks of the cost against the threshold between epochs (when measuring itself).
 WATCH_INTERVAL = 0.5
-
-
-#: Most characters of a failed script's last output an ``end`` event carries.
-END_OUTPUT_CHARS = 2000
-#: A start-up longer than this (unit: s) charged to a trial is logged: a process that lives on between its trials
-#: (a notebook, a service) charges its first trial its whole life before it, unless told not to.
-STARTUP_WARN_S = 600.0
-
-
-class _Process:
-    """This process's trials as one measurement: where the next trial's window opens, the meter one trial hands
-    to the next, and the last readings at the process's exit (one per process: `_PROCESS`).
-
-    A process that runs trial after trial (a server's client, the `Job` API) counts each one from the end of the
-    one before, not from its own start, on the same open source (`zeus_run.energy.SelfMeter`'s carry).
-    """
-
-    def __init__(self) -> None:
-        #: When the last trial of this process closed (Unix time; None: none has).
-        self.closed_at: float | None = None
-        #: The last closed trial's meter, still open, for the next trial (None: none).
-        self.carry: Carry | None = None
-        #: The last closed trial, where it is told after the exit: its event log, and its time and energy at close.
-        self.last: tuple[Trial, float, float] | None = None
-        #: Trials measured here and not closed, told after the exit (their last reading is the exit's).
-        self.open: list[Trial] = []
-        #: Seconds this process spent asking zeus-run for its next trial since the last one closed (not charged),
-        #: and the CPU time of those asks (unit: s).
-        self.ask_s = 0.0
-        self.ask_cpu_s = 0.0
-        self._pid = os.getpid()  # a child forked from this process runs these hooks at its exit too: not its trials
-        self._hooked = False
-        self._lock = threading.Lock()
-
-    def began(self) -> float | None:
-        """When this process's next trial began: the end of its previous trial, else the process's start."""
-        return self.closed_at if self.closed_at is not None else process_start_time()
-
-    @contextlib.contextmanager
-    def asking(self) -> Iterator[None]:
-        """Time spent in here is zeus-run's own (an ask made in this process), not its next trial's."""
-        t, cpu = time.monotonic(), _cpu_seconds()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.ask_s += time.monotonic() - t
-                self.ask_cpu_s += _cpu_seconds() - cpu
-
-    def take_ask(self) -> tuple[float, float]:
-        """The time and CPU time this process spent asking since its last trial closed (units: s)."""
-        with self._lock:
-            spent, self.ask_s, self.ask_cpu_s = (self.ask_s, self.ask_cpu_s), 0.0, 0.0
-        return spent
-
-    def take_carry(self) -> Carry | None:
-        """The meter the last trial handed on (the next trial's window goes on from its last reading)."""
-        with self._lock:
-            carry, self.carry, self.last = self.carry, None, None
-        return carry
-
-    def opened(self, trial: Trial) -> None:
-        with self._lock:
-            if trial._told_after_exit:
-                self.open.append(trial)
-            if not self._hooked:
-                self._hooked = True
-                atexit.register(self.at_exit)
-
-    def closed(self, trial: Trial, carry: Carry | None, reading: tuple[float, float] | None) -> None:
-        with self._lock:
-            if trial in self.open:
-                self.open.remove(trial)
-            if carry is not None:
-                if self.carry is not None and self.carry.source is not carry.source:
-                    self.carry.close()
-                self.carry = carry
-                self.last = (trial, *reading) if trial._told_after_exit and reading is not None else None
-            self.closed_at = time.time()
-            self.ask_s = self.ask_cpu_s = 0.0
-
-    def at_exit(self) -> None:
-        """The process is exiting: each trial told after the exit gets its last reading, its exit code and, if it
-        failed, its last output (`zeus_run.contract.ExitWatch`)."""
-        if os.getpid() != self._pid:
-            return
-        watch = exit_watch()
-        code, output = watch.code(), watch.output()
-        with self._lock:
-            still_open, last, carry = list(self.open), self.last, self.carry
-            self.open, self.last, self.carry = [], None, None
-        for trial in still_open:
-            trial._end("exit", trial.measured(), code, output)
-        if last is not None and carry is not None:
-            trial, t, e = last
-            try:
-                reading = (t + max(time.time() - carry.at, 0.0), e + max(carry.source.read() - carry.energy, 0.0))
-            except Exception:  # a device error at exit: the close's reading stands
-                reading = None
-            if reading is not None:
-                trial._end("exit", (*reading, {}), code, output, reopen=True)
-        if carry is not None:
-            with contextlib.suppress(Exception):  # at exit, nothing more to do with it
-                carry.close()
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and its reaped children (unit: s)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-_PROCESS = _Process()
-
-
-def asking() -> contextlib.AbstractContextManager[None]:
-    """A context for zeus-run's own asks made inside a training process (the `zeus_run.Job` API; `Trial.from_env`
-    asking the server): their time is left out of the next trial's measured window, as a launcher's ask is."""
-    return _PROCESS.asking()
-
-
-def _report_uncaught(trial: Trial) -> None:
-    """Write an uncaught exception into ``trial``'s event log before the interpreter prints it."""
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        try:
-            trial._emit({"event": "error", "message": f"{kind.__name__}: {exc}"[:2000]})
-        except (OSError, ValueError):
-            pass
-        previous(kind, exc, tb)
-
-    sys.excepthook = hook
-
-
-def _open_meter(settings: dict, since: float | None, carry: Carry | None, ask: tuple[float, float]) -> SelfMeter:
-    """This process's meter, imported only now: importing `zeus_run.train` stays standard-library only."""
-    from zeus_run.energy import SelfMeter
-
-    return SelfMeter(settings, since, carry, *ask)
 
 
 def _energy_settings(env: Mapping[str, str]) -> dict | None:
@@ -363,12 +216,7 @@ class Trial:
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
-        began = _PROCESS.began() if count_startup else None
-        carry = _PROCESS.take_carry() if count_startup and energy is not None else None
-        ask = _PROCESS.take_ask() if count_startup else (0.0, 0.0)
-        self._meter = _open_meter(energy, began, carry, ask) if energy is not None else None
-        if began is not None:
-            began += ask[0]  # the trial's own time starts after zeus-run's ask
+        self._meter, began = PROCESS.open_meter(energy, count_startup)
         #: Told by `zeus-run tell` after this process exits (ask/tell, not the `Job` block nor the server): the
         #: process's exit gets the last reading, its exit code and its last output.
         self._told_after_exit = bool(heartbeat_file) and remote is None and not told_in_process
@@ -376,23 +224,15 @@ class Trial:
         self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
         if self._meter is not None:
             self._emit({"event": "info", "measured": self._meter.info()})
-            extended = float(self._meter.window.get("extended_s") or 0.0)
-            if extended > STARTUP_WARN_S:
-                logger.warning(
-                    "this trial is charged the %.0f s this process lived before it (its start-up, as a launcher "
-                    "charges a script's); for a process that lives on between trials (a notebook, a service) pass "
-                    "zeus_run.Job(..., count_startup=False)",
-                    extended,
-                )
             if remote is not None:
                 remote.meter = self.measured
-            _PROCESS.opened(self)
+            PROCESS.opened(self)
         if self._told_after_exit:
             exit_watch().install()
         if heartbeat_file:
             # Nothing reads this script's output: an exception that ends it is written as an event, so the
             # tell records what the launcher would have read in the log's tail.
-            _report_uncaught(self)
+            report_uncaught(self._emit)
             interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
             self._beater = threading.Thread(
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
@@ -466,7 +306,7 @@ class Trial:
         (the spec has none).
         """
         hib = os.environ.get(Env.HIGHER_IS_BETTER)
-        with _PROCESS.asking():  # with a server, the ask is zeus-run's time, not the trial's
+        with PROCESS.asking():  # with a server, the ask is zeus-run's time, not the trial's
             remote = RemoteTrial.from_env()
         if remote is not None and remote.decision:
             return cls._from_decision(remote, learning_rate)
@@ -620,32 +460,16 @@ class Trial:
         t, e = self._meter.now()
         return t, e, self._meter.info()
 
-    def _end(
-        self,
-        at: str,
-        m: tuple[float, float, dict] | None,
-        code: int | None = None,
-        output: str = "",
-        reopen: bool = False,
-    ) -> None:
-        """Write an ``end`` event: the last reading ``m`` (time, energy) taken ``at`` ``close`` or ``exit``, with the
-        process's exit ``code`` and, if it failed, its last ``output``; ``reopen``: the event log was closed."""
-        if m is None:
+    def _end(self, at: str, m: tuple[float, float, dict] | None, code: int | None = None, output: str = "") -> None:
+        """Write an ``end`` event (`zeus_run._process_trials.end_event`); after `close`, appended to the event log."""
+        event = end_event(at, m, code, output)
+        if event is None:
             return
-        event: dict = {"event": "end", "at": at, "elapsed": m[0], "energy": m[1]}
-        if code is not None:
-            event["exit_code"] = code
-            if code != 0 and output:
-                event["output"] = output[-END_OUTPUT_CHARS:]
-        if not reopen:
+        if self._fh is not None:
             self._emit(event)
-            return
-        if self.event_log:
-            try:
-                with open(self.event_log, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({**event, "time": time.time()}) + "\n")
-            except OSError:
-                pass
+        elif self.event_log:
+            with contextlib.suppress(OSError), open(self.event_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({**event, "time": time.time()}) + "\n")
 
     def close(self) -> None:
         """Close the event log, stop renewing the ask's lease, and, with a server, tell it the trial ended."""
@@ -668,4 +492,4 @@ class Trial:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
-        _PROCESS.closed(self, carry, None if m is None else (m[0], m[1]))
+        PROCESS.closed(self, carry, None if m is None else (m[0], m[1]))

@@ -27,6 +27,7 @@ import logging
 from pathlib import Path
 from types import TracebackType
 
+from zeus_run._process_trials import asking
 from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._measure import Measured
 from zeus_run.asktell._session import resolve_job
@@ -35,7 +36,7 @@ from zeus_run.contract import TrialFiles, exit_status, exit_watch
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
-from zeus_run.train import Trial, asking
+from zeus_run.train import Trial
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ basis.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from array import array
 from collections.abc import Iterable, Mapping
@@ -130,3 +131,19 @@ class PowerBasis:
         if not powers:
             return watts * time, Measurement(UNMEASURED, True, "watts-x-time"), watts
         return statistics.median(powers) * time, Measurement(UNMEASURED, True, "imputed"), statistics.median(max_powers)
+
+
+def window_of(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A measurement window as the training side described it (`zeus_run.energy.SelfMeter.window`; untrusted),
+    checked: ``by``, ``from``, ``to`` and ``extended_at`` short strings; ``extended_s``, ``extended_j`` and ``ask_s``
+    finite, non-negative numbers. Anything else is dropped."""
+    out: dict[str, Any] = {}
+    for key in ("by", "from", "to", "extended_at"):
+        v = raw.get(key)
+        if isinstance(v, str) and 0 < len(v) <= 40:
+            out[key] = v
+    for key in ("extended_s", "extended_j", "ask_s"):
+        v = raw.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+            out[key] = float(v)
+    return out

@@ -174,14 +174,11 @@ class EventLogTail:
         #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
         #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``, ``window``), None if it did not say.
         self.measured: dict[str, Any] | None = None
-        #: Ask/tell: the script's last reading of its own trial (an ``end`` event: `zeus_run.train.Trial` writes one
-        #: when it closes and one at its process's exit, which wins): time and energy since the trial began (units:
-        #: s, J; energy None: not measured there), None if none came.
+        #: Ask/tell: the script's last reading of its trial (an ``end`` event, written at its close and at its exit,
+        #: which wins): time and energy since the trial began (s, J; None: not measured), taken ``end_at``
+        #: ``close`` or ``exit``; and the exit code and last output it saw at its exit (None: not said).
         self.end: tuple[float, float | None] | None = None
-        #: Ask/tell: where that reading was taken, ``close`` or ``exit`` (None: no end event).
         self.end_at: str | None = None
-        #: Ask/tell: the exit code and the last output the script saw at its exit (`zeus_run.contract.ExitWatch`),
-        #: None where it did not say.
         self.exit_code: int | None = None
         self.output: str | None = None
 
@@ -333,24 +330,8 @@ def _measured(raw: dict[str, Any]) -> dict[str, Any]:
     if power is not None and power > 0:
         out["max_power"] = power
     window = raw.get("window")
-    if isinstance(window, dict):
-        out["window"] = window_of(window)
-    return out
-
-
-def window_of(raw: dict[str, Any]) -> dict[str, Any]:
-    """A measurement window as the training side described it (`zeus_run.energy.SelfMeter.window`), checked:
-    ``by``, ``from``, ``to`` and ``extended_at`` short strings, ``extended_s``, ``extended_j`` and ``ask_s`` finite
-    numbers."""
-    out: dict[str, Any] = {}
-    for key in ("by", "from", "to", "extended_at"):
-        v = raw.get(key)
-        if isinstance(v, str) and 0 < len(v) <= 40:
-            out[key] = v
-    for key in ("extended_s", "extended_j", "ask_s"):
-        f = _finite(raw.get(key))
-        if f is not None:
-            out[key] = f
+    if isinstance(window, dict) and len(window) <= 16:  # its fields are checked where it is kept (the tell)
+        out["window"] = window
     return out
 
 
