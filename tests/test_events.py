@@ -244,7 +244,20 @@ def test_the_last_reading_is_the_exits_and_a_close_after_it_does_not_replace_it(
     )
     tail = EventLogTail(str(log))
     assert tail.finish() == [] and tail.malformed == 0
-    assert (tail.end, tail.end_at, tail.exit_code, tail.output) == ((4.5, 45.0), "exit", 1, "OOM")
+    end = tail.end
+    assert (end.reading, end.at, end.exit_code, end.output, end.carried) == ((4.5, 45.0), "exit", 1, "OOM", None)
+
+
+def test_the_exit_reading_is_carried_to_the_moment_the_process_was_gone_at_its_power(tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        '{"event": "end", "at": "exit", "elapsed": 4.0, "energy": 40.0, "power": 200.0, "time": 10.0}\n'
+        '{"event": "exited", "time": 12.5}\n'
+        '{"event": "exited", "time": 99.0}\n'  # only the first counts
+    )
+    tail = EventLogTail(str(log))
+    tail.finish()
+    assert tail.end.reading == (6.5, 540.0) and tail.end.carried == (2.5, 500.0)
 
 
 def test_a_meters_window_is_passed_on_and_checked_where_it_is_kept(tmp_path):

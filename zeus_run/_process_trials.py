@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -21,10 +22,10 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from zeus_run.contract import exit_watch, process_start_time
+from zeus_run.contract import exit_watch, process_start_time, watch_exit
 
 if TYPE_CHECKING:
-    from zeus_run.energy import SelfMeter
+    from zeus_run.energy import EnergySource, SelfMeter
     from zeus_run.energy._self import Carry
     from zeus_run.train import Trial
 
@@ -37,17 +38,41 @@ END_OUTPUT_CHARS = 2000
 STARTUP_WARN_S = 600.0
 
 
-def end_event(at: str, m: tuple[float, float, dict] | None, code: int | None = None, output: str = "") -> dict | None:
+def end_event(
+    at: str, m: tuple[float, float, dict] | None, code: int | None = None, output: str = "", power: float | None = None
+) -> dict | None:
     """An ``end`` event: the last reading ``m`` (time s, energy J) taken ``at`` ``close`` or ``exit``, with the
-    process's exit ``code`` and, if it failed, its last ``output``; None without a reading."""
+    process's exit ``code``, if it failed its last ``output``, and the ``power`` (W) its teardown after the reading
+    is charged at (`zeus_run.contract.ScriptEnd`); None without a reading."""
     if m is None:
         return None
     event: dict = {"event": "end", "at": at, "elapsed": m[0], "energy": m[1]}
+    if power is not None:
+        event["power"] = power
     if code is not None:
         event["exit_code"] = code
         if code != 0 and output:
             event["output"] = output[-END_OUTPUT_CHARS:]
     return event
+
+
+def write_end(
+    trial: Trial,
+    at: str,
+    m: tuple[float, float, dict] | None,
+    code: int | None = None,
+    output: str = "",
+    power: float | None = None,
+) -> None:
+    """Write ``trial``'s `end_event` into its event log (appended, once the trial has closed it)."""
+    event = end_event(at, m, code, output, power)
+    if event is None:
+        return
+    if trial._fh is not None:
+        trial._emit(event)
+    elif trial.event_log:
+        with contextlib.suppress(OSError), open(trial.event_log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({**event, "time": time.time()}) + "\n")
 
 
 def report_uncaught(emit: Callable[[dict], None]) -> None:
@@ -165,8 +190,12 @@ class ProcessTrials:
         with self._lock:
             still_open, last, carry = list(self.open), self.last, self.carry
             self.open, self.last, self.carry = [], None, None
+        logs = set()
         for trial in still_open:
-            trial._end("exit", trial.measured(), code, output)
+            m = trial.measured()
+            if m is not None and trial._meter is not None:
+                write_end(trial, "exit", m, code, output, _power(trial._meter.source, m))
+                logs.add(trial.event_log)
         if last is not None and carry is not None:
             trial, t, e = last
             try:
@@ -174,10 +203,23 @@ class ProcessTrials:
             except Exception:  # a device error at exit: the close's reading stands
                 reading = None
             if reading is not None:
-                trial._end("exit", (*reading, {}), code, output)
+                write_end(trial, "exit", (*reading, {}), code, output, _power(carry.source, reading))
+                logs.add(trial.event_log)
+        for log in filter(None, logs):  # the interpreter's teardown after this hook counts too
+            watch_exit(log)
         if carry is not None:
             with contextlib.suppress(Exception):  # at exit, nothing more to do with it
                 carry.close()
+
+
+def _power(source: EnergySource, reading: tuple[float, float, dict] | tuple[float, float]) -> float | None:
+    """The power the teardown after the exit's reading is charged at (unit: W): what the source reads now, else the
+    trial's mean power."""
+    try:
+        watts = source.power()
+    except Exception:  # a device error at exit
+        watts = None
+    return watts if watts is not None else (reading[1] / reading[0] if reading[0] > 0 else None)
 
 
 def _cpu_seconds() -> float:

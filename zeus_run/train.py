@@ -94,7 +94,6 @@ reached or the cost threshold would be crossed; `report` returning False and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -103,7 +102,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
-from zeus_run._process_trials import PROCESS, end_event, report_uncaught
+from zeus_run._process_trials import PROCESS, report_uncaught, write_end
 from zeus_run.contract import (
     Env,
     env_float,
@@ -460,17 +459,6 @@ class Trial:
         t, e = self._meter.now()
         return t, e, self._meter.info()
 
-    def _end(self, at: str, m: tuple[float, float, dict] | None, code: int | None = None, output: str = "") -> None:
-        """Write an ``end`` event (`zeus_run._process_trials.end_event`); after `close`, appended to the event log."""
-        event = end_event(at, m, code, output)
-        if event is None:
-            return
-        if self._fh is not None:
-            self._emit(event)
-        elif self.event_log:
-            with contextlib.suppress(OSError), open(self.event_log, "a", encoding="utf-8") as f:
-                f.write(json.dumps({**event, "time": time.time()}) + "\n")
-
     def close(self) -> None:
         """Close the event log, stop renewing the ask's lease, and, with a server, tell it the trial ended."""
         self._beats.set()
@@ -478,7 +466,7 @@ class Trial:
             self._beater.join()
             self._beater = None
         m = self.measured()
-        self._end("close", m)
+        write_end(self, "close", m)
         if self.remote is not None:
             if m is None:
                 self.remote.finish()

@@ -95,3 +95,40 @@ def test_a_process_that_runs_trial_after_trial_charges_each_from_the_end_of_the_
     span = trials[1]["end"] - trials[0]["end"] - second.window["ask_s"]
     t, e = whole(second)
     assert t == pytest.approx(span, rel=AGREE) and e == pytest.approx(DRAW_W * span, rel=AGREE), (second, span)
+
+
+@pytest.mark.frameworks
+def test_the_hugging_face_callback_under_a_plain_ask_tell_charges_its_whole_process(tmp_path):
+    """The real ``Trainer`` with `ZeusRunCallback` (`door_train_hf.py`), asked and told from a shell on the NVML
+    double: its record covers the script's process from its start (``import torch`` and ``transformers``
+    included) to its exit, as the shell timed it, at what the double drew."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test_frameworks.sh installs it)")
+    pytest.importorskip("transformers", reason="transformers is not installed (scripts/test_frameworks.sh installs it)")
+    from tests.doors import helpers
+    from tests.doors.window import Room, _sh
+    from zeus_run.contract._exit import EXIT_POLL_S
+
+    room = Room(tmp_path)
+    run_dir = tmp_path / "runs"
+    spec = tmp_path / "job.yaml"
+    text = helpers.spec_text(run_dir).replace(f'"{helpers.SCRIPT}"]', f'"{helpers.SCRIPT_HF}"]')
+    text = text.replace("energy: {source: estimate, watts: 100, basis: cpu-time}", "energy: {source: nvml}")
+    spec.write_text(text + "metric: {source: events, name: eval_accuracy}\n")
+    now = "date +%s.%N"
+    _sh(
+        f'eval "$({helpers.zr()} ask {spec} --format env)" || exit 9\n'
+        f"t0=$({now})\n{helpers.PYTHON} {helpers.SCRIPT_HF} > train.log 2>&1\ncode=$?\nt1=$({now})\n"
+        'echo "$t0 $t1" > span.txt\n'
+        f'{helpers.zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $code\n',
+        room,
+    )
+    (record,) = helpers.history(run_dir)
+    t0, t1 = (float(x) for x in (tmp_path / "span.txt").read_text().split())
+    t, e = whole(record)
+    assert record.reached and record.window is not None, record
+    assert (record.window["from"], record.window["to"]) == ("process-start", "exit"), record.window
+    # The shell's span also holds the fork and `date` itself; the exit is seen within a poll of the watcher that
+    # waits for it (the interpreter's teardown after its last hook: seconds with torch loaded).
+    assert (t1 - t0) * (1 - AGREE) <= t <= (t1 - t0) + 2 * EXIT_POLL_S, (t, t1 - t0)
+    assert record.window["extended_end_s"] > 0, record.window
+    assert e == pytest.approx(DRAW_W * t, rel=AGREE), record

@@ -88,7 +88,8 @@ def _asktell(room: Room, door: str = "trial") -> TrialRecord:
     _sh(
         f'eval "$({helpers.zr()} ask {spec} --format env)" || exit 9\n'
         f"{helpers.PYTHON} {SCRIPT} --door {door}\n"
-        f'{helpers.zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?\n',
+        "code=$?\ndate +%s.%N > exited.txt\n"  # when the process was gone, as its shell saw it
+        f'{helpers.zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $code\n',
         room,
     )
     return helpers.history(run_dir)[0]
@@ -148,13 +149,16 @@ def whole(r: TrialRecord) -> tuple[float, float]:
 
 
 def ledger(tmp: Path, record: TrialRecord) -> float:
-    """What the double drew over the trial's span (the script's own ledger: its start to its exit, or to the close
-    where it tells in its process), less zeus-run's own ask in the process that the record leaves out (unit: J)."""
+    """What the double drew over the trial's span (the script's own ledger: its start to its last exit hook, or to
+    the close where it tells in its process; to the moment its shell saw it gone where one did), less zeus-run's
+    own ask in the process that the record leaves out (unit: J)."""
     (line,) = (tmp / "ledger.jsonl").read_text().splitlines()
     span = json.loads(line)
+    exited = tmp / "exited.txt"
+    end = float(exited.read_text()) if exited.exists() else span["end"]
     ask_s = (record.window or {}).get("ask_s", 0.0)
     assert 0.0 <= ask_s <= span["asking_s"] + 0.01, (ask_s, span)  # only the ask itself is left out
-    return DRAW_W * (span["end"] - span["start"] - ask_s)
+    return DRAW_W * (end - span["start"] - ask_s)
 
 
 #: Doors where a launcher (or the agent) measures the script: from before its launch to after its exit.

@@ -135,14 +135,14 @@ class PowerBasis:
 
 def window_of(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A measurement window as the training side described it (`zeus_run.energy.SelfMeter.window`; untrusted),
-    checked: ``by``, ``from``, ``to`` and ``extended_at`` short strings; ``extended_s``, ``extended_j`` and ``ask_s``
-    finite, non-negative numbers. Anything else is dropped."""
+    checked: ``by``, ``from``, ``to`` and ``extended_at`` short strings; ``extended_s``, ``extended_j``, ``ask_s``,
+    ``extended_end_s`` and ``extended_end_j`` finite, non-negative numbers. Anything else is dropped."""
     out: dict[str, Any] = {}
     for key in ("by", "from", "to", "extended_at"):
         v = raw.get(key)
         if isinstance(v, str) and 0 < len(v) <= 40:
             out[key] = v
-    for key in ("extended_s", "extended_j", "ask_s"):
+    for key in ("extended_s", "extended_j", "ask_s", "extended_end_s", "extended_end_j"):
         v = raw.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
             out[key] = float(v)

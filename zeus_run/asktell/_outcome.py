@@ -75,7 +75,7 @@ def _from_events(
     start = trial_start(tail, marker)
     meter = meter_of(tail.measured, spec.energy.watts)
     max_power = max_power_of(spec, told.measured, meter)
-    code = told.exit_code if told.exit_code is not None else tail.exit_code  # else the script's own, at its exit
+    code = told.exit_code if told.exit_code is not None else tail.end.exit_code  # else the script's own, at its exit
     if _never_began(tdir, tail, events, told, code):
         return _could_not_start(spec, marker, told, code, power, start)
     judged_points = points(spec, events, start, max_power)
@@ -93,7 +93,7 @@ def _from_events(
         reason = StopReason.CRASHED if code not in (None, 0) else StopReason.EXITED
     # The whole trial, as told, or measured (in the process that tells, or to the script's exit: its last
     # `end` event), else up to now.
-    end = tail.end
+    end = tail.end.reading
     total_t = told.time if told.time is not None else told.measured.time if told.measured is not None else None
     if total_t is None:
         total_t = end[0] if end is not None else max(_time.time() - start, 0.0)
@@ -153,8 +153,8 @@ def _from_events(
 def _last_words(tail: EventLogTail, code: int | None) -> str | None:
     """What a failed script said last, from its own events: the output it printed before it exited (as the
     launcher keeps its log's tail), else the exception that ended it."""
-    if code not in (None, 0) and tail.output:
-        return f"{exit_text(code)}; last output:\n{tail.output}"
+    if code not in (None, 0) and tail.end.output:
+        return f"{exit_text(code)}; last output:\n{tail.end.output}"
     return tail.error
 
 
@@ -168,7 +168,9 @@ def _window(tail: EventLogTail, told: Told, end: tuple[float, float | None] | No
     if told.measured is not None:
         window.setdefault("to", "close")
     else:
-        window["to"] = tail.end_at if end is not None and tail.end_at else "tell"
+        window["to"] = tail.end.at if end is not None and tail.end.at else "tell"
+        if tail.end.carried is not None:  # the interpreter's teardown after its exit reading, to the exit
+            window["extended_end_s"], window["extended_end_j"] = tail.end.carried
     return window
 
 
@@ -181,7 +183,7 @@ def _never_began(tdir: Path, tail: EventLogTail, events: Sequence[EpochEvent], t
         return False
     if told.energy is not None or told.time is not None:
         return False
-    if tail.started is not None or events or tail.end is not None or tail.error or tail.output:
+    if tail.started is not None or events or tail.end.reading is not None or tail.error or tail.end.output:
         return False
     return os.path.lexists(tdir / TrialFiles.PLAN)
 

@@ -24,7 +24,7 @@ nothing else from zeus-run.
 
 from __future__ import annotations
 
-from zeus_run.contract._exit import ExitWatch, exit_status, exit_watch
+from zeus_run.contract._exit import ExitWatch, ScriptEnd, exit_status, exit_watch, watch_exit
 from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
 from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles, env_float, env_int
@@ -49,6 +49,7 @@ __all__ = [
     "Env",
     "ExitWatch",
     "RunningMarker",
+    "ScriptEnd",
     "StopReason",
     "TrialFiles",
     "TrialOutcome",
@@ -64,5 +65,6 @@ __all__ = [
     "markers_to_json",
     "process_start_time",
     "reaches_target",
+    "watch_exit",
     "write_heartbeat",
 ]

@@ -13,14 +13,23 @@ client) reports its own end from an ``atexit`` hook, where Python no longer says
 
 ``os._exit`` and signals end a process without ``atexit``: nothing is reported then, and the tell or the
 lease says what happened. Output written below Python (a C library's own ``printf``) is not seen.
+
+After the last ``atexit`` hook the interpreter still tears itself down (with PyTorch loaded, seconds on a busy
+machine), which a launcher counts up to the exit. `watch_exit` leaves a tiny watcher (``/bin/sh``) that appends
+an ``exited`` event with the moment the process is gone; `ScriptEnd` reads a script's ``end`` readings (its close,
+its exit) and carries the exit's reading to that moment at the power it read then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import subprocess
 import sys
 import threading
 from collections import deque
+from dataclasses import dataclass
 from typing import IO, Any
 
 #: Most characters of output kept (the last ones).
@@ -158,3 +167,77 @@ def exit_watch() -> ExitWatch:
         if not _WATCH:
             _WATCH.append(ExitWatch())
         return _WATCH[0]
+
+
+#: How often the exit watcher looks whether the process is gone (unit: s).
+EXIT_POLL_S = 0.05
+#: The exit watcher: waits for pid $1 to be gone, then appends an ``exited`` event to the file $2.
+_WATCHER = (
+    'while kill -0 "$1" 2>/dev/null; do sleep {poll}; done; t=$(date +%s.%N); case $t in *N) t=$(date +%s);; esac; '
+    'printf \'{{"event": "exited", "time": %s}}\\n\' "$t" >> "$2"'
+)
+
+
+def watch_exit(event_log: str) -> None:
+    """Leave a watcher that appends an ``exited`` event to ``event_log`` the moment this process is gone (see the
+    module docstring); nothing where no ``/bin/sh`` can be started."""
+    with contextlib.suppress(OSError):
+        subprocess.Popen(
+            ["/bin/sh", "-c", _WATCHER.format(poll=EXIT_POLL_S), "zeus-run-exit", str(os.getpid()), event_log],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def _number(value: Any) -> float | None:
+    """A finite, non-negative number from the script's events, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+@dataclass
+class ScriptEnd:
+    """How a script that told its own end ended, from its ``end`` and ``exited`` events (untrusted; see the module
+    docstring).
+
+    Attributes:
+        reading: Its last reading, time and energy since its trial began (units: s, J; energy None: not measured);
+            None: no ``end`` event. An exit's reading is not replaced by a later close's.
+        at: Where that reading was taken: ``close`` or ``exit``.
+        exit_code: The exit code it saw at its exit (None: not said).
+        output: Its last output, if it failed.
+        carried: Time and energy (units: s, J) the exit's reading was carried to the ``exited`` moment, None if not.
+    """
+
+    reading: tuple[float, float | None] | None = None
+    at: str | None = None
+    exit_code: int | None = None
+    output: str | None = None
+    carried: tuple[float, float] | None = None
+    _exit: tuple[float, float] | None = None  # the exit reading's (time, power), until an ``exited`` event
+
+    def take(self, event: dict[str, Any], when: float | None) -> None:
+        """Read one ``end`` or ``exited`` event written at ``when`` (Unix time)."""
+        if event.get("event") == "exited":
+            if self._exit is not None and self.reading is not None and when is not None and when > self._exit[0]:
+                gap, power = when - self._exit[0], self._exit[1]
+                energy = self.reading[1]
+                self.reading = (self.reading[0] + gap, None if energy is None else energy + power * gap)
+                self.carried, self._exit = (gap, power * gap), None
+            return
+        elapsed = _number(event.get("elapsed"))
+        at = event.get("at") if event.get("at") in ("close", "exit") else "close"
+        if elapsed is None or (self.at == "exit" and at != "exit"):
+            return
+        self.reading, self.at = (elapsed, _number(event.get("energy"))), at
+        watts = _number(event.get("power"))
+        self._exit = (when, watts) if at == "exit" and when is not None and watts is not None else None
+        code = event.get("exit_code")
+        if isinstance(code, int) and not isinstance(code, bool) and -255 <= code <= 255:
+            self.exit_code = code
+        if isinstance(event.get("output"), str):
+            self.output = event["output"][-TAIL_CHARS:]

@@ -28,6 +28,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
+from zeus_run.contract import ScriptEnd
+
 logger = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
@@ -174,13 +176,8 @@ class EventLogTail:
         #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
         #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``, ``window``), None if it did not say.
         self.measured: dict[str, Any] | None = None
-        #: Ask/tell: the script's last reading of its trial (an ``end`` event, written at its close and at its exit,
-        #: which wins): time and energy since the trial began (s, J; None: not measured), taken ``end_at``
-        #: ``close`` or ``exit``; and the exit code and last output it saw at its exit (None: not said).
-        self.end: tuple[float, float | None] | None = None
-        self.end_at: str | None = None
-        self.exit_code: int | None = None
-        self.output: str | None = None
+        #: Ask/tell: how the script ended, as it said (its ``end`` and ``exited`` events).
+        self.end = ScriptEnd()
 
     def poll(self) -> list[EpochEvent]:
         """Epoch events appended since the last call."""
@@ -276,8 +273,8 @@ class EventLogTail:
             if isinstance(message, str):
                 self.error = message[-2000:]
             return None
-        if kind == "end":
-            self._end(ev)
+        if kind in ("end", "exited"):
+            self.end.take(ev, when)
             return None
         if kind == "info":
             if isinstance(ev.get("measured"), dict):
@@ -296,20 +293,6 @@ class EventLogTail:
         epoch = parse_count(ev.get("epoch", self._epochs + 1), "epoch")
         self._epochs = epoch
         return EpochEvent(epoch, metric, when, _finite(ev.get("elapsed")), _finite(ev.get("energy")))
-
-    def _end(self, ev: dict[str, Any]) -> None:
-        """An ``end`` event: the script's last reading (an exit's is not replaced by a later close's)."""
-        elapsed = _finite(ev.get("elapsed"))
-        at = ev.get("at") if ev.get("at") in ("close", "exit") else "close"
-        if elapsed is None or (self.end_at == "exit" and at != "exit"):
-            return
-        self.end, self.end_at = (elapsed, _finite(ev.get("energy"))), at
-        code = ev.get("exit_code")
-        if isinstance(code, int) and not isinstance(code, bool) and -255 <= code <= 255:
-            self.exit_code = code
-        output = ev.get("output")
-        if isinstance(output, str):
-            self.output = output[-4000:]
 
     def _skip(self, why: str) -> None:
         self.malformed += 1
