@@ -29,6 +29,7 @@ CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 OPTIONAL_FIELDS = (
     *CONCURRENCY_FIELDS,
     *("horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead", "lifetime", "recurrence_failed"),
+    "window",
 )
 
 #: How a real trial's process ended (``TrialRecord.ended``).
@@ -115,6 +116,14 @@ class TrialRecord:
             target; the last crashed``) and the job goes on with the next recurrence. None: the
             recurrence reached the target or goes on (or it was recorded before failed recurrences
             were; `zeus_run.engine.ledger.Ledger` then counts its tries against ``max_tries``).
+        window: The span its time and energy (with ``after_time`` and ``after_energy``) cover, and who
+            measured it: ``by`` (``launcher``, ``agent``: the script's processes from ``launch`` to ``exit``;
+            ``script``: the training process measured itself), ``from`` (``launch``, ``process-start``,
+            ``previous-trial``: the end of the process's trial before; ``trial``), ``to`` (``exit``,
+            ``close``: where the process told it, ``tell``: no reading after its last epoch), and the
+            start-up a script charged before it could read its meter (``extended_s``, ``extended_j`` and
+            ``extended_at``: ``power-at-start``, ``cpu-time``...; `zeus_run.energy.SelfMeter`). None: not
+            said (an unmeasured or simulated trial, or recorded before windows were).
     """
 
     job: str
@@ -164,6 +173,7 @@ class TrialRecord:
     profile_overhead: float | None = None
     lifetime: int | None = None
     recurrence_failed: str | None = None
+    window: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
@@ -184,6 +194,8 @@ class TrialRecord:
         out = {name: getattr(self, name) for name in _FIELDS}  # every field is a plain value (no asdict copy)
         if self.provenance is not None:
             out["provenance"] = dict(self.provenance)
+        if self.window is not None:
+            out["window"] = dict(self.window)
         if self.in_flight is not None:
             out["in_flight"] = list(self.in_flight)
         out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]

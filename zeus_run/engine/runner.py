@@ -25,6 +25,7 @@ from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.position import Position, position
+from zeus_run.engine.save import TrialSaver, live_exports
 from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
@@ -37,7 +38,6 @@ from zeus_run.executors import (
     recover_trials,
 )
 from zeus_run.executors._base import command, marker, now
-from zeus_run.export import LiveExports
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import joins
@@ -186,7 +186,8 @@ def run_job(
             lst = _Serialized(lst)  # trials report from several threads
         executor = executor_class(spec, rd, energy, lst, cancel, power)
         stack.callback(executor.close)
-        live = LiveExports.from_settings(spec.export, rd.path)
+        # The one saver of every door (record, history, live exports); a missing MLflow is refused before any trial.
+        saver = TrialSaver(rd, spec.export, live_exports(spec.export, rd))
 
         def check_cancel(req: TrialRequest) -> None:
             if cancel.is_set():  # a signal arrived between trials: this one has not started
@@ -198,10 +199,9 @@ def run_job(
 
         def persist(record: TrialRecord) -> None:
             triggered = desk.triggers.get(record.recurrence, trigger) if desk is not None else trigger
-            rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
-            rd.clear_running(record.trial)
+            saver.save(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
             lst.on_trial_end(record)
-            live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
+            saver.publish()  # the live exports: MLflow, Pushgateway (spec section `export`)
 
         if spec.concurrency == 1:
             new_records = engine.run(history, execute, persist, adopted)

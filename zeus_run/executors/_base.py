@@ -21,7 +21,7 @@ from zeus_run.contract import Env, RunningMarker, TrialFiles, TrialOutcome, Tria
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine.core import TrialRequest
-from zeus_run.engine.record import Measurement, trial_record
+from zeus_run.engine.record import Measurement, launched, trial_record
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir
@@ -338,6 +338,7 @@ def measured_by(agent: Mapping[str, object], fallback: Measurement) -> Measureme
         str(m.get("name") or fallback.source),
         bool(m.get("estimated", fallback.estimated)),
         str(method) if method else fallback.method,
+        launched("agent"),
     )
 
 

@@ -202,7 +202,11 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
     reason = record.stop_reason
     if reason in (CONFIG_ERROR, ENVIRONMENT_ERROR):  # judged already (a record read back)
         verdict = Verdict.SPEC_ERROR if reason is CONFIG_ERROR else Verdict.ENVIRONMENT_ERROR
-        return Finding(verdict, reason, record.cause or record.message)
+        cause = record.cause or record.message
+        message = record.message or ""
+        # Its message is "cause. fix" where a door judged it (the tell of a script that never began, `judge`).
+        fix = message[len(cause) :].split("\n")[0].strip(" .") if cause and message.startswith(cause) else ""
+        return Finding(verdict, reason, cause, fix or None)
     if reason is StopReason.TARGET_REACHED or record.reached:
         return Finding(Verdict.REACHED, reason)
     if reason.early_stop:
