@@ -20,7 +20,9 @@ Modes:
     ``--job SPEC``   the ``zeus_run.Job`` API: ``with Job(SPEC).ask() as trial`` in this process.
 
 Faults it reads from ``$JOB_LIFE_STATE``: a file ``oom`` there makes every trial fail as CUDA does
-when the batch size does not fit (after start-up, before the first epoch).
+when the batch size does not fit (after start-up, before the first epoch); while a file ``hold-DOOR``
+is there (DOOR: its ``$JOB_LIFE_DOOR``), its first epoch goes on: the harness strikes a fault
+mid-trial, then removes it. A script that a busy trigger wrongly starts does not wait.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ EPOCH_S = {16: 0.45, 32: 0.3, 64: 0.22, 128: 0.15}
 #: Epochs to the target per batch size (0: never; the metric stalls below it).
 REACH = {16: 2, 32: 3, 64: 4, 128: 0}
 TARGET = 0.9
+#: Longest the first epoch waits for the harness's ``hold-DOOR`` file to go (unit: s).
+HOLD_MAX = 300.0
 
 
 def _boot_seconds_at_start() -> float:
@@ -97,6 +101,9 @@ def _train(trial, ledger: Ledger, ident: dict) -> dict:
     epochs = 0
     for epoch in trial.epochs():
         time.sleep(EPOCH_S.get(trial.batch_size, 0.3))
+        held = time.monotonic()
+        while epoch == 1 and _fault(f"hold-{ledger.base['door']}") and time.monotonic() - held < HOLD_MAX:
+            time.sleep(0.05)
         metric = 0.95 if need and epoch >= need else 0.5 + 0.01 * epoch
         print(f"epoch {epoch} val_acc={metric}")  # not flushed: a pipe holds it, as on users' machines
         epochs = epoch
