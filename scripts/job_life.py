@@ -30,7 +30,8 @@ harness waits out the spec's lease (30 s) before the next night, as the day betw
 **Faults**, on nights a seeded schedule picks (nights 2..8 take one kind each, in a seeded order;
 then about one night in three takes one at random):
 
-    oom            every try fails as CUDA does when the batch size does not fit
+    oom            every try fails as CUDA does when the batch size does not fit: the error raised (an
+                   uncaught exception) on one oom night, printed and ``sys.exit(1)`` on the next, in turn
     busy           another trigger (run --next, ask or exec --job, seeded) fires while the trial holds the job
     kill-launcher  kill -9 of the ``run --next`` launcher mid-trial; its script runs on, an orphan, to its
                    end; then the next trigger (the restart)
@@ -128,7 +129,7 @@ FAULT_SHARE = 0.35
 #: Forward less than the lease minus a heartbeat interval: the kernel's file times do not step with the shim,
 #: so a larger forward step would expire leases that a real step does not.
 CLOCK_STEPS = (15.0, -3 * 3600.0)
-DISK_SIZE = "16m"
+DISK_SIZE = "16M"
 COMMAND_TIMEOUT = 240.0
 BUSY_TIMEOUT = 30.0
 SERVER_TIMEOUT = 60  # ZEUS_SERVER_TIMEOUT of the server's client (unit: s)
@@ -149,6 +150,7 @@ class Night:
     draw_w: int = 200
     clock_step: float = 0.0
     busy_door: str = ""
+    oom_exit: bool = False  # the OOM printed and sys.exit(1), not raised
 
     @property
     def expects_reach(self) -> bool:
@@ -166,6 +168,7 @@ def schedule(nights: int, seed: int, doors: Sequence[str] = DOORS, skip: Sequenc
     while len(plan) < nights:
         plan.append((rng.choice(kinds),) if kinds and rng.random() < FAULT_SHARE else ())
     steps = itertools.cycle(CLOCK_STEPS)
+    oom_exits = itertools.cycle((False, True))
     pool: list[str] = []  # the doors in a seeded order, round after round: every door takes its share of nights
     out = []
     for n, faults in enumerate(plan[:nights], 1):
@@ -181,6 +184,7 @@ def schedule(nights: int, seed: int, doors: Sequence[str] = DOORS, skip: Sequenc
                 draw_w=rng.randrange(150, 291),
                 clock_step=next(steps) if "clock-jump" in faults else 0.0,
                 busy_door=rng.choice(BUSY_DOORS) if "busy" in faults else "",
+                oom_exit=next(oom_exits) if "oom" in faults else False,
             )
         )
     return out
@@ -536,7 +540,7 @@ class Disk:
         )
         self.mounted = r.returncode == 0
         self.why_not = "" if self.mounted else f"mount failed: {r.stderr.strip()}"
-        self.label = f"a {DISK_SIZE}B tmpfs, filled mid-trial" if self.mounted else f"not injected ({self.why_not})"
+        self.label = f"a {DISK_SIZE} tmpfs, filled mid-trial" if self.mounted else f"not injected ({self.why_not})"
 
     def fill(self) -> int:
         """Fill the filesystem to the last byte; returns the bytes written."""
@@ -810,8 +814,8 @@ export:
         os.replace(tmp, self.nvml)
         oom = self.state / "oom"
         if "oom" in night.faults:
-            oom.touch()
-            log.injected.append("oom")
+            oom.write_text("exit" if night.oom_exit else "raise")
+            log.injected.append(f"oom ({'printed, then sys.exit(1)' if night.oom_exit else 'raised'} on every try)")
         if night.door == "server" or "restart" in night.faults:
             if "restart" in night.faults and self.server is not None:
                 rc = self.stop_server(signal.SIGTERM)

@@ -20,7 +20,8 @@ Modes:
     ``--job SPEC``   the ``zeus_run.Job`` API: ``with Job(SPEC).ask() as trial`` in this process.
 
 Faults it reads from ``$JOB_LIFE_STATE``: a file ``oom`` there makes every trial fail as CUDA does
-when the batch size does not fit (after start-up, before the first epoch); while a file ``hold-DOOR``
+when the batch size does not fit (after start-up, before the first epoch: the error raised, or, when
+the file says ``exit``, printed and ``sys.exit(1)`` as a script that catches it does); while a file ``hold-DOOR``
 is there (DOOR: its ``$JOB_LIFE_DOOR``), its first epoch goes on: the harness strikes a fault
 mid-trial, then removes it. A script that a busy trigger wrongly starts does not wait.
 """
@@ -43,6 +44,7 @@ EPOCH_S = {16: 0.45, 32: 0.3, 64: 0.22, 128: 0.15}
 #: Epochs to the target per batch size (0: never; the metric stalls below it).
 REACH = {16: 2, 32: 3, 64: 4, 128: 0}
 TARGET = 0.9
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 44.35 GiB total capacity)"
 #: Longest the first epoch waits for the harness's ``hold-DOOR`` file to go (unit: s).
 HOLD_MAX = 300.0
 
@@ -92,11 +94,22 @@ def _fault(name: str) -> bool:
     return bool(state) and os.path.exists(os.path.join(state, name))
 
 
+def _fault_text(name: str) -> str:
+    try:
+        with open(os.path.join(os.environ["JOB_LIFE_STATE"], name), encoding="utf-8") as f:
+            return f.read().strip()
+    except (KeyError, OSError):
+        return ""
+
+
 def _train(trial, ledger: Ledger, ident: dict) -> dict:
     """The epochs of one trial; returns what happened (for the ledger's exit line)."""
     ledger.write("trial", t=_now(), batch_size=trial.batch_size, **ident)
     if _fault("oom"):
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 44.35 GiB total capacity)")
+        if _fault_text("oom") == "exit":  # a script that catches the error, prints it and exits 1
+            print(f"RuntimeError: {OOM}", file=sys.stderr)
+            sys.exit(1)
+        raise RuntimeError(OOM)
     need = REACH.get(trial.batch_size, 0)
     epochs = 0
     for epoch in trial.epochs():

@@ -74,6 +74,8 @@ def test_the_schedule_is_reproducible_and_takes_every_fault_and_door_in_ten_nigh
         assert bool(n.busy_door) == ("busy" in n.faults)
     steps = [n.clock_step for n in jl.schedule(60, seed=7) if n.clock_step]
     assert steps[:2] == list(jl.CLOCK_STEPS)  # forward, then back, in turn
+    ooms = [n.oom_exit for n in jl.schedule(60, seed=7) if "oom" in n.faults]
+    assert ooms[:2] == [False, True]  # raised, then printed and sys.exit(1), in turn
 
 
 def test_the_schedule_leaves_out_skipped_faults_and_faults_whose_door_is_not_used():
@@ -173,23 +175,35 @@ def test_a_torn_history_line_is_named(tmp_path):
     assert len(records) == 1 and problem is not None and "line 2" in problem
 
 
-def test_the_training_script_writes_its_span_to_the_ledger(tmp_path):
-    """Run by hand (no ZEUS_* variables) the script trains at its default batch size and writes start, trial, exit."""
+def _train_by_hand(tmp_path, oom: str = ""):
+    """The training script run by hand (no ZEUS_* variables): its ledger lines and the finished process."""
     import os
     import subprocess
 
-    ledger = tmp_path / "ledger.jsonl"
+    ledger, state = tmp_path / "ledger.jsonl", tmp_path / "state"
+    state.mkdir()
+    if oom:
+        (state / "oom").write_text(oom)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_")}
-    env.update(JOB_LIFE_LEDGER=str(ledger), JOB_LIFE_NIGHT="3", JOB_LIFE_DOOR="cron", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "job_life_train.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env.update(JOB_LIFE_LEDGER=str(ledger), JOB_LIFE_STATE=str(state), JOB_LIFE_NIGHT="3", JOB_LIFE_DOOR="cron")
+    env["PYTHONPATH"] = str(REPO)
+    script = str(REPO / "scripts" / "job_life_train.py")
+    done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=120)
+    return [json.loads(line) for line in ledger.read_text().splitlines()], done
+
+
+@pytest.mark.parametrize(("style", "traceback"), [("raise", True), ("exit", False)])
+def test_an_oom_night_fails_the_script_with_the_cuda_error_either_way(tmp_path, style, traceback):
+    events, done = _train_by_hand(tmp_path, oom=style)
+    assert done.returncode == 1 and "CUDA out of memory" in done.stderr
+    assert ("Traceback" in done.stderr) == traceback
+    assert [e["event"] for e in events] == ["start", "trial", "exit"] and events[-1]["exit_code"] == 1
+
+
+def test_the_training_script_writes_its_span_to_the_ledger(tmp_path):
+    """Run by hand the script trains at its default batch size and writes its start, its trial and its exit."""
+    events, done = _train_by_hand(tmp_path)
     assert done.returncode == 0, done.stderr
-    events = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [e["event"] for e in events] == ["start", "trial", "exit"]
     start, trial, end = events
     assert start["night"] == "3" and trial["batch_size"] == 64 and end["exit_code"] == 0 and end["reached"]
