@@ -30,8 +30,8 @@ harness waits out the spec's lease (30 s) before the next night, as the day betw
 **Faults**, on nights a seeded schedule picks (nights 2..8 take one kind each, in a seeded order;
 then about one night in three takes one at random):
 
-    oom            every try fails as CUDA does when the batch size does not fit: the error raised (an
-                   uncaught exception) on one oom night, printed and ``sys.exit(1)`` on the next, in turn
+    oom            every try fails as CUDA does when the batch size does not fit: the error printed and
+                   ``sys.exit(1)`` (a script that catches it) on one oom night, raised on the next, in turn
     busy           another trigger (run --next, ask or exec --job, seeded) fires while the trial holds the job
     kill-launcher  kill -9 of the ``run --next`` launcher mid-trial; its script runs on, an orphan, to its
                    end; then the next trigger (the restart)
@@ -168,7 +168,7 @@ def schedule(nights: int, seed: int, doors: Sequence[str] = DOORS, skip: Sequenc
     while len(plan) < nights:
         plan.append((rng.choice(kinds),) if kinds and rng.random() < FAULT_SHARE else ())
     steps = itertools.cycle(CLOCK_STEPS)
-    oom_exits = itertools.cycle((False, True))
+    oom_exits = itertools.cycle((True, False))
     pool: list[str] = []  # the doors in a seeded order, round after round: every door takes its share of nights
     out = []
     for n, faults in enumerate(plan[:nights], 1):
