@@ -921,9 +921,7 @@ export:
             elif fault == "clock-jump":
                 if self.clock.ready:
                     self.clock.step(night.clock_step)
-                    log.injected.append(
-                        f"clock-jump {night.clock_step:+.0f} s (wall clock now {self.clock.offset:+.0f} s)"
-                    )
+                    log.injected.append(f"clock-jump: the wall clock stepped {night.clock_step:+.0f} s mid-trial")
                 else:
                     log.not_injected.append(f"clock-jump: {self.clock.why_not}")
             elif fault == "full-disk":
