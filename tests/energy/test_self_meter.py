@@ -54,8 +54,11 @@ def test_a_carry_of_other_settings_is_closed_and_not_used():
 
 def test_the_process_start_up_on_the_cpu_time_basis_leaves_out_the_asks_cpu_time():
     cpu = {**WALL, "basis": "cpu-time"}
-    whole = SelfMeter(cpu, since=time.time() - 60.0)
-    less = SelfMeter(cpu, since=time.time() - 60.0, ask_cpu_s=whole.window["extended_j"] / 100.0)
+    # A start long enough ago that the charge is this process's CPU time, not the span (the CPU time of a test
+    # worker, with its reaped children, can exceed any short span).
+    since = time.time() - 1e6
+    whole = SelfMeter(cpu, since=since)
+    less = SelfMeter(cpu, since=since, ask_cpu_s=whole.window["extended_j"] / 100.0)
     assert whole.window["extended_at"] == "cpu-time" and whole.window["extended_j"] > 0
     assert less.window["extended_j"] == pytest.approx(0.0, abs=2.0)  # all its CPU time was the "ask"
     whole.close()
