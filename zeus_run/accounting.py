@@ -12,12 +12,17 @@ row before the series begins). Records without a start time (simulated runs) are
 the series' mean. Nothing here touches the network: for live carbon intensity, write the CSV
 from your provider's data.
 
-The saving against the default is in the same units and over the same recurrences as every
-other saving (`zeus_run.views.baseline`): each converged recurrence outside the slow ones
-would have cost the baseline's energy (the default batch size at the default power limit),
-charged at the rate in force when that recurrence started; those recurrences' own trials are
-charged as they ran. Carbon is in grams of CO2e (unit: gCO2e), shown with a prefix
+The saving against the default follows the one rule of every saving (`zeus_run.views.saving`):
+every try is charged as it ran, at the rate in force when it started; each recurrence a batch
+size ran in would have cost the default's energy (the default batch size at the default power
+limit; times the slowdown of a slow recurrence), charged at the rate in force when that
+recurrence started; a try no batch size caused counts on both sides. Its 90% interval is the
+energy saving's. Carbon is in grams of CO2e (unit: gCO2e), shown with a prefix
 (`zeus_run._units.carbon`).
+
+A changed section on resume (a new carbon intensity or price) applies from the recurrence where
+it appears, with a notice, and the run directory keeps each period's rates
+(`zeus_run.rundir.rates`); a changed currency is refused (one history, one currency).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import bisect
 import csv
 import datetime as _dt
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +41,8 @@ from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
     from zeus_run.records import TrialRecord
+    from zeus_run.views.saving import Saved
+    from zeus_run.views.summary import Summary
 
 #: Joules in a kilowatt-hour.
 J_PER_KWH = 3.6e6
@@ -170,6 +177,19 @@ def _seconds(text: str) -> float:
 
 
 @dataclass(frozen=True)
+class Period:
+    """The rates in force from one recurrence on (a changed ``accounting`` section on resume starts a new one).
+
+    Attributes:
+        first: First recurrence charged at these rates.
+        settings: The ``accounting`` section from then on.
+    """
+
+    first: int
+    settings: AccountingSettings
+
+
+@dataclass(frozen=True)
 class Accounting:
     """A run's carbon and money, and the same for always running the default.
 
@@ -177,32 +197,47 @@ class Accounting:
         currency: Currency code of the money figures.
         carbon_g: Total of every trial (unit: gCO2e), or None without a carbon rate.
         money: Total of every trial (unit: ``currency``), or None without a price.
-        compared_carbon_g, compared_money: The same over the recurrences the saving compares
-            (slow recurrences left out).
-        default_carbon_g: What the default would have emitted over those recurrences (unit: gCO2e),
-            or None (no rate, or no baseline yet).
-        default_money: The same in money.
+        carbon: The whole history's carbon saving against the default (`zeus_run.views.saving.Saved`:
+            what every try emitted against what the default would have, its interval), None without a
+            rate or a baseline.
+        money_saved: The same in money.
+        steady: The steady state's energy saving, which is its carbon and money saving too (a rate
+            charges a recurrence and the default's alike), None without a steady state.
+        periods: The rates and the recurrence each applied from (one period unless the section changed
+            on resume: `zeus_run.rundir.rates`).
     """
 
     currency: str
     carbon_g: float | None
     money: float | None
-    default_carbon_g: float | None
-    default_money: float | None
-    compared_carbon_g: float | None = None
-    compared_money: float | None = None
+    carbon: Saved | None = None
+    money_saved: Saved | None = None
+    steady: Saved | None = None
+    periods: tuple[Period, ...] = ()
+
+    @property
+    def default_carbon_g(self) -> float | None:
+        """What the default would have emitted over the same recurrences (unit: gCO2e)."""
+        return self.carbon.default if self.carbon is not None else None
+
+    @property
+    def default_money(self) -> float | None:
+        """What the default would have cost in money over the same recurrences."""
+        return self.money_saved.default if self.money_saved is not None else None
 
     @property
     def carbon_saving(self) -> float | None:
-        """``1 - compared_carbon_g / default_carbon_g``."""
-        return _saving(self.compared_carbon_g, self.default_carbon_g)
+        """``1 - carbon_g / default_carbon_g``."""
+        return self.carbon.value if self.carbon is not None else None
 
     @property
     def money_saving(self) -> float | None:
-        """``1 - compared_money / default_money``."""
-        return _saving(self.compared_money, self.default_money)
+        """``1 - money / default_money``."""
+        return self.money_saved.value if self.money_saved is not None else None
 
     def to_json(self) -> dict[str, Any]:
+        """Totals, and each saving with its 90% interval beside it (``*_ci``: ``[low, high]``, fractions)."""
+        steady = self.steady
         return {
             "currency": self.currency,
             "carbon_g": self.carbon_g,
@@ -210,78 +245,158 @@ class Accounting:
             "default_carbon_g": self.default_carbon_g,
             "default_money": self.default_money,
             "carbon_saving": self.carbon_saving,
+            "carbon_saving_ci": _ci(self.carbon),
             "money_saving": self.money_saving,
+            "money_saving_ci": _ci(self.money_saved),
+            "steady_carbon_saving": steady.value if steady is not None and self.carbon_g is not None else None,
+            "steady_carbon_saving_ci": _ci(steady) if self.carbon_g is not None else None,
+            "steady_money_saving": steady.value if steady is not None and self.money is not None else None,
+            "steady_money_saving_ci": _ci(steady) if self.money is not None else None,
+            "saved": {
+                "carbon": self.carbon.to_json() if self.carbon is not None else None,
+                "money": self.money_saved.to_json() if self.money_saved is not None else None,
+            },
+            "periods": [
+                {
+                    "from_recurrence": p.first,
+                    "carbon_g_per_kwh": p.settings.carbon_g_per_kwh,
+                    "price_per_kwh": p.settings.price_per_kwh,
+                    "currency": p.settings.currency,
+                }
+                for p in self.periods
+            ],
         }
 
     def lines(self) -> list[str]:
-        """Plain-text lines for the summary (no markup)."""
+        """Plain-text lines for the summary (no markup): each total against the default's, with its interval."""
+        from zeus_run.views.saving import words
+
         out = []
-        for name, total, default, saving, fmt in (
-            ("Carbon", self.carbon_g, self.default_carbon_g, self.carbon_saving, _units.carbon),
-            ("Money", self.money, self.default_money, self.money_saving, lambda v: _units.money(v, self.currency)),
+        for name, total, saved, fmt in (
+            ("Carbon", self.carbon_g, self.carbon, _units.carbon),
+            ("Money", self.money, self.money_saved, lambda v: _units.money(v, self.currency)),
         ):
             if total is None:
                 continue
-            line = f"{name}: {fmt(total)}"
-            if default is not None and saving is not None:
-                line += f"; {_pct(saving)} than always running the default ({fmt(default)})"
-            out.append(line)
+            out.append(f"{name}: {words(saved, fmt)}" if saved is not None else f"{name}: {fmt(total)}")
+        if len(self.periods) > 1:
+            out.append("Rates: " + "; ".join(_period_text(p) for p in self.periods))
         return out
 
     def subtitle(self) -> str:
         """One short line for a plot's title: totals, and the saving against the default where known."""
+        from zeus_run.views.saving import short
+
         parts = []
-        for total, saving, fmt in (
-            (self.carbon_g, self.carbon_saving, _units.carbon),
-            (self.money, self.money_saving, lambda v: _units.money(v, self.currency)),
+        for total, saved, fmt in (
+            (self.carbon_g, self.carbon, _units.carbon),
+            (self.money, self.money_saved, lambda v: _units.money(v, self.currency)),
         ):
             if total is not None:
-                parts.append(fmt(total) + (f" ({_pct(saving)} than the default)" if saving is not None else ""))
+                parts.append(fmt(total) + (f" ({short(saved)} against the default)" if saved is not None else ""))
         return "; ".join(parts)
+
+
+def _ci(saved: Saved | None) -> list[float] | None:
+    return list(saved.ci) if saved is not None and saved.ci is not None else None
+
+
+def _period_text(p: Period) -> str:
+    parts = []
+    if p.settings.carbon_g_per_kwh is not None:
+        parts.append(f"carbon {p.settings.carbon_g_per_kwh} g/kWh")
+    if p.settings.price_per_kwh is not None:
+        parts.append(f"price {p.settings.price_per_kwh} {p.settings.currency}/kWh")
+    return f"from recurrence {p.first}: " + (", ".join(parts) or "none")
 
 
 def account(
     records: Sequence[TrialRecord],
     settings: AccountingSettings,
-    default_energy: float | None,
-    slow: Collection[int] = (),
+    summary: Summary | None = None,
     base: Path | None = None,
+    periods: Sequence[Period] = (),
 ) -> Accounting | None:
-    """Carbon and money of ``records`` under ``settings`` (None when it sets no rate).
+    """Carbon and money of ``records`` under ``settings`` (None when no period sets a rate).
 
     Args:
         records: The history.
-        settings: The ``accounting`` section.
-        default_energy: Energy of one recurrence as the job ran before zeus-run (unit: J;
-            `zeus_run.views.baseline.Baseline.energy`), None before there is one.
-        slow: Slow recurrences, left out of the comparison (not of the totals).
+        settings: The ``accounting`` section (of every recurrence, unless ``periods`` says otherwise).
+        summary: The records' summary (`zeus_run.views.summary.summarize`): the default, the
+            recurrences compared, the slow ones and the spread the intervals rest on. None: totals only.
         base: Folder that relative CSV paths start at.
+        periods: The rates by the recurrence they applied from (`zeus_run.rundir.rates.periods`);
+            empty: ``settings`` throughout.
 
     Raises:
         AccountingError: A rate series cannot be read.
     """
-    if not settings.enabled:
+    periods = tuple(sorted(periods, key=lambda p: p.first)) or (Period(1, settings),)
+    if not any(p.settings.enabled for p in periods):
         return None
-    carbon = Rate.of(settings.carbon_g_per_kwh, base) if settings.carbon_g_per_kwh is not None else None
-    price = Rate.of(settings.price_per_kwh, base) if settings.price_per_kwh is not None else None
+    carbon = [(p.first, _rate(p.settings.carbon_g_per_kwh, base)) for p in periods]
+    price = [(p.first, _rate(p.settings.price_per_kwh, base)) for p in periods]
+    currency = periods[-1].settings.currency
     starts: dict[int, str | None] = {}
     for r in records:
         starts.setdefault(r.recurrence, r.started_at)
-    converged = sorted({r.recurrence for r in records if r.reached} - set(slow))
-    counted = [r for r in records if r.recurrence not in slow]
 
-    def total(rate: Rate | None) -> tuple[float | None, float | None, float | None]:
-        if rate is None:
-            return None, None, None
-        spent = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in records)
-        compared = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in counted)
-        if default_energy is None or not converged:
-            return spent, compared, None
-        return spent, compared, sum(default_energy / J_PER_KWH * rate.at(starts[n]) for n in converged)
+    def total(rates: list[tuple[int, Rate | None]]) -> float | None:
+        if all(rate is None for _, rate in rates):
+            return None
+        return sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at) for r in records)
 
-    carbon_g, compared_g, default_g = total(carbon)
-    money, compared_money, default_money = total(price)
-    return Accounting(settings.currency, carbon_g, money, default_g, default_money, compared_g, compared_money)
+    def saved(rates: list[tuple[int, Rate | None]], spent: float | None) -> Saved | None:
+        if spent is None or summary is None or summary.baseline is None:
+            return None
+        from zeus_run.views import saving as est
+        from zeus_run.views.summary import compared_recurrences, unattributed
+
+        energy = summary.saved.get("energy")
+        b0 = summary.baseline
+        certain = sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at) for r in unattributed(records))
+        expected = sum(
+            summary.slow.get(n, 1.0) * b0.energy / J_PER_KWH * _at(rates, n, starts.get(n))
+            for n in compared_recurrences(records)
+        )
+        spread = summary.spread
+        return est.whole_history(
+            spent,
+            certain,
+            expected,
+            spread.of_default("energy"),
+            b0.runs,
+            spread.df_of("energy"),
+            b0.batch_size,
+            energy.same if energy is not None else False,
+        )
+
+    carbon_g, money = total(carbon), total(price)
+    steady = summary.steady.saved.get("energy") if summary is not None and summary.steady is not None else None
+    return Accounting(
+        currency,
+        carbon_g,
+        money,
+        saved(carbon, carbon_g),
+        saved(price, money),
+        steady,
+        periods if len(periods) > 1 else (),
+    )
+
+
+def _rate(value: float | str | None, base: Path | None) -> Rate | None:
+    return Rate.of(value, base) if value is not None else None
+
+
+def _at(rates: Sequence[tuple[int, Rate | None]], recurrence: int, started_at: str | None) -> float:
+    """The rate in force for ``recurrence`` (its period's), at ``started_at``; 0 where that period sets none."""
+    rate = None
+    for first, r in rates:
+        if first <= recurrence:
+            rate = r
+    if rate is None and rates and recurrence < rates[0][0]:
+        rate = rates[0][1]
+    return rate.at(started_at) if rate is not None else 0.0
 
 
 def settings_from(raw: Mapping[str, Any] | None) -> AccountingSettings:
@@ -296,13 +411,3 @@ def settings_from(raw: Mapping[str, Any] | None) -> AccountingSettings:
     if isinstance(raw.get("currency"), str):
         fields["currency"] = raw["currency"]
     return AccountingSettings(**fields)
-
-
-def _saving(value: float | None, baseline: float | None) -> float | None:
-    if value is None or baseline is None or baseline <= 0:
-        return None
-    return 1.0 - value / baseline
-
-
-def _pct(v: float) -> str:
-    return f"{v * 100:.1f}% less" if v >= 0 else f"{-v * 100:.1f}% more"

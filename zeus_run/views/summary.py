@@ -14,24 +14,30 @@ replayed alike), so the CLI only renders and tests call these directly:
 * `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
 * `failure_reason`: a crashed trial's cause, from the tail of its log;
 * `summarize`: all of it, plus totals and savings against always running the default
-  (`zeus_run.views.baseline`: the default batch size at the default power limit).
+  (`zeus_run.views.baseline`: the default batch size at the default power limit), each with
+  its 90% interval (`zeus_run.views.saving`, the one estimator).
 
-Slow recurrences (the machine ran slow: `zeus_run.optimizer.early_stop`) are out of every
-mean, the recommendation, the steady state and the savings; `Summary.slow` lists them.
+One rule for slow recurrences (the machine ran slow: `zeus_run.optimizer.early_stop`): their
+runs are out of every *mean* (each batch size's, the default's, the steady state's and the
+recommendation's: they say nothing about a batch size), and in every *total*: what they spent
+counts, in the totals and in the whole history's saving, against the default run as slow
+(its mean times the slowdown). `Summary.slow` lists them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zeus_run.contract import StopReason, crash_cause
 from zeus_run.records import TrialRecord
-from zeus_run.views.baseline import Baseline, baseline, saving
+from zeus_run.views import saving as est
+from zeus_run.views.baseline import Baseline, default_samples
 from zeus_run.views.recommend import Belief, Recommendation, recommend
 
 if TYPE_CHECKING:
@@ -139,15 +145,22 @@ class ExplorationStatus:
 
 @dataclass(frozen=True)
 class SteadyState:
-    """The cost of recent recurrences after exploration, against the default.
+    """What a recurrence costs now that exploration is over, against the default.
+
+    The last recurrences after exploration (at most `STEADY_WINDOW`, slow ones left out) say
+    which batch sizes and limits the job now runs; each costs its mean over its converged runs
+    (outside slow recurrences, without a first run's sweep), so the figure is the expected cost of
+    a recurrence from now on, not the luck of the last few.
 
     Attributes:
-        recurrences: How many recurrences the mean covers (at most `STEADY_WINDOW`).
+        recurrences: How many recurrences the window covers.
         first: First recurrence covered. last: Last recurrence covered.
-        mean_cost: Mean cost per recurrence, all its tries included (unit: J).
+        mean_cost: Expected cost of a recurrence at the window's batch sizes (unit: J).
         savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
         batch_sizes: Batch size each covered recurrence converged with.
-        skipped: Slow recurrences in that span left out (the machine, not the batch size).
+        skipped: Slow recurrences in that span left out of the window.
+        savings_ci: The 90% interval of ``savings`` (None: unbounded yet).
+        saved: Cost, energy and time savings with their intervals (`zeus_run.views.saving.Saved`).
     """
 
     recurrences: int
@@ -157,6 +170,8 @@ class SteadyState:
     savings: float | None
     batch_sizes: tuple[int, ...] = ()
     skipped: int = 0
+    savings_ci: tuple[float, float] | None = None
+    saved: dict[str, est.Saved | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,10 +187,15 @@ class Summary:
         default_mean_cost/energy/time: A recurrence as the job ran before zeus-run (`baseline`: b0
             at the default power limit, over b0's converged runs outside slow recurrences).
         default_runs: How many converged runs of b0 those means rest on.
-        baseline_cost/energy/time: What always running the default would have cost for the
-            recurrences the savings compare (converged, not slow).
-        compared_cost/energy/time: What those recurrences cost, all their tries (units: J, J, s).
+        baseline_cost/energy/time: What always running the default would be expected to cost
+            over the same recurrences (`zeus_run.views.saving`: each recurrence a batch size ran
+            in, at its slowdown, plus what the tries no batch size caused spent).
+        compared_cost/energy/time: What every try cost: the totals the savings compare (units: J, J, s).
         savings_cost/energy/time: ``1 - compared / baseline`` (None without a baseline).
+        savings_cost_ci/energy_ci/time_ci: Their 90% intervals (None: unbounded yet).
+        saved: The same savings as `zeus_run.views.saving.Saved` (interval, hint), by quantity.
+        spread: The run-to-run spread the intervals rest on (`zeus_run.views.saving.Spread`).
+        compared_recurrences: Recurrences the whole history's saving compares: those a batch size ran in.
         baseline: The `Baseline` itself (None before b0 converged).
         estimated: Whether energy figures are estimates.
         chosen: Batch size of the final trial of each converged recurrence, in order.
@@ -215,6 +235,12 @@ class Summary:
     compared_cost: float = 0.0
     compared_energy: float = 0.0
     compared_time: float = 0.0
+    savings_cost_ci: tuple[float, float] | None = None
+    savings_energy_ci: tuple[float, float] | None = None
+    savings_time_ci: tuple[float, float] | None = None
+    saved: dict[str, est.Saved | None] = field(default_factory=dict)
+    spread: est.Spread = field(default_factory=est.Spread)
+    compared_recurrences: int = 0
     baseline: Baseline | None = None
     estimated: bool = False
     chosen: tuple[int, ...] = field(default_factory=tuple)
@@ -337,15 +363,23 @@ def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
 def steady_state(
     rows: Sequence[RecurrenceRow],
     exploration: ExplorationStatus,
-    default_mean_cost: float | None,
+    evidence: est.Evidence | None,
     window: int = STEADY_WINDOW,
     slow: Collection[int] = (),
 ) -> SteadyState | None:
-    """Mean cost of the last ``window`` converged recurrences after exploration ended.
+    """What a recurrence costs at the batch sizes the last ``window`` recurrences after exploration converged with.
 
-    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.optimizer.early_stop`) are left
-    out, unless every recurrence after exploration was slow: the figure is about the
-    batch size chosen, not about tonight's load.
+    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.optimizer.early_stop`) are left out
+    of the window, unless every recurrence after exploration was slow; either way each batch size
+    costs its mean outside slow recurrences (`SteadyState`).
+
+    Args:
+        rows: The recurrences.
+        exploration: Whether exploration is over.
+        evidence: The history's groups and default (`zeus_run.views.saving.Evidence`); None: no
+            saving, the mean of the window's own costs.
+        window: Recurrences in the window.
+        slow: Slow recurrences.
 
     Returns:
         None while exploring, or before a recurrence converged after exploration.
@@ -355,19 +389,31 @@ def steady_state(
     after = [row for row in rows if row.reached and row.recurrence > exploration.ended_after]
     quiet = [row for row in after if row.recurrence not in slow] or after
     recent = quiet[-window:]
-    skipped = sum(row.recurrence in slow for row in after if recent and row.recurrence >= recent[0].recurrence)
     if not recent:
         return None
-    mean = sum(row.cost for row in recent) / len(recent)
+    skipped = sum(row.recurrence in slow for row in after if row.recurrence >= recent[0].recurrence)
+    keys = [(row.final_batch_size, row.power_limit) for row in recent]
+    saved = {q: evidence.rate(keys, q) for q in est.QUANTITIES} if evidence is not None else {}
+    cost = saved.get("cost")
+    mean = cost.spent if cost is not None else _window_mean(recent, evidence)
     return SteadyState(
         recurrences=len(recent),
         first=recent[0].recurrence,
         last=recent[-1].recurrence,
         mean_cost=mean,
-        savings=saving(mean, default_mean_cost),
+        savings=cost.value if cost is not None else None,
         batch_sizes=tuple(row.final_batch_size for row in recent),
         skipped=skipped if quiet is not after else 0,
+        savings_ci=cost.ci if cost is not None else None,
+        saved=saved,
     )
+
+
+def _window_mean(recent: Sequence[RecurrenceRow], evidence: est.Evidence | None) -> float:
+    """The window's expected cost from its groups' means, or (none converged outside slow recurrences) its own."""
+    groups = [evidence.group((row.final_batch_size, row.power_limit), "cost") for row in recent] if evidence else []
+    means = [g.mean for g in groups if g is not None]
+    return sum(means) / len(means) if means else sum(row.cost for row in recent) / len(recent)
 
 
 def provenance(records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
@@ -423,29 +469,15 @@ def summarize(
     rows = recurrence_rows(records)
     stats = batch_size_stats(records, slow)
     converged_rows = [row for row in rows if row.reached]
-    counted = [r for r in records if r.recurrence not in slow]
-    n_counted = sum(1 for row in converged_rows if row.recurrence not in slow)
-    totals = {"cost": sum(r.spent_cost for r in records), "energy": 0.0, "time": 0.0}
-    totals["energy"], totals["time"] = sum(r.energy for r in records), sum(r.time for r in records)
-    compared = {
-        "cost": sum(r.spent_cost for r in counted),
-        "energy": sum(r.energy for r in counted),
-        "time": sum(r.time for r in counted),
-    }
+    evidence = est.Evidence.of(records, default_batch_size, objective=objective, profile=profile, slow=slow)
+    base = _baseline_of(records, default_batch_size, objective, profile, slow, evidence)
+    totals = _totals(records)
+    whole = whole_history(records, evidence, base, slow)
     with_cost = [s for s in stats if s.mean_cost is not None]
     best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
-    base = baseline(records, default_batch_size, objective=objective, profile=profile, slow=slow)
-    means: dict[str, float | None] = {"cost": None, "energy": None, "time": None}
-    baselines: dict[str, float | None] = dict(means)
-    savings: dict[str, float | None] = dict(means)
-    if base is not None and n_counted:
-        for key in means:
-            means[key] = getattr(base, key)
-            baselines[key] = getattr(base, key) * n_counted
-            savings[key] = base.saving(key, compared[key], n_counted)
-    elif base is not None:
-        means = {key: getattr(base, key) for key in means}
     exploration = exploration_status(records)
+    rec = recommend(stats, base.cost if base else None, default_batch_size, belief.batch_size if belief else None)
+    saved = {q: whole.get(q) for q in est.QUANTITIES}
     return Summary(
         trials=len(records),
         recurrences=len(converged_rows),
@@ -454,19 +486,25 @@ def summarize(
         total_cost=totals["cost"],
         best_batch_size=best,
         default_batch_size=default_batch_size,
-        default_mean_cost=means["cost"],
-        default_mean_energy=means["energy"],
-        default_mean_time=means["time"],
+        default_mean_cost=base.cost if base else None,
+        default_mean_energy=base.energy if base else None,
+        default_mean_time=base.time if base else None,
         default_runs=base.runs if base else 0,
-        baseline_cost=baselines["cost"],
-        baseline_energy=baselines["energy"],
-        baseline_time=baselines["time"],
-        savings_cost=savings["cost"],
-        savings_energy=savings["energy"],
-        savings_time=savings["time"],
-        compared_cost=compared["cost"],
-        compared_energy=compared["energy"],
-        compared_time=compared["time"],
+        baseline_cost=_default_of(saved["cost"]),
+        baseline_energy=_default_of(saved["energy"]),
+        baseline_time=_default_of(saved["time"]),
+        savings_cost=_value_of(saved["cost"]),
+        savings_energy=_value_of(saved["energy"]),
+        savings_time=_value_of(saved["time"]),
+        compared_cost=totals["cost"],
+        compared_energy=totals["energy"],
+        compared_time=totals["time"],
+        savings_cost_ci=saved["cost"].ci if saved["cost"] else None,
+        savings_energy_ci=saved["energy"].ci if saved["energy"] else None,
+        savings_time_ci=saved["time"].ci if saved["time"] else None,
+        saved=saved,
+        spread=evidence.spread,
+        compared_recurrences=len(compared_recurrences(records)),
         baseline=base,
         estimated=any(r.estimated for r in records),
         chosen=tuple(row.final_batch_size for row in converged_rows),
@@ -474,8 +512,8 @@ def summarize(
         recurrence_costs=tuple(row.cost for row in rows),
         by_batch_size=tuple(stats),
         exploration=exploration,
-        steady=steady_state(rows, exploration, means["cost"], steady_window, slow),
-        recommendation=recommend(stats, means["cost"], default_batch_size, belief.batch_size if belief else None),
+        steady=steady_state(rows, exploration, evidence if base else None, steady_window, slow),
+        recommendation=_with_interval(rec, evidence) if base else rec,
         provenance=provenance(records),
         after_time=sum(r.after_time or 0.0 for r in records),
         after_energy=sum(r.after_energy or 0.0 for r in records),
@@ -483,6 +521,85 @@ def summarize(
         sweeps=sum(1 for r in records if r.profile_overhead is not None),
         sweep_cost=sum(r.profile_overhead or 0.0 for r in records),
     )
+
+
+def _baseline_of(
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None,
+    objective: Objective | None,
+    profile: Sequence[PowerLimitMeasurement],
+    slow: Collection[int],
+    evidence: est.Evidence,
+) -> Baseline | None:
+    b0, limit, moved, samples = default_samples(
+        records, default_batch_size, objective=objective, profile=profile, slow=slow
+    )
+    if not samples or b0 is None:
+        return None
+    means = [evidence.default_mean(q) or 0.0 for q in est.QUANTITIES]
+    return Baseline(b0, limit, len(samples), moved, *means)
+
+
+def _totals(records: Sequence[TrialRecord]) -> dict[str, float]:
+    """What every try spent: cost (a skipped try: nothing), energy (unit: J) and time (unit: s)."""
+    return {
+        "cost": sum(r.spent_cost for r in records),
+        "energy": sum(r.energy for r in records),
+        "time": sum(r.time for r in records),
+    }
+
+
+def compared_recurrences(records: Sequence[TrialRecord]) -> list[int]:
+    """The recurrences the default would have run: those in which a batch size ran (a try the optimizer observes)."""
+    return sorted({r.recurrence for r in records if r.stop_reason.observed})
+
+
+def unattributed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Tries no batch size caused (environment, spec, infrastructure errors, interruptions): on both sides."""
+    return [r for r in records if not r.stop_reason.observed]
+
+
+def only_default(records: Sequence[TrialRecord], base: Baseline | None) -> bool:
+    """Whether every try a batch size ran was b0's, at the default limit: nothing differs from the default."""
+    if base is None:
+        return False
+    ran = [r for r in records if r.stop_reason.observed]
+    return bool(ran) and all(
+        r.batch_size == base.batch_size and (r.power_limit is None or r.power_limit == base.power_limit) for r in ran
+    )
+
+
+def whole_history(
+    records: Sequence[TrialRecord], evidence: est.Evidence, base: Baseline | None, slow: Mapping[int, float]
+) -> dict[str, est.Saved | None]:
+    """Cost, energy and time saved over the whole history (`zeus_run.views.saving`: the rule, the interval)."""
+    if base is None:
+        return {}
+    factor = sum(slow.get(n, 1.0) for n in compared_recurrences(records))
+    spent, certain = _totals(records), _totals(unattributed(records))
+    same = only_default(records, base)
+    return {q: evidence.whole(q, spent[q], certain[q], getattr(base, q) * factor, same) for q in est.QUANTITIES}
+
+
+def _with_interval(rec: Recommendation | None, evidence: est.Evidence) -> Recommendation | None:
+    """``rec`` with its saving from its (batch size, limit)'s converged runs, and that saving's interval."""
+    if rec is None:
+        return None
+    key = (rec.batch_size, rec.power_limit)
+    saved, group = evidence.rate([key], "cost"), evidence.group(key, "cost")
+    if saved is None or group is None:
+        return rec
+    return dataclasses.replace(
+        rec, mean_cost=saved.spent, runs=group.runs, savings=saved.value, savings_ci=saved.ci, saved=saved
+    )
+
+
+def _default_of(saved: est.Saved | None) -> float | None:
+    return saved.default if saved is not None else None
+
+
+def _value_of(saved: est.Saved | None) -> float | None:
+    return saved.value if saved is not None else None
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -1,0 +1,689 @@
+"""The one estimator of "saved against the default", and its 90% interval.
+
+Every saving zeus-run states (``history``, ``run``'s summary, the report, the exports,
+``simulate``) comes from here, so each is a claim its data supports: a figure, its 90%
+interval, and, where the interval holds 0, "no measurable difference yet" with the runs that
+would tell.
+
+**Whole history.** What the job really spent (every try of every recurrence: energy really
+spent always counts) against what always running the default would be expected to cost over
+the same recurrences (`zeus_run.views.baseline`: b0 at the default power limit):
+
+* each recurrence in which a batch size ran (a try the optimizer observes) would have run the
+  default once: ``mean x slowdown``, the slowdown being the one the machine had that night
+  (1 but for a slow recurrence, `zeus_run.optimizer.early_stop`: the default would have run
+  slow too);
+* a try the optimizer does not observe (an environment, spec or infrastructure error, an
+  interruption) is no batch size's doing: what it spent counts on both sides.
+
+The spent figure is known; the default's is an estimate from b0's converged runs, so the
+interval is that estimate's: ``log(mean)`` has standard error ``s / sqrt(n0)``, where n0 is the
+number of b0's runs and ``s`` the run-to-run spread of a converged run's cost (energy, time)
+on the log scale, pooled over every batch size and limit that converged more than once
+(`Spread`: it rests on all of them, not on b0's few runs alone), and the quantile is Student's t
+with the pooled degrees of freedom. Before any batch size has converged twice the spread is
+unknown and no interval is stated.
+
+**Steady state and the recommendation** are rates: what a recurrence costs from now on at the
+batch sizes (and limits) the last recurrences converged with, each at its mean over its
+converged runs, against the default's mean. Both means are estimates, so the interval has both
+uncertainties (delta method on the log ratio; a batch size's runs that are b0's own count on
+both sides, so a job that runs only its default is told exactly no difference).
+
+Carbon and money are energy charged at a rate (`zeus_run.accounting`): their intervals are
+energy's, over the same recurrences.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from zeus_run.objective import Objective
+    from zeus_run.records import PowerLimitMeasurement, TrialRecord
+
+#: Coverage of every interval stated.
+LEVEL = 0.90
+#: Most extra runs a hint names; beyond it the difference is too small to tell soon.
+MOST_RUNS = 100
+#: Quantities a run's spread is measured on (carbon and money take energy's).
+QUANTITIES = ("cost", "energy", "time")
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Run-to-run spread of a converged run, on the log scale.
+
+    A group is one batch size at one power limit. Each group with two runs or more estimates
+    the variance of ``log`` of one run about its group's mean; the spread is the root of their
+    average, each group weighing the same: the batch size a job settled on runs most, and its
+    runs may vary less (or more) than the default's, so it must not speak for all of them.
+
+    The default's runs carry one more term, ``rounding``: a run ends at a whole epoch, so a run
+    that needed ``e`` epochs is known to about ``1 / (sqrt(12) x e)`` of its cost (the variance
+    of rounding to a whole epoch). Other batch sizes may need other epoch counts, or happen to
+    need the same ones every time; the default's mean is known no better than its own epochs.
+
+    Attributes:
+        cost: Standard deviation of ``log(cost)`` of one run.
+        energy: The same of energy.
+        time: The same of time.
+        df: Degrees of freedom of ``cost``: runs minus groups, over the groups with two runs or
+            more (0: unknown, no interval).
+        df_energy: Those of ``energy`` and ``time`` (a first run's sweep blurs its energy and time,
+            not its cost: such runs count in ``cost`` alone).
+        rounding: Relative standard deviation of rounding b0's runs to whole epochs (0: epochs unknown).
+    """
+
+    cost: float = 0.0
+    energy: float = 0.0
+    time: float = 0.0
+    df: int = 0
+    df_energy: int = 0
+    rounding: float = 0.0
+
+    def of(self, quantity: str) -> float:
+        """The spread of ``quantity`` for a batch size (carbon and money: energy's)."""
+        return getattr(self, quantity if quantity in QUANTITIES else "energy")
+
+    def of_default(self, quantity: str) -> float:
+        """The spread of one of b0's runs: `of` with b0's `rounding`."""
+        return math.hypot(self.of(quantity), self.rounding)
+
+    def df_of(self, quantity: str) -> int:
+        """Degrees of freedom of ``quantity``'s spread."""
+        return self.df if quantity == "cost" else self.df_energy
+
+
+@dataclass(frozen=True)
+class Run:
+    """One converged run as a spread sees it.
+
+    Attributes:
+        values: ``(cost, energy, time)``, without a first run's sweep.
+        epochs: Epochs it needed (0: unknown).
+        swept: Whether it swept the power limits (its energy and time are reconstructed).
+    """
+
+    values: tuple[float, float, float]
+    epochs: int = 0
+    swept: bool = False
+
+
+def spread(groups: Iterable[Sequence[Run]], default: Sequence[Run] = ()) -> Spread:
+    """The spread of ``groups`` of runs, and the rounding of the ``default``'s (`Spread`).
+
+    Runs with a non-positive value are left out (no logarithm).
+    """
+    usable = [[r for r in g if min(r.values) > 0] for g in groups]
+    sds: list[float] = []
+    dfs: list[int] = []
+    for k in range(3):
+        variances, df = [], 0
+        for g in usable:
+            rows = [r for r in g if k == 0 or not r.swept]
+            if len(rows) < 2:
+                continue
+            logs = [math.log(r.values[k]) for r in rows]
+            m = sum(logs) / len(logs)
+            variances.append(sum((v - m) ** 2 for v in logs) / (len(rows) - 1))
+            df += len(rows) - 1
+        sds.append(math.sqrt(sum(variances) / len(variances)) if variances else 0.0)
+        dfs.append(df)
+    epochs = [r.epochs for r in default if r.epochs > 0]
+    rounding = math.sqrt(sum(1.0 / (12.0 * e * e) for e in epochs) / len(epochs)) if epochs else 0.0
+    return Spread(sds[0], sds[1], sds[2], dfs[0], dfs[1], rounding)
+
+
+def grouped(rows: Iterable[tuple[K, Run]]) -> dict[K, list[Run]]:
+    """``(group, run)`` pairs as lists per group, in first-seen order."""
+    out: dict[K, list[Run]] = defaultdict(list)
+    for key, run in rows:
+        out[key].append(run)
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What would tell: ``runs`` more converged runs of ``batch_size`` (None: the difference is too small)."""
+
+    batch_size: int
+    runs: int | None
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One saving against the default, with its 90% interval.
+
+    Attributes:
+        spent: What the job spent (whole history), or a recurrence's expected cost (a rate), in the
+            quantity's unit.
+        default: What the default would have spent over the same recurrences (or its mean).
+        low: Lower end of the 90% interval of the saving (fraction), None where it cannot be bounded.
+        high: Upper end, None where it cannot be bounded.
+        hint: Where the interval holds 0: the runs that would tell.
+        same: The comparison is of the default with itself (only b0 ran): no difference by construction.
+        default_low: Whole history: the low end of the default's 90% range (None: a rate, or unbounded).
+        default_high: Its high end. The saving's interval is ``1 - spent / default_low`` to
+            ``1 - spent / default_high``.
+        se: Standard error of ``log`` of the default's estimated part (0: none).
+        df: Degrees of freedom of ``se``.
+        expected: The default's estimated part (the rest, ``default - expected``, is known).
+    """
+
+    spent: float
+    default: float
+    low: float | None
+    high: float | None
+    hint: Hint | None = None
+    same: bool = False
+    default_low: float | None = None
+    default_high: float | None = None
+    se: float = 0.0
+    df: int = 0
+    expected: float = 0.0
+
+    @property
+    def value(self) -> float:
+        """``1 - spent / default`` (fraction; negative: more than the default)."""
+        return _zero(1.0 - self.spent / self.default)
+
+    @property
+    def measurable(self) -> bool:
+        """Whether the interval leaves 0 out: a saving (or a loss) the data supports."""
+        return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        """``(low, high)``, None where the interval is unbounded."""
+        return None if self.low is None or self.high is None else (self.low, self.high)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "value": self.value,
+            "ci": list(self.ci) if self.ci else None,
+            "measurable": self.measurable,
+            "spent": self.spent,
+            "default": self.default,
+            "default_range": None if self.default_low is None else [self.default_low, self.default_high],
+            "only_default": self.same,
+            "hint": None if self.hint is None else {"batch_size": self.hint.batch_size, "runs": self.hint.runs},
+        }
+
+
+def _zero(v: float) -> float:
+    """``v``, with a rounding residue (below 1e-12) as exactly 0: "0.0% more" is no loss."""
+    return 0.0 if abs(v) < 1e-12 else v
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile: the ``t`` with ``P(T <= t) = p`` for ``df`` degrees of freedom (inf: normal).
+
+    Bisection on the distribution function (`_t_cdf`), to 1e-9.
+    """
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"t_quantile({p}, {df}): p must be in (0, 1) and df > 0")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2.0
+    while hi - lo > 1e-9 * max(1.0, hi):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2.0
+
+
+def _t_cdf(t: float, df: float) -> float:
+    if math.isinf(df):
+        return 0.5 * (1.0 + math.erf(t / math.sqrt(2.0)))
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t >= 0 else tail
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` (continued fraction, Lentz's method)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-12:
+            break
+    return front * (f - 1.0) / a
+
+
+def quantile(df: int) -> float:
+    """The two-sided `LEVEL` t quantile for ``df`` degrees of freedom."""
+    return t_quantile(0.5 + LEVEL / 2.0, df)
+
+
+def whole_history(
+    spent: float,
+    certain: float,
+    expected: float,
+    spread_of: float,
+    runs: int,
+    df: int,
+    default_batch_size: int,
+    same: bool = False,
+) -> Saved | None:
+    """The whole history's saving: ``1 - spent / (certain + expected)``, with its interval.
+
+    Args:
+        spent: What every try cost (the quantity's unit).
+        certain: What the tries no batch size caused spent: on both sides, known.
+        expected: What the default would be expected to cost over the recurrences compared (its mean
+            times their slowdowns, charged at their rates): the estimate.
+        spread_of: Spread of one of b0's runs (`Spread.of_default`; log scale).
+        runs: b0's converged runs the default's mean rests on.
+        df: The spread's degrees of freedom.
+        default_batch_size: b0 (named by the hint).
+        same: Only b0 ran (the comparison is of the default with itself).
+
+    Returns:
+        None without a positive default to compare with.
+    """
+    default = certain + expected
+    if default <= 0 or runs <= 0 or not math.isfinite(spent):
+        return None
+    se = spread_of / math.sqrt(runs)
+    if df <= 0:
+        return Saved(spent, default, None, None, None, same, expected=expected)
+    half = quantile(df) * se
+    d_low, d_high = certain + expected * math.exp(-half), certain + expected * math.exp(half)
+    low, high = _zero(1.0 - spent / d_low), _zero(1.0 - spent / d_high)
+    hint = None
+    if not (low > 0 or high < 0) and not same:
+        gap = abs(math.log(spent - certain) - math.log(expected)) if spent > certain else 0.0
+        hint = Hint(default_batch_size, _more(gap, spread_of, runs, df))
+    return Saved(spent, default, low, high, hint, same, d_low, d_high, se, df, expected)
+
+
+def pooled(items: Sequence[Saved | None]) -> Saved | None:
+    """Several jobs' whole-history savings as one: ``1 - sum(spent) / sum(default)``, with its interval.
+
+    The defaults' estimates are independent: the variance of their sum is the sum of
+    ``(expected x se)^2``; the quantile takes the fewest degrees of freedom among them.
+    None when none of ``items`` has a default; no interval when one of them has none.
+    """
+    known = [x for x in items if x is not None]
+    if not known:
+        return None
+    spent, default = sum(x.spent for x in known), sum(x.default for x in known)
+    expected = sum(x.expected for x in known)
+    if default <= 0:
+        return None
+    bounded = all(x.ci is not None for x in known) and expected > 0
+    if not bounded:
+        return Saved(spent, default, None, None)
+    se = math.sqrt(sum((x.expected * x.se) ** 2 for x in known)) / expected
+    df = min(x.df for x in known)
+    half = quantile(df) * se
+    certain = default - expected
+    d_low, d_high = certain + expected * math.exp(-half), certain + expected * math.exp(half)
+    low, high = _zero(1.0 - spent / d_low), _zero(1.0 - spent / d_high)
+    return Saved(spent, default, low, high, None, all(x.same for x in known), d_low, d_high, se, df, expected)
+
+
+def _more(gap: float, s: float, runs: int, df: int) -> int | None:
+    """Extra runs of one mean (resting on ``runs`` now) after which ``gap`` would clear the interval."""
+    if gap <= 0 or s <= 0:
+        return None
+    need = math.ceil((quantile(df) * s / gap) ** 2) - runs
+    need = max(need, 1)
+    return need if need <= MOST_RUNS else None
+
+
+@dataclass(frozen=True)
+class Group:
+    """One batch size at one power limit: the mean of its converged runs.
+
+    Attributes:
+        batch_size: The batch size.
+        mean: Mean of the quantity over its converged runs (unit: the quantity's).
+        runs: How many.
+        of_default: Its runs are among those the default's mean rests on (b0's).
+        power_limit: Its power limit (unit: W), None where none was set.
+    """
+
+    batch_size: int
+    mean: float
+    runs: int
+    of_default: bool = False
+    power_limit: float | None = None
+
+
+def rate(
+    weights: Mapping[Group, float],
+    default_mean: float,
+    default_runs: int,
+    spread_of: float,
+    default_spread: float,
+    df: int,
+    default_batch_size: int,
+) -> Saved | None:
+    """The saving of a recurrence at the batch sizes in ``weights`` (shares summing to 1) against the default's mean.
+
+    ``log(sum(w m)) - log(m0)`` by the delta method: each group's log mean has variance
+    ``s^2 / n`` (``s0`` for b0's groups: `Spread.of_default`), and b0's runs count in both means
+    (covariance ``s0^2 / n0`` for each of b0's groups), so a job that runs b0 alone has none.
+    """
+    if default_mean <= 0 or default_runs <= 0 or not weights:
+        return None
+    mean = sum(w * g.mean for g, w in weights.items())
+    if mean <= 0:
+        return None
+    same = all(g.of_default for g in weights) and mean == default_mean
+    if df <= 0:
+        if same:
+            return Saved(mean, default_mean, 0.0, 0.0, None, True)
+        return Saved(mean, default_mean, None, None)
+
+    s2, s02 = spread_of**2, default_spread**2
+
+    def variance(extra: Group | None = None, k: int = 0) -> float:
+        n0 = default_runs + (k if extra is not None and extra.of_default else 0)
+        v = s02 / n0
+        for g, w in weights.items():
+            a = w * g.mean / mean
+            n = g.runs + (k if g == extra else 0)
+            v += a * a * (s02 if g.of_default else s2) / n
+            if g.of_default:
+                v -= 2.0 * a * s02 / n0
+        return max(v, 0.0)
+
+    se = math.sqrt(variance())
+    half = quantile(df) * se
+    gap = math.log(mean) - math.log(default_mean)
+    low, high = _zero(1.0 - math.exp(gap + half)), _zero(1.0 - math.exp(gap - half))
+    saved = Saved(mean, default_mean, low, high, None, same, se=se, df=df)
+    if saved.measurable or same:
+        return saved
+    best: Hint | None = None
+    for g in weights:
+
+        def more_of(k: int, g: Group = g) -> float:
+            return variance(g, k)
+
+        k = _runs_to_tell(more_of, abs(gap), df)
+        if k is not None and (best is None or best.runs is None or k < best.runs):
+            best = Hint(g.batch_size, k)
+    if best is None:
+        k = _runs_to_tell(lambda k: _default_only(variance, k), abs(gap), df)
+        best = Hint(default_batch_size, k)
+    return Saved(mean, default_mean, low, high, best, same, se=se, df=df)
+
+
+def _default_only(variance: Callable[[Group | None, int], float], k: int) -> float:
+    return variance(Group(-1, 1.0, 1, True), k)
+
+
+def _runs_to_tell(variance: Callable[[int], float], gap: float, df: int) -> int | None:
+    if gap <= 0:
+        return None
+    t = quantile(df)
+    for k in range(1, MOST_RUNS + 1):
+        if t * math.sqrt(variance(k)) < gap:
+            return k
+    return None
+
+
+def words(saved: Saved | None, amount: Callable[[float], str] | None = None, per: str = "") -> str:
+    """A saving as every view words it, with the figures it is computed from when ``amount`` is given.
+
+    ``12.3 MJ against the default's 14.0 MJ (90%: 13.2 to 14.9 MJ): 12.4% saved (90% interval 6.8% to 17.4%)``;
+    ``3.0% more (90% interval 0.5% to 5.6% more)``; ``no measurable difference yet (1.6% saved; 90% interval
+    4.2% more to 7.5% saved; about 12 more converged runs of batch size 256 would tell)``; ``no measurable
+    difference: only the default batch size ran``; ``-`` when there is no default to compare with.
+
+    Args:
+        saved: The saving.
+        amount: Formats a figure of the quantity (``1.4 MJ``); None: the percentages alone.
+        per: Said after each figure (`` per recurrence``).
+    """
+    if saved is None:
+        return "-"
+    head = ""
+    if amount is not None:
+        rng = ""
+        if saved.default_low is not None and saved.default_high is not None and not saved.same:
+            rng = f" (90%: {amount(saved.default_low)} to {amount(saved.default_high)})"
+        head = f"{amount(saved.spent)}{per} against the default's {amount(saved.default)}{per}{rng}: "
+    if saved.same:
+        return head + "no measurable difference: only the default batch size ran, at its default limit"
+    if saved.measurable:
+        return head + f"{pct(saved.value)} (90% interval {_interval(saved)})"
+    if saved.ci is None:
+        inside = "no interval yet: how much a run varies is unknown until a batch size has converged twice"
+    else:
+        inside = f"90% interval {_interval(saved)}"
+    return head + f"no measurable difference yet ({pct(saved.value)}; {inside}{_tell(saved.hint)})"
+
+
+def short(saved: Saved | None) -> str:
+    """A saving in a few words for a title or a table cell.
+
+    ``12.4% saved (6.8-17.4%)``, ``3.0% more (0.5-5.6%)``, and where the interval holds 0
+    ``no measurable difference (-2.1% to +4.0%)`` (signed: + saved, - more).
+    """
+    if saved is None:
+        return "-"
+    if saved.same:
+        return "no measurable difference (only the default ran)"
+    lo, hi = saved.low, saved.high
+    if lo is None or hi is None:
+        return "no measurable difference (no interval yet)"
+    if not saved.measurable:
+        return f"no measurable difference ({lo * 100:+.1f}% to {hi * 100:+.1f}%)"
+    if saved.value >= 0:
+        return f"{pct(saved.value)} ({lo * 100:.1f}-{hi * 100:.1f}%)"
+    return f"{pct(saved.value)} ({-hi * 100:.1f}-{-lo * 100:.1f}%)"
+
+
+def pct(v: float) -> str:
+    """``12.4% saved`` or ``3.0% more`` (a rounding residue of 0 reads ``0.0% saved``)."""
+    v = _zero(v)
+    return f"{v * 100:.1f}% saved" if v >= 0 else f"{-v * 100:.1f}% more"
+
+
+def _interval(saved: Saved) -> str:
+    if saved.low is None or saved.high is None:
+        return "unknown"
+    lo, hi = saved.low, saved.high
+    if lo >= 0:
+        return f"{lo * 100:.1f}% to {hi * 100:.1f}%"
+    if hi <= 0:
+        return f"{-hi * 100:.1f}% to {-lo * 100:.1f}% more"
+    return f"{-lo * 100:.1f}% more to {hi * 100:.1f}% saved"
+
+
+def _tell(hint: Hint | None) -> str:
+    if hint is None:
+        return ""
+    if hint.runs is None:
+        return f"; too small a difference to tell within {MOST_RUNS} more runs"
+    runs = "1 more converged run" if hint.runs == 1 else f"about {hint.runs} more converged runs"
+    return f"; {runs} of batch size {hint.batch_size} would tell"
+
+
+#: A group's key: ``(batch size, power limit)`` (limit None where none was set).
+Key = tuple[int, "float | None"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What every saving of one history rests on.
+
+    Attributes:
+        default_batch_size: b0.
+        groups: Each (batch size, limit)'s converged runs outside slow recurrences, without a first
+            run's sweep (`zeus_run.views.baseline.clean`): ``(cost, energy, time)``.
+        default: b0's runs as the default would have run them (`zeus_run.views.baseline.default_samples`).
+        spread: The pooled spread of ``groups``.
+    """
+
+    default_batch_size: int | None
+    groups: Mapping[Key, Sequence[Run]]
+    default: Sequence[tuple[float, float, float]]
+    spread: Spread
+
+    @classmethod
+    def of(
+        cls,
+        records: Sequence[TrialRecord],
+        default_batch_size: int | None,
+        *,
+        objective: Objective | None = None,
+        profile: Sequence[PowerLimitMeasurement] = (),
+        slow: Collection[int] = (),
+    ) -> Evidence:
+        from zeus_run.views.baseline import clean, default_samples
+
+        b0, _, _, samples = default_samples(
+            records, default_batch_size, objective=objective, profile=profile, slow=slow
+        )
+        rows = [
+            ((r.batch_size, r.power_limit), Run(clean(r), r.epochs, bool(r.profile_overhead)))
+            for r in records
+            if r.reached and r.observed and r.stop_reason.observed and r.recurrence not in slow
+        ]
+        groups = grouped(rows)
+        of_default = [run for (bs, _), runs in groups.items() if bs == b0 for run in runs]
+        return cls(b0, groups, samples, spread(groups.values(), of_default))
+
+    def default_mean(self, quantity: str) -> float | None:
+        """The default's mean of ``quantity`` (``cost``, ``energy``, ``time``), None before b0 converged."""
+        if not self.default:
+            return None
+        k = QUANTITIES.index(quantity)
+        return sum(s[k] for s in self.default) / len(self.default)
+
+    def group(self, key: Key, quantity: str) -> Group | None:
+        """``key``'s mean of ``quantity`` over its runs (None: none converged)."""
+        runs = self.groups.get(key)
+        if not runs:
+            return None
+        k = QUANTITIES.index(quantity)
+        if k > 0:  # energy and time: a sweep blurs them, so the runs without one where there are any
+            runs = [r for r in runs if not r.swept] or runs
+        mean = sum(r.values[k] for r in runs) / len(runs)
+        return Group(key[0], mean, len(runs), key[0] == self.default_batch_size, key[1])
+
+    def whole(self, quantity: str, spent: float, certain: float, expected: float, same: bool = False) -> Saved | None:
+        """The whole history's saving of ``quantity`` (`whole_history`); ``expected``: the default's part, estimated.
+
+        ``same``: only b0 ran, at the default limit: the default's cost over these recurrences is what they
+        spent, so the saving is 0, its interval the noise of b0's mean.
+        """
+        if not self.default or self.default_batch_size is None:
+            return None
+        if same:
+            spent = certain + expected
+        return whole_history(
+            spent,
+            certain,
+            expected,
+            self.spread.of_default(quantity),
+            len(self.default),
+            self.spread.df_of(quantity),
+            self.default_batch_size,
+            same,
+        )
+
+    def rate(self, keys: Sequence[Key], quantity: str) -> Saved | None:
+        """The saving of a recurrence at the groups ``keys`` name (one per recurrence; groups never converged skipped)."""
+        mean = self.default_mean(quantity)
+        if mean is None or self.default_batch_size is None:
+            return None
+        counts: dict[Group, int] = {}
+        for key in keys:
+            g = self.group(key, quantity)
+            if g is not None:
+                counts[g] = counts.get(g, 0) + 1
+        total = sum(counts.values())
+        if not total:
+            return None
+        weights = {g: n / total for g, n in counts.items()}
+        s, s0, df = self.spread.of(quantity), self.spread.of_default(quantity), self.spread.df_of(quantity)
+        return rate(weights, mean, len(self.default), s, s0, df, self.default_batch_size)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How intervals fared where the truth is known (simulations: `scripts/bench_optimizer.py`).
+
+    Attributes:
+        runs: Runs judged.
+        covered: Share of runs whose interval holds the true saving (an unbounded one holds anything).
+        median_width: Median width of the bounded intervals (fraction; NaN: none).
+        false_claims: Runs whose interval claims a saving (its low end above 0) where the truth is a
+            loss of more than `LOSS_TOLERANCE`.
+        worst: The lowest true saving among the runs that claimed a saving (None: none claimed one).
+        measurable: Share of runs whose interval leaves 0 out.
+    """
+
+    runs: int
+    covered: float
+    median_width: float
+    false_claims: int
+    worst: float | None
+    measurable: float
+
+    def line(self) -> str:
+        """One line for a benchmark's output."""
+        worst = "none claimed" if self.worst is None else f"{self.worst * 100:+.1f}%"
+        return (
+            f"90% interval of the cost saving: holds the true saving in {self.covered * 100:.1f}% of {self.runs} "
+            f"runs, median width {self.median_width * 100:.1f} pt, measurable in {self.measurable * 100:.1f}%; "
+            f"claims a saving where the truth is a loss of more than {LOSS_TOLERANCE * 100:.0f} point: "
+            f"{self.false_claims} (lowest true saving among the claims: {worst})"
+        )
+
+
+#: A loss this small (fraction) is not counted against an interval that claims a saving.
+LOSS_TOLERANCE = 0.01
+
+
+def calibrate(pairs: Iterable[tuple[float, tuple[float, float] | None]]) -> Calibration:
+    """`Calibration` of ``(true saving, interval or None)`` pairs."""
+    rows = list(pairs)
+    if not rows:
+        return Calibration(0, math.nan, math.nan, 0, None, math.nan)
+    widths = sorted(ci[1] - ci[0] for _, ci in rows if ci is not None)
+    covered = sum(1 for t, ci in rows if ci is None or ci[0] <= t <= ci[1])
+    claims = [t for t, ci in rows if ci is not None and ci[0] > 0]
+    mid = len(widths) // 2
+    median = (widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2) if widths else math.nan
+    return Calibration(
+        runs=len(rows),
+        covered=covered / len(rows),
+        median_width=median,
+        false_claims=sum(1 for t in claims if t < -LOSS_TOLERANCE),
+        worst=min(claims) if claims else None,
+        measurable=sum(1 for _, ci in rows if ci is not None and (ci[0] > 0 or ci[1] < 0)) / len(rows),
+    )
