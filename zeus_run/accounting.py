@@ -302,11 +302,14 @@ def _ci(saved: Saved | None) -> list[float] | None:
 
 
 def _period_text(p: Period) -> str:
+    def shown(v: float | str) -> str:
+        return repr(v) if isinstance(v, str) else f"{v:g}"
+
     parts = []
     if p.settings.carbon_g_per_kwh is not None:
-        parts.append(f"carbon {p.settings.carbon_g_per_kwh} g/kWh")
+        parts.append(f"carbon {shown(p.settings.carbon_g_per_kwh)} g/kWh")
     if p.settings.price_per_kwh is not None:
-        parts.append(f"price {p.settings.price_per_kwh} {p.settings.currency}/kWh")
+        parts.append(f"price {shown(p.settings.price_per_kwh)} {p.settings.currency}/kWh")
     return f"from recurrence {p.first}: " + (", ".join(parts) or "none")
 
 
