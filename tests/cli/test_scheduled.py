@@ -100,6 +100,7 @@ def test_a_second_trigger_while_the_first_runs_exits_at_once_with_the_busy_code(
     assert second.returncode == BUSY_EXIT_CODE == 75
     (line,) = [ln for ln in second.stderr.splitlines() if ln.strip()]
     assert f"on {socket.gethostname()}, since " in line and "pid " in line
+    assert line.startswith("Run directory ") and "Error:" not in line  # a skip, not an error
     assert [x["recurrence"] for x in records(cron_home)] == [1]  # nothing piled up
     assert wrapped.returncode == 0, wrapped.stderr  # the Kubernetes wrapper: busy is not a failure
 

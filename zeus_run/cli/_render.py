@@ -318,8 +318,8 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         sizes = ", ".join(str(b) for b in dict.fromkeys(st.batch_sizes))
         if st.saved:
             lines.append(
-                f"Steady state ({span}{skipped}; batch size {sizes}, each at its mean over its converged runs), "
-                "per recurrence against always running the default:"
+                f"Steady state ({span}{skipped}; batch size {sizes}, each at its mean over its converged runs) "
+                "against always running the default:"
             )
             lines.extend(_saving_lines(st.saved, " per recurrence"))
         else:
@@ -407,12 +407,9 @@ def _default_line(s: Summary) -> str:
     b = s.baseline
     at = f" at {b.power_limit:g} W (the default limit)" if b is not None and b.power_limit is not None else ""
     scaled = f", {b.scaled} of them scaled from a lower limit" if b is not None and b.scaled else ""
-    spread = ""
-    if s.spread.df > 0:
-        spread = (
-            f"; a run varies by about {s.spread.of_default('cost') * 100:.1f}% (from {s.spread.df} degree(s) of "
-            "freedom over every batch size), the intervals below rest on it"
-        )
+    spread = "; the 90% intervals below rest on how much runs vary (--format json: spread)"
+    if s.spread.df <= 0:
+        spread = "; no batch size has converged twice yet, so how much runs vary, and any interval, is unknown"
     return (
         f"Default batch size {s.default_batch_size}{at}: mean cost {fmt_energy(s.default_mean_cost)} "
         f"over {runs}{scaled}{spread}"
