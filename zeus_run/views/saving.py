@@ -514,7 +514,7 @@ def pct(v: float) -> str:
 def _interval(saved: Saved) -> str:
     if saved.low is None or saved.high is None:
         return "unknown"
-    lo, hi = saved.low, saved.high
+    lo, hi = (0.0 if abs(v) < 0.0005 else v for v in (saved.low, saved.high))  # no "0.0% more" for -0.0004
     if lo >= 0:
         return f"{lo * 100:.1f}% to {hi * 100:.1f}%"
     if hi <= 0:
