@@ -9,11 +9,12 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.sim_helpers import write_tiny_traces
-from zeus_run.accounting import J_PER_KWH, AccountingError, AccountingSettings, Rate, account, read_series
+from zeus_run.accounting import J_PER_KWH, AccountingError, AccountingSettings, Rate, read_series
 from zeus_run.cli import app
 from zeus_run.errors import SpecError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import parse_spec
+from zeus_run.views.money import account
 from zeus_run.views.recommend import Belief
 from zeus_run.views.summary import summarize
 

@@ -8,9 +8,10 @@ import pytest
 
 from tests.cli.test_run_cli import spec_text, zeus
 from tests.test_accounting import RECORDS
-from zeus_run.accounting import J_PER_KWH, AccountingSettings, Period, account
+from zeus_run.accounting import J_PER_KWH, AccountingSettings, Period
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.rates import RATES_NAME, note_change, periods
+from zeus_run.views.money import account
 from zeus_run.views.summary import summarize
 
 

@@ -15,6 +15,7 @@ from tests.factories import make_record
 from tests.test_summary import SETTLED, history, rec
 from zeus_run.cli import app
 from zeus_run.cli._render import summary_lines
+from zeus_run.views import evidence as ev
 from zeus_run.views import saving as est
 from zeus_run.views.recommend import Belief
 from zeus_run.views.summary import summarize
@@ -29,22 +30,22 @@ def test_t_quantile_matches_the_table(df, t):
 
 
 def test_spread_weighs_each_group_alike_and_adds_the_defaults_rounding():
-    run = est.Run
+    run = ev.Run
     steady = [run((10.0, 10.0, 1.0), 10) for _ in range(20)]  # the batch size the job settled on: never varies
     noisy = [run((9.0, 9.0, 0.9), 9), run((11.0, 11.0, 1.1), 11)]
-    s = est.spread([steady, noisy], default=[run((50.0, 50.0, 5.0), 5)])
+    s = ev.spread([steady, noisy], default=[run((50.0, 50.0, 5.0), 5)])
     assert s.df == 19 + 1
     var_noisy = (math.log(11) - math.log(9)) ** 2 / 2
     assert s.cost == pytest.approx(math.sqrt(var_noisy / 2))  # two groups, one vote each
     assert s.rounding == pytest.approx(1 / (math.sqrt(12) * 5))
     assert s.of_default("cost") == pytest.approx(math.hypot(s.cost, s.rounding))
-    assert est.spread([[run((1.0, 1.0, 1.0), 1)]]).df == 0  # nothing converged twice: unknown
+    assert ev.spread([[run((1.0, 1.0, 1.0), 1)]]).df == 0  # nothing converged twice: unknown
 
 
 def test_a_swept_run_counts_in_the_cost_spread_only():
-    run = est.Run
+    run = ev.Run
     g = [run((10.0, 8.0, 1.0), 10, swept=True), run((10.0, 10.0, 1.0), 10), run((11.0, 11.0, 1.1), 11)]
-    s = est.spread([g])
+    s = ev.spread([g])
     assert (s.df, s.df_energy) == (2, 1)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.factories import make_record
 from zeus_run.records import TrialRecord
-from zeus_run.views.saving import Evidence
+from zeus_run.views.evidence import Evidence
 from zeus_run.views.summary import (
     batch_size_stats,
     exploration_status,

@@ -49,7 +49,7 @@ Justify = Literal["left", "right"]
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from zeus_run.accounting import Accounting
+    from zeus_run.views.money import Accounting
 
 
 @dataclass

@@ -9,7 +9,7 @@ changed section applies from the recurrence where it appears, never to the recur
   ``spec.yaml``'s); a changed rate appends a line ``{"from_recurrence": N, ...}`` (the first change
   writes the original period first) and returns the notice to show, naming each changed field;
   a changed ``currency`` is refused (one history is summed in one currency);
-* `periods` reads the lines back for the views (`zeus_run.accounting.account`).
+* `periods` reads the lines back for the views (`zeus_run.views.money.account`).
 
 Appends are whole lines written at once (``O_APPEND``); a torn last line is ignored.
 """

@@ -41,7 +41,7 @@ from zeus_run.sim._baselines import (
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
-from zeus_run.views.saving import Saved
+from zeus_run.views.saving import Saved, saved_json
 
 logger = logging.getLogger(__name__)
 
@@ -284,22 +284,13 @@ class SimResult:
         return [counts[k] for k in sorted(counts)]
 
     def saved(self) -> dict[str, Saved | None]:
-        """The saving of cost, energy and time against the default, as ``history`` states it on the run directory.
-
-        `zeus_run.views.jobs.summarize_run` on these records and settings (`zeus_run.views.saving`: b0's
-        simulated runs scaled to the maximum power limit, with the 90% interval). The one saving a
-        simulation states; ``cost_vs_default`` is what it is checked against: the traces' expected
-        Default, which only a simulation knows.
-        """
+        """Cost, energy and time saved, with 90% intervals, as ``history`` states them on the run directory (the
+        one saving a simulation states; ``cost_vs_default``, against the traces' expected Default, checks it)."""
         from zeus_run.views.jobs import summarize_run
 
         if self._saved is None:
             self._saved = summarize_run(self.records, self.knobs).saved
         return self._saved
-
-    def savings(self) -> dict[str, float | None]:
-        """`saved`'s figures (fractions)."""
-        return {q: v.value if v is not None else None for q, v in self.saved().items()}
 
     @property
     def regret(self) -> float:
@@ -325,19 +316,11 @@ class SimResult:
             "cost_vs_default": self.cost / self.default_cost,
             "energy_vs_default": self.energy / (self.load * self.default.energy),
             "time_vs_default": self.time / (self.load * self.default.time),
-            **_saved_json(self.saved()),
+            **saved_json(self.saved()),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
             "final_batch_size": self.final[0],
             "final_power_limit": self.final[1],
         }
-
-
-def _saved_json(saved: dict[str, Saved | None]) -> dict[str, dict]:
-    """``saved`` (each quantity's figure, a fraction) and ``saved_ci`` (its 90% interval, ``[low, high]``)."""
-    return {
-        "saved": {q: v.value if v is not None else None for q, v in saved.items()},
-        "saved_ci": {q: list(v.ci) if v is not None and v.ci is not None else None for q, v in saved.items()},
-    }
 
 
 def paper_horizon(table: JobTable) -> int:

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
-    from zeus_run.accounting import Accounting
     from zeus_run.engine.knobs import Knobs
     from zeus_run.records import TrialRecord
     from zeus_run.rundir.settings import RunSettings
+    from zeus_run.views.money import Accounting
     from zeus_run.views.saving import Saved
     from zeus_run.views.summary import Summary
 
@@ -205,9 +205,10 @@ def accounting_of(
     Raises:
         zeus_run.accounting.AccountingError: A rate series named there cannot be read.
     """
-    from zeus_run.accounting import account, settings_from
+    from zeus_run.accounting import settings_from
     from zeus_run.rundir.rates import periods
     from zeus_run.rundir.settings import RunSettings
+    from zeus_run.views.money import account
 
     if settings is None:
         settings = RunSettings.read(run_dir)

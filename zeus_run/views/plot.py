@@ -28,7 +28,7 @@ from zeus_run.views.saving import short
 from zeus_run.views.summary import EXPLORING_STAGES, Summary, recurrence_rows, summarize
 
 if TYPE_CHECKING:
-    from zeus_run.accounting import Accounting
+    from zeus_run.views.money import Accounting
 
 #: Image size (unit: inches) and resolution: 900 x 1000 pixels.
 FIGSIZE = (9.0, 10.0)

@@ -27,7 +27,7 @@ def cumulative_savings(job: JobView) -> list[float]:
     The rule of `zeus_run.views.saving`: what every try spent so far against the default's mean for each
     recurrence a batch size ran in (times its slowdown), tries no batch size caused on both sides.
     """
-    from zeus_run.views.summary import unattributed
+    from zeus_run.views.evidence import unattributed
 
     s = job.summary
     if s.baseline is None:

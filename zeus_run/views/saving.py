@@ -17,12 +17,13 @@ the same recurrences (`zeus_run.views.baseline`: b0 at the default power limit):
   interruption) is no batch size's doing: what it spent counts on both sides.
 
 The spent figure is known; the default's is an estimate from b0's converged runs, so the
-interval is that estimate's: ``log(mean)`` has standard error ``s / sqrt(n0)``, where n0 is the
-number of b0's runs and ``s`` the run-to-run spread of a converged run's cost (energy, time)
-on the log scale, pooled over every batch size and limit that converged more than once
-(`Spread`: it rests on all of them, not on b0's few runs alone), and the quantile is Student's t
-with the pooled degrees of freedom. Before any batch size has converged twice the spread is
-unknown and no interval is stated.
+interval is that estimate's: ``log(mean)`` has standard error ``s0 / sqrt(n0)``, where n0 is the
+number of b0's runs and ``s0`` how much one of them varies on the log scale: the spread of a
+converged run about its batch size's mean, averaged over every batch size and limit that converged
+more than once (each weighing the same: it rests on all of them, not on b0's few runs alone), plus
+the rounding of b0's runs to whole epochs (`zeus_run.views.evidence.Spread`); the quantile is
+Student's t with the pooled degrees of freedom. Before any batch size has converged twice the
+spread is unknown and no interval is stated. Its calibration: docs/savings.md.
 
 **Steady state and the recommendation** are rates: what a recurrence costs from now on at the
 batch sizes (and limits) the last recurrences converged with, each at its mean over its
@@ -37,116 +38,16 @@ energy's, over the same recurrences.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any
 
-if TYPE_CHECKING:
-    from zeus_run.objective import Objective
-    from zeus_run.records import PowerLimitMeasurement, TrialRecord
+from zeus_run.views._student import t_quantile
 
 #: Coverage of every interval stated.
 LEVEL = 0.90
 #: Most extra runs a hint names; beyond it the difference is too small to tell soon.
 MOST_RUNS = 100
-#: Quantities a run's spread is measured on (carbon and money take energy's).
-QUANTITIES = ("cost", "energy", "time")
-
-K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Run-to-run spread of a converged run, on the log scale.
-
-    A group is one batch size at one power limit. Each group with two runs or more estimates
-    the variance of ``log`` of one run about its group's mean; the spread is the root of their
-    average, each group weighing the same: the batch size a job settled on runs most, and its
-    runs may vary less (or more) than the default's, so it must not speak for all of them.
-
-    The default's runs carry one more term, ``rounding``: a run ends at a whole epoch, so a run
-    that needed ``e`` epochs is known to about ``1 / (sqrt(12) x e)`` of its cost (the variance
-    of rounding to a whole epoch). Other batch sizes may need other epoch counts, or happen to
-    need the same ones every time; the default's mean is known no better than its own epochs.
-
-    Attributes:
-        cost: Standard deviation of ``log(cost)`` of one run.
-        energy: The same of energy.
-        time: The same of time.
-        df: Degrees of freedom of ``cost``: runs minus groups, over the groups with two runs or
-            more (0: unknown, no interval).
-        df_energy: Those of ``energy`` and ``time`` (a first run's sweep blurs its energy and time,
-            not its cost: such runs count in ``cost`` alone).
-        rounding: Relative standard deviation of rounding b0's runs to whole epochs (0: epochs unknown).
-    """
-
-    cost: float = 0.0
-    energy: float = 0.0
-    time: float = 0.0
-    df: int = 0
-    df_energy: int = 0
-    rounding: float = 0.0
-
-    def of(self, quantity: str) -> float:
-        """The spread of ``quantity`` for a batch size (carbon and money: energy's)."""
-        return getattr(self, quantity if quantity in QUANTITIES else "energy")
-
-    def of_default(self, quantity: str) -> float:
-        """The spread of one of b0's runs: `of` with b0's `rounding`."""
-        return math.hypot(self.of(quantity), self.rounding)
-
-    def df_of(self, quantity: str) -> int:
-        """Degrees of freedom of ``quantity``'s spread."""
-        return self.df if quantity == "cost" else self.df_energy
-
-
-@dataclass(frozen=True)
-class Run:
-    """One converged run as a spread sees it.
-
-    Attributes:
-        values: ``(cost, energy, time)``, without a first run's sweep.
-        epochs: Epochs it needed (0: unknown).
-        swept: Whether it swept the power limits (its energy and time are reconstructed).
-    """
-
-    values: tuple[float, float, float]
-    epochs: int = 0
-    swept: bool = False
-
-
-def spread(groups: Iterable[Sequence[Run]], default: Sequence[Run] = ()) -> Spread:
-    """The spread of ``groups`` of runs, and the rounding of the ``default``'s (`Spread`).
-
-    Runs with a non-positive value are left out (no logarithm).
-    """
-    usable = [[r for r in g if min(r.values) > 0] for g in groups]
-    sds: list[float] = []
-    dfs: list[int] = []
-    for k in range(3):
-        variances, df = [], 0
-        for g in usable:
-            rows = [r for r in g if k == 0 or not r.swept]
-            if len(rows) < 2:
-                continue
-            logs = [math.log(r.values[k]) for r in rows]
-            m = sum(logs) / len(logs)
-            variances.append(sum((v - m) ** 2 for v in logs) / (len(rows) - 1))
-            df += len(rows) - 1
-        sds.append(math.sqrt(sum(variances) / len(variances)) if variances else 0.0)
-        dfs.append(df)
-    epochs = [r.epochs for r in default if r.epochs > 0]
-    rounding = math.sqrt(sum(1.0 / (12.0 * e * e) for e in epochs) / len(epochs)) if epochs else 0.0
-    return Spread(sds[0], sds[1], sds[2], dfs[0], dfs[1], rounding)
-
-
-def grouped(rows: Iterable[tuple[K, Run]]) -> dict[K, list[Run]]:
-    """``(group, run)`` pairs as lists per group, in first-seen order."""
-    out: dict[K, list[Run]] = defaultdict(list)
-    for key, run in rows:
-        out[key].append(run)
-    return dict(out)
 
 
 @dataclass(frozen=True)
@@ -222,61 +123,6 @@ def _zero(v: float) -> float:
     return 0.0 if abs(v) < 1e-12 else v
 
 
-def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile: the ``t`` with ``P(T <= t) = p`` for ``df`` degrees of freedom (inf: normal).
-
-    Bisection on the distribution function (`_t_cdf`), to 1e-9.
-    """
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile({p}, {df}): p must be in (0, 1) and df > 0")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while _t_cdf(hi, df) < p:
-        hi *= 2.0
-    while hi - lo > 1e-9 * max(1.0, hi):
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
-    return (lo + hi) / 2.0
-
-
-def _t_cdf(t: float, df: float) -> float:
-    if math.isinf(df):
-        return 0.5 * (1.0 + math.erf(t / math.sqrt(2.0)))
-    x = df / (df + t * t)
-    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
-    return 1.0 - tail if t >= 0 else tail
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta ``I_x(a, b)`` (continued fraction, Lentz's method)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1.0) / (a + b + 2.0):
-        return 1.0 - _betainc(b, a, 1.0 - x)
-    tiny = 1e-300
-    f, c, d = 1.0, 1.0, 0.0
-    for i in range(400):
-        m = i // 2
-        if i == 0:
-            num = 1.0
-        elif i % 2 == 0:
-            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        else:
-            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        d = 1.0 + num * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + num / c
-        c = c if abs(c) > tiny else tiny
-        f *= c * d
-        if abs(1.0 - c * d) < 1e-12:
-            break
-    return front * (f - 1.0) / a
-
-
 def quantile(df: int) -> float:
     """The two-sided `LEVEL` t quantile for ``df`` degrees of freedom."""
     return t_quantile(0.5 + LEVEL / 2.0, df)
@@ -299,7 +145,7 @@ def whole_history(
         certain: What the tries no batch size caused spent: on both sides, known.
         expected: What the default would be expected to cost over the recurrences compared (its mean
             times their slowdowns, charged at their rates): the estimate.
-        spread_of: Spread of one of b0's runs (`Spread.of_default`; log scale).
+        spread_of: Spread of one of b0's runs (`zeus_run.views.evidence.Spread.of_default`; log scale).
         runs: b0's converged runs the default's mean rests on.
         df: The spread's degrees of freedom.
         default_batch_size: b0 (named by the hint).
@@ -390,7 +236,7 @@ def rate(
     """The saving of a recurrence at the batch sizes in ``weights`` (shares summing to 1) against the default's mean.
 
     ``log(sum(w m)) - log(m0)`` by the delta method: each group's log mean has variance
-    ``s^2 / n`` (``s0`` for b0's groups: `Spread.of_default`), and b0's runs count in both means
+    ``s^2 / n`` (``s0`` for b0's groups: `zeus_run.views.evidence.Spread.of_default`), and b0's runs count in both means
     (covariance ``s0^2 / n0`` for each of b0's groups), so a job that runs b0 alone has none.
     """
     if default_mean <= 0 or default_runs <= 0 or not weights:
@@ -531,108 +377,6 @@ def _tell(hint: Hint | None) -> str:
     return f"; {runs} of batch size {hint.batch_size} would tell"
 
 
-#: A group's key: ``(batch size, power limit)`` (limit None where none was set).
-Key = tuple[int, "float | None"]
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What every saving of one history rests on.
-
-    Attributes:
-        default_batch_size: b0.
-        groups: Each (batch size, limit)'s converged runs outside slow recurrences, without a first
-            run's sweep (`zeus_run.views.baseline.clean`): ``(cost, energy, time)``.
-        default: b0's runs as the default would have run them (`zeus_run.views.baseline.default_samples`).
-        spread: The pooled spread of ``groups``.
-    """
-
-    default_batch_size: int | None
-    groups: Mapping[Key, Sequence[Run]]
-    default: Sequence[tuple[float, float, float]]
-    spread: Spread
-
-    @classmethod
-    def of(
-        cls,
-        records: Sequence[TrialRecord],
-        default_batch_size: int | None,
-        *,
-        objective: Objective | None = None,
-        profile: Sequence[PowerLimitMeasurement] = (),
-        slow: Collection[int] = (),
-    ) -> Evidence:
-        from zeus_run.views.baseline import clean, default_samples
-
-        b0, _, _, samples = default_samples(
-            records, default_batch_size, objective=objective, profile=profile, slow=slow
-        )
-        rows = [
-            ((r.batch_size, r.power_limit), Run(clean(r), r.epochs, bool(r.profile_overhead)))
-            for r in records
-            if r.reached and r.observed and r.stop_reason.observed and r.recurrence not in slow
-        ]
-        groups = grouped(rows)
-        of_default = [run for (bs, _), runs in groups.items() if bs == b0 for run in runs]
-        return cls(b0, groups, samples, spread(groups.values(), of_default))
-
-    def default_mean(self, quantity: str) -> float | None:
-        """The default's mean of ``quantity`` (``cost``, ``energy``, ``time``), None before b0 converged."""
-        if not self.default:
-            return None
-        k = QUANTITIES.index(quantity)
-        return sum(s[k] for s in self.default) / len(self.default)
-
-    def group(self, key: Key, quantity: str) -> Group | None:
-        """``key``'s mean of ``quantity`` over its runs (None: none converged)."""
-        runs = self.groups.get(key)
-        if not runs:
-            return None
-        k = QUANTITIES.index(quantity)
-        if k > 0:  # energy and time: a sweep blurs them, so the runs without one where there are any
-            runs = [r for r in runs if not r.swept] or runs
-        mean = sum(r.values[k] for r in runs) / len(runs)
-        return Group(key[0], mean, len(runs), key[0] == self.default_batch_size, key[1])
-
-    def whole(self, quantity: str, spent: float, certain: float, expected: float, same: bool = False) -> Saved | None:
-        """The whole history's saving of ``quantity`` (`whole_history`); ``expected``: the default's part, estimated.
-
-        ``same``: only b0 ran, at the default limit: the default's cost over these recurrences is what they
-        spent, so the saving is 0, its interval the noise of b0's mean.
-        """
-        if not self.default or self.default_batch_size is None:
-            return None
-        if same:
-            spent = certain + expected
-        return whole_history(
-            spent,
-            certain,
-            expected,
-            self.spread.of_default(quantity),
-            len(self.default),
-            self.spread.df_of(quantity),
-            self.default_batch_size,
-            same,
-        )
-
-    def rate(self, keys: Sequence[Key], quantity: str) -> Saved | None:
-        """The saving of a recurrence at the groups ``keys`` name (one per recurrence; groups never converged skipped)."""
-        mean = self.default_mean(quantity)
-        if mean is None or self.default_batch_size is None:
-            return None
-        counts: dict[Group, int] = {}
-        for key in keys:
-            g = self.group(key, quantity)
-            if g is not None:
-                counts[g] = counts.get(g, 0) + 1
-        total = sum(counts.values())
-        if not total:
-            return None
-        weights = {g: n / total for g, n in counts.items()}
-        s, s0, df = self.spread.of(quantity), self.spread.of_default(quantity), self.spread.df_of(quantity)
-        return rate(weights, mean, len(self.default), s, s0, df, self.default_batch_size)
-
-
 @dataclass(frozen=True)
 class Calibration:
     """How intervals fared where the truth is known (simulations: `scripts/bench_optimizer.py`).
@@ -687,3 +431,11 @@ def calibrate(pairs: Iterable[tuple[float, tuple[float, float] | None]]) -> Cali
         worst=min(claims) if claims else None,
         measurable=sum(1 for _, ci in rows if ci is not None and (ci[0] > 0 or ci[1] < 0)) / len(rows),
     )
+
+
+def saved_json(saved: Mapping[str, Saved | None]) -> dict[str, dict[str, Any]]:
+    """``saved`` (each quantity's figure, a fraction) and ``saved_ci`` (its 90% interval, ``[low, high]``)."""
+    return {
+        "saved": {q: v.value if v is not None else None for q, v in saved.items()},
+        "saved_ci": {q: list(v.ci) if v is not None and v.ci is not None else None for q, v in saved.items()},
+    }

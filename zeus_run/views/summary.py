@@ -7,37 +7,45 @@ replayed alike), so the CLI only renders and tests call these directly:
 * `batch_size_stats`: per batch size, trials, converged runs, mean and spread
   of the cost, epochs, time and energy;
 * `exploration_status`: whether the optimizer is still exploring;
-* `steady_state`: the cost of the last K recurrences after exploration, against
-  the default batch size's mean (the figure that says what zeus-run saves per
-  run from now on, which the whole-history total hides while exploration is
-  young);
+* `steady_state`: what a recurrence costs now that exploration is over, against the
+  default's (what zeus-run saves per run from now on, hidden in the whole history while young);
 * `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
 * `failure_reason`: a crashed trial's cause, from the tail of its log;
 * `summarize`: all of it, plus totals and savings against always running the default
   (`zeus_run.views.baseline`: the default batch size at the default power limit), each with
   its 90% interval (`zeus_run.views.saving`, the one estimator).
 
-One rule for slow recurrences (the machine ran slow: `zeus_run.optimizer.early_stop`): their
-runs are out of every *mean* (each batch size's, the default's, the steady state's and the
-recommendation's: they say nothing about a batch size), and in every *total*: what they spent
-counts, in the totals and in the whole history's saving, against the default run as slow
-(its mean times the slowdown). `Summary.slow` lists them.
+One rule for slow recurrences (`zeus_run.optimizer.early_stop`; `Summary.slow` lists them): out of
+every *mean* (they say nothing about a batch size), in every *total* and the whole history's saving,
+against the default run as slow (its mean times the slowdown).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import math
-from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zeus_run.contract import StopReason, crash_cause
 from zeus_run.records import TrialRecord
 from zeus_run.views import saving as est
-from zeus_run.views.baseline import Baseline, default_samples
+from zeus_run.views.baseline import Baseline
+from zeus_run.views.evidence import (
+    QUANTITIES,
+    Evidence,
+    Spread,
+    baseline_of,
+    compared_recurrences,
+    default_of,
+    history_savings,
+    totals,
+    value_of,
+    window_mean,
+    with_interval,
+)
+from zeus_run.views.provenance import provenance, started
 from zeus_run.views.recommend import Belief, Recommendation, recommend
 
 if TYPE_CHECKING:
@@ -49,9 +57,6 @@ STEADY_WINDOW = 5
 
 #: Optimizer stages that are exploration (the rest, ``thompson``, is exploitation).
 EXPLORING_STAGES = ("pruning", "explore")
-
-#: Provenance fields a trial record may carry (shown when present).
-PROVENANCE_FIELDS = ("zeus_run", "host", "gpus", "slurm_job_id")
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,7 @@ class Summary:
     savings_energy_ci: tuple[float, float] | None = None
     savings_time_ci: tuple[float, float] | None = None
     saved: dict[str, est.Saved | None] = field(default_factory=dict)
-    spread: est.Spread = field(default_factory=est.Spread)
+    spread: Spread = field(default_factory=Spread)
     compared_recurrences: int = 0
     baseline: Baseline | None = None
     estimated: bool = False
@@ -293,24 +298,10 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
                 stages=tuple(r.stage for r in rs),
                 reasons=tuple(failure_reason(r) for r in rs),
                 power_limit=rs[-1].power_limit,
-                date=_date(rs[0]),
+                date=started(rs[0]),
             )
         )
     return rows
-
-
-def _date(record: TrialRecord) -> str | None:
-    """``YYYY-MM-DD HH:MMZ`` (UTC) of the record's trigger, or of its start; None without either."""
-    stamp = record.triggered_at or record.started_at
-    if not stamp:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return stamp[:16]
-    if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc)
-    return when.strftime("%Y-%m-%d %H:%MZ")
 
 
 def batch_size_stats(records: Sequence[TrialRecord], slow: Collection[int] = ()) -> list[BatchSizeStats]:
@@ -363,7 +354,7 @@ def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
 def steady_state(
     rows: Sequence[RecurrenceRow],
     exploration: ExplorationStatus,
-    evidence: est.Evidence | None,
+    evidence: Evidence | None,
     window: int = STEADY_WINDOW,
     slow: Collection[int] = (),
 ) -> SteadyState | None:
@@ -393,9 +384,9 @@ def steady_state(
         return None
     skipped = sum(row.recurrence in slow for row in after if row.recurrence >= recent[0].recurrence)
     keys = [(row.final_batch_size, row.power_limit) for row in recent]
-    saved = {q: evidence.rate(keys, q) for q in est.QUANTITIES} if evidence is not None else {}
+    saved = {q: evidence.rate(keys, q) for q in QUANTITIES} if evidence is not None else {}
     cost = saved.get("cost")
-    mean = cost.spent if cost is not None else _window_mean(recent, evidence)
+    mean = cost.spent if cost is not None else window_mean(recent, evidence)
     return SteadyState(
         recurrences=len(recent),
         first=recent[0].recurrence,
@@ -407,40 +398,6 @@ def steady_state(
         savings_ci=cost.ci if cost is not None else None,
         saved=saved,
     )
-
-
-def _window_mean(recent: Sequence[RecurrenceRow], evidence: est.Evidence | None) -> float:
-    """The window's expected cost from its groups' means, or (none converged outside slow recurrences) its own."""
-    groups = [evidence.group((row.final_batch_size, row.power_limit), "cost") for row in recent] if evidence else []
-    means = [g.mean for g in groups if g is not None]
-    return sum(means) / len(means) if means else sum(row.cost for row in recent) / len(recent)
-
-
-def provenance(records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
-    """Distinct values of each provenance field the records carry, in first-seen order.
-
-    GPUs read as ``name (uuid)``, joined with ``, `` for a trial that measured several.
-    """
-    out: dict[str, tuple[str, ...]] = {}
-    for name in PROVENANCE_FIELDS:
-        seen: Counter[str] = Counter()
-        for r in records:
-            value = (r.provenance or {}).get(name)
-            if value is None or value in ("", [], ()):
-                continue
-            if isinstance(value, list | tuple):
-                text = ", ".join(_gpu_text(v) if isinstance(v, dict) else str(v) for v in value)
-            else:
-                text = str(value)
-            seen[text] += 1
-        if seen:
-            out[name] = tuple(seen)
-    return out
-
-
-def _gpu_text(gpu: dict) -> str:
-    name, uuid = gpu.get("name", "?"), gpu.get("uuid")
-    return f"{name} ({uuid})" if uuid else str(name)
 
 
 def summarize(
@@ -469,36 +426,36 @@ def summarize(
     rows = recurrence_rows(records)
     stats = batch_size_stats(records, slow)
     converged_rows = [row for row in rows if row.reached]
-    evidence = est.Evidence.of(records, default_batch_size, objective=objective, profile=profile, slow=slow)
-    base = _baseline_of(records, default_batch_size, objective, profile, slow, evidence)
-    totals = _totals(records)
-    whole = whole_history(records, evidence, base, slow)
+    evidence = Evidence.of(records, default_batch_size, objective=objective, profile=profile, slow=slow)
+    base = baseline_of(records, default_batch_size, objective, profile, slow, evidence)
+    spent = totals(records)
+    whole = history_savings(records, evidence, base, slow)
     with_cost = [s for s in stats if s.mean_cost is not None]
     best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
     exploration = exploration_status(records)
     rec = recommend(stats, base.cost if base else None, default_batch_size, belief.batch_size if belief else None)
-    saved = {q: whole.get(q) for q in est.QUANTITIES}
+    saved = {q: whole.get(q) for q in QUANTITIES}
     return Summary(
         trials=len(records),
         recurrences=len(converged_rows),
-        total_time=totals["time"],
-        total_energy=totals["energy"],
-        total_cost=totals["cost"],
+        total_time=spent["time"],
+        total_energy=spent["energy"],
+        total_cost=spent["cost"],
         best_batch_size=best,
         default_batch_size=default_batch_size,
         default_mean_cost=base.cost if base else None,
         default_mean_energy=base.energy if base else None,
         default_mean_time=base.time if base else None,
         default_runs=base.runs if base else 0,
-        baseline_cost=_default_of(saved["cost"]),
-        baseline_energy=_default_of(saved["energy"]),
-        baseline_time=_default_of(saved["time"]),
-        savings_cost=_value_of(saved["cost"]),
-        savings_energy=_value_of(saved["energy"]),
-        savings_time=_value_of(saved["time"]),
-        compared_cost=totals["cost"],
-        compared_energy=totals["energy"],
-        compared_time=totals["time"],
+        baseline_cost=default_of(saved["cost"]),
+        baseline_energy=default_of(saved["energy"]),
+        baseline_time=default_of(saved["time"]),
+        savings_cost=value_of(saved["cost"]),
+        savings_energy=value_of(saved["energy"]),
+        savings_time=value_of(saved["time"]),
+        compared_cost=spent["cost"],
+        compared_energy=spent["energy"],
+        compared_time=spent["time"],
         savings_cost_ci=saved["cost"].ci if saved["cost"] else None,
         savings_energy_ci=saved["energy"].ci if saved["energy"] else None,
         savings_time_ci=saved["time"].ci if saved["time"] else None,
@@ -513,7 +470,7 @@ def summarize(
         by_batch_size=tuple(stats),
         exploration=exploration,
         steady=steady_state(rows, exploration, evidence if base else None, steady_window, slow),
-        recommendation=_with_interval(rec, evidence) if base else rec,
+        recommendation=with_interval(rec, evidence) if base else rec,
         provenance=provenance(records),
         after_time=sum(r.after_time or 0.0 for r in records),
         after_energy=sum(r.after_energy or 0.0 for r in records),
@@ -521,85 +478,6 @@ def summarize(
         sweeps=sum(1 for r in records if r.profile_overhead is not None),
         sweep_cost=sum(r.profile_overhead or 0.0 for r in records),
     )
-
-
-def _baseline_of(
-    records: Sequence[TrialRecord],
-    default_batch_size: int | None,
-    objective: Objective | None,
-    profile: Sequence[PowerLimitMeasurement],
-    slow: Collection[int],
-    evidence: est.Evidence,
-) -> Baseline | None:
-    b0, limit, moved, samples = default_samples(
-        records, default_batch_size, objective=objective, profile=profile, slow=slow
-    )
-    if not samples or b0 is None:
-        return None
-    means = [evidence.default_mean(q) or 0.0 for q in est.QUANTITIES]
-    return Baseline(b0, limit, len(samples), moved, *means)
-
-
-def _totals(records: Sequence[TrialRecord]) -> dict[str, float]:
-    """What every try spent: cost (a skipped try: nothing), energy (unit: J) and time (unit: s)."""
-    return {
-        "cost": sum(r.spent_cost for r in records),
-        "energy": sum(r.energy for r in records),
-        "time": sum(r.time for r in records),
-    }
-
-
-def compared_recurrences(records: Sequence[TrialRecord]) -> list[int]:
-    """The recurrences the default would have run: those in which a batch size ran (a try the optimizer observes)."""
-    return sorted({r.recurrence for r in records if r.stop_reason.observed})
-
-
-def unattributed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Tries no batch size caused (environment, spec, infrastructure errors, interruptions): on both sides."""
-    return [r for r in records if not r.stop_reason.observed]
-
-
-def only_default(records: Sequence[TrialRecord], base: Baseline | None) -> bool:
-    """Whether every try a batch size ran was b0's, at the default limit: nothing differs from the default."""
-    if base is None:
-        return False
-    ran = [r for r in records if r.stop_reason.observed]
-    return bool(ran) and all(
-        r.batch_size == base.batch_size and (r.power_limit is None or r.power_limit == base.power_limit) for r in ran
-    )
-
-
-def whole_history(
-    records: Sequence[TrialRecord], evidence: est.Evidence, base: Baseline | None, slow: Mapping[int, float]
-) -> dict[str, est.Saved | None]:
-    """Cost, energy and time saved over the whole history (`zeus_run.views.saving`: the rule, the interval)."""
-    if base is None:
-        return {}
-    factor = sum(slow.get(n, 1.0) for n in compared_recurrences(records))
-    spent, certain = _totals(records), _totals(unattributed(records))
-    same = only_default(records, base)
-    return {q: evidence.whole(q, spent[q], certain[q], getattr(base, q) * factor, same) for q in est.QUANTITIES}
-
-
-def _with_interval(rec: Recommendation | None, evidence: est.Evidence) -> Recommendation | None:
-    """``rec`` with its saving from its (batch size, limit)'s converged runs, and that saving's interval."""
-    if rec is None:
-        return None
-    key = (rec.batch_size, rec.power_limit)
-    saved, group = evidence.rate([key], "cost"), evidence.group(key, "cost")
-    if saved is None or group is None:
-        return rec
-    return dataclasses.replace(
-        rec, mean_cost=saved.spent, runs=group.runs, savings=saved.value, savings_ci=saved.ci, saved=saved
-    )
-
-
-def _default_of(saved: est.Saved | None) -> float | None:
-    return saved.default if saved is not None else None
-
-
-def _value_of(saved: est.Saved | None) -> float | None:
-    return saved.value if saved is not None else None
 
 
 def _mean(values: Sequence[float]) -> float | None:
