@@ -24,7 +24,7 @@ from zeus_run.cli.plot import plot_command
 from zeus_run.cli.replay import replay_command
 from zeus_run.cli.report import report_command
 from zeus_run.cli.run import run_command
-from zeus_run.cli.serve import serve_command
+from zeus_run.cli.serve import ServeGroup, serve_command
 from zeus_run.cli.simulate import simulate_command
 from zeus_run.cli.tell import heartbeat_command, tell_command
 
@@ -71,7 +71,7 @@ app.command("exec")(exec_command)
 app.command("tell")(tell_command)
 app.command("heartbeat")(heartbeat_command)
 app.command("cancel")(cancel_command)
-app.command("serve")(serve_command)
+app.command("serve", cls=ServeGroup)(serve_command)  # type: ignore[arg-type]  # serve, and serve tokens ...
 
 COMMANDS = (
     *("run", "history", "plot", "check", "simulate", "replay", "export", "report"),

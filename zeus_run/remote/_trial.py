@@ -81,7 +81,8 @@ class RemoteTrial:
             except OSError as exc:
                 raise ServerError(0, f"Cannot read {Env.SERVER_SPEC} = {spec!r}: {exc.strerror or exc}.") from None
         decision = client.ask(job, host=host)
-        logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), decision.get("token"))
+        shown = f"{str(decision.get('token'))[:6]}~"  # a short id: no token in a log line
+        logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), shown)
         return cls(client, job, str(decision["token"]), decision, float(decision.get("lease_s") or 0) or _env_lease())
 
     def begin(self) -> None:
