@@ -213,3 +213,7 @@ class ServeGroup(TyperGroup):
         attrs.pop("no_args_is_help", None)
         super().__init__(invoke_without_command=True, **attrs)
         self.add_command(typer.main.get_command(tokens_app), "tokens")
+
+
+#: The click class `zeus_run.cli._app.LazyGroup` builds ``serve`` with (``serve`` serves; ``serve tokens`` ...).
+COMMAND_CLASS = ServeGroup

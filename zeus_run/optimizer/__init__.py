@@ -30,6 +30,7 @@ def make_optimizer(
     default_batch_size: int,
     seed: int,
     horizon: int | None = None,
+    lifetime: int | None = None,
 ) -> BatchSizeOptimizer:
     """Build the optimizer a spec asks for.
 
@@ -39,6 +40,7 @@ def make_optimizer(
         default_batch_size: b0.
         seed: Seed of the optimizer's draws.
         horizon: The job's recurrences (None: open-ended or unknown).
+        lifetime: An open-ended job's expected recurrences (the spec's ``lifetime``; None: the default).
 
     Raises:
         ValueError: Unknown policy name or invalid knobs.
@@ -47,7 +49,7 @@ def make_optimizer(
         cls = POLICIES[settings.policy]
     except KeyError:
         raise ValueError(f"unknown optimizer policy {settings.policy!r}; known: {', '.join(POLICIES)}") from None
-    return cls(
+    opt = cls(
         batch_sizes,
         default_batch_size,
         seed=seed,
@@ -59,6 +61,7 @@ def make_optimizer(
         horizon=horizon,
         revision=settings.revision,
     )
+    return opt if lifetime is None else opt.with_horizon(horizon, lifetime)
 
 
 __all__ = [

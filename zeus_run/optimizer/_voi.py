@@ -42,7 +42,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats
@@ -75,13 +75,14 @@ class VOIState:
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
-        epochs: Per batch size, the epochs of each of its converged observations (revision 5's
-            model, `zeus_run.optimizer._pace`, and revision 8's trend, `zeus_run.optimizer._trend`).
+        epochs: Per batch size, the epochs of each of its converged observations (revision 5, `_pace`).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
             the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
         slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
             (`Observation.slowdown`; revision 6).
         overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
+        epoch_totals: Per batch size, the sum and count of its converged observations' epochs (revision 8's trend,
+            `zeus_run.optimizer._trend`: totals, so a step costs no more as the history grows).
     """
 
     step: int
@@ -95,6 +96,7 @@ class VOIState:
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
     overheads: Mapping[int, float] = field(default_factory=dict)
+    epoch_totals: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -213,28 +215,27 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         spent = state.spent + obs.cost  # what was paid, the sweep included
         if self.revision >= 9:
             state, obs = without_sweep(state, obs)
-        arms = dict(state.arms)
-        arms[obs.batch_size] = arms.get(obs.batch_size, ArmStats()).add(obs.cost, self.window_size)
-        reached = dict(state.reached)
-        if obs.reached:
-            reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
-        state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
-        if (self.pace_model or self.revision >= 8) and obs.reached and obs.epochs > 0:
-            epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
-            state = dataclasses.replace(state, epochs=epochs)
-        if self.revision < 3:
-            return state
         b = obs.batch_size
-        if b not in state.first:
-            return dataclasses.replace(state, first={**state.first, b: obs})
-        rest = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
-        paces = state.paces
-        if obs.reached and obs.epochs > 0:
-            paces = {**paces, b: (*paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
-        if self.revision >= 6 and obs.reached:
-            slowdowns = (*state.slowdowns, obs.slowdown) if obs.slowdown > SLOWDOWN else state.slowdowns
-            state = dataclasses.replace(state, checks=state.checks + 1, slowdowns=slowdowns)
-        return dataclasses.replace(state, rest=rest, paces=paces)
+        arms = {**state.arms, b: state.arms.get(b, ArmStats()).add(obs.cost, self.window_size)}
+        changes: dict[str, Any] = {"step": state.step + 1, "arms": arms, "spent": spent}  # one copy of the state
+        if obs.reached:
+            changes["reached"] = {**state.reached, b: state.reached.get(b, 0) + 1}
+        if self.pace_model and obs.reached and obs.epochs > 0:  # revision 5's fit reads every run's epochs
+            changes["epochs"] = {**state.epochs, b: (*state.epochs.get(b, ()), obs.epochs)}
+        if self.revision >= 8 and obs.reached and obs.epochs > 0:  # the trend reads their mean: kept as totals
+            total, n = state.epoch_totals.get(b, (0, 0))
+            changes["epoch_totals"] = {**state.epoch_totals, b: (total + obs.epochs, n + 1)}
+        if self.revision >= 3 and b not in state.first:
+            changes["first"] = {**state.first, b: obs}
+        elif self.revision >= 3:
+            changes["rest"] = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
+            if obs.reached and obs.epochs > 0:
+                changes["paces"] = {**state.paces, b: (*state.paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
+            if self.revision >= 6 and obs.reached:
+                changes["checks"] = state.checks + 1
+                if obs.slowdown > SLOWDOWN:
+                    changes["slowdowns"] = (*state.slowdowns, obs.slowdown)
+        return dataclasses.replace(state, **changes)
 
     def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
@@ -270,11 +271,11 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         """Discounted recurrences after the next one over which a probe's saving counts.
 
         ``sum_{k<n} DISCOUNT**k`` with ``n`` the recurrences left after the next one
-        (horizon minus the converged trials so far, minus one); open-ended jobs and
-        revision 1: `PLANNING_HORIZON` (the limit of that sum).
+        (horizon minus the converged trials so far, minus one); open-ended jobs: their expected
+        ``lifetime``, the same at every recurrence (100, that sum's limit); revision 1: `PLANNING_HORIZON`.
         """
-        if self.horizon is None or self.revision < 2:
-            return self.PLANNING_HORIZON
+        if self.revision < 2 or self.horizon is None:
+            return self.PLANNING_HORIZON if self.revision < 2 else float(self.lifetime)
         left = max(0, self.horizon - sum(state.reached.values()) - 1)
         return (1.0 - self.DISCOUNT**left) / (1.0 - self.DISCOUNT)
 
@@ -322,17 +323,18 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         """
         own = {b: _median(p) for b, p in state.paces.items() if p}
         pace = {b: f.cost / f.epochs for b, f in state.first.items() if f.reached and f.epochs > 0}
-        steady = {b: own.get(b, pace.get(b)) for b in state.first}
+        steady = {b: p for b in state.first if (p := own.get(b, pace.get(b))) is not None}
         out = {}
         for b, first in state.first.items():
             cost = first.cost
             if b in pace:
-                smaller = [c for c, p in steady.items() if c < b and p is not None]
-                ref = own.get(b, steady[max(smaller)] if smaller else None)
-                larger = {c: p for c, p in steady.items() if c > b and p is not None}
-                if self.pace_model and b not in own and larger:  # at most B / b times B's pace
-                    bound = larger[min(larger)] * min(larger) / b
-                    ref = bound if ref is None else min(ref, bound)
+                ref = own.get(b)
+                if ref is None:  # no later run of its own: its neighbours' (looked up only here)
+                    below = max((c for c in steady if c < b), default=0)  # (batch sizes are at least 1)
+                    above = min((c for c in steady if c > b), default=0)
+                    ref = steady[below] if below else None
+                    if self.pace_model and above:  # at most B / b times B's pace
+                        ref = steady[above] * above / b if ref is None else min(ref, steady[above] * above / b)
                 if ref is not None and pace[b] > SLOWDOWN * ref:
                     cost = ref * first.epochs
             n, mean, var = state.rest[b].moments() if b in state.rest else (0, 0.0, 0.0)
@@ -456,9 +458,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         excess so far is what the runs cost beyond ``D`` per recurrence done; the probe adds its
         expected cost ``probe`` less ``D`` times the chance it converges (one that does not is lost
         whole and its recurrence runs again). The job may exceed the Default by at most
-        ``BUDGET x D x N``, ``N`` its recurrences, or `PLANNING_HORIZON` when open-ended (the
-        effective horizon of the discount `DISCOUNT`). Savings found so far (a leader cheaper than b0)
-        lower the excess and so fund further exploration.
+        ``BUDGET x D x N``, ``N`` its recurrences, or its expected ``lifetime`` when open-ended (100 by default,
+        the discount's effective horizon). Savings found so far (a leader cheaper than b0) fund more exploration.
 
         Args:
             state: What has been observed.
@@ -470,7 +471,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if self.revision < 4 or b0 not in est:
             return True
         default = est[b0].mean
-        n = self.PLANNING_HORIZON if self.horizon is None else self.horizon
+        n = self.lifetime if self.horizon is None else self.horizon
         excess = state.spent - default * sum(state.reached.values())
         return excess + probe - converge * default <= self.BUDGET * default * n
 

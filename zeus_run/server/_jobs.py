@@ -240,4 +240,4 @@ def _measured(time: float | None, energy: float | None, meter: Meter | None) -> 
 
     if meter is None or time is None or energy is None:
         return None
-    return asktell.Measured(time, energy, meter.source, meter.estimated, meter.method, meter.max_power)
+    return asktell.Measured(time, energy, meter.source, meter.estimated, meter.method, meter.max_power, meter.window)

@@ -48,6 +48,11 @@ class Meter(_Request):
     method: str | None = Field(default=None, max_length=40, description="e.g. counter, watts-x-cpu-time.")
     estimated: bool = Field(default=True, description="Whether the energy is an estimate.")
     max_power: float = Field(gt=0, le=1e7, description="Max power the cost charges time at (unit: W).")
+    window: dict[str, str | float] | None = Field(
+        default=None,
+        description="The span measured (the record's `window`): `by`, `from`, and the start-up charged before "
+        "the meter could read (`extended_s`, `extended_j`, `extended_at`).",
+    )
 
 
 class EpochReport(_Request):

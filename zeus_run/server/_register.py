@@ -87,7 +87,9 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
             )
         stored = rd.stored_spec()
         changed = [] if stored is None else changed_settings(stored, spec.to_dict())
-        for notice in note_change(rd.path, stored, spec.accounting, lambda: position(rd.history.read()).recurrence):
+        for notice in note_change(
+            rd.path, stored, spec.accounting, lambda: position(rd.history.read(), spec.max_tries).recurrence
+        ):
             logger.warning("job %s: %s", name, notice)  # a changed rate applies from the next recurrence
         if stored is None or changed:
             rd.save_spec(spec)
