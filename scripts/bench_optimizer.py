@@ -41,6 +41,12 @@ Example:
     python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24
     python scripts/bench_optimizer.py --traces ../shared/traces --objective max-slowdown=1.05,max-slowdown=1.1
 
+Under each table, the calibration of the saving ``history`` states (`zeus_run.views.saving`):
+how often its 90% interval holds the true saving (1 - cost / Default, which only a simulation
+knows), its median width, and how many runs it tells of a saving where the truth is a loss of
+more than a point. ``--json`` records carry ``saved`` and ``saved_ci`` (each key of ``saved`` ->
+``[low, high]``, fractions: the interval ``history`` states for that run).
+
 ``--objective A,B,...`` (`zeus_run.objective.parse_objective` forms) runs the grid once per
 objective instead and prints, per row and objective, the median over seeds of the energy
 saving against Default (1 - energy / Default's energy) and of the slowdown (time / Default's
@@ -78,6 +84,7 @@ from zeus_run.sim import (
     simulate,
 )
 from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
+from zeus_run.views.saving import calibrate
 
 REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
 #: Knobs the reference was measured with.
@@ -104,6 +111,8 @@ class Row:
     floor: float = math.nan
     #: The guided walk's expected regret (`zeus_run.sim.guided_walk`): one batch size a recurrence to the Oracle's.
     walk: float = math.nan
+    #: Per seed: the true cost saving (1 - cost_vs_default) and the 90% interval `history` states (None: none yet).
+    saved_ci: tuple[tuple[float, tuple[float, float] | None], ...] = ()
 
     @property
     def mean_tries(self) -> float:
@@ -412,7 +421,7 @@ def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
     table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision = task
     settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
-    regrets, ratios, summaries, tries = [], [], [], []
+    regrets, ratios, summaries, tries, saved_ci = [], [], [], [], []
     default_vs_oracle = math.nan
     for seed in seeds:
         try:
@@ -434,6 +443,8 @@ def simulate_row(task: tuple) -> Row:
         ratios.append(r.cost / r.default_cost)
         default_vs_oracle = r.default.cost / r.oracle.cost
         tries.extend(r.tries)
+        cost = r.saved()["cost"]
+        saved_ci.append((1.0 - r.cost / r.default_cost, cost.ci if cost is not None else None))
         if keep:
             summaries.append(r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}))
     n = table.horizon if horizon is None else horizon
@@ -451,6 +462,7 @@ def simulate_row(task: tuple) -> Row:
         default_vs_oracle,
         floor,
         walk,
+        tuple(saved_ci),
     )
 
 
@@ -551,6 +563,7 @@ def print_table(
         print(f"rows worse than the reference: {', '.join(worse_ref) or 'none'}")
     if zeus_rows:
         print(f"rows worse than zeus: {', '.join(worse_zeus) or 'none'}")
+    print(calibrate(x for r in rows for x in r.saved_ci).line())
     print(f"wall time: {wall:.2f} s ({sum(len(r.regrets) for r in rows)} simulations)")
     print()
 

@@ -9,11 +9,14 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.sim_helpers import write_tiny_traces
-from zeus_run.accounting import J_PER_KWH, AccountingError, AccountingSettings, Rate, account, read_series
+from zeus_run.accounting import J_PER_KWH, AccountingError, AccountingSettings, Rate, read_series
 from zeus_run.cli import app
 from zeus_run.errors import SpecError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import parse_spec
+from zeus_run.views.money import account
+from zeus_run.views.recommend import Belief
+from zeus_run.views.summary import summarize
 
 
 def _rec(trial: int, recurrence: int, bs: int, energy: float, reached: bool, started: str | None) -> TrialRecord:
@@ -44,19 +47,24 @@ RECORDS = [
 
 
 def test_constant_rates_and_saving_against_the_default():
-    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400, price_per_kwh=0.5, currency="EUR"), 2 * KWH)
+    summary = summarize(RECORDS, 8)
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400, price_per_kwh=0.5, currency="EUR"), summary)
     assert acc is not None
     assert acc.carbon_g == pytest.approx(4 * 400) and acc.money == pytest.approx(4 * 0.5)
-    # Two converged recurrences at the baseline's 2 kWh each.
+    # Two recurrences at the baseline's 2 kWh each.
     assert acc.default_carbon_g == pytest.approx(4 * 400) and acc.money_saving == pytest.approx(0.0)
     lines = acc.lines()
-    assert lines[0] == "Carbon: 1.6 kg CO2e; 0.0% less than always running the default (1.6 kg CO2e)"
-    assert lines[1] == "Money: 2.00 EUR; 0.0% less than always running the default (2.00 EUR)"
-    assert account(RECORDS, AccountingSettings(), 2 * KWH) is None
-    # A slow recurrence is out of the comparison, not of the totals.
-    slow = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400), 2 * KWH, slow={2})
-    assert slow is not None and slow.carbon_g == pytest.approx(1600) and slow.carbon_saving == pytest.approx(0.0)
-    assert slow.compared_carbon_g == pytest.approx(800) and slow.default_carbon_g == pytest.approx(800)
+    assert lines[0].startswith("Carbon: 1.6 kg CO2e against the default's 1.6 kg CO2e: no measurable difference yet")
+    assert lines[1].startswith("Money: 2.00 EUR against the default's 2.00 EUR: no measurable difference yet")
+    assert account(RECORDS, AccountingSettings(), summary) is None
+    # A slow recurrence counts in full, against the default run as slow (its energy times the slowdown).
+    slow = summarize(RECORDS, 8, belief=Belief(None, {2: 2.0}))
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400), slow)
+    assert acc is not None and acc.carbon_g == pytest.approx(1600)
+    assert acc.default_carbon_g == pytest.approx((2 + 2 * 2) * 400) and acc.carbon_saving == pytest.approx(1 / 3)
+    # Totals alone without a summary.
+    bare = account(RECORDS, AccountingSettings(carbon_g_per_kwh=400), None)
+    assert bare is not None and bare.carbon_g == pytest.approx(1600) and bare.carbon is None
 
 
 def test_small_figures_read_with_a_prefix_and_no_exponent():
@@ -75,7 +83,7 @@ def test_time_series_charges_the_rate_in_force_at_each_start(tmp_path):
     assert rate.at("2025-12-31T00:00:00+00:00") == 500  # before the series: its first row
     assert rate.at("2026-01-01T11:59:59+00:00") == 500 and rate.at("2026-01-01T12:00:00+00:00") == 100
     assert rate.at(None) == 300  # no start time (simulated): the mean
-    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh="grid.csv"), 2 * KWH, base=tmp_path)
+    acc = account(RECORDS, AccountingSettings(carbon_g_per_kwh="grid.csv"), summarize(RECORDS, 8), base=tmp_path)
     assert acc is not None
     assert acc.carbon_g == pytest.approx(2 * 500 + 1 * 500 + 1 * 100)
     assert acc.default_carbon_g == pytest.approx(2 * 500 + 2 * 500)  # recurrence 2 started at 06:00
@@ -132,7 +140,8 @@ def sim_run(tmp_path):
 def test_history_shows_carbon_and_money(sim_run):
     res = CliRunner().invoke(app, ["history", str(sim_run)])
     assert res.exit_code == 0, res.output
-    assert "g CO2e;" in res.stdout and "USD;" in res.stdout and "always running the default" in res.stdout
+    assert "Carbon: " in res.stdout and "g CO2e against the default's" in res.stdout
+    assert "USD against the default's" in res.stdout
     assert "e-0" not in res.stdout
     res = CliRunner().invoke(app, ["history", str(sim_run), "--format", "json"])
     acc = json.loads(res.stdout)["accounting"]

@@ -3,8 +3,8 @@
 The run is simulated on the paper's traces with power limits (cifar100 on a V100: the default batch
 size 1024 runs at 175 W, not the 250 W maximum), so the baseline must scale b0's runs to the
 maximum limit (`zeus_run.views.baseline`). A planted slow recurrence (the last one again, twice as
-slow) changes no mean, no recommendation and no saving; it is listed. MLflow's figure is checked in
-tests/export/test_integrations.py (marker ``integrations``).
+slow) changes no mean and no recommendation; what it spent counts, against the default run as slow,
+and it is listed. MLflow's figure is checked in tests/export/test_integrations.py (marker ``integrations``).
 """
 
 from __future__ import annotations
@@ -44,9 +44,18 @@ def sim(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def _pct(text: str, what: str) -> str:
-    m = re.search(rf"{what} (\d+\.\d)% (saved|more)", text)
+    """The saving stated on ``what``'s line: its first ``N.N% saved`` (or ``more``) after the figures."""
+    assert text.strip().startswith(what), text
+    m = re.search(r"(\d+\.\d)% (saved|more)", text.split("): ", 1)[-1].split(": ", 1)[-1])
     assert m, f"no {what} saving in {text!r}"
     return m.group(1) + ("" if m.group(2) == "saved" else "-")
+
+
+def _whole_line(text: str, what: str) -> str:
+    """The ``  cost ...`` line under the whole history's heading."""
+    lines = text.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("Whole history"))
+    return next(ln for ln in lines[head + 1 :] if ln.strip().startswith(f"{what} "))
 
 
 def views(run: Path) -> dict[str, object]:
@@ -60,29 +69,35 @@ def views(run: Path) -> dict[str, object]:
     assert hist.exit_code == 0, hist.output
     summary = json.loads(hist.stdout)["summary"]
     out["history"] = (summary["savings_cost"], summary["savings_energy"])
-    table = CliRunner().invoke(app, ["history", str(run)])
-    line = next(ln for ln in table.stdout.splitlines() if ln.startswith("Whole history"))
-    out["history table"] = (_pct(line, "cost"), _pct(line, "energy"))
+    out["history ci"] = (tuple(summary["savings_cost_ci"]), tuple(summary["savings_energy_ci"]))
+    table = CliRunner().invoke(app, ["history", str(run)]).stdout
+    out["history table"] = (_pct(_whole_line(table, "cost"), "cost"), _pct(_whole_line(table, "energy"), "energy"))
     buf = io.StringIO()
     records = read_history(run)
     print_run_summary(Console(file=buf, width=400), records, run, records[0].batch_size)
-    line = next(ln for ln in buf.getvalue().splitlines() if ln.startswith("Whole history"))
-    out["run summary"] = (_pct(line, "cost"), _pct(line, "energy"))
+    text = buf.getvalue()
+    out["run summary"] = (_pct(_whole_line(text, "cost"), "cost"), _pct(_whole_line(text, "energy"), "energy"))
     html = render_report(job)
-    row = re.search(r"whole history against the default</td><td class=l>([^<]*)<", html)
-    assert row, "no whole-history row in the report"
-    out["report"] = (_pct(row.group(1), "cost"), _pct(row.group(1), "energy"))
+    rows = dict(re.findall(r"<td class=l>whole history against the default: (\w+)</td><td[^>]*>([^<]*)<", html))
+    assert rows, "no whole-history row in the report"
+    out["report"] = (_pct("cost " + rows["cost"], "cost"), _pct("energy " + rows["energy"], "energy"))
     prom = dict(re.findall(r'^zeus_run_savings_ratio\{[^}]*quantity="(\w+)"\} (\S+)$', exposition([job]), re.M))
     out["prometheus"] = (float(prom["cost"]), float(prom["energy"]))
+    low = dict(re.findall(r'^zeus_run_savings_low_ratio\{[^}]*quantity="(\w+)"\} (\S+)$', exposition([job]), re.M))
+    high = dict(re.findall(r'^zeus_run_savings_high_ratio\{[^}]*quantity="(\w+)"\} (\S+)$', exposition([job]), re.M))
+    out["prometheus ci"] = tuple((float(low[q]), float(high[q])) for q in ("cost", "energy"))
     out["summary"] = (job.summary.savings_cost, job.summary.savings_energy)
     return out
 
 
-def _agree(seen: dict[str, object], saved: dict) -> None:
+def _agree(seen: dict[str, object], sim_json: dict) -> None:
+    saved, ci = sim_json["saved"], sim_json["saved_ci"]
     exact = (saved["cost"], saved["energy"])
     shown = tuple(f"{abs(v) * 100:.1f}" + ("" if v >= 0 else "-") for v in exact)
     for name in ("history", "prometheus", "summary"):
         assert seen[name] == exact, name
+    for name in ("history ci", "prometheus ci"):
+        assert seen[name] == (tuple(ci["cost"]), tuple(ci["energy"])), name
     for name in ("history table", "run summary", "report"):
         assert seen[name] == shown, name
 
@@ -93,14 +108,14 @@ def test_every_view_gives_the_same_saving_against_b0_at_the_max_limit(sim):
     base = job.summary.baseline
     assert base is not None and base.power_limit == 250 and base.scaled == base.runs  # b0 ran at 175 W
     assert {r.power_limit for r in job.records if r.batch_size == 1024} == {175}
-    _agree(views(run), sim_json["saved"])
+    _agree(views(run), sim_json)
     # Scaled to 250 W, b0 takes less time than it took at 175 W: the time saving is not understated.
     b0 = [r for r in job.records if r.batch_size == 1024 and r.reached]
     assert base.time < sum(r.time for r in b0) / len(b0)
 
 
-def test_a_planted_slow_recurrence_changes_no_mean_recommendation_or_saving(sim, tmp_path):
-    run, sim_json = sim
+def test_a_planted_slow_recurrence_counts_against_the_default_run_as_slow(sim, tmp_path):
+    run, _ = sim
     before = load_job(run).summary
     slow = tmp_path / run.name
     shutil.copytree(run, slow)
@@ -112,17 +127,29 @@ def test_a_planted_slow_recurrence_changes_no_mean_recommendation_or_saving(sim,
     planted = dataclasses.replace(planted, cost=last.cost * 2)
     with open(slow / "history.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(planted.to_json()) + "\n")
-    after = load_job(slow).summary
+    job = load_job(slow)
+    after = job.summary
     assert after.slow.keys() == {planted.recurrence}
+    factor = after.slow[planted.recurrence]
+    assert factor == pytest.approx(2.0, rel=0.05)
+    # No mean and no recommendation moves...
     assert after.by_batch_size == before.by_batch_size
     assert after.recommendation == before.recommendation
     assert after.baseline == before.baseline
-    assert (after.savings_cost, after.savings_energy) == (before.savings_cost, before.savings_energy)
-    assert after.total_energy > before.total_energy  # spent, and listed
-    _agree(views(slow), sim_json["saved"])
+    # ... but what it spent counts, in the totals and the saving, against the default run as slow.
+    assert after.compared_energy == pytest.approx(before.compared_energy + planted.energy)
+    assert after.total_energy == after.compared_energy
+    base = before.baseline
+    assert base is not None and before.baseline_energy is not None and after.baseline_energy is not None
+    assert after.baseline_energy == pytest.approx(before.baseline_energy + factor * base.energy)
+    assert after.savings_energy != before.savings_energy
+    prom = dict(re.findall(r"^(zeus_run_energy_saved_joules)\{[^}]*\} (\S+)$", exposition([job]), re.M))
+    assert float(prom["zeus_run_energy_saved_joules"]) == pytest.approx(after.baseline_energy - after.compared_energy)
+    seen = views(slow)
+    assert seen["history"] == (after.savings_cost, after.savings_energy) == seen["prometheus"]
     text = CliRunner().invoke(app, ["history", str(slow)]).stdout
     assert "Slow recurrences" in text and f"{planted.recurrence} (2.0x)" in text
-    assert "1 slow one(s) left out" in text
+    assert "1 slow, against the default run as slow" in text
 
 
 def test_max_slowdown_calls_no_noise_free_recurrence_slow(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from tests.factories import make_record
 from zeus_run.records import TrialRecord
+from zeus_run.views.evidence import Evidence
 from zeus_run.views.summary import (
     batch_size_stats,
     exploration_status,
@@ -87,8 +88,10 @@ def test_exploration_over_and_steady_state_against_the_default():
     st = s.steady
     assert st is not None
     assert (st.recurrences, st.first, st.last) == (5, 8, 12)
-    assert st.mean_cost == pytest.approx((56 + 58 + 57 + 57 + 57) / 5)
+    # A recurrence now costs 256's mean over all its converged runs, not the luck of the last five.
+    assert st.mean_cost == pytest.approx((57 + 57 + 56 + 58 + 57 + 57 + 57) / 7)
     assert st.savings == pytest.approx(1 - st.mean_cost / 100.0)
+    assert st.savings_ci is not None and st.savings_ci[0] < st.savings < st.savings_ci[1]
     # The whole-history figure is dragged down by exploration; the steady state is not.
     assert s.savings_cost is not None and s.savings_cost < st.savings - 0.1
 
@@ -96,9 +99,12 @@ def test_exploration_over_and_steady_state_against_the_default():
 def test_steady_window_is_the_last_k_after_exploration():
     rows = recurrence_rows(history(SETTLED))
     x = exploration_status(history(SETTLED))
-    st = steady_state(rows, x, 100.0, window=2)
+    evidence = Evidence.of(history(SETTLED), 512)
+    st = steady_state(rows, x, evidence, window=2)
     assert st is not None and (st.first, st.last, st.batch_sizes) == (11, 12, (256, 256))
-    assert steady_state(rows, x, None, window=2).savings is None
+    assert st.savings == pytest.approx(1 - 57.0 / 100.0)
+    without = steady_state(rows, x, None, window=2)
+    assert without is not None and without.savings is None and without.mean_cost == pytest.approx(57.0)
 
 
 def test_default_mean_rests_on_its_runs():

@@ -12,12 +12,18 @@ row before the series begins). Records without a start time (simulated runs) are
 the series' mean. Nothing here touches the network: for live carbon intensity, write the CSV
 from your provider's data.
 
-The saving against the default is in the same units and over the same recurrences as every
-other saving (`zeus_run.views.baseline`): each converged recurrence outside the slow ones
-would have cost the baseline's energy (the default batch size at the default power limit),
-charged at the rate in force when that recurrence started; those recurrences' own trials are
-charged as they ran. Carbon is in grams of CO2e (unit: gCO2e), shown with a prefix
+What a run's carbon and money are, against the default's, is `zeus_run.views.money.account`;
+the saving against the default follows the one rule of every saving (`zeus_run.views.saving`):
+every try is charged as it ran, at the rate in force when it started; each recurrence a batch
+size ran in would have cost the default's energy (the default batch size at the default power
+limit; times the slowdown of a slow recurrence), charged at the rate in force when that
+recurrence started; a try no batch size caused counts on both sides. Its 90% interval is the
+energy saving's. Carbon is in grams of CO2e (unit: gCO2e), shown with a prefix
 (`zeus_run._units.carbon`).
+
+A changed section on resume (a new carbon intensity or price) applies from the recurrence where
+it appears, with a notice, and the run directory keeps each period's rates
+(`zeus_run.rundir.rates`); a changed currency is refused (one history, one currency).
 """
 
 from __future__ import annotations
@@ -26,16 +32,12 @@ import bisect
 import csv
 import datetime as _dt
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zeus_run import _units
 from zeus_run.errors import UsageError
-
-if TYPE_CHECKING:
-    from zeus_run.records import TrialRecord
 
 #: Joules in a kilowatt-hour.
 J_PER_KWH = 3.6e6
@@ -170,118 +172,16 @@ def _seconds(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class Accounting:
-    """A run's carbon and money, and the same for always running the default.
+class Period:
+    """The rates in force from one recurrence on (a changed ``accounting`` section on resume starts a new one).
 
     Attributes:
-        currency: Currency code of the money figures.
-        carbon_g: Total of every trial (unit: gCO2e), or None without a carbon rate.
-        money: Total of every trial (unit: ``currency``), or None without a price.
-        compared_carbon_g, compared_money: The same over the recurrences the saving compares
-            (slow recurrences left out).
-        default_carbon_g: What the default would have emitted over those recurrences (unit: gCO2e),
-            or None (no rate, or no baseline yet).
-        default_money: The same in money.
+        first: First recurrence charged at these rates.
+        settings: The ``accounting`` section from then on.
     """
 
-    currency: str
-    carbon_g: float | None
-    money: float | None
-    default_carbon_g: float | None
-    default_money: float | None
-    compared_carbon_g: float | None = None
-    compared_money: float | None = None
-
-    @property
-    def carbon_saving(self) -> float | None:
-        """``1 - compared_carbon_g / default_carbon_g``."""
-        return _saving(self.compared_carbon_g, self.default_carbon_g)
-
-    @property
-    def money_saving(self) -> float | None:
-        """``1 - compared_money / default_money``."""
-        return _saving(self.compared_money, self.default_money)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "currency": self.currency,
-            "carbon_g": self.carbon_g,
-            "money": self.money,
-            "default_carbon_g": self.default_carbon_g,
-            "default_money": self.default_money,
-            "carbon_saving": self.carbon_saving,
-            "money_saving": self.money_saving,
-        }
-
-    def lines(self) -> list[str]:
-        """Plain-text lines for the summary (no markup)."""
-        out = []
-        for name, total, default, saving, fmt in (
-            ("Carbon", self.carbon_g, self.default_carbon_g, self.carbon_saving, _units.carbon),
-            ("Money", self.money, self.default_money, self.money_saving, lambda v: _units.money(v, self.currency)),
-        ):
-            if total is None:
-                continue
-            line = f"{name}: {fmt(total)}"
-            if default is not None and saving is not None:
-                line += f"; {_pct(saving)} than always running the default ({fmt(default)})"
-            out.append(line)
-        return out
-
-    def subtitle(self) -> str:
-        """One short line for a plot's title: totals, and the saving against the default where known."""
-        parts = []
-        for total, saving, fmt in (
-            (self.carbon_g, self.carbon_saving, _units.carbon),
-            (self.money, self.money_saving, lambda v: _units.money(v, self.currency)),
-        ):
-            if total is not None:
-                parts.append(fmt(total) + (f" ({_pct(saving)} than the default)" if saving is not None else ""))
-        return "; ".join(parts)
-
-
-def account(
-    records: Sequence[TrialRecord],
-    settings: AccountingSettings,
-    default_energy: float | None,
-    slow: Collection[int] = (),
-    base: Path | None = None,
-) -> Accounting | None:
-    """Carbon and money of ``records`` under ``settings`` (None when it sets no rate).
-
-    Args:
-        records: The history.
-        settings: The ``accounting`` section.
-        default_energy: Energy of one recurrence as the job ran before zeus-run (unit: J;
-            `zeus_run.views.baseline.Baseline.energy`), None before there is one.
-        slow: Slow recurrences, left out of the comparison (not of the totals).
-        base: Folder that relative CSV paths start at.
-
-    Raises:
-        AccountingError: A rate series cannot be read.
-    """
-    if not settings.enabled:
-        return None
-    carbon = Rate.of(settings.carbon_g_per_kwh, base) if settings.carbon_g_per_kwh is not None else None
-    price = Rate.of(settings.price_per_kwh, base) if settings.price_per_kwh is not None else None
-    starts: dict[int, str | None] = {}
-    for r in records:
-        starts.setdefault(r.recurrence, r.started_at)
-    converged = sorted({r.recurrence for r in records if r.reached} - set(slow))
-    counted = [r for r in records if r.recurrence not in slow]
-
-    def total(rate: Rate | None) -> tuple[float | None, float | None, float | None]:
-        if rate is None:
-            return None, None, None
-        spent = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in records)
-        compared = sum(r.energy / J_PER_KWH * rate.at(r.started_at) for r in counted)
-        if default_energy is None or not converged:
-            return spent, compared, None
-        return spent, compared, sum(default_energy / J_PER_KWH * rate.at(starts[n]) for n in converged)
-
-    carbon_g, compared_g, default_g = total(carbon)
-    money, compared_money, default_money = total(price)
-    return Accounting(settings.currency, carbon_g, money, default_g, default_money, compared_g, compared_money)
+    first: int
+    settings: AccountingSettings
 
 
 def settings_from(raw: Mapping[str, Any] | None) -> AccountingSettings:
@@ -296,13 +196,3 @@ def settings_from(raw: Mapping[str, Any] | None) -> AccountingSettings:
     if isinstance(raw.get("currency"), str):
         fields["currency"] = raw["currency"]
     return AccountingSettings(**fields)
-
-
-def _saving(value: float | None, baseline: float | None) -> float | None:
-    if value is None or baseline is None or baseline <= 0:
-        return None
-    return 1.0 - value / baseline
-
-
-def _pct(v: float) -> str:
-    return f"{v * 100:.1f}% less" if v >= 0 else f"{-v * 100:.1f}% more"

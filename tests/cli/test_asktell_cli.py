@@ -86,6 +86,7 @@ def test_busy_and_bad_input_exit_codes(tmp_path):
     assert busy.returncode == BUSY_EXIT_CODE and "1 ask(s) in flight" in busy.stderr
     run = zeus("run", str(spec), "--next")
     assert run.returncode == BUSY_EXIT_CODE and "ask(s) are in flight" in run.stderr
+    assert "Error:" not in busy.stderr + run.stderr  # busy is the scheduler's skip, not an error
     for args, words in [
         (("ask", str(tmp_path / "missing.yaml")), "no such spec file or run directory"),
         (("tell", str(tmp_path / "runs"), "nope"), "token = 'nope'"),
@@ -129,6 +130,8 @@ def test_the_docs_ask_tell_step_keeps_the_done_and_busy_exit_codes(tmp_path):
     assert zeus("run", str(done / "job.yaml"), "-q").returncode == 0  # its one recurrence reaches the target
     r = run_step(done)
     assert r.returncode == 4, r.stderr  # the job is done: the step stops with ask's code
+    asked = zeus("ask", str(done / "job.yaml"))
+    assert asked.returncode == 4 and asked.stderr.strip() and "Error:" not in asked.stderr  # done is no error
     busy = tmp_path / "busy"
     busy.mkdir()
     write(busy, spec_text())

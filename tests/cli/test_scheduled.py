@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -98,6 +100,7 @@ def test_a_second_trigger_while_the_first_runs_exits_at_once_with_the_busy_code(
     assert second.returncode == BUSY_EXIT_CODE == 75
     (line,) = [ln for ln in second.stderr.splitlines() if ln.strip()]
     assert f"on {socket.gethostname()}, since " in line and "pid " in line
+    assert line.startswith("Run directory ") and "Error:" not in line  # a skip, not an error
     assert [x["recurrence"] for x in records(cron_home)] == [1]  # nothing piled up
     assert wrapped.returncode == 0, wrapped.stderr  # the Kubernetes wrapper: busy is not a failure
 
@@ -121,8 +124,6 @@ def test_next_with_recurrences_is_a_usage_error(write_spec):
 
 
 def test_the_airflow_and_kubernetes_examples_run_the_tested_command_line():
-    import yaml
-
     tested = cron_command("scrontab")
     dag = (EXAMPLES / "airflow_dag.py").read_text()
     assert f"bash_command='{tested}'" in dag and "skip_on_exit_code=75" in dag
@@ -130,11 +131,91 @@ def test_the_airflow_and_kubernetes_examples_run_the_tested_command_line():
     assert "from airflow.providers.standard.operators.bash import BashOperator" in dag
     scron = (EXAMPLES / "scrontab").read_text()
     assert "#SCRON --gpus=1" in scron and "#SCRON --output=" in scron
+    container = k8s_container()
+    assert container["command"] == ["sh", "-c"] and container["workingDir"].endswith("jobs/nightly")
+    wrapper = [ln for ln in K8S_WRAPPER.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert container["args"][0] == "\n".join(wrapper).replace(' "$@"', "") + "\n"  # the tested wrapper
+
+
+def k8s_container() -> dict:
+    import yaml
+
     job = yaml.safe_load((EXAMPLES / "k8s-cronjob.yaml").read_text())
     (container,) = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert container["command"][:2] == ["sh", "-c"] and container["workingDir"].endswith("jobs/nightly")
-    wrapper = [ln for ln in K8S_WRAPPER.read_text().splitlines() if ln and not ln.startswith("#")]
-    assert container["command"][2] == "; ".join(wrapper).replace(' "$@"', "")  # the tested wrapper, on one line
+    return container
+
+
+def _own_pid_namespace() -> str | None:
+    """Why a PID namespace of its own cannot be had here (None: it can)."""
+    if os.geteuid() != 0:
+        return "needs root for unshare --pid (a PID namespace of its own)"
+    if shutil.which("unshare") is None:
+        return "no unshare(1) on this machine"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "true"], capture_output=True, timeout=30
+    )
+    return None if probe.returncode == 0 else f"unshare --pid fails here: {probe.stderr.decode().strip()}"
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_sigterm_to_pid_1_of_the_kubernetes_pod_stops_zeus_run_gracefully(cron_home):
+    """The CronJob's container, its shell as PID 1 of a PID namespace of its own (as in a pod), gets SIGTERM (a pod's
+    deletion): zeus-run stops gracefully, the trial's script gets its stop and saves its model, and the trial is
+    recorded as interrupted."""
+    why = _own_pid_namespace()
+    if why is not None:
+        pytest.skip(why)
+    job = Path(cron_home["HOME"]) / "jobs" / "nightly"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "graceful_train.py"
+    (job / "job.yaml").write_text(
+        f"""
+name: pod
+command: ["{sys.executable}", "{script}", "--sigterm", "save", "--forever", "--epoch-time", "0.2"]
+batch_sizes: [1, 2]
+default_batch_size: 1
+target_metric: 0.9
+max_epochs: 1000
+recurrences: null
+stop: {{term_grace: 60, kill_grace: 60}}
+energy: {{source: estimate, watts: 100, basis: wall-time}}
+run_dir: runs
+"""
+    )
+    container = k8s_container()
+    env = {**cron_home, "PATH": f"{job / '.venv' / 'bin'}:/usr/bin:/bin"}
+    pod = subprocess.Popen(  # --kill-child: the pod goes with unshare, whatever the test does
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *container["command"], *container["args"]],
+        cwd=job,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        events = job / "runs"
+        deadline = time.monotonic() + 120
+        # A state, not a duration: the trial's script has reported an epoch (it runs, its handler is set).
+        while not any(p.stat().st_size > 0 for p in events.glob("**/events.jsonl")):
+            assert pod.poll() is None, pod.communicate()
+            assert time.monotonic() < deadline, "the trial never reported an epoch"
+            time.sleep(0.1)
+        (pid1,) = _children(pod.pid)  # unshare's child: PID 1 of the pod's namespace, the wrapper's shell
+        assert Path(f"/proc/{pid1}/status").read_text().split("NSpid:")[1].split()[-1] == "1"
+        os.kill(pid1, signal.SIGTERM)
+        _, err = pod.communicate(timeout=120)
+    finally:
+        if pod.poll() is None:  # the wrapper dropped SIGTERM: end the pod (unshare takes its namespace along)
+            pod.kill()
+            pod.communicate()
+    assert pod.returncode == 128 + signal.SIGTERM, err  # zeus-run's own code for SIGTERM, passed on
+    (model,) = events.glob("**/model.txt")
+    assert model.read_text() == "sigterm"  # the script got its stop and saved
+    (record,) = records(cron_home)
+    assert record["stop_reason"] == "interrupted"
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(("code", "expected"), [(0, 0), (75, 0), (1, 1), (2, 2), (130, 130)])

@@ -226,6 +226,13 @@ def test_mlflow_parent_of_a_simulated_run_has_the_same_saving_as_simulate(tmp_pa
     assert parent.data.metrics["savings_cost"] == job.summary.savings_cost
     assert parent.data.metrics["savings_energy"] == job.summary.savings_energy
     assert parent.data.params["objective"] == "cost=0.5"
+    # Each saving with the two ends of its 90% interval beside it, as every view states them.
+    for name, ci in (("savings_cost", job.summary.savings_cost_ci), ("savings_energy", job.summary.savings_energy_ci)):
+        assert ci is not None
+        assert (parent.data.metrics[f"{name}_ci_low"], parent.data.metrics[f"{name}_ci_high"]) == ci
+    steady = job.summary.steady
+    assert steady is not None and steady.savings_ci is not None
+    assert parent.data.metrics["steady_state_savings_ci_low"] == steady.savings_ci[0]
 
 
 def test_the_live_export_failure_hint_is_a_command_that_works(tmp_path):

@@ -96,6 +96,28 @@ def test_cumulative_savings_follow_the_summary(three_runs):
     job = load_job(dirs[2])
     series = cumulative_savings(job)
     assert len(series) == len(job.summary.recurrence_costs)
+    assert series[-1] == pytest.approx(job.summary.savings_cost)  # it ends at the whole history's saving
     assert series[-1] == pytest.approx(
         1 - sum(job.summary.recurrence_costs) / (job.summary.default_mean_cost * len(series))
     )
+
+
+def test_each_saving_has_its_interval_beside_it_and_same_name_rows_are_told_apart(three_runs, tmp_path):
+    import shutil
+
+    _, dirs = three_runs
+    copy = tmp_path / "srv" / dirs[0].name
+    shutil.copytree(dirs[0], copy)
+    out = json.loads(zeus("history", str(dirs[0]), str(copy), str(dirs[2]), "--format", "json").stdout)
+    for row in [*out["jobs"], out["total"]]:
+        for key in ("saving_cost", "saving_energy", "saving_time", "steady_saving", "saving_carbon", "saving_money"):
+            assert f"{key}_ci" in row, key
+    squad = out["jobs"][2]
+    assert squad["saving_cost_ci"] == list(load_job(dirs[2]).summary.savings_cost_ci)
+    rows = list(csv.DictReader(io.StringIO(zeus("history", str(dirs[2]), str(dirs[0]), "--format", "csv").stdout)))
+    assert float(rows[0]["saving_cost_ci_low"]) == pytest.approx(squad["saving_cost_ci"][0])
+    assert "saving_cost_ci" not in rows[0]
+    table = zeus("history", str(dirs[0]), str(copy)).stdout
+    alpha = [line for line in table.splitlines() if line.startswith("alpha")]
+    assert len(alpha) == 2 and alpha[0] != alpha[1]  # two run directories of one name: each shows its own
+    assert str(dirs[0]) in alpha[0] and str(copy) in alpha[1]

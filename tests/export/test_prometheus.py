@@ -200,3 +200,59 @@ def test_counters_never_go_down_between_scrapes(tmp_path):
     names = {name for name, _ in previous}
     assert {"zeus_run_carbon_grams_total", "zeus_run_cost_total"} <= names
     assert any(dict(lab).get("currency") == "EUR" for name, lab in previous if name == "zeus_run_cost_total")
+
+
+def test_every_dashboard_query_keeps_run_directories_apart_and_every_panel_has_a_unit():
+    """Two run directories of one job name stay two series in every panel: each query selects `run_dir=~"$run_dir"`
+    and each aggregation keeps `run_dir` among its labels; each panel says its unit (none is no unit)."""
+    dash = json.loads(DASHBOARD.read_text())
+    names = [v["name"] for v in dash["templating"]["list"]]
+    assert "run_dir" in names
+    run_dir = next(v for v in dash["templating"]["list"] if v["name"] == "run_dir")
+    assert run_dir["multi"] and run_dir["includeAll"] and "run_dir" in run_dir["query"]["query"]
+    for panel in dash["panels"]:
+        unit = panel["fieldConfig"]["defaults"].get("unit")
+        assert unit and unit != "none", f"{panel['title']}: no unit"
+        for override in panel["fieldConfig"]["overrides"]:
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    assert prop["value"] and prop["value"] != "none", panel["title"]
+        for target in panel["targets"]:
+            expr = target["expr"]
+            selectors = re.findall(r"\{([^}]*)\}", expr)
+            assert selectors, f"{panel['title']}: {expr!r} selects nothing"
+            for sel in selectors:
+                assert 'run_dir=~"$run_dir"' in sel and 'job_name=~"$job"' in sel, f"{panel['title']}: {expr!r}"
+            for by in re.findall(r"\bby\s*\(([^)]*)\)", expr):
+                assert "run_dir" in {x.strip() for x in by.split(",")}, f"{panel['title']}: {expr!r} sums run dirs"
+            assert "{{run_dir}}" in target["legendFormat"], f"{panel['title']}: series of two run dirs look alike"
+
+
+def test_the_dashboard_check_catches_a_sum_over_run_directories():
+    expr = 'sum by (job_name, outcome) (zeus_run_trials_total{job_name=~"$job",run_dir=~"$run_dir"})'
+    by = re.findall(r"\bby\s*\(([^)]*)\)", expr)
+    assert by and "run_dir" not in {x.strip() for x in by[0].split(",")}
+
+
+def test_every_outcome_counter_starts_at_zero_and_savings_carry_their_interval(jobs):
+    from zeus_run.contract import StopReason
+
+    samples = parse(exposition(jobs))
+    squad = {lab["outcome"]: v for lab, v in samples["zeus_run_trials_total"] if lab["job_name"] == "squad"}
+    assert set(squad) == {str(r) for r in StopReason}  # before the first crash, its counter is there at 0
+    assert squad["crashed"] == 0
+    saved = jobs[1].summary.saved["cost"]
+    assert saved is not None and saved.ci is not None
+    low = {lab["quantity"]: v for lab, v in samples["zeus_run_savings_low_ratio"] if lab["job_name"] == "squad"}
+    high = {lab["quantity"]: v for lab, v in samples["zeus_run_savings_high_ratio"] if lab["job_name"] == "squad"}
+    assert (low["cost"], high["cost"]) == pytest.approx(saved.ci)
+
+
+def test_no_difference_is_exported_as_zero_not_a_rounding_residue():
+    from zeus_run.views.saving import Saved
+
+    tiny = Saved(spent=0.1 + 0.2, default=0.3, low=-0.01, high=0.01)  # 1 - 0.30000000000000004 / 0.3
+    assert 1.0 - tiny.spent / tiny.default != 0.0 and tiny.value == 0.0
+    from zeus_run.views.saving import pct
+
+    assert pct(tiny.value) == "0.0% saved" and pct(-2.2e-16) == "0.0% saved"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import typer
 
 from zeus_run._terminal import printable
-from zeus_run.errors import UsageError, ZeusRunError
+from zeus_run.errors import BUSY_EXIT_CODE, JOB_COMPLETE_EXIT_CODE, UsageError, ZeusRunError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -236,6 +236,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def done(message: str, code: int) -> typer.Exit:
+    """Print ``message`` on stderr, with no ``Error:`` (a busy run directory, a job with nothing left to
+    ask: the scheduler's skip, not a failure), and return the exit to raise."""
+    from rich.markup import escape
+
+    err_console().print(escape(printable(message, keep_newlines=True)))
+    return typer.Exit(code)
+
+
 def run_dir_history(path: Path) -> Path:
     """The history file behind a RUN_DIR argument.
 
@@ -281,6 +290,8 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ZeusRunError as exc:
+            if exc.exit_code in (BUSY_EXIT_CODE, JOB_COMPLETE_EXIT_CODE):
+                raise done(str(exc), exc.exit_code) from None  # busy or nothing left: not an error
             raise fail(str(exc), exc.exit_code) from None
         except (typer.Exit, typer.Abort, SystemExit):
             raise

@@ -20,6 +20,7 @@ from rich.text import Text
 from zeus_run._terminal import printable
 from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
+from zeus_run.views.saving import words
 from zeus_run.views.summary import Summary, failure_reason, recurrence_rows
 
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {
@@ -48,7 +49,7 @@ Justify = Literal["left", "right"]
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from zeus_run.accounting import Accounting
+    from zeus_run.views.money import Accounting
 
 
 @dataclass
@@ -287,7 +288,11 @@ def _opt(value: float | None, fmt: Any) -> str:
 
 
 def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
-    """The summary under the tables: what zeus-run chose, saves now and recommends."""
+    """The summary under the tables: what zeus-run chose, saves now and recommends.
+
+    Every saving is stated with the figures it is computed from and its 90% interval
+    (`zeus_run.views.saving.words`), so each percentage can be checked against the numbers beside it.
+    """
     est = " (estimated: no GPU was measured)" if s.estimated else ""
     lines = [
         f"Recurrences converged: {s.recurrences}   trials: {s.trials}"
@@ -310,9 +315,16 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             if st.recurrences == 1
             else f"last {st.recurrences} recurrences, {st.first}-{st.last}"
         )
-        vs = f", {_pct(st.savings)} against the default{_rough(s)}" if st.savings is not None else ""
         skipped = f"; {st.skipped} slow recurrence(s) left out" if st.skipped else ""
-        lines.append(f"Steady state ({span}{skipped}): {fmt_energy(st.mean_cost)} per recurrence{vs}")
+        sizes = ", ".join(str(b) for b in dict.fromkeys(st.batch_sizes))
+        if st.saved:
+            lines.append(
+                f"Steady state ({span}{skipped}; batch size {sizes}, each at its mean over its converged runs) "
+                "against always running the default:"
+            )
+            lines.extend(_saving_lines(st.saved, " per recurrence"))
+        else:
+            lines.append(f"Steady state ({span}{skipped}): {fmt_energy(st.mean_cost)} per recurrence")
     if s.sweeps:
         share = f", {s.sweep_cost / s.total_cost:.1%} of the total cost" if s.total_cost > 0 else ""
         lines.append(
@@ -324,13 +336,13 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             f"After the target or a stop (saving, winding down; not in the cost): time {fmt_time(s.after_time)}, "
             f"energy {fmt_energy(s.after_energy)}"
         )
-    if s.savings_cost is not None:
-        counted = s.recurrences - len(s.slow)
-        span = f"{counted} recurrences" + (f", {len(s.slow)} slow one(s) left out" if s.slow else "")
+    if s.saved and s.savings_cost is not None:
+        slow = f"; {len(s.slow)} slow, against the default run as slow" if s.slow else ""
         lines.append(
-            f"Whole history ({span}, exploration included) against always running the default: "
-            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}{_rough(s)}"
+            f"Whole history ({_compared(s)}{slow}; exploration and every try included) against always running "
+            "the default:"
         )
+        lines.extend(_saving_lines(s.saved))
     else:
         lines.append("Savings against the default: unknown (the default batch size never converged in this history)")
     if s.recommendation is not None:
@@ -339,18 +351,20 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         if r.learning_rate is not None:
             parts.append(f"learning rate {r.learning_rate:.4g}")
         parts.append(f"power limit {r.power_limit:g} W" if r.power_limit is not None else "power limit unchanged")
-        vs = f", {_pct(r.savings)} against the default{_rough(s)}" if r.savings is not None else ""
         runs = "1 run" if r.runs == 1 else f"{r.runs} runs"
+        if r.saved is not None:
+            vs = f"mean cost over {runs}: " + words(r.saved, fmt_energy)
+        else:
+            vs = f"mean cost {fmt_energy(r.mean_cost)} over {runs}"
         provisional = " [yellow](provisional: still exploring)[/]" if s.exploration and s.exploration.exploring else ""
-        lines.append(
-            f"Recommended: {', '.join(parts)} (mean cost {fmt_energy(r.mean_cost)} over {runs}{vs}){provisional}"
-        )
+        lines.append(f"Recommended: {', '.join(parts)} ({vs}){provisional}")
         if r.note:
             lines.append(f"  ({escape(r.note)})")
     if s.slow:
         shown = ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items()))
         lines.append(
-            "Slow recurrences (every batch size ran slower; out of every mean, saving and recommendation): " + shown
+            "Slow recurrences (every batch size ran slower; out of every mean and the recommendation, in every "
+            "total, against the default run as slow): " + shown
         )
     lines.append(
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
@@ -358,6 +372,17 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     for name, values in s.provenance.items():
         lines.append(f"{name.replace('_', ' ').capitalize()}: {escape('; '.join(values))}")
     return lines
+
+
+def _compared(s: Summary) -> str:
+    n = s.compared_recurrences
+    return "1 recurrence" if n == 1 else f"{n} recurrences"
+
+
+def _saving_lines(saved: dict, per: str = "") -> list[str]:
+    """``  cost ...``, ``  energy ...``, ``  time ...``: each saving with its figures (`words`)."""
+    fmt = {"cost": fmt_energy, "energy": fmt_energy, "time": fmt_time}
+    return [f"  {q} {escape(words(saved.get(q), fmt[q], per))}" for q in ("cost", "energy", "time") if saved.get(q)]
 
 
 def _exploration_line(s: Summary) -> str:
@@ -379,31 +404,39 @@ def _default_line(s: Summary) -> str:
         return "Default batch size: unknown"
     if s.default_mean_cost is None:
         return f"Default batch size {s.default_batch_size}: never converged, so savings against it are unknown"
-    rough = " (a single run: a rough baseline)" if s.default_runs == 1 else ""
     runs = "1 run" if s.default_runs == 1 else f"{s.default_runs} runs"
     b = s.baseline
     at = f" at {b.power_limit:g} W (the default limit)" if b is not None and b.power_limit is not None else ""
     scaled = f", {b.scaled} of them scaled from a lower limit" if b is not None and b.scaled else ""
+    spread = "; the 90% intervals below rest on how much runs vary (--format json: spread)"
+    if s.spread.df <= 0:
+        spread = "; no batch size has converged twice yet, so how much runs vary, and any interval, is unknown"
     return (
         f"Default batch size {s.default_batch_size}{at}: mean cost {fmt_energy(s.default_mean_cost)} "
-        f"over {runs}{scaled}{rough}"
+        f"over {runs}{scaled}{spread}"
     )
 
 
-def _pct(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"[green]{v * 100:.1f}% saved[/]" if v >= 0 else f"[red]{-v * 100:.1f}% more[/]"
-
-
-def _rough(s: Summary) -> str:
-    """Said next to every saving when the default's cost rests on a single run."""
-    return " [yellow](the default's single run: a rough baseline)[/]" if s.default_runs == 1 else ""
-
-
 def summary_json(summary: Summary) -> dict[str, Any]:
-    """The summary as a JSON-ready dict (nested dataclasses as objects)."""
-    return dataclasses.asdict(summary)
+    """The summary as a JSON-ready dict (nested dataclasses as objects).
+
+    Every saving has its 90% interval beside it under the same name with ``_ci`` (``[low, high]``,
+    fractions; null where none can be stated yet); ``saved`` holds each with the figures it is
+    computed from (`zeus_run.views.saving.Saved.to_json`).
+    """
+    out = dataclasses.asdict(summary)
+    out["saved"] = {q: v.to_json() if v else None for q, v in summary.saved.items()}
+    if summary.steady is not None:
+        steady = out["steady"]
+        steady["saved"] = {q: v.to_json() if v else None for q, v in summary.steady.saved.items()}
+        for q in ("energy", "time"):
+            saved = summary.steady.saved.get(q)
+            steady[f"savings_{q}"] = saved.value if saved else None
+            steady[f"savings_{q}_ci"] = list(saved.ci) if saved and saved.ci else None
+    if summary.recommendation is not None:
+        rec = summary.recommendation.saved
+        out["recommendation"]["saved"] = rec.to_json() if rec else None
+    return out
 
 
 def write_records(

@@ -45,6 +45,7 @@ from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import locate, lock
+from zeus_run.rundir.rates import note_change
 from zeus_run.rundir.resume import choose_run_dir, recover, request_of
 from zeus_run.rundir.store import first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
@@ -152,6 +153,10 @@ def run_job(
         recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))
         history = recovered.history
         settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
+        for notice in note_change(
+            rd.path, rd.stored_spec(), spec.accounting, position(history, spec.max_tries).recurrence
+        ):
+            logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
         adopted = [request_of(m, spec) for m in recovered.adopted]
         if rd.stored_spec() is None:
             rd.save_spec(spec)

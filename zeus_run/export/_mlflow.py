@@ -4,7 +4,8 @@ The parent run (named ``JOB (RUN_DIR)``; tags ``zeus_run.job``, ``zeus_run.run_d
 directory's name, and ``zeus_run.run_path``, its absolute path, which tells apart two run
 directories of one job name) carries the job's decision settings as params and its summary
 as metrics: savings against the default (cost, energy, time), the steady
-state, the recommendation and the totals, each logged at step = the number of
+state, the recommendation and the totals, each saving with the two ends of its 90% interval
+(``<name>_ci_low``, ``<name>_ci_high``; `zeus_run.views.saving`), each logged at step = the number of
 trials so far, so that re-exports draw them over time. Each trial's nested run
 carries batch size, learning rate, power limit, recurrence and try as params;
 stage, outcome, stop reason and kind as tags; energy, time, cost and epochs as
@@ -44,6 +45,7 @@ from zeus_run.errors import UsageError
 from zeus_run.export._base import Exporter, ExportError, trial_id
 from zeus_run.records import TrialRecord
 from zeus_run.views.jobs import JobView
+from zeus_run.views.saving import Saved, words
 
 INSTALL_HINT = "pip install 'zeus-run[mlflow]'   (or: pip install mlflow)"
 #: Default experiment name.
@@ -265,9 +267,9 @@ class MlflowExporter(Exporter):
         step = s.trials
         now = int(job.last_ended.timestamp() * 1000)
         values: dict[str, float | None] = {
-            "savings_cost": s.savings_cost,
-            "savings_energy": s.savings_energy,
-            "savings_time": s.savings_time,
+            **_with_ci("savings_cost", s.saved.get("cost")),
+            **_with_ci("savings_energy", s.saved.get("energy")),
+            **_with_ci("savings_time", s.saved.get("time")),
             "total_energy_joules": s.total_energy,
             "total_time_seconds": s.total_time,
             "total_cost_joules": s.total_cost,
@@ -275,10 +277,12 @@ class MlflowExporter(Exporter):
             "trials": s.trials,
             "default_mean_cost_joules": s.default_mean_cost,
             "steady_state_cost_joules": s.steady.mean_cost if s.steady else None,
-            "steady_state_savings": s.steady.savings if s.steady else None,
+            **_with_ci("steady_state_savings", s.steady.saved.get("cost") if s.steady else None),
+            **_with_ci("steady_state_savings_energy", s.steady.saved.get("energy") if s.steady else None),
+            **_with_ci("steady_state_savings_time", s.steady.saved.get("time") if s.steady else None),
             "recommended_batch_size": s.recommendation.batch_size if s.recommendation else None,
             "recommended_power_limit_watts": s.recommendation.power_limit if s.recommendation else None,
-            "recommended_savings": s.recommendation.savings if s.recommendation else None,
+            **_with_ci("recommended_savings", s.recommendation.saved if s.recommendation else None),
             "batch_size": job.batch_size,
             "exploring": 1.0 if job.exploring else 0.0,
             "slow_recurrences": len(s.slow),
@@ -287,9 +291,9 @@ class MlflowExporter(Exporter):
         if acc is not None:
             values |= {
                 "carbon_grams": acc.carbon_g,
-                "carbon_savings": acc.carbon_saving,
+                **_with_ci("carbon_savings", acc.carbon),
                 "money": acc.money,
-                "money_savings": acc.money_saving,
+                **_with_ci("money_savings", acc.money_saved),
             }
         metrics = [Metric(k, float(v), now, step) for k, v in values.items() if v is not None]
         ex = s.exploration
@@ -348,6 +352,14 @@ def _settings(job: JobView) -> dict[str, Any]:
     }
 
 
+def _with_ci(name: str, saved: Saved | None) -> dict[str, float | None]:
+    """``name`` and the two ends of its 90% interval (``name_ci_low``, ``name_ci_high``; absent while unbounded)."""
+    if saved is None:
+        return {}
+    low, high = saved.ci if saved.ci is not None else (None, None)
+    return {name: saved.value, f"{name}_ci_low": low, f"{name}_ci_high": high}
+
+
 def _recommendation_text(job: JobView) -> str:
     rec = job.summary.recommendation
     if rec is None:
@@ -357,5 +369,5 @@ def _recommendation_text(job: JobView) -> str:
         parts.append(f"learning rate {rec.learning_rate:g}")
     if rec.power_limit is not None:
         parts.append(f"power limit {rec.power_limit:g} W")
-    saving = f", {rec.savings * 100:.1f}% saved against the default" if rec.savings is not None else ""
+    saving = f": {words(rec.saved)} against the default" if rec.saved is not None else ""
     return ", ".join(parts) + f" (mean cost {rec.mean_cost:.1f} J over {rec.runs} runs{saving})"

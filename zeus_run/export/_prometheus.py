@@ -5,7 +5,9 @@ absolute path: two run directories of one job name are two sets of series), and 
 where the trials recorded one, and follows Prometheus' naming conventions: base units
 (joules, seconds, watts, grams, ratios in [0, 1]). A ``_total`` counter counts what
 happened (trials, reached recurrences, energy spent) and never goes down from one export
-to the next; a state (recurrences still open, the current batch size) is a gauge. `METRICS`
+to the next (each outcome's counter is there from 0); a state (recurrences still open, the
+current batch size) is a gauge. Every saving comes with the two ends of its 90% interval
+(``NAME_low_ratio``, ``NAME_high_ratio``: absent while none can be stated; `zeus_run.views.saving`). `METRICS`
 lists them; the Grafana dashboard in ``docs/`` reads only these names.
 """
 
@@ -19,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run import _fs
+from zeus_run.contract import StopReason
 from zeus_run.errors import UsageError
 from zeus_run.export._base import Exporter, ExportError
 from zeus_run.views.jobs import JobView
+from zeus_run.views.saving import Saved
 from zeus_run.views.summary import recurrence_rows
 
 #: Content type of the text format (version 0.0.4), as Pushgateway and scrapers expect.
@@ -70,16 +74,46 @@ METRICS = {
             "gauge",
             "Saving of the whole history against always running the default, by quantity (cost, energy, time).",
         ),
-        Metric("zeus_run_energy_saved_joules", "gauge", "Energy saved against always running the default batch size."),
+        Metric("zeus_run_savings_low_ratio", "gauge", "Low end of the 90% interval of zeus_run_savings_ratio."),
+        Metric("zeus_run_savings_high_ratio", "gauge", "High end of the 90% interval of zeus_run_savings_ratio."),
+        Metric(
+            "zeus_run_energy_saved_joules",
+            "gauge",
+            "Energy saved against always running the default batch size (every try counted).",
+        ),
+        Metric("zeus_run_energy_saved_low_joules", "gauge", "Low end of the 90% interval of the energy saved."),
+        Metric("zeus_run_energy_saved_high_joules", "gauge", "High end of the 90% interval of the energy saved."),
         Metric(
             "zeus_run_steady_state_savings_ratio",
             "gauge",
-            "Saving of the steady state (last recurrences after exploration) against the default.",
+            "Saving of a recurrence now (the steady state: the batch sizes the last recurrences after exploration "
+            "ran, at their means) against the default's, by quantity (cost, energy, time).",
+        ),
+        Metric(
+            "zeus_run_steady_state_savings_low_ratio",
+            "gauge",
+            "Low end of the 90% interval of zeus_run_steady_state_savings_ratio.",
+        ),
+        Metric(
+            "zeus_run_steady_state_savings_high_ratio",
+            "gauge",
+            "High end of the 90% interval of zeus_run_steady_state_savings_ratio.",
         ),
         Metric(
             "zeus_run_accounting_savings_ratio",
             "gauge",
-            "Saving of carbon and money against always running the default, by quantity (carbon, money).",
+            "Saving of carbon and money over the whole history against always running the default, by quantity "
+            "(carbon, money; the spec's accounting section).",
+        ),
+        Metric(
+            "zeus_run_accounting_savings_low_ratio",
+            "gauge",
+            "Low end of the 90% interval of zeus_run_accounting_savings_ratio.",
+        ),
+        Metric(
+            "zeus_run_accounting_savings_high_ratio",
+            "gauge",
+            "High end of the 90% interval of zeus_run_accounting_savings_ratio.",
         ),
         Metric("zeus_run_batch_size", "gauge", "Batch size of the last trial (the current one)."),
         Metric("zeus_run_power_limit_watts", "gauge", "GPU power limit of the last trial, where one was set."),
@@ -108,7 +142,16 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
         if value is not None:
             out.append((name, {**base, **extra}, float(value)))
 
-    outcomes: dict[str, int] = {}
+    def add_saved(name: str, saved: Saved | None, **extra: str) -> None:
+        """``NAME_ratio``, and the ends of its interval as ``NAME_low_ratio`` and ``NAME_high_ratio``."""
+        if saved is None:
+            return
+        add(f"{name}_ratio", saved.value, **extra)
+        if saved.ci is not None:
+            add(f"{name}_low_ratio", saved.ci[0], **extra)
+            add(f"{name}_high_ratio", saved.ci[1], **extra)
+
+    outcomes = dict.fromkeys(sorted(str(r) for r in StopReason), 0)  # every outcome from 0: rate() sees the first
     for r in job.records:
         outcomes[r.stop_reason] = outcomes.get(r.stop_reason, 0) + 1
     for outcome, n in sorted(outcomes.items()):
@@ -125,8 +168,8 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
         add("zeus_run_carbon_grams_total", acc.carbon_g)
         if acc.money is not None:
             add("zeus_run_cost_total", acc.money, currency=acc.currency)
-        add("zeus_run_accounting_savings_ratio", acc.carbon_saving, quantity="carbon")
-        add("zeus_run_accounting_savings_ratio", acc.money_saving, quantity="money")
+        add_saved("zeus_run_accounting_savings", acc.carbon, quantity="carbon")
+        add_saved("zeus_run_accounting_savings", acc.money_saved, quantity="money")
     if rows:
         add("zeus_run_last_recurrence_energy_joules", rows[-1].energy)
         add("zeus_run_last_recurrence_time_seconds", rows[-1].time)
@@ -134,10 +177,16 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     add("zeus_run_default_recurrence_cost_joules", s.default_mean_cost)
     add("zeus_run_default_recurrence_energy_joules", s.default_mean_energy)
     for quantity in ("cost", "energy", "time"):
-        add("zeus_run_savings_ratio", getattr(s, f"savings_{quantity}"), quantity=quantity)
-    if s.baseline_energy is not None:
-        add("zeus_run_energy_saved_joules", s.baseline_energy - s.compared_energy)
-    add("zeus_run_steady_state_savings_ratio", s.steady.savings if s.steady else None)
+        add_saved("zeus_run_savings", s.saved.get(quantity), quantity=quantity)
+        add_saved(
+            "zeus_run_steady_state_savings", s.steady.saved.get(quantity) if s.steady else None, quantity=quantity
+        )
+    energy = s.saved.get("energy")
+    if energy is not None:
+        add("zeus_run_energy_saved_joules", energy.default - energy.spent)
+        if energy.default_low is not None and energy.default_high is not None:
+            add("zeus_run_energy_saved_low_joules", energy.default_low - energy.spent)
+            add("zeus_run_energy_saved_high_joules", energy.default_high - energy.spent)
     add("zeus_run_batch_size", job.batch_size)
     add("zeus_run_power_limit_watts", job.power_limit)
     add("zeus_run_exploring", 1.0 if job.exploring else 0.0)

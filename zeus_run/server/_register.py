@@ -18,18 +18,23 @@ Every file the spec names must stay inside the job (`zeus_run.server._paths`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from zeus_run.engine.position import position
 from zeus_run.remote import job_path
 from zeus_run.rundir.opener import lock
+from zeus_run.rundir.rates import note_change
 from zeus_run.rundir.resume import compatibility, keep_recorded_revision
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths, check_series
 from zeus_run.spec import parse_spec
 from zeus_run.spec._yaml import YamlLimitError, load_yaml
+
+logger = logging.getLogger(__name__)
 
 #: Stored-spec keys that say where the spec came from, not what it sets.
 _NOT_SETTINGS = frozenset({"source", "run_dir"})
@@ -82,6 +87,10 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
             )
         stored = rd.stored_spec()
         changed = [] if stored is None else changed_settings(stored, spec.to_dict())
+        for notice in note_change(
+            rd.path, stored, spec.accounting, lambda: position(rd.history.read(), spec.max_tries).recurrence
+        ):
+            logger.warning("job %s: %s", name, notice)  # a changed rate applies from the next recurrence
         if stored is None or changed:
             rd.save_spec(spec)
     return {"job": name, "spec": spec.to_dict(), "created": stored is None, "changed": changed}

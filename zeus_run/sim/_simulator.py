@@ -41,6 +41,7 @@ from zeus_run.sim._baselines import (
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
+from zeus_run.views.saving import Saved, saved_json
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +258,7 @@ class SimResult:
     final: tuple[int, float | None] = field(default=(0, None))
     knobs: Knobs | None = None
     slowdowns: tuple[float, ...] = ()
+    _saved: dict[str, Saved | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def load(self) -> float:
@@ -281,17 +283,14 @@ class SimResult:
             counts[r.recurrence] = counts.get(r.recurrence, 0) + 1
         return [counts[k] for k in sorted(counts)]
 
-    def savings(self) -> dict[str, float | None]:
-        """The saving of cost, energy and time against the default as ``history`` computes it on the run directory.
-
-        `zeus_run.views.jobs.summarize_run` on these records and settings: b0's simulated runs
-        scaled to the maximum power limit (`zeus_run.views.baseline`), slow recurrences left
-        out. ``cost_vs_default`` instead divides by the traces' expected Default.
-        """
+    def saved(self) -> dict[str, Saved | None]:
+        """Cost, energy and time saved, with 90% intervals, as ``history`` states them on the run directory (the
+        one saving a simulation states; ``cost_vs_default``, against the traces' expected Default, checks it)."""
         from zeus_run.views.jobs import summarize_run
 
-        s = summarize_run(self.records, self.knobs)
-        return {"cost": s.savings_cost, "energy": s.savings_energy, "time": s.savings_time}
+        if self._saved is None:
+            self._saved = summarize_run(self.records, self.knobs).saved
+        return self._saved
 
     @property
     def regret(self) -> float:
@@ -317,7 +316,7 @@ class SimResult:
             "cost_vs_default": self.cost / self.default_cost,
             "energy_vs_default": self.energy / (self.load * self.default.energy),
             "time_vs_default": self.time / (self.load * self.default.time),
-            "saved": self.savings(),
+            **saved_json(self.saved()),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
             "final_batch_size": self.final[0],
             "final_power_limit": self.final[1],

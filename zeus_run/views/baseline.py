@@ -10,7 +10,8 @@ How it is computed from a history:
 
 * the default batch size's trials that reached the target, were observed, and did not
   run in a slow recurrence (`zeus_run.optimizer.early_stop`: the machine, not the batch
-  size) are the runs it rests on;
+  size) are the runs it rests on, each without the power-limit sweep of a first run (`clean`:
+  the default never swept);
 * each run made at a lower power limit is scaled to the maximum limit through the
   profile (``time x throughput(limit) / throughput(max)``; energy by energy per unit of
   work, ``avg_power / throughput``); a run at the maximum, without a recorded limit, or
@@ -19,7 +20,7 @@ How it is computed from a history:
   (``max-slowdown``: against the mean scaled time, the bound's own reference).
 
 Without a profile (a CPU job, no power limits) the baseline is the default batch size's
-mean as it ran.
+mean as it ran. `zeus_run.views.saving` states every saving against it, with its interval.
 """
 
 from __future__ import annotations
@@ -72,6 +73,71 @@ def default_runs(
     ]
 
 
+def clean(
+    record: TrialRecord, objective: Objective | None = None, at: PowerLimitMeasurement | None = None
+) -> tuple[float, float, float]:
+    """``(cost, energy, time)`` of a converged run without its power-limit sweep (`TrialRecord.profile_overhead`).
+
+    The sweep is what zeus-run paid to profile the limits in a batch size's first run; the
+    batch size costs a run without it from then on, and the default never swept. The cost
+    loses the sweep's price. Energy and time: with ``at`` (the profile's measurement at the
+    run's limit) and an energy-time objective, the whole run at that limit's average power
+    (``time = cost / (eta x power + (1 - eta) x max_power)``, ``energy = power x time``);
+    otherwise each loses the sweep's share of the cost.
+    """
+    over = record.profile_overhead or 0.0
+    if not (record.cost > 0 and 0.0 < over < record.cost):
+        return record.cost, record.energy, record.time
+    cost = record.cost - over
+    if at is not None and at.avg_power > 0 and objective is not None and objective.kind != "max-slowdown":
+        eta = objective.cost_eta
+        rate = eta * at.avg_power + (1.0 - eta) * record.max_power
+        if rate > 0:
+            time = cost / rate
+            return cost, at.avg_power * time, time
+    keep = cost / record.cost
+    return cost, record.energy * keep, record.time * keep
+
+
+def default_samples(
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None,
+    *,
+    objective: Objective | None = None,
+    profile: Sequence[PowerLimitMeasurement] = (),
+    slow: Collection[int] = (),
+) -> tuple[int | None, float | None, int, list[tuple[float, float, float]]]:
+    """b0's runs as the default would have run them: ``(b0, default limit, runs scaled, [(cost, energy, time)])``.
+
+    Each of `default_runs`, without its sweep (`clean`), scaled to the default (maximum) limit
+    through ``profile`` and re-costed by ``objective`` (see the module's docstring).
+    """
+    if default_batch_size is None and records:
+        default_batch_size = records[0].batch_size
+    runs = default_runs(records, default_batch_size, slow)
+    by_limit = {m.power_limit: m for m in profile if m.throughput > 0 and m.avg_power > 0}
+    top = by_limit[max(by_limit)] if by_limit else None
+    cleaned = [
+        (r, *clean(r, objective, by_limit.get(r.power_limit) if r.power_limit is not None else None)) for r in runs
+    ]
+    if top is None or objective is None:
+        limit = None if top is None else top.power_limit
+        return default_batch_size, limit, 0, [(c, e, t) for _, c, e, t in cleaned]
+    scaled: list[tuple[TrialRecord, float, float]] = []
+    moved = 0
+    for r, _, e, t in cleaned:
+        m = by_limit.get(r.power_limit) if r.power_limit is not None else None
+        if m is None or m.power_limit == top.power_limit:
+            scaled.append((r, e, t))
+            continue
+        moved += 1
+        energy = e * (top.avg_power / top.throughput) / (m.avg_power / m.throughput)
+        scaled.append((r, energy, t * m.throughput / top.throughput))
+    ref = sum(t for _, _, t in scaled) / len(scaled) if scaled else None
+    samples = [(objective.trial_cost(e, t, r.max_power, ref), e, t) for r, e, t in scaled]
+    return default_batch_size, top.power_limit, moved, samples
+
+
 def baseline(
     records: Sequence[TrialRecord],
     default_batch_size: int | None,
@@ -93,49 +159,20 @@ def baseline(
     Returns:
         None before the default has converged outside a slow recurrence.
     """
-    if default_batch_size is None and records:
-        default_batch_size = records[0].batch_size
-    runs = default_runs(records, default_batch_size, slow)
-    if not runs or default_batch_size is None:
+    b0, limit, moved, samples = default_samples(
+        records, default_batch_size, objective=objective, profile=profile, slow=slow
+    )
+    if not samples or b0 is None:
         return None
-    by_limit = {m.power_limit: m for m in profile if m.throughput > 0 and m.avg_power > 0}
-    top = by_limit[max(by_limit)] if by_limit else None
-    if top is None or objective is None:
-        return _mean_of(default_batch_size, None if top is None else top.power_limit, runs, 0, None)
-    scaled: list[tuple[TrialRecord, float, float]] = []
-    moved = 0
-    for r in runs:
-        m = by_limit.get(r.power_limit) if r.power_limit is not None else None
-        if m is None or m.power_limit == top.power_limit:
-            scaled.append((r, r.energy, r.time))
-            continue
-        moved += 1
-        time = r.time * m.throughput / top.throughput
-        energy = r.energy * (top.avg_power / top.throughput) / (m.avg_power / m.throughput)
-        scaled.append((r, energy, time))
-    ref = sum(t for _, _, t in scaled) / len(scaled)
-    costs = [objective.trial_cost(e, t, r.max_power, ref) for r, e, t in scaled]
-    return _mean_of(default_batch_size, top.power_limit, scaled, moved, costs)
-
-
-def _mean_of(
-    batch_size: int,
-    power_limit: float | None,
-    runs: Sequence[TrialRecord] | Sequence[tuple[TrialRecord, float, float]],
-    moved: int,
-    costs: Sequence[float] | None,
-) -> Baseline:
-    rows = [(r, r.energy, r.time) if not isinstance(r, tuple) else r for r in runs]
-    n = len(rows)
-    cost = sum(costs) / n if costs is not None else sum(r.cost for r, _, _ in rows) / n
+    n = len(samples)
     return Baseline(
-        batch_size=batch_size,
-        power_limit=power_limit,
+        batch_size=b0,
+        power_limit=limit,
         runs=n,
         scaled=moved,
-        cost=cost,
-        energy=sum(e for _, e, _ in rows) / n,
-        time=sum(t for _, _, t in rows) / n,
+        cost=sum(c for c, _, _ in samples) / n,
+        energy=sum(e for _, e, _ in samples) / n,
+        time=sum(t for _, _, t in samples) / n,
     )
 
 

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
-    from zeus_run.accounting import Accounting
     from zeus_run.engine.knobs import Knobs
     from zeus_run.records import TrialRecord
     from zeus_run.rundir.settings import RunSettings
+    from zeus_run.views.money import Accounting
+    from zeus_run.views.saving import Saved
     from zeus_run.views.summary import Summary
 
 #: The history file's name in a run directory (`zeus_run.rundir.history.HISTORY_NAME`).
@@ -204,13 +205,14 @@ def accounting_of(
     Raises:
         zeus_run.accounting.AccountingError: A rate series named there cannot be read.
     """
-    from zeus_run.accounting import account, settings_from
+    from zeus_run.accounting import settings_from
+    from zeus_run.rundir.rates import periods
     from zeus_run.rundir.settings import RunSettings
+    from zeus_run.views.money import account
 
     if settings is None:
         settings = RunSettings.read(run_dir)
-    base = summary.baseline
-    return account(records, settings_from(settings.accounting), base.energy if base else None, summary.slow, run_dir)
+    return account(records, settings_from(settings.accounting), summary, run_dir, periods(run_dir))
 
 
 def load_job(run_dir: Path) -> JobView:
@@ -277,24 +279,38 @@ COLUMNS = (
     "time",
     "cost",
     "saving_cost",
+    "saving_cost_ci",
     "saving_energy",
+    "saving_energy_ci",
     "saving_time",
+    "saving_time_ci",
     "steady_cost",
     "steady_saving",
+    "steady_saving_ci",
     "carbon_g",
     "saving_carbon",
+    "saving_carbon_ci",
     "money",
     "currency",
     "saving_money",
+    "saving_money_ci",
     "run_dir",
 )
 
 
+def _ci(saved: Saved | None) -> list[float] | None:
+    return list(saved.ci) if saved is not None and saved.ci is not None else None
+
+
 def job_rows(jobs: Sequence[JobView]) -> list[dict[str, Any]]:
-    """One row per job (`COLUMNS`): units J, s and gCO2e, savings as fractions against the default."""
+    """One row per job (`COLUMNS`): units J, s and gCO2e, savings as fractions against the default.
+
+    Beside each saving its 90% interval (``*_ci``: ``[low, high]``, None where none can be stated yet).
+    """
     rows = []
     for j in jobs:
         s, acc = j.summary, j.accounting
+        steady = s.steady.saved.get("cost") if s.steady else None
         rows.append(
             {
                 "job": j.name,
@@ -310,32 +326,53 @@ def job_rows(jobs: Sequence[JobView]) -> list[dict[str, Any]]:
                 "time": s.total_time,
                 "cost": s.total_cost,
                 "saving_cost": s.savings_cost,
+                "saving_cost_ci": _ci(s.saved.get("cost")),
                 "saving_energy": s.savings_energy,
+                "saving_energy_ci": _ci(s.saved.get("energy")),
                 "saving_time": s.savings_time,
+                "saving_time_ci": _ci(s.saved.get("time")),
                 "steady_cost": s.steady.mean_cost if s.steady else None,
                 "steady_saving": s.steady.savings if s.steady else None,
+                "steady_saving_ci": _ci(steady),
                 "carbon_g": acc.carbon_g if acc else None,
                 "saving_carbon": acc.carbon_saving if acc else None,
+                "saving_carbon_ci": _ci(acc.carbon) if acc else None,
                 "money": acc.money if acc else None,
                 "currency": acc.currency if acc and acc.money is not None else None,
                 "saving_money": acc.money_saving if acc else None,
+                "saving_money_ci": _ci(acc.money_saved) if acc else None,
                 "run_dir": str(j.run_dir),
             }
         )
     return rows
 
 
+def total(jobs: Sequence[JobView]) -> dict[str, Saved | None]:
+    """Every job's whole-history savings taken together (`zeus_run.views.saving.pooled`), by quantity.
+
+    ``carbon`` and ``money`` over the jobs with a rate (``money`` only when they share one currency).
+    """
+    from zeus_run.views.saving import pooled
+
+    out: dict[str, Saved | None] = {
+        q: pooled([j.summary.saved.get(q) for j in jobs]) for q in ("cost", "energy", "time")
+    }
+    accs = [j.accounting for j in jobs if j.accounting is not None]
+    priced = [a for a in accs if a.money is not None]
+    out["carbon"] = pooled([a.carbon for a in accs if a.carbon_g is not None])
+    out["money"] = pooled([a.money_saved for a in priced]) if len({a.currency for a in priced}) == 1 else None
+    return out
+
+
 def total_row(jobs: Sequence[JobView]) -> dict[str, Any]:
-    """The total over ``jobs`` (`COLUMNS`): sums, and savings against every job's default together.
+    """The total over ``jobs`` (`COLUMNS`): sums, and savings against every job's default together (`total`).
 
     A job without a default baseline (no converged default run yet) counts in the
     sums but not in the savings. Money is summed only when every job with a price has
     the same currency (else None).
     """
     s = [j.summary for j in jobs]
-    saving: dict[str, float | None] = {}
-    for key in ("cost", "energy", "time"):
-        saving[key] = _pooled([(getattr(x, f"compared_{key}"), getattr(x, f"baseline_{key}")) for x in s])
+    saving = total(jobs)
     accs = [j.accounting for j in jobs if j.accounting is not None]
     carbon = [a for a in accs if a.carbon_g is not None]
     priced = [a for a in accs if a.money is not None]
@@ -354,22 +391,25 @@ def total_row(jobs: Sequence[JobView]) -> dict[str, Any]:
         "energy": sum(x.total_energy for x in s),
         "time": sum(x.total_time for x in s),
         "cost": sum(x.total_cost for x in s),
-        "saving_cost": saving["cost"],
-        "saving_energy": saving["energy"],
-        "saving_time": saving["time"],
+        "saving_cost": _value(saving["cost"]),
+        "saving_cost_ci": _ci(saving["cost"]),
+        "saving_energy": _value(saving["energy"]),
+        "saving_energy_ci": _ci(saving["energy"]),
+        "saving_time": _value(saving["time"]),
+        "saving_time_ci": _ci(saving["time"]),
         "steady_cost": None,
         "steady_saving": None,
+        "steady_saving_ci": None,
         "carbon_g": sum(a.carbon_g or 0.0 for a in carbon) if carbon else None,
-        "saving_carbon": _pooled([(a.compared_carbon_g, a.default_carbon_g) for a in carbon]),
+        "saving_carbon": _value(saving["carbon"]),
+        "saving_carbon_ci": _ci(saving["carbon"]),
         "money": sum(a.money or 0.0 for a in priced) if one_currency else None,
         "currency": next(iter(currencies)) if one_currency else None,
-        "saving_money": _pooled([(a.compared_money, a.default_money) for a in priced]) if one_currency else None,
+        "saving_money": _value(saving["money"]),
+        "saving_money_ci": _ci(saving["money"]),
         "run_dir": "",
     }
 
 
-def _pooled(pairs: Sequence[tuple[float | None, float | None]]) -> float | None:
-    """``1 - sum(value) / sum(baseline)`` over the pairs that have both (None when none has)."""
-    both = [(v, b) for v, b in pairs if v is not None and b is not None]
-    base = sum(b for _, b in both)
-    return 1.0 - sum(v for v, _ in both) / base if both and base > 0 else None
+def _value(saved: Saved | None) -> float | None:
+    return saved.value if saved is not None else None

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
+from zeus_run.views.saving import short
 from zeus_run.views.summary import EXPLORING_STAGES, Summary, recurrence_rows, summarize
 
 if TYPE_CHECKING:
-    from zeus_run.accounting import Accounting
+    from zeus_run.views.money import Accounting
 
 #: Image size (unit: inches) and resolution: 900 x 1000 pixels.
 FIGSIZE = (9.0, 10.0)
@@ -134,15 +135,11 @@ def _title(records: Sequence[TrialRecord], s: Summary) -> str:
     kind = records[0].kind
     head = f"{records[0].job}" + (f" ({kind})" if kind != "real" else "")
     head += f": {s.recurrences} recurrences, {s.trials} trials"
-    if s.steady is not None and s.steady.savings is not None:
-        head += f"; steady state {_pct(s.steady.savings)} vs default"
+    if s.steady is not None and s.steady.saved.get("cost") is not None:
+        head += f"; steady state {short(s.steady.saved.get('cost'))} vs default"
     elif s.exploration is not None and s.exploration.exploring:
         head += "; still exploring"
     return head
-
-
-def _pct(v: float) -> str:
-    return f"{v * 100:.0f}% cheaper" if v >= 0 else f"{-v * 100:.0f}% dearer"
 
 
 def _cost_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, unit: str, scale: float) -> None:
@@ -184,8 +181,8 @@ def _cost_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, unit: str, 
         st = s.steady
         ax.hlines(st.mean_cost / scale, st.first - 0.4, st.last + 0.4, color=_STEADY, linewidth=2.5, zorder=4)
         label = f"steady state (rec. {st.first}-{st.last}): {st.mean_cost / scale:.3g} {unit}"
-        if st.savings is not None:
-            label += f", {_pct(st.savings)}"
+        if st.saved.get("cost") is not None:
+            label += f", {short(st.saved.get('cost'))}"
         handles.append(Line2D([], [], color=_STEADY, linewidth=2.5, label=label))
     ax.legend(handles=handles, loc="upper left", fontsize=8, ncols=2, frameon=True, framealpha=0.9)
     ax.set_ylim(0, max(c / scale for c in [row.cost for row in rows] + [s.default_mean_cost or 0.0]) * 1.4)

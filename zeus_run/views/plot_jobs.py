@@ -1,9 +1,9 @@
 """One figure over many jobs: what zeus-run saved each of them (``zeus-run plot runs/*``).
 
 Top: each job's saving so far against always running its default batch size,
-after every recurrence (cumulative cost of its recurrences against the default's
-mean cost times their number). Bottom: each job's saving of cost, energy and
-time over its whole history. Figures come from `zeus_run.views.summary` through
+after every recurrence (what its tries spent so far against the default's, by the rule of
+`zeus_run.views.saving`). Bottom: each job's saving of cost, energy and time over its whole
+history, with its 90% interval. Figures come from `zeus_run.views.summary` through
 `zeus_run.views.jobs.JobView`; matplotlib (the ``plot`` extra) is loaded as in
 `zeus_run.views.plot`.
 """
@@ -11,7 +11,6 @@ time over its whole history. Figures come from `zeus_run.views.summary` through
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
 from pathlib import Path
 
 from zeus_run.errors import UsageError
@@ -23,12 +22,30 @@ FIGSIZE = (9.0, 8.0)
 
 
 def cumulative_savings(job: JobView) -> list[float]:
-    """The saving after each recurrence, as fractions (empty without a default baseline)."""
-    base = job.summary.default_mean_cost
-    if not base:
+    """The whole history's cost saving after each recurrence, as fractions (empty without a default baseline).
+
+    The rule of `zeus_run.views.saving`: what every try spent so far against the default's mean for each
+    recurrence a batch size ran in (times its slowdown), tries no batch size caused on both sides.
+    """
+    from zeus_run.views.evidence import unattributed
+
+    s = job.summary
+    if s.baseline is None:
         return []
-    spent = accumulate(job.summary.recurrence_costs)
-    return [1.0 - c / (base * n) for n, c in enumerate(spent, start=1)]
+    spent: dict[int, float] = {}
+    default: dict[int, float] = {}
+    for r in job.records:
+        spent[r.recurrence] = spent.get(r.recurrence, 0.0) + r.spent_cost
+        default.setdefault(r.recurrence, 0.0)
+        if r.stop_reason.observed:
+            default[r.recurrence] = s.baseline.cost * s.slow.get(r.recurrence, 1.0)
+    for r in unattributed(job.records):
+        default[r.recurrence] += r.spent_cost
+    out, total, base = [], 0.0, 0.0
+    for n in sorted(spent):
+        total, base = total + spent[n], base + default[n]
+        out.append(1.0 - total / base if base > 0 else 0.0)
+    return out
 
 
 def plot_jobs(jobs: Sequence[JobView], path: str | Path, title: str | None = None) -> Path:
@@ -59,11 +76,15 @@ def plot_jobs(jobs: Sequence[JobView], path: str | Path, title: str | None = Non
     names = [j.name for j in jobs]
     for i, (key, color) in enumerate((("cost", "#0072b2"), ("energy", "#009e73"), ("time", "#e69f00"))):
         values = [(getattr(j.summary, f"savings_{key}") or 0.0) * 100 for j in jobs]
-        ax_total.bar([x + (i - 1) * width for x in range(len(jobs))], values, width, label=key, color=color)
+        cis = [getattr(j.summary, f"savings_{key}_ci") for j in jobs]
+        below = [v - ci[0] * 100 if ci else 0.0 for v, ci in zip(values, cis, strict=True)]
+        above = [ci[1] * 100 - v if ci else 0.0 for v, ci in zip(values, cis, strict=True)]
+        x = [x + (i - 1) * width for x in range(len(jobs))]
+        ax_total.bar(x, values, width, label=key, color=color, yerr=[below, above], capsize=2, ecolor="#333333")
     ax_total.axhline(0.0, color="#555555", linewidth=1)
     ax_total.set_xticks(range(len(jobs)), names, rotation=20, ha="right", fontsize=8)
     ax_total.set_ylabel("saved (%)")
-    ax_total.set_title("Whole history against always running the default")
+    ax_total.set_title("Whole history against always running the default (bars: 90% intervals)")
     ax_total.legend(fontsize=8)
     fig.suptitle(title or f"zeus-run: {len(jobs)} jobs", fontsize=12)
     out.parent.mkdir(parents=True, exist_ok=True)

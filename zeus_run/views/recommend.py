@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from zeus_run.engine.knobs import Knobs
     from zeus_run.records import TrialRecord
+    from zeus_run.views.saving import Saved
     from zeus_run.views.summary import BatchSizeStats
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ class Recommendation:
         runs: Converged runs the mean rests on.
         savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
         note: Why it is not simply the cheapest mean, or why the optimizer favours another batch size.
+        savings_ci: The 90% interval of ``savings`` (`zeus_run.views.saving`; None: unbounded yet).
+        saved: ``savings`` with its interval and what would tell (`zeus_run.views.saving.Saved`).
     """
 
     batch_size: int
@@ -47,6 +50,8 @@ class Recommendation:
     runs: int
     savings: float | None
     note: str | None = None
+    savings_ci: tuple[float, float] | None = None
+    saved: Saved | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from zeus_run.errors import HistoryError
 from zeus_run.objective import PENALTY_WEIGHT
 from zeus_run.views.jobs import JobView, load_job, outcome_text
 from zeus_run.views.plot import PlotUnavailableError, plot_history
+from zeus_run.views.saving import words
 from zeus_run.views.summary import Summary, recurrence_rows
 
 _CSS = """
@@ -71,10 +72,8 @@ def reason_text(stop_reason: str) -> str:
         return stop_reason
 
 
-def _pct(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 100:.1f}% saved" if v >= 0 else f"{-v * 100:.1f}% more"
+def _s(v: float | None) -> str:
+    return "-" if v is None else _units.quantity(v, "s")
 
 
 def _table(head: Sequence[str] | None, rows: Sequence[Sequence[object]], left: int = 1) -> str:
@@ -111,23 +110,31 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             + f": mean cost {_j(s.default_mean_cost)} over {_runs(s.default_runs)}"
             + (f" ({s.baseline.scaled} scaled from a lower power limit)" if s.baseline and s.baseline.scaled else ""),
         ),
-        (
-            "whole history against the default",
-            f"cost {_pct(s.savings_cost)}, energy {_pct(s.savings_energy)}, time {_pct(s.savings_time)}",
-        ),
-        (
-            "steady state",
-            f"{_j(s.steady.mean_cost)} per recurrence ({_pct(s.steady.savings)}), recurrences "
-            f"{s.steady.first}-{s.steady.last}"
-            if s.steady
-            else "not yet (exploring, or no recurrence after it)",
+        *[
+            (f"whole history against the default: {q}", words(s.saved.get(q), fmt))
+            for q, fmt in (("cost", _j), ("energy", _j), ("time", _s))
+            if s.saved.get(q) is not None
+        ],
+        *(
+            [
+                (
+                    f"steady state (recurrences {s.steady.first}-{s.steady.last}), per recurrence: {q}",
+                    words(s.steady.saved.get(q), fmt),
+                )
+                for q, fmt in (("cost", _j), ("energy", _j), ("time", _s))
+                if s.steady.saved.get(q) is not None
+            ]
+            if s.steady and s.steady.saved
+            else [("steady state", "not yet (exploring, or no recurrence after it)")]
         ),
         (
             "recommended",
             f"batch size {rec.batch_size}"
             + (f", learning rate {rec.learning_rate:g}" if rec.learning_rate is not None else "")
             + (f", power limit {rec.power_limit:g} W" if rec.power_limit is not None else "")
-            + f" (mean cost {_j(rec.mean_cost)} over {_runs(rec.runs)}, {_pct(rec.savings)})"
+            + f" (mean cost over {_runs(rec.runs)}: "
+            + (words(rec.saved, _j) if rec.saved is not None else _j(rec.mean_cost))
+            + ")"
             if rec
             else "-",
         ),
@@ -139,7 +146,7 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
     if s.slow:
         rows.append(
             (
-                "slow recurrences (left out of every mean and saving)",
+                "slow recurrences (out of every mean; in every total, against the default run as slow)",
                 ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items())),
             )
         )

@@ -7,31 +7,45 @@ replayed alike), so the CLI only renders and tests call these directly:
 * `batch_size_stats`: per batch size, trials, converged runs, mean and spread
   of the cost, epochs, time and energy;
 * `exploration_status`: whether the optimizer is still exploring;
-* `steady_state`: the cost of the last K recurrences after exploration, against
-  the default batch size's mean (the figure that says what zeus-run saves per
-  run from now on, which the whole-history total hides while exploration is
-  young);
+* `steady_state`: what a recurrence costs now that exploration is over, against the
+  default's (what zeus-run saves per run from now on, hidden in the whole history while young);
 * `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
 * `failure_reason`: a crashed trial's cause, from the tail of its log;
 * `summarize`: all of it, plus totals and savings against always running the default
-  (`zeus_run.views.baseline`: the default batch size at the default power limit).
+  (`zeus_run.views.baseline`: the default batch size at the default power limit), each with
+  its 90% interval (`zeus_run.views.saving`, the one estimator).
 
-Slow recurrences (the machine ran slow: `zeus_run.optimizer.early_stop`) are out of every
-mean, the recommendation, the steady state and the savings; `Summary.slow` lists them.
+One rule for slow recurrences (`zeus_run.optimizer.early_stop`; `Summary.slow` lists them): out of
+every *mean* (they say nothing about a batch size), in every *total* and the whole history's saving,
+against the default run as slow (its mean times the slowdown).
 """
 
 from __future__ import annotations
 
-import datetime
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zeus_run.contract import StopReason, crash_cause
 from zeus_run.records import TrialRecord
-from zeus_run.views.baseline import Baseline, baseline, saving
+from zeus_run.views import saving as est
+from zeus_run.views.baseline import Baseline
+from zeus_run.views.evidence import (
+    QUANTITIES,
+    Evidence,
+    Spread,
+    baseline_of,
+    compared_recurrences,
+    default_of,
+    history_savings,
+    totals,
+    value_of,
+    window_mean,
+    with_interval,
+)
+from zeus_run.views.provenance import provenance, started
 from zeus_run.views.recommend import Belief, Recommendation, recommend
 
 if TYPE_CHECKING:
@@ -43,9 +57,6 @@ STEADY_WINDOW = 5
 
 #: Optimizer stages that are exploration (the rest, ``thompson``, is exploitation).
 EXPLORING_STAGES = ("pruning", "explore")
-
-#: Provenance fields a trial record may carry (shown when present).
-PROVENANCE_FIELDS = ("zeus_run", "host", "gpus", "slurm_job_id")
 
 
 @dataclass(frozen=True)
@@ -139,15 +150,22 @@ class ExplorationStatus:
 
 @dataclass(frozen=True)
 class SteadyState:
-    """The cost of recent recurrences after exploration, against the default.
+    """What a recurrence costs now that exploration is over, against the default.
+
+    The last recurrences after exploration (at most `STEADY_WINDOW`, slow ones left out) say
+    which batch sizes and limits the job now runs; each costs its mean over its converged runs
+    (outside slow recurrences, without a first run's sweep), so the figure is the expected cost of
+    a recurrence from now on, not the luck of the last few.
 
     Attributes:
-        recurrences: How many recurrences the mean covers (at most `STEADY_WINDOW`).
+        recurrences: How many recurrences the window covers.
         first: First recurrence covered. last: Last recurrence covered.
-        mean_cost: Mean cost per recurrence, all its tries included (unit: J).
+        mean_cost: Expected cost of a recurrence at the window's batch sizes (unit: J).
         savings: ``1 - mean_cost / default_mean_cost`` (None without a default mean).
         batch_sizes: Batch size each covered recurrence converged with.
-        skipped: Slow recurrences in that span left out (the machine, not the batch size).
+        skipped: Slow recurrences in that span left out of the window.
+        savings_ci: The 90% interval of ``savings`` (None: unbounded yet).
+        saved: Cost, energy and time savings with their intervals (`zeus_run.views.saving.Saved`).
     """
 
     recurrences: int
@@ -157,6 +175,8 @@ class SteadyState:
     savings: float | None
     batch_sizes: tuple[int, ...] = ()
     skipped: int = 0
+    savings_ci: tuple[float, float] | None = None
+    saved: dict[str, est.Saved | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,10 +192,15 @@ class Summary:
         default_mean_cost/energy/time: A recurrence as the job ran before zeus-run (`baseline`: b0
             at the default power limit, over b0's converged runs outside slow recurrences).
         default_runs: How many converged runs of b0 those means rest on.
-        baseline_cost/energy/time: What always running the default would have cost for the
-            recurrences the savings compare (converged, not slow).
-        compared_cost/energy/time: What those recurrences cost, all their tries (units: J, J, s).
+        baseline_cost/energy/time: What always running the default would be expected to cost
+            over the same recurrences (`zeus_run.views.saving`: each recurrence a batch size ran
+            in, at its slowdown, plus what the tries no batch size caused spent).
+        compared_cost/energy/time: What every try cost: the totals the savings compare (units: J, J, s).
         savings_cost/energy/time: ``1 - compared / baseline`` (None without a baseline).
+        savings_cost_ci/energy_ci/time_ci: Their 90% intervals (None: unbounded yet).
+        saved: The same savings as `zeus_run.views.saving.Saved` (interval, hint), by quantity.
+        spread: The run-to-run spread the intervals rest on (`zeus_run.views.saving.Spread`).
+        compared_recurrences: Recurrences the whole history's saving compares: those a batch size ran in.
         baseline: The `Baseline` itself (None before b0 converged).
         estimated: Whether energy figures are estimates.
         chosen: Batch size of the final trial of each converged recurrence, in order.
@@ -215,6 +240,12 @@ class Summary:
     compared_cost: float = 0.0
     compared_energy: float = 0.0
     compared_time: float = 0.0
+    savings_cost_ci: tuple[float, float] | None = None
+    savings_energy_ci: tuple[float, float] | None = None
+    savings_time_ci: tuple[float, float] | None = None
+    saved: dict[str, est.Saved | None] = field(default_factory=dict)
+    spread: Spread = field(default_factory=Spread)
+    compared_recurrences: int = 0
     baseline: Baseline | None = None
     estimated: bool = False
     chosen: tuple[int, ...] = field(default_factory=tuple)
@@ -267,24 +298,10 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
                 stages=tuple(r.stage for r in rs),
                 reasons=tuple(failure_reason(r) for r in rs),
                 power_limit=rs[-1].power_limit,
-                date=_date(rs[0]),
+                date=started(rs[0]),
             )
         )
     return rows
-
-
-def _date(record: TrialRecord) -> str | None:
-    """``YYYY-MM-DD HH:MMZ`` (UTC) of the record's trigger, or of its start; None without either."""
-    stamp = record.triggered_at or record.started_at
-    if not stamp:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return stamp[:16]
-    if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc)
-    return when.strftime("%Y-%m-%d %H:%MZ")
 
 
 def batch_size_stats(records: Sequence[TrialRecord], slow: Collection[int] = ()) -> list[BatchSizeStats]:
@@ -337,15 +354,23 @@ def exploration_status(records: Sequence[TrialRecord]) -> ExplorationStatus:
 def steady_state(
     rows: Sequence[RecurrenceRow],
     exploration: ExplorationStatus,
-    default_mean_cost: float | None,
+    evidence: Evidence | None,
     window: int = STEADY_WINDOW,
     slow: Collection[int] = (),
 ) -> SteadyState | None:
-    """Mean cost of the last ``window`` converged recurrences after exploration ended.
+    """What a recurrence costs at the batch sizes the last ``window`` recurrences after exploration converged with.
 
-    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.optimizer.early_stop`) are left
-    out, unless every recurrence after exploration was slow: the figure is about the
-    batch size chosen, not about tonight's load.
+    Recurrences in ``slow`` (the whole machine ran slow: `zeus_run.optimizer.early_stop`) are left out
+    of the window, unless every recurrence after exploration was slow; either way each batch size
+    costs its mean outside slow recurrences (`SteadyState`).
+
+    Args:
+        rows: The recurrences.
+        exploration: Whether exploration is over.
+        evidence: The history's groups and default (`zeus_run.views.saving.Evidence`); None: no
+            saving, the mean of the window's own costs.
+        window: Recurrences in the window.
+        slow: Slow recurrences.
 
     Returns:
         None while exploring, or before a recurrence converged after exploration.
@@ -355,46 +380,24 @@ def steady_state(
     after = [row for row in rows if row.reached and row.recurrence > exploration.ended_after]
     quiet = [row for row in after if row.recurrence not in slow] or after
     recent = quiet[-window:]
-    skipped = sum(row.recurrence in slow for row in after if recent and row.recurrence >= recent[0].recurrence)
     if not recent:
         return None
-    mean = sum(row.cost for row in recent) / len(recent)
+    skipped = sum(row.recurrence in slow for row in after if row.recurrence >= recent[0].recurrence)
+    keys = [(row.final_batch_size, row.power_limit) for row in recent]
+    saved = {q: evidence.rate(keys, q) for q in QUANTITIES} if evidence is not None else {}
+    cost = saved.get("cost")
+    mean = cost.spent if cost is not None else window_mean(recent, evidence)
     return SteadyState(
         recurrences=len(recent),
         first=recent[0].recurrence,
         last=recent[-1].recurrence,
         mean_cost=mean,
-        savings=saving(mean, default_mean_cost),
+        savings=cost.value if cost is not None else None,
         batch_sizes=tuple(row.final_batch_size for row in recent),
         skipped=skipped if quiet is not after else 0,
+        savings_ci=cost.ci if cost is not None else None,
+        saved=saved,
     )
-
-
-def provenance(records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
-    """Distinct values of each provenance field the records carry, in first-seen order.
-
-    GPUs read as ``name (uuid)``, joined with ``, `` for a trial that measured several.
-    """
-    out: dict[str, tuple[str, ...]] = {}
-    for name in PROVENANCE_FIELDS:
-        seen: Counter[str] = Counter()
-        for r in records:
-            value = (r.provenance or {}).get(name)
-            if value is None or value in ("", [], ()):
-                continue
-            if isinstance(value, list | tuple):
-                text = ", ".join(_gpu_text(v) if isinstance(v, dict) else str(v) for v in value)
-            else:
-                text = str(value)
-            seen[text] += 1
-        if seen:
-            out[name] = tuple(seen)
-    return out
-
-
-def _gpu_text(gpu: dict) -> str:
-    name, uuid = gpu.get("name", "?"), gpu.get("uuid")
-    return f"{name} ({uuid})" if uuid else str(name)
 
 
 def summarize(
@@ -423,50 +426,42 @@ def summarize(
     rows = recurrence_rows(records)
     stats = batch_size_stats(records, slow)
     converged_rows = [row for row in rows if row.reached]
-    counted = [r for r in records if r.recurrence not in slow]
-    n_counted = sum(1 for row in converged_rows if row.recurrence not in slow)
-    totals = {"cost": sum(r.spent_cost for r in records), "energy": 0.0, "time": 0.0}
-    totals["energy"], totals["time"] = sum(r.energy for r in records), sum(r.time for r in records)
-    compared = {
-        "cost": sum(r.spent_cost for r in counted),
-        "energy": sum(r.energy for r in counted),
-        "time": sum(r.time for r in counted),
-    }
+    evidence = Evidence.of(records, default_batch_size, objective=objective, profile=profile, slow=slow)
+    base = baseline_of(records, default_batch_size, objective, profile, slow, evidence)
+    spent = totals(records)
+    whole = history_savings(records, evidence, base, slow)
     with_cost = [s for s in stats if s.mean_cost is not None]
     best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
-    base = baseline(records, default_batch_size, objective=objective, profile=profile, slow=slow)
-    means: dict[str, float | None] = {"cost": None, "energy": None, "time": None}
-    baselines: dict[str, float | None] = dict(means)
-    savings: dict[str, float | None] = dict(means)
-    if base is not None and n_counted:
-        for key in means:
-            means[key] = getattr(base, key)
-            baselines[key] = getattr(base, key) * n_counted
-            savings[key] = base.saving(key, compared[key], n_counted)
-    elif base is not None:
-        means = {key: getattr(base, key) for key in means}
     exploration = exploration_status(records)
+    rec = recommend(stats, base.cost if base else None, default_batch_size, belief.batch_size if belief else None)
+    saved = {q: whole.get(q) for q in QUANTITIES}
     return Summary(
         trials=len(records),
         recurrences=len(converged_rows),
-        total_time=totals["time"],
-        total_energy=totals["energy"],
-        total_cost=totals["cost"],
+        total_time=spent["time"],
+        total_energy=spent["energy"],
+        total_cost=spent["cost"],
         best_batch_size=best,
         default_batch_size=default_batch_size,
-        default_mean_cost=means["cost"],
-        default_mean_energy=means["energy"],
-        default_mean_time=means["time"],
+        default_mean_cost=base.cost if base else None,
+        default_mean_energy=base.energy if base else None,
+        default_mean_time=base.time if base else None,
         default_runs=base.runs if base else 0,
-        baseline_cost=baselines["cost"],
-        baseline_energy=baselines["energy"],
-        baseline_time=baselines["time"],
-        savings_cost=savings["cost"],
-        savings_energy=savings["energy"],
-        savings_time=savings["time"],
-        compared_cost=compared["cost"],
-        compared_energy=compared["energy"],
-        compared_time=compared["time"],
+        baseline_cost=default_of(saved["cost"]),
+        baseline_energy=default_of(saved["energy"]),
+        baseline_time=default_of(saved["time"]),
+        savings_cost=value_of(saved["cost"]),
+        savings_energy=value_of(saved["energy"]),
+        savings_time=value_of(saved["time"]),
+        compared_cost=spent["cost"],
+        compared_energy=spent["energy"],
+        compared_time=spent["time"],
+        savings_cost_ci=saved["cost"].ci if saved["cost"] else None,
+        savings_energy_ci=saved["energy"].ci if saved["energy"] else None,
+        savings_time_ci=saved["time"].ci if saved["time"] else None,
+        saved=saved,
+        spread=evidence.spread,
+        compared_recurrences=len(compared_recurrences(records)),
         baseline=base,
         estimated=any(r.estimated for r in records),
         chosen=tuple(row.final_batch_size for row in converged_rows),
@@ -474,8 +469,8 @@ def summarize(
         recurrence_costs=tuple(row.cost for row in rows),
         by_batch_size=tuple(stats),
         exploration=exploration,
-        steady=steady_state(rows, exploration, means["cost"], steady_window, slow),
-        recommendation=recommend(stats, means["cost"], default_batch_size, belief.batch_size if belief else None),
+        steady=steady_state(rows, exploration, evidence if base else None, steady_window, slow),
+        recommendation=with_interval(rec, evidence) if base else rec,
         provenance=provenance(records),
         after_time=sum(r.after_time or 0.0 for r in records),
         after_energy=sum(r.after_energy or 0.0 for r in records),

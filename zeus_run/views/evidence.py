@@ -1,0 +1,315 @@
+"""What every saving of one history rests on, and the rule that says what is compared.
+
+* `Evidence`: each (batch size, power limit)'s converged runs outside slow recurrences, without a
+  first run's sweep; the default's runs as it would have run them; and their `Spread`;
+* `history_savings`: the whole history's cost, energy and time savings by the rule of
+  `zeus_run.views.saving` (every try spent; the default's mean for each recurrence a batch size
+  ran in, times its slowdown; tries no batch size caused on both sides);
+* `compared_recurrences`, `unattributed`, `only_default`: the pieces of that rule the other views
+  (carbon and money, the plot of many jobs) use too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from zeus_run.views.baseline import Baseline, default_samples
+from zeus_run.views.saving import Group, Saved, rate, whole_history
+
+if TYPE_CHECKING:
+    from zeus_run.objective import Objective
+    from zeus_run.records import PowerLimitMeasurement, TrialRecord
+    from zeus_run.views.recommend import Recommendation
+    from zeus_run.views.summary import RecurrenceRow
+
+#: Quantities a run's spread is measured on (carbon and money take energy's).
+QUANTITIES = ("cost", "energy", "time")
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Run-to-run spread of a converged run, on the log scale.
+
+    A group is one batch size at one power limit. Each group with two runs or more estimates
+    the variance of ``log`` of one run about its group's mean; the spread is the root of their
+    average, each group weighing the same: the batch size a job settled on runs most, and its
+    runs may vary less (or more) than the default's, so it must not speak for all of them.
+
+    The default's runs carry one more term, ``rounding``: a run ends at a whole epoch, so a run
+    that needed ``e`` epochs is known to about ``1 / (sqrt(12) x e)`` of its cost (the variance
+    of rounding to a whole epoch). Other batch sizes may need other epoch counts, or happen to
+    need the same ones every time; the default's mean is known no better than its own epochs.
+
+    Attributes:
+        cost: Standard deviation of ``log(cost)`` of one run.
+        energy: The same of energy.
+        time: The same of time.
+        df: Degrees of freedom of ``cost``: runs minus groups, over the groups with two runs or
+            more (0: unknown, no interval).
+        df_energy: Those of ``energy`` and ``time`` (a first run's sweep blurs its energy and time,
+            not its cost: such runs count in ``cost`` alone).
+        rounding: Relative standard deviation of rounding b0's runs to whole epochs (0: epochs unknown).
+    """
+
+    cost: float = 0.0
+    energy: float = 0.0
+    time: float = 0.0
+    df: int = 0
+    df_energy: int = 0
+    rounding: float = 0.0
+
+    def of(self, quantity: str) -> float:
+        """The spread of ``quantity`` for a batch size (carbon and money: energy's)."""
+        return getattr(self, quantity if quantity in QUANTITIES else "energy")
+
+    def of_default(self, quantity: str) -> float:
+        """The spread of one of b0's runs: `of` with b0's `rounding`."""
+        return math.hypot(self.of(quantity), self.rounding)
+
+    def df_of(self, quantity: str) -> int:
+        """Degrees of freedom of ``quantity``'s spread."""
+        return self.df if quantity == "cost" else self.df_energy
+
+
+@dataclass(frozen=True)
+class Run:
+    """One converged run as a spread sees it.
+
+    Attributes:
+        values: ``(cost, energy, time)``, without a first run's sweep.
+        epochs: Epochs it needed (0: unknown).
+        swept: Whether it swept the power limits (its energy and time are reconstructed).
+    """
+
+    values: tuple[float, float, float]
+    epochs: int = 0
+    swept: bool = False
+
+
+def spread(groups: Iterable[Sequence[Run]], default: Sequence[Run] = ()) -> Spread:
+    """The spread of ``groups`` of runs, and the rounding of the ``default``'s (`Spread`).
+
+    Runs with a non-positive value are left out (no logarithm).
+    """
+    usable = [[r for r in g if min(r.values) > 0] for g in groups]
+    sds: list[float] = []
+    dfs: list[int] = []
+    for k in range(3):
+        variances, df = [], 0
+        for g in usable:
+            rows = [r for r in g if k == 0 or not r.swept]
+            if len(rows) < 2:
+                continue
+            logs = [math.log(r.values[k]) for r in rows]
+            m = sum(logs) / len(logs)
+            variances.append(sum((v - m) ** 2 for v in logs) / (len(rows) - 1))
+            df += len(rows) - 1
+        sds.append(math.sqrt(sum(variances) / len(variances)) if variances else 0.0)
+        dfs.append(df)
+    epochs = [r.epochs for r in default if r.epochs > 0]
+    rounding = math.sqrt(sum(1.0 / (12.0 * e * e) for e in epochs) / len(epochs)) if epochs else 0.0
+    return Spread(sds[0], sds[1], sds[2], dfs[0], dfs[1], rounding)
+
+
+def grouped(rows: Iterable[tuple[K, Run]]) -> dict[K, list[Run]]:
+    """``(group, run)`` pairs as lists per group, in first-seen order."""
+    out: dict[K, list[Run]] = defaultdict(list)
+    for key, run in rows:
+        out[key].append(run)
+    return dict(out)
+
+
+#: A group's key: ``(batch size, power limit)`` (limit None where none was set).
+Key = tuple[int, "float | None"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What every saving of one history rests on.
+
+    Attributes:
+        default_batch_size: b0.
+        groups: Each (batch size, limit)'s converged runs outside slow recurrences, without a first
+            run's sweep (`zeus_run.views.baseline.clean`): ``(cost, energy, time)``.
+        default: b0's runs as the default would have run them (`zeus_run.views.baseline.default_samples`).
+        spread: The pooled spread of ``groups``.
+    """
+
+    default_batch_size: int | None
+    groups: Mapping[Key, Sequence[Run]]
+    default: Sequence[tuple[float, float, float]]
+    spread: Spread
+
+    @classmethod
+    def of(
+        cls,
+        records: Sequence[TrialRecord],
+        default_batch_size: int | None,
+        *,
+        objective: Objective | None = None,
+        profile: Sequence[PowerLimitMeasurement] = (),
+        slow: Collection[int] = (),
+    ) -> Evidence:
+        from zeus_run.views.baseline import clean, default_samples
+
+        b0, _, _, samples = default_samples(
+            records, default_batch_size, objective=objective, profile=profile, slow=slow
+        )
+        rows = [
+            ((r.batch_size, r.power_limit), Run(clean(r), r.epochs, bool(r.profile_overhead)))
+            for r in records
+            if r.reached and r.observed and r.stop_reason.observed and r.recurrence not in slow
+        ]
+        groups = grouped(rows)
+        of_default = [run for (bs, _), runs in groups.items() if bs == b0 for run in runs]
+        return cls(b0, groups, samples, spread(groups.values(), of_default))
+
+    def default_mean(self, quantity: str) -> float | None:
+        """The default's mean of ``quantity`` (``cost``, ``energy``, ``time``), None before b0 converged."""
+        if not self.default:
+            return None
+        k = QUANTITIES.index(quantity)
+        return sum(s[k] for s in self.default) / len(self.default)
+
+    def group(self, key: Key, quantity: str) -> Group | None:
+        """``key``'s mean of ``quantity`` over its runs (None: none converged)."""
+        runs = self.groups.get(key)
+        if not runs:
+            return None
+        k = QUANTITIES.index(quantity)
+        if k > 0:  # energy and time: a sweep blurs them, so the runs without one where there are any
+            runs = [r for r in runs if not r.swept] or runs
+        mean = sum(r.values[k] for r in runs) / len(runs)
+        return Group(key[0], mean, len(runs), key[0] == self.default_batch_size, key[1])
+
+    def whole(self, quantity: str, spent: float, certain: float, expected: float, same: bool = False) -> Saved | None:
+        """The whole history's saving of ``quantity`` (`whole_history`); ``expected``: the default's part, estimated.
+
+        ``same``: only b0 ran, at the default limit: the default's cost over these recurrences is what they
+        spent, so the saving is 0, its interval the noise of b0's mean.
+        """
+        if not self.default or self.default_batch_size is None:
+            return None
+        if same:
+            spent = certain + expected
+        return whole_history(
+            spent,
+            certain,
+            expected,
+            self.spread.of_default(quantity),
+            len(self.default),
+            self.spread.df_of(quantity),
+            self.default_batch_size,
+            same,
+        )
+
+    def rate(self, keys: Sequence[Key], quantity: str) -> Saved | None:
+        """The saving of a recurrence at the groups ``keys`` name (one per recurrence; groups never converged skipped)."""
+        mean = self.default_mean(quantity)
+        if mean is None or self.default_batch_size is None:
+            return None
+        counts: dict[Group, int] = {}
+        for key in keys:
+            g = self.group(key, quantity)
+            if g is not None:
+                counts[g] = counts.get(g, 0) + 1
+        total = sum(counts.values())
+        if not total:
+            return None
+        weights = {g: n / total for g, n in counts.items()}
+        s, s0, df = self.spread.of(quantity), self.spread.of_default(quantity), self.spread.df_of(quantity)
+        return rate(weights, mean, len(self.default), s, s0, df, self.default_batch_size)
+
+
+def totals(records: Sequence[TrialRecord]) -> dict[str, float]:
+    """What every try spent: cost (a skipped try: nothing), energy (unit: J) and time (unit: s)."""
+    return {
+        "cost": sum(r.spent_cost for r in records),
+        "energy": sum(r.energy for r in records),
+        "time": sum(r.time for r in records),
+    }
+
+
+def compared_recurrences(records: Sequence[TrialRecord]) -> list[int]:
+    """The recurrences the default would have run: those in which a batch size ran (a try the optimizer observes)."""
+    return sorted({r.recurrence for r in records if r.stop_reason.observed})
+
+
+def unattributed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Tries no batch size caused (environment, spec, infrastructure errors, interruptions): on both sides."""
+    return [r for r in records if not r.stop_reason.observed]
+
+
+def only_default(records: Sequence[TrialRecord], base: Baseline | None) -> bool:
+    """Whether every try a batch size ran was b0's, at the default limit: nothing differs from the default."""
+    if base is None:
+        return False
+    ran = [r for r in records if r.stop_reason.observed]
+    return bool(ran) and all(
+        r.batch_size == base.batch_size and (r.power_limit is None or r.power_limit == base.power_limit) for r in ran
+    )
+
+
+def history_savings(
+    records: Sequence[TrialRecord], evidence: Evidence, base: Baseline | None, slow: Mapping[int, float]
+) -> dict[str, Saved | None]:
+    """Cost, energy and time saved over the whole history (`zeus_run.views.saving`: the rule, the interval)."""
+    if base is None:
+        return {}
+    factor = sum(slow.get(n, 1.0) for n in compared_recurrences(records))
+    spent, certain = totals(records), totals(unattributed(records))
+    same = only_default(records, base)
+    return {q: evidence.whole(q, spent[q], certain[q], getattr(base, q) * factor, same) for q in QUANTITIES}
+
+
+def with_interval(rec: Recommendation | None, evidence: Evidence) -> Recommendation | None:
+    """``rec`` with its saving from its (batch size, limit)'s converged runs, and that saving's interval."""
+    if rec is None:
+        return None
+    key = (rec.batch_size, rec.power_limit)
+    saved, group = evidence.rate([key], "cost"), evidence.group(key, "cost")
+    if saved is None or group is None:
+        return rec
+    return dataclasses.replace(
+        rec, mean_cost=saved.spent, runs=group.runs, savings=saved.value, savings_ci=saved.ci, saved=saved
+    )
+
+
+def window_mean(recent: Sequence[RecurrenceRow], evidence: Evidence | None) -> float:
+    """The window's expected cost from its groups' means, or (none converged outside slow recurrences) its own."""
+    groups = [evidence.group((row.final_batch_size, row.power_limit), "cost") for row in recent] if evidence else []
+    means = [g.mean for g in groups if g is not None]
+    return sum(means) / len(means) if means else sum(row.cost for row in recent) / len(recent)
+
+
+def baseline_of(
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None,
+    objective: Objective | None,
+    profile: Sequence[PowerLimitMeasurement],
+    slow: Collection[int],
+    evidence: Evidence,
+) -> Baseline | None:
+    """The `Baseline` of ``evidence``'s default runs (None before b0 converged outside slow recurrences)."""
+    b0, limit, moved, samples = default_samples(
+        records, default_batch_size, objective=objective, profile=profile, slow=slow
+    )
+    if not samples or b0 is None:
+        return None
+    means = [evidence.default_mean(q) or 0.0 for q in QUANTITIES]
+    return Baseline(b0, limit, len(samples), moved, *means)
+
+
+def default_of(saved: Saved | None) -> float | None:
+    return saved.default if saved is not None else None
+
+
+def value_of(saved: Saved | None) -> float | None:
+    return saved.value if saved is not None else None
