@@ -22,11 +22,12 @@ from zeus_run.asktell._measure import PowerBasis
 from zeus_run.cli import app
 from zeus_run.contract import StopReason, TrialOutcome, reaches_target
 from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.opening import locate
 from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.errors import RunDirError, UsageError
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.opener import locate, stored_spec
+from zeus_run.rundir.opener import stored_spec
 from zeus_run.rundir.settings import MAX_BYTES, RunSettings, read_settings
 from zeus_run.rundir.store import read_running
 from zeus_run.trial.stop import StopRule, judge
@@ -267,7 +268,7 @@ def test_run_ask_tell_the_job_api_and_the_audit_all_decide_and_judge_through_eng
     from zeus_run.engine.core import Engine
     from zeus_run.engine.knobs import Knobs
     from zeus_run.engine.replay import audit
-    from zeus_run.engine.runner import run_job
+    from zeus_run.launcher import run_job
     from zeus_run.spec import load_spec
 
     asked: list[tuple[str, int]] = []
