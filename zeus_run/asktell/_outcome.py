@@ -1,6 +1,6 @@
 """A told trial's outcome: from the agent's (``zeus-run exec``), or read back from the events its training side
 wrote (`zeus_run.train.Trial`, a callback, `report_epoch`) through the launcher's stop rule, with its time and
-energy as that side measured them to its close or exit (`zeus_run.asktell._measure`). A script that died before
+energy as that side measured them to its close or exit (`zeus_run.engine.measure`). A script that died before
 it began (no ``start`` event) is an environment error, as ``zeus-run run`` records one.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run.asktell._lease import ask_provenance
-from zeus_run.asktell._measure import REPORTED, Measured, PowerBasis, meter_of, window_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, exit_text
 from zeus_run.cost import zeus_cost
+from zeus_run.engine.measure import REPORTED, Measured, PowerBasis, meter_of, window_of
 from zeus_run.engine.record import UNMEASURED, Measurement, marker_fields, trial_record
 from zeus_run.engine.request import request_of
 from zeus_run.executors._base import measured_by, now
@@ -68,7 +68,7 @@ def _from_events(
     spec: JobSpec, marker: RunningMarker, told: Told, power: Callable[[], PowerBasis]
 ) -> tuple[TrialOutcome, Measurement, list[str]]:
     """The outcome of a trial no agent watched: its epochs read back through the stop rule, and its time and
-    energy as the training side measured them (`zeus_run.asktell._measure`)."""
+    energy as the training side measured them (`zeus_run.engine.measure`)."""
     tdir = Path(marker.trial_dir or "")
     tail = EventLogTail(str(tdir / TrialFiles.EVENTS))
     events = tail.finish()

@@ -23,11 +23,11 @@ from typing import overload
 
 from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, has_expired
-from zeus_run.asktell._measure import PowerBasis
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.measure import PowerBasis
 from zeus_run.engine.opening import locate, open_job
 from zeus_run.engine.request import request_of
 from zeus_run.engine.save import TrialSaver

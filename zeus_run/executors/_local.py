@@ -201,7 +201,7 @@ class LocalExecutor(RealExecutor):
     def _orphan(self, req: TrialRequest, old: RunningMarker, prepared: PreparedTrial) -> TrialRecord | None:
         """The record of a trial whose script reached the target while no launcher watched it, from its event
         log (`zeus_run.trial.orphan`); None if the log does not show that (it runs again)."""
-        from zeus_run.asktell._measure import PowerBasis  # imputes as a tell without a measurement does
+        from zeus_run.engine.measure import PowerBasis  # imputes as a tell without a measurement does
 
         plan = prepared.plan.trial
         run = finished_orphan(
