@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import wait_for
+from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import AlreadyTold, LeaseExpired, UnknownToken, ask, expire, heartbeat, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
 from zeus_run.engine.replay import Knobs, audit

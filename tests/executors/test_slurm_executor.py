@@ -18,7 +18,7 @@ import pytest
 
 from tests import fake_slurm
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import launch
+from tests.launcher.test_faults import launch
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import Interrupted
