@@ -131,14 +131,13 @@ def _from_events(
         how = dataclasses.replace(how, window=_window(tail, told, end))
     decided = at is not None
     message = None if told.message else _last_words(tail, code)
-    outcome = TrialOutcome(
+    outcome = TrialOutcome.of(
+        reason,
         epochs=counted,
         time=t,
         energy=e,
         max_power=max_power,
-        cost=zeus_cost(e, t, spec.eta, max_power),
-        reached=reason is StopReason.TARGET_REACHED,
-        stop_reason=reason,
+        eta=spec.eta,
         exit_code=code,
         after_time=max(total_t - t, 0.0) if decided else None,
         after_energy=max(total_e - e, 0.0) if decided and total_e is not None else None,
@@ -208,14 +207,12 @@ def _could_not_start(
         "Run it by hand to see why, or tell with its output (`--log FILE`) so that zeus-run reads the error; "
         "fix the environment, then ask again (recorded as environment_error, not observed)"
     )
-    outcome = TrialOutcome(
-        epochs=0,
+    outcome = TrialOutcome.of(
+        StopReason.ENVIRONMENT_ERROR,
         time=t,
         energy=e,
         max_power=max_power,
-        cost=zeus_cost(e, t, spec.eta, max_power),
-        reached=False,
-        stop_reason=StopReason.ENVIRONMENT_ERROR,
+        eta=spec.eta,
         exit_code=code,
         message=f"{cause}. {fix}",
         cause=cause,

@@ -120,16 +120,7 @@ def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         decision=Decision(marker.batch_size, marker.stage, marker.detail),
         cost_threshold=marker.threshold,
     )
-    nothing = TrialOutcome(
-        epochs=0,
-        time=0.0,
-        energy=0.0,
-        max_power=marker.max_power,
-        cost=0.0,
-        reached=False,
-        stop_reason=StopReason.INTERRUPTED,
-        exit_code=None,
-    )
+    nothing = TrialOutcome.of(StopReason.INTERRUPTED, max_power=marker.max_power, cause=None)
     return trial_record(
         job,
         decision,
