@@ -111,7 +111,7 @@ def open_job(
     cleanup: Callable[[list[RunningMarker]], set[int]] | None = None,
     read_history: bool = False,
     held: AbstractContextManager[RunDir] | None = None,
-    on_locked: Callable[[RunDir], None] | None = None,
+    on_locked: Callable[[RunDir, contextlib.ExitStack], None] | None = None,
 ) -> Iterator[OpenJob]:
     """Lock a job's run directory as ``role`` and settle what it holds, the one sequence of every door.
 
@@ -129,15 +129,16 @@ def open_job(
             launcher does; otherwise it is read only when a dead launcher's trials are settled.
         held: The lock already taken (a ``--next`` trigger that took it instead of joining); None: take it.
         on_locked: The door's step right after the lock, before anything is read (the launcher: forget a run
-            directory it created if nothing gets recorded, open its energy source).
+            directory it created if nothing gets recorded, open its energy source). What it pushes on the
+            stack it is given is undone when the job is closed, before the lock is let go.
 
     Raises:
         RunDirBusy: A launcher holds it, or another brief holder held it past `zeus_run.rundir.opener.LOCK_WAIT`.
         RunDirError, HistoryError: It cannot be used.
     """
-    with held if held is not None else lock(path, role) as rd:
+    with held if held is not None else lock(path, role) as rd, contextlib.ExitStack() as door:
         if on_locked is not None:
-            on_locked(rd)
+            on_locked(rd, door)
         rd.history.repair_tail()
         history = None
         adopted: list[RunningMarker] = []

@@ -147,11 +147,11 @@ def run_job(
                 return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
         opened: list[EnergySource] = [energy] if energy is not None else []
 
-        def on_locked(rd: RunDir) -> None:
+        def on_locked(rd: RunDir, locked: contextlib.ExitStack) -> None:  # undone before the lock is let go
             if created:  # a run that fails before recording anything leaves no empty run directory
-                stack.callback(remove_if_unused, rd, creates)
+                locked.callback(remove_if_unused, rd, creates)
             if not opened:
-                opened.append(stack.enter_context(executor_class.open_energy(spec)))
+                opened.append(locked.enter_context(executor_class.open_energy(spec)))
 
         job = stack.enter_context(
             open_job(  # the one opener of every door; this one's executors adopt the trials that go on
