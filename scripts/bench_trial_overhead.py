@@ -69,7 +69,7 @@ run_dir: runs
 def _run_job():  # type: ignore[no-untyped-def]
     """`run_job` of the zeus-run on the path (a checkout from before the engine package has it at the top)."""
     try:
-        from zeus_run.engine.runner import run_job
+        from zeus_run.launcher import run_job
     except ImportError:
         from zeus_run.runner import run_job  # type: ignore[import-not-found,no-redef]
     return run_job

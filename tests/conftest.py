@@ -93,7 +93,7 @@ def timeout_job(
 def over_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
     """A zeus-run launcher whose only trial outlives its one-minute Slurm limit (infra_retries 0)."""
     from tests.executors.test_slurm_executor import spec_text
-    from tests.test_faults import launch
+    from tests.launcher.test_faults import launch
 
     request.getfixturevalue("slurm_cluster")  # or skip
 

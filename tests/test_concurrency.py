@@ -29,8 +29,8 @@ from zeus_run.engine.concurrent import Clocked, InOrder, SlotPool, slot_devices
 from zeus_run.engine.core import Ledger, TrialRequest
 from zeus_run.engine.position import best_known, observation_of
 from zeus_run.engine.replay import Knobs, audit, what_if
-from zeus_run.engine.runner import _signals_to
 from zeus_run.errors import ConvergenceError
+from zeus_run.launcher.run import _signals_to
 from zeus_run.optimizer import Decision, Observation, ZeusOptimizer, make_optimizer
 from zeus_run.records import CONCURRENCY_FIELDS, TrialRecord
 from zeus_run.spec import POLICIES, OptimizerSettings

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.test_history import rec
+from tests.rundir.test_history import rec
 from zeus_run.errors import ZeusRunError
 from zeus_run.rundir.history import parse_history
 from zeus_run.spec import JobSpec, load_spec, parse_spec

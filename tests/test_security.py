@@ -16,8 +16,8 @@ import pytest
 
 from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import spec_text
-from tests.test_history import rec
+from tests.launcher.test_faults import spec_text
+from tests.rundir.test_history import rec
 from zeus_run import _fs
 from zeus_run._terminal import printable
 from zeus_run.contract import TrialFiles

@@ -12,7 +12,7 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.cost import zeus_cost
 from zeus_run.energy import NvmlEnergy
 from zeus_run.engine.core import Engine
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.objective import PENALTY_WEIGHT, Objective, SlowdownCharge, charge_for, history_reference_time
 from zeus_run.optimizer import PowerLimitMeasurement, make_optimizer
 from zeus_run.power import ProfileStore

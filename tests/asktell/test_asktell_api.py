@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import wait_for
+from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import AlreadyTold, LeaseExpired, UnknownToken, ask, expire, heartbeat, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
 from zeus_run.engine.replay import Knobs, audit
@@ -141,7 +141,7 @@ def test_asks_beyond_concurrency_are_busy_and_concurrent_asks_audit(write_spec):
 
 
 def test_run_records_an_expired_ask_then_runs(write_spec):
-    from zeus_run.engine.runner import run_job
+    from zeus_run.launcher import run_job
 
     spec = write_spec(spec_text(lease=1))
     a = ask(spec)

@@ -13,7 +13,7 @@ import pytest
 from tests.asktell.test_asktell_api import spec_text
 from tests.cli.test_run_cli import zeus
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import wait_for
+from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import expire
 from zeus_run.rundir.history import read_history
 from zeus_run.rundir.store import read_running

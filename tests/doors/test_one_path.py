@@ -15,18 +15,19 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import wait_for
+from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import ask, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
-from zeus_run.asktell._measure import PowerBasis
 from zeus_run.cli import app
 from zeus_run.contract import StopReason, TrialOutcome, reaches_target
 from zeus_run.engine.core import TrialRequest
+from zeus_run.engine.measure import PowerBasis
+from zeus_run.engine.opening import locate
 from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.errors import RunDirError, UsageError
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.opener import locate, stored_spec
+from zeus_run.rundir.opener import stored_spec
 from zeus_run.rundir.settings import MAX_BYTES, RunSettings, read_settings
 from zeus_run.rundir.store import read_running
 from zeus_run.trial.stop import StopRule, judge
@@ -267,7 +268,7 @@ def test_run_ask_tell_the_job_api_and_the_audit_all_decide_and_judge_through_eng
     from zeus_run.engine.core import Engine
     from zeus_run.engine.knobs import Knobs
     from zeus_run.engine.replay import audit
-    from zeus_run.engine.runner import run_job
+    from zeus_run.launcher import run_job
     from zeus_run.spec import load_spec
 
     asked: list[tuple[str, int]] = []
@@ -343,7 +344,7 @@ def _mark_curve_stop(run_dir: Path, token: str) -> None:
 @pytest.mark.parametrize("curve_stop", [True, False])
 def test_an_asked_probe_is_held_to_its_learning_curve_as_a_launched_one_is(tmp_path, curve_stop):
     """A flat curve at 0.5 against a target of 0.9 with max_epochs 10: the launcher stops it after 3 epochs
-    (`tests/test_stop.py`); ``report_epoch`` and the tell judge an ask's trial by the same rule."""
+    (`tests/trial/test_stop.py`); ``report_epoch`` and the tell judge an ask's trial by the same rule."""
     spec = tmp_path / "job.yaml"
     spec.write_text(spec_text(tmp_path / "runs").replace("max_epochs: 3", "max_epochs: 10"))
     a = ask(spec)

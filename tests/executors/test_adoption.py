@@ -1,6 +1,6 @@
 """Resume adopts every trial in flight that goes on (its job and agent alive) or wrote its outcome.
 
-The kill-moment harness of tests/test_crash_replay.py, with 2 and 4 trials in flight under the fake
+The kill-moment harness of tests/launcher/test_crash_replay.py, with 2 and 4 trials in flight under the fake
 Slurm (tests/fake_slurm.py, whose jobs really run and outlive the launcher): the launcher is killed
 with SIGKILL at many moments and resumed each time. Replay must audit the history every time, and no
 trial may run twice: each is submitted once, and a trial that had finished when its launcher died is
@@ -17,12 +17,12 @@ import pytest
 
 from tests.concurrency_helpers import in_flight
 from tests.executors.test_slurm_executor import calls, check_audit, fake, live_jobs, spec_text, wait_for  # noqa: F401
-from tests.test_faults import launch
+from tests.launcher.test_faults import launch
 from zeus_run.contract import StopReason
+from zeus_run.engine.opening import pending_records
 from zeus_run.engine.replay import Knobs, audit
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.rundir.history import read_history
-from zeus_run.rundir.resume import pending_records
 from zeus_run.spec import load_spec
 from zeus_run.trial.agent import read_outcome
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tests.conftest import REPO
 from tests.test_escape import REGEX, job
-from tests.test_stop import plan as trial_plan
-from zeus_run.engine.runner import run_job
+from tests.trial.test_stop import plan as trial_plan
+from zeus_run.launcher import run_job
 from zeus_run.spec import load_spec
 from zeus_run.trial.agent import EPOCHS_NAME, HEARTBEAT_NAME, OUTCOME_NAME, AgentPlan, read_outcome
 

@@ -17,10 +17,10 @@ from tests.concurrency_helpers import in_flight, overlapping
 from tests.conftest import PYTHON, SCRIPTS
 from tests.executors.test_slurm_executor import check_audit, wait_for
 from tests.fake_nvml import FakeGpu, FakeNvml
-from tests.test_faults import launch
+from tests.launcher.test_faults import launch
 from zeus_run.energy import NvmlEnergy
-from zeus_run.engine.runner import run_job
 from zeus_run.executors import LocalExecutor
+from zeus_run.launcher import run_job
 from zeus_run.rundir.history import read_history
 from zeus_run.spec import load_spec
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON, REPO
-from tests.test_faults import launch, wait_for
+from tests.launcher.test_faults import launch, wait_for
 
 #: Reports through zeus_run.train and prints nothing (its output pipe dies with the launcher). It waits in its
 #: first epoch until ``go`` exists, so the test can kill the launcher there.

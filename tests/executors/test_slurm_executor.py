@@ -18,13 +18,13 @@ import pytest
 
 from tests import fake_slurm
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import launch
+from tests.launcher.test_faults import launch
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.replay import Knobs, audit
-from zeus_run.engine.runner import run_job
 from zeus_run.errors import Interrupted
 from zeus_run.executors import EXECUTORS, SlurmExecutor
 from zeus_run.executors._slurm_records import _infra_streak
+from zeus_run.launcher import run_job
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import read_history
 from zeus_run.slurm import SlurmAgentError, SlurmError, run_job_prefix

@@ -34,7 +34,7 @@ run_dir: {run_dir}
 
 def real_run(tmp_path: Path, name: str, recurrences: int, export: str = "", run_dir: Path | None = None) -> Path:
     """Run (or resume) a real job in this process until ``recurrences``; return its run directory."""
-    from zeus_run.engine.runner import run_job
+    from zeus_run.launcher import run_job
     from zeus_run.spec import parse_spec
 
     run_dir = run_dir or tmp_path / "runs" / name

@@ -59,7 +59,8 @@ def test_the_core_and_the_cli_never_import_mlflow():
     import sys
 
     code = (
-        "import sys, zeus_run.cli, zeus_run.engine.runner, zeus_run.export, zeus_run.views.report, zeus_run.views.jobs, zeus_run.views.plot_jobs; "
+        "import sys, zeus_run.cli, zeus_run.launcher, zeus_run.export, zeus_run.views.report, zeus_run.views.jobs, "
+        "zeus_run.views.plot_jobs; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlflow', 'typer', 'rich')))"
     )
     core = subprocess.run([sys.executable, "-c", code.replace("zeus_run.cli, ", "")], capture_output=True, text=True)

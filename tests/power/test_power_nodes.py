@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import PYTHON, SCRIPTS
 from tests.executors.test_slurm_executor import check_audit, fake  # noqa: F401  (`fake`: the fake Slurm fixture)
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import pytest
 from tests.cli.test_run_cli import zeus
 from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
-from zeus_run.engine.runner import run_job
 from zeus_run.errors import PowerLimitPermissionError
+from zeus_run.launcher import run_job
 from zeus_run.optimizer.power_limit import best_power_limit
 from zeus_run.power import ProfileStore
 from zeus_run.rundir.history import read_history
@@ -165,7 +165,7 @@ sys.path.insert(0, {tests!r})
 from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.energy import NvmlEnergy
 from zeus_run.errors import Interrupted
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.spec import parse_spec
 spec = parse_spec(open({spec!r}).read())
 nv = FakeNvml([FakeGpu(min_mw=150_000, max_mw=300_000, limit_mw=250_000, power_fn=lambda t, l: min(l, 220.0))],

@@ -11,8 +11,8 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.fake_zeusd import FakeZeusd
 from tests.power.test_power_run import REPO, _spec
 from zeus_run.energy import NvmlEnergy
-from zeus_run.engine.runner import run_job
 from zeus_run.errors import PowerLimitPermissionError
+from zeus_run.launcher import run_job
 from zeus_run.power import ProfileStore
 from zeus_run.power._zeusd import ZeusdClient, ZeusdError, ZeusdPermissionError, zeusd_socket
 from zeus_run.spec import parse_spec

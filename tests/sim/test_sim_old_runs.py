@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tests.cli.test_run_cli import zeus
+from zeus_run.engine.opening import choose_run_dir
 from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
-from zeus_run.engine.runner import choose_run_dir
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import read_history
 from zeus_run.spec import parse_spec

@@ -19,9 +19,9 @@ from tests.concurrency_helpers import in_flight as markers_in_flight
 from tests.concurrency_helpers import overlapping
 from tests.conftest import PYTHON
 from tests.executors.test_slurm_executor import check_audit, spec_text, wait_for
+from tests.launcher.test_faults import launch
 from tests.slurm_helpers import SlurmCluster
-from tests.test_faults import launch
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.rundir.history import read_history
 from zeus_run.slurm import find_jobs, run_job_prefix
 from zeus_run.spec import load_spec

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SCRIPTS
-from tests.test_stop import plan as trial_plan
+from tests.trial.test_stop import plan as trial_plan
 from zeus_run.contract import TrialOutcome
 from zeus_run.energy import EstimatedEnergy
 from zeus_run.trial.agent import AgentPlan, read_outcome, run_agent

@@ -6,7 +6,7 @@ import dataclasses
 import textwrap
 from pathlib import Path
 
-from tests.test_stop import plan, run
+from tests.trial.test_stop import plan, run
 from zeus_run.contract import StopReason
 
 #: Waits (a state, not a duration) until zeus-run asked the script to stop.

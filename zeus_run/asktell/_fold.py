@@ -12,7 +12,7 @@ file is re-read whole whenever it is not the file the fold came from (another
 inode, shorter, or other bytes where the fold ended), or under another spec.
 
 What is kept per job is the ledger, the set of recorded trial numbers and the
-measured trials' power (`zeus_run.asktell._measure.PowerBasis`), not the
+measured trials' power (`zeus_run.engine.measure.PowerBasis`), not the
 records; at most `MAX_JOBS` jobs are kept (the least recently used goes).
 """
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zeus_run import _fs
-from zeus_run.asktell._measure import PowerBasis
 from zeus_run.engine.core import Engine
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.measure import PowerBasis
 from zeus_run.errors import HistoryError
 from zeus_run.rundir.history import HISTORY_NAME, TrialOrder, parse_appended, read_history
 

@@ -29,10 +29,10 @@ from types import TracebackType
 
 from zeus_run._process_trials import asking
 from zeus_run.asktell._ask import Ask, ask
-from zeus_run.asktell._measure import Measured
 from zeus_run.asktell._session import resolve_job
 from zeus_run.asktell._tell import tell
 from zeus_run.contract import TrialFiles, exit_status, exit_watch
+from zeus_run.engine.measure import Measured
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec

@@ -20,8 +20,8 @@ import datetime
 from pathlib import Path
 
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, heartbeat_time
+from zeus_run.engine.record import marker_record
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.resume import marker_record
 from zeus_run.rundir.store import read_running
 from zeus_run.spec import JobSpec
 

@@ -1,6 +1,6 @@
 """A told trial's outcome: from the agent's (``zeus-run exec``), or read back from the events its training side
 wrote (`zeus_run.train.Trial`, a callback, `report_epoch`) through the launcher's stop rule, with its time and
-energy as that side measured them to its close or exit (`zeus_run.asktell._measure`). A script that died before
+energy as that side measured them to its close or exit (`zeus_run.engine.measure`). A script that died before
 it began (no ``start`` event) is an environment error, as ``zeus-run run`` records one.
 """
 
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run.asktell._lease import ask_provenance
-from zeus_run.asktell._measure import REPORTED, Measured, PowerBasis, meter_of, window_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, exit_text
 from zeus_run.cost import zeus_cost
-from zeus_run.engine.record import UNMEASURED, Measurement, trial_record
+from zeus_run.engine.measure import REPORTED, Measured, PowerBasis, meter_of, window_of
+from zeus_run.engine.record import UNMEASURED, Measurement, marker_fields, trial_record
+from zeus_run.engine.request import request_of
 from zeus_run.executors._base import measured_by, now
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.resume import marker_fields, request_of
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import read_agent_info, read_outcome
 from zeus_run.trial.events import EpochEvent, EventLogTail
@@ -68,7 +68,7 @@ def _from_events(
     spec: JobSpec, marker: RunningMarker, told: Told, power: Callable[[], PowerBasis]
 ) -> tuple[TrialOutcome, Measurement, list[str]]:
     """The outcome of a trial no agent watched: its epochs read back through the stop rule, and its time and
-    energy as the training side measured them (`zeus_run.asktell._measure`)."""
+    energy as the training side measured them (`zeus_run.engine.measure`)."""
     tdir = Path(marker.trial_dir or "")
     tail = EventLogTail(str(tdir / TrialFiles.EVENTS))
     events = tail.finish()
@@ -131,14 +131,13 @@ def _from_events(
         how = dataclasses.replace(how, window=_window(tail, told, end))
     decided = at is not None
     message = None if told.message else _last_words(tail, code)
-    outcome = TrialOutcome(
+    outcome = TrialOutcome.of(
+        reason,
         epochs=counted,
         time=t,
         energy=e,
         max_power=max_power,
-        cost=zeus_cost(e, t, spec.eta, max_power),
-        reached=reason is StopReason.TARGET_REACHED,
-        stop_reason=reason,
+        eta=spec.eta,
         exit_code=code,
         after_time=max(total_t - t, 0.0) if decided else None,
         after_energy=max(total_e - e, 0.0) if decided and total_e is not None else None,
@@ -208,14 +207,12 @@ def _could_not_start(
         "Run it by hand to see why, or tell with its output (`--log FILE`) so that zeus-run reads the error; "
         "fix the environment, then ask again (recorded as environment_error, not observed)"
     )
-    outcome = TrialOutcome(
-        epochs=0,
+    outcome = TrialOutcome.of(
+        StopReason.ENVIRONMENT_ERROR,
         time=t,
         energy=e,
         max_power=max_power,
-        cost=zeus_cost(e, t, spec.eta, max_power),
-        reached=False,
-        stop_reason=StopReason.ENVIRONMENT_ERROR,
+        eta=spec.eta,
         exit_code=code,
         message=f"{cause}. {fix}",
         cause=cause,

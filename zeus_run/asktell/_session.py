@@ -1,10 +1,10 @@
 """The run directory as ask/tell uses it: locked for a moment, with the asks in flight.
 
-Every ask, tell and expiry opens the run directory with the lock that
-``zeus-run run`` takes (`zeus_run.rundir.store.RunDir.open`), waiting at most
-`LOCK_WAIT` seconds while another ask or tell holds it, and never for a
-launcher. Under the lock it reads the history, settles what a dead launcher
-left (`zeus_run.rundir.resume.recover`, adopting nothing), expires the asks whose
+Every ask, tell and expiry opens the run directory as every door does
+(`zeus_run.engine.opening.open_job`), with the lock that ``zeus-run run`` takes,
+waiting at most `zeus_run.rundir.opener.LOCK_WAIT` seconds while another ask or tell
+holds it, and never for a launcher. Under the lock it reads the history, settles what a
+dead launcher left (`zeus_run.rundir.resume.recover`, adopting nothing), expires the asks whose
 lease ran out, does its one change (a marker in ``running.json``, or a record
 appended to ``history.jsonl`` and the marker removed) and lets go. So asks and
 tells from several hosts on a shared filesystem see one history, folded in the
@@ -23,17 +23,18 @@ from typing import overload
 
 from zeus_run.asktell._fold import JobFold, folded
 from zeus_run.asktell._lease import expired_record, has_expired
-from zeus_run.asktell._measure import PowerBasis
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.measure import PowerBasis
+from zeus_run.engine.opening import locate, open_job
+from zeus_run.engine.request import request_of
 from zeus_run.engine.save import TrialSaver
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy
 from zeus_run.executors import recover_trials
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.opener import locate, lock, stored_spec
-from zeus_run.rundir.resume import recover, request_of
+from zeus_run.rundir.opener import stored_spec
 from zeus_run.rundir.store import RunDir
 from zeus_run.spec import JobSpec
 
@@ -45,7 +46,7 @@ _NO_LIMIT = 2**31 - 1
 
 
 def resolve_job(job: str | Path, run_dir: str | Path | None) -> tuple[JobSpec, Path]:
-    """The spec and run directory an ask names (`zeus_run.rundir.opener.locate`, the one opener).
+    """The spec and run directory an ask names (`zeus_run.engine.opening.locate`, the one opener).
 
     Raises:
         SpecError: The spec is invalid.
@@ -223,19 +224,15 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     """
     if spec is None:
         spec = spec_of(path)
-    with lock(path, role) as rd:
-        rd.history.repair_tail()
-        markers = rd.running_trials() or []
-        if any(not m.asked for m in markers):  # a dead launcher's trials: recorded as interrupted
-            recover(rd, spec, lambda markers: recover_trials(markers, None))
-            markers = rd.running_trials() or []
+    # A dead launcher's trials are recorded as interrupted (ask/tell's executors adopt none).
+    with open_job(path, spec, role, cleanup=lambda markers: recover_trials(markers, None)) as job:
+        rd = job.rd
         fold = folded(rd.path, engine_of(spec))
-        asks = sorted((m for m in markers if m.asked), key=lambda m: m.trial)
-        live = [m for m in asks if m.trial not in fold.recorded]
+        live = [m for m in job.asks if m.trial not in fold.recorded]
         rd.track_running(live)
-        if len(live) < len(asks):  # recorded, then the process died before the marker went
+        if len(live) < len(job.asks):  # recorded, then the process died before the marker went
             rd.replace_running(live)
-            logger.info("dropped %d marker(s) of asks already recorded", len(asks) - len(live))
+            logger.info("dropped %d marker(s) of asks already recorded", len(job.asks) - len(live))
         session = Session(rd, spec, live, fold=fold)
         yield session
     session.saver.publish()  # after the lock is let go: a slow sink never holds up another ask or tell

@@ -32,14 +32,14 @@ from zeus_run import _fs
 from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
 from zeus_run.asktell._lease import has_expired
-from zeus_run.asktell._measure import Measured, meter_of
 from zeus_run.asktell._outcome import Told, build_record, max_power_of, points, stop_rule, trial_start
 from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, exit_text, write_heartbeat
+from zeus_run.engine.measure import Measured, meter_of
+from zeus_run.engine.request import request_of
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
-from zeus_run.rundir.resume import request_of
 from zeus_run.rundir.store import read_running
 from zeus_run.trial.events import EpochEvent, EventLogTail
 from zeus_run.trial.log import log_tail

@@ -37,7 +37,7 @@ def check_command(
     import yaml
 
     from zeus_run.energy import open_energy_source
-    from zeus_run.engine.runner import learning_rate_for
+    from zeus_run.executors import learning_rate_for
     from zeus_run.spec import load_spec
 
     setup_logging(quiet=True)

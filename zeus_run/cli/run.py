@@ -88,8 +88,8 @@ def run_command(
     """
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import history_table, print_grid
-    from zeus_run.engine.runner import run_job
     from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE, UsageError
+    from zeus_run.launcher import run_job
     from zeus_run.rundir.store import SPEC_NAME
     from zeus_run.spec import load_spec
 

@@ -28,7 +28,7 @@ from zeus_run.contract._exit import ExitWatch, ScriptEnd, exit_status, exit_watc
 from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
 from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles, env_float, env_int
-from zeus_run.contract._process import process_start_time
+from zeus_run.contract._process import have_proc, process_start_time
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
 from zeus_run.contract._trial import (
     BURST_TIMING,
@@ -60,6 +60,7 @@ __all__ = [
     "exit_status",
     "exit_text",
     "exit_watch",
+    "have_proc",
     "heartbeat_time",
     "markers_from_json",
     "markers_to_json",

@@ -1,9 +1,14 @@
-"""When this process started, as Unix time (standard library only; Linux ``/proc``)."""
+"""When this process started, as Unix time, and whether ``/proc`` is here (standard library only; Linux ``/proc``)."""
 
 from __future__ import annotations
 
 import os
 import time
+
+
+def have_proc() -> bool:
+    """Whether processes can be found through ``/proc`` here."""
+    return os.path.isfile("/proc/self/stat")
 
 
 def process_start_time() -> float | None:

@@ -10,6 +10,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 from zeus_run.contract._reasons import StopReason
@@ -188,6 +189,61 @@ class TrialOutcome:
     epoch_timing: str | None = None
     after_metrics: tuple[float, ...] | None = None
     profile_overhead: float | None = None
+
+    @classmethod
+    def of(
+        cls,
+        stop_reason: StopReason,
+        *,
+        max_power: float,
+        epochs: int = 0,
+        time: float = 0.0,
+        energy: float = 0.0,
+        eta: float | None = None,
+        cost: float | None = None,
+        reached: bool | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+        cause: str | EllipsisType | None = ...,
+        **rest: Any,
+    ) -> TrialOutcome:
+        """The one builder of a trial's outcome, whatever the door (the launcher's watch, the agent, Slurm, a tell,
+        a trial taken over or left by a dead launcher, the simulator, replay).
+
+        Args:
+            stop_reason: Why it ended.
+            max_power: The GPUs' maximum power (unit: W).
+            epochs: Epochs counted.
+            time: Time charged (unit: s).
+            energy: Energy charged (unit: J).
+            eta: The job's ``eta``: the cost is the Zeus cost of ``energy`` and ``time`` (`zeus_run.cost.zeus_cost`).
+            cost: The cost as the door's meter charged it (unit: J), instead of ``eta``; neither: 0.
+            reached: Whether the target was reached; None: whether ``stop_reason`` says so.
+            exit_code: The script's exit code; None if it never ran.
+            message: Explanation for failures and notes.
+            cause: One line naming why it failed; left out: `crash_cause` of ``message``.
+            rest: Any other `TrialOutcome` field (``metrics``, ``after_time`` ...).
+        """
+        if cost is None:
+            if eta is None:
+                cost = 0.0
+            else:
+                from zeus_run.cost import zeus_cost  # standard library only, as this module
+
+                cost = zeus_cost(energy, time, eta, max_power)
+        return cls(
+            epochs=epochs,
+            time=time,
+            energy=energy,
+            max_power=max_power,
+            cost=cost,
+            reached=stop_reason is StopReason.TARGET_REACHED if reached is None else reached,
+            stop_reason=stop_reason,
+            exit_code=exit_code,
+            message=message,
+            cause=crash_cause(stop_reason, message, exit_code) if isinstance(cause, EllipsisType) else cause,
+            **rest,
+        )
 
     #: The outcome's fields a history record carries as they are (`record_fields`).
     RECORDED = (

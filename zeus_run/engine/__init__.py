@@ -7,5 +7,8 @@
 * `zeus_run.engine.knobs`: the settings that decide a run, built once.
 * `zeus_run.engine.position`: where a run stands, from its records.
 * `zeus_run.engine.replay`: the audit and the what-if replays.
-* `zeus_run.engine.runner`: real runs (``zeus-run run``).
+* `zeus_run.engine.record`: the one builder of a trial's record.
+* `zeus_run.engine.save`: the one saver of a trial, for every door.
+
+The launcher that drives real runs is `zeus_run.launcher`, above this package: nothing here imports it.
 """

@@ -16,12 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zeus_run.contract import TrialOutcome
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome
 from zeus_run.engine.request import TrialRequest
+from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
 
 if TYPE_CHECKING:
     from zeus_run.energy import EnergySource
+    from zeus_run.spec import JobSpec
 
 #: ``energy_source`` of a trial whose energy nothing measured (a plain ``tell`` without ``--energy``).
 UNMEASURED = "unmeasured"
@@ -101,3 +103,44 @@ def trial_record(
     }
     base.update(fields)
     return TrialRecord(**base)
+
+
+def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
+    """The record of a trial whose launcher died, from its marker: the engine's decision, no outcome."""
+    return marker_record(spec.name, marker)
+
+
+def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
+    """A trial's record from its ``running.json`` marker alone: its decision, interrupted, not observed."""
+    decision = TrialRequest(
+        recurrence=marker.recurrence,
+        attempt=marker.attempt,
+        trial=marker.trial,
+        observed=0,  # not recorded
+        decision=Decision(marker.batch_size, marker.stage, marker.detail),
+        cost_threshold=marker.threshold,
+    )
+    nothing = TrialOutcome.of(StopReason.INTERRUPTED, max_power=marker.max_power, cause=None)
+    return trial_record(
+        job,
+        decision,
+        nothing,
+        Measurement(marker.energy_source, marker.estimated),
+        **marker_fields(marker),
+        message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
+        provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
+    )
+
+
+def marker_fields(marker: RunningMarker) -> dict[str, Any]:
+    """What a trial's record takes from its ``running.json`` marker beyond the decision (`trial_record`'s fields)."""
+    return {
+        "learning_rate": marker.learning_rate,
+        "seed": marker.seed,
+        "cost_threshold": marker.cost_threshold,
+        "started_at": marker.started_at,
+        "log": f"trials/{TrialFiles.dir_name(marker.recurrence, marker.attempt)}/{TrialFiles.OUTPUT}",
+        "horizon": marker.horizon,
+        "lifetime": marker.lifetime,
+        **marker.stamp(),
+    }

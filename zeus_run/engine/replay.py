@@ -338,16 +338,16 @@ class EmpiricalExecutor:
         reached: bool,
         reason: StopReason,
     ) -> TrialRecord:
-        outcome = TrialOutcome(
+        outcome = TrialOutcome.of(
+            reason,
             epochs=epochs,
             time=time,
             energy=energy,
             max_power=r.max_power,
             cost=cost,
             reached=reached,
-            stop_reason=reason,
-            exit_code=None,
             metrics=r.metrics[:epochs],
+            cause=None,
         )
         return trial_record(
             "replay",

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
 from zeus_run.spec import DEFAULT_LIFETIME
+
+if TYPE_CHECKING:
+    from zeus_run.contract import RunningMarker
+    from zeus_run.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,26 @@ class TrialRequest:
         died) must stamp it too, or the audit cannot re-derive the decision.
         """
         return dataclasses.replace(record, seen=self.seen, in_flight=self.in_flight, draw=self.draw, probe=self.probe)
+
+
+def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
+    """The engine's request of a trial in flight, from its ``running.json`` marker: the decision it was started
+    with (an adopted trial, an ask told back)."""
+    return TrialRequest(
+        recurrence=marker.recurrence,
+        attempt=marker.attempt,
+        trial=marker.trial,
+        observed=(marker.seed - spec.seed) if marker.seed is not None else 0,
+        decision=Decision(marker.batch_size, marker.stage, marker.detail),
+        cost_threshold=marker.threshold,
+        seen=marker.seen or 0,
+        in_flight=marker.in_flight,
+        draw=marker.draw,
+        probe=marker.probe,
+        horizon=marker.horizon,
+        curve_stop=marker.curve_stop,
+        lifetime=marker.lifetime,
+    )
 
 
 @dataclass(frozen=True)

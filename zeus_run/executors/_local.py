@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.contract import Env, RunningMarker, StopReason, TrialFiles, TrialOutcome
-from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine.concurrent import slot_devices
 from zeus_run.engine.core import TrialRequest
@@ -201,7 +200,7 @@ class LocalExecutor(RealExecutor):
     def _orphan(self, req: TrialRequest, old: RunningMarker, prepared: PreparedTrial) -> TrialRecord | None:
         """The record of a trial whose script reached the target while no launcher watched it, from its event
         log (`zeus_run.trial.orphan`); None if the log does not show that (it runs again)."""
-        from zeus_run.asktell._measure import PowerBasis  # imputes as a tell without a measurement does
+        from zeus_run.engine.measure import PowerBasis  # imputes as a tell without a measurement does
 
         plan = prepared.plan.trial
         run = finished_orphan(
@@ -217,19 +216,18 @@ class LocalExecutor(RealExecutor):
             f"after {len(run.metrics)} epoch(s) and exited; time from its launch to that epoch, energy not measured "
             f"({'imputed from the job' + chr(39) + 's measured trials' if how.method == 'imputed' else how.method})"
         )
-        outcome = TrialOutcome(
+        outcome = TrialOutcome.of(
+            StopReason.TARGET_REACHED,
             epochs=len(run.metrics),
             time=run.time,
             energy=energy,
             max_power=max_power,
-            cost=zeus_cost(energy, run.time, self.spec.eta, max_power),
-            reached=True,
-            stop_reason=StopReason.TARGET_REACHED,
-            exit_code=None,
+            eta=self.spec.eta,
             after_time=run.after_time,
             metrics=run.metrics,
             after_metrics=run.after_metrics or None,
             message=note,
+            cause=None,
         )
         kept = {k: getattr(old, k) for k in ("started_at", "token") if getattr(old, k) is not None}
         prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, **kept))

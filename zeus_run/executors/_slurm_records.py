@@ -175,7 +175,19 @@ class SlurmRecords:
         )
         code = job.info.exit_code if job.info is not None else None
         cause = why if reason.failure else None
-        return TrialOutcome(epochs, t, e, max_power, c, False, reason, code, metrics=metrics, cause=cause), why
+        outcome = TrialOutcome.of(
+            reason,
+            epochs=epochs,
+            time=t,
+            energy=e,
+            max_power=max_power,
+            cost=c,
+            reached=False,
+            exit_code=code,
+            metrics=metrics,
+            cause=cause,
+        )
+        return outcome, why
 
     def _never_ran(self, job: _Job, state: str) -> str:
         log = job.dir / "output.log"

@@ -331,12 +331,10 @@ def _quote(value: str) -> str:
 
 def _settings(job: JobView) -> dict[str, Any]:
     """The job's decision settings from its run directory's spec.yaml (none where it cannot be read)."""
-    from zeus_run.engine.replay import Knobs
-    from zeus_run.errors import HistoryError
+    from zeus_run.views.jobs import knobs_of  # the exports read the records and settings through the views
 
-    try:
-        k = Knobs.from_run_dir(job.run_dir, job.settings.raw)
-    except HistoryError:
+    k = knobs_of(job.run_dir, job.settings)
+    if k is None:
         return {}
     return {
         "objective": k.goal.label,

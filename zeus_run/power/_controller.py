@@ -6,7 +6,7 @@ validates every limit against `nvmlDeviceGetPowerManagementLimitConstraints`,
 enables persistence mode while limits are changed, and `restore` puts back
 each GPU's original limit and persistence mode. `restore` never raises, is
 idempotent, and is called after every trial and at the end of the run
-(try/finally in `zeus_run.engine.runner`, which also turns SIGINT/SIGTERM into a
+(try/finally in `zeus_run.launcher.run`, which also turns SIGINT/SIGTERM into a
 normal return). An NVML failure while a run is going disables the controller
 with a warning instead of failing the run.
 """

@@ -1,17 +1,13 @@
-"""The one opener of a job's run directory, for every door.
+"""How every door locks a job's run directory, and reads the spec it was started with.
 
-``zeus-run run`` (and ``--next``), ``ask``, ``tell``, ``heartbeat``, ``exec``,
-the Python `Job`, and the server all find a job's run directory and its spec
-with `locate`, and lock it with `lock`:
+``zeus-run run`` (and ``--next``), ``ask``, ``tell``, ``heartbeat``, ``exec``, the Python `Job`, and the
+server find a job's run directory with `zeus_run.engine.opening.locate` and open it with
+`zeus_run.engine.opening.open_job`, which locks it here:
 
-* `locate`: a job spec (a file or a parsed `JobSpec`) names its ``run_dir`` (or
-  the one given), checked against the history it holds (`choose_run_dir`: a
-  history recorded under other decision settings is refused, or with
-  ``force`` a sibling is started); a run directory names itself, and its spec is
-  its own ``spec.yaml`` (`stored_spec`, read by `zeus_run.rundir.settings`).
 * `lock`: a launcher (role ``run``) holds the lock for its whole run and waits
   for no one; an ask, a tell, an expiry or a registration holds it for a
   moment and waits at most `LOCK_WAIT` for another brief holder.
+* `stored_spec`: a run directory's own ``spec.yaml`` (read by `zeus_run.rundir.settings`), parsed.
 """
 
 from __future__ import annotations
@@ -23,11 +19,10 @@ from pathlib import Path
 
 import yaml
 
-from zeus_run.errors import RunDirError, UsageError
-from zeus_run.rundir.resume import choose_run_dir, keep_recorded_revision
+from zeus_run.errors import RunDirError
 from zeus_run.rundir.settings import SPEC_NAME, read_settings
 from zeus_run.rundir.store import RunDir
-from zeus_run.spec import JobSpec, load_spec, parse_spec
+from zeus_run.spec import JobSpec, parse_spec
 
 #: Seconds a brief holder (an ask, a tell, an expiry, a registration) waits for another brief holder.
 LOCK_WAIT = 30.0
@@ -46,39 +41,6 @@ class JobDir:
     spec: JobSpec
     path: Path
     resumed: bool
-
-
-def locate(
-    job: str | Path | JobSpec, run_dir: str | Path | None = None, *, new: bool = False, force: bool = False
-) -> JobDir:
-    """The run directory a door uses for ``job``, and the job's spec.
-
-    Args:
-        job: A parsed spec, a spec file (YAML), or a run directory that has a ``spec.yaml``.
-        run_dir: The run directory, if not the spec's ``run_dir`` (or, for a run directory, itself).
-        new: Start a fresh sibling whatever the history (``run --new``).
-        force: Start (or resume) a sibling when the history was recorded under other settings.
-
-    Raises:
-        SpecError: The spec is invalid.
-        UsageError: ``job`` is neither a spec file nor a run directory.
-        RunDirError: The run directory's history or settings cannot be used with this spec.
-    """
-    if isinstance(job, JobSpec):
-        base = Path(run_dir) if run_dir is not None else None
-        if not new and not force:  # an upgrade's new default revision goes on under the recorded one
-            job = keep_recorded_revision(job, (base or job.run_dir).absolute())
-        path, resumed = choose_run_dir(job, base, new, force)
-        return JobDir(job, path, resumed)
-    p = Path(job)
-    if p.is_dir():
-        return JobDir(stored_spec(p), Path(run_dir) if run_dir is not None else p, True)
-    if not p.is_file():
-        raise UsageError(
-            f"job = {str(p)!r}: no such spec file or run directory. Pass a job spec (job.yaml) or a run directory "
-            "that has a spec.yaml."
-        )
-    return locate(load_spec(p), run_dir, new=new, force=force)
 
 
 def lock(path: Path, role: str) -> RunDir:

@@ -1,64 +1,67 @@
-"""Choosing a run directory, and picking a run up after a crash: the resume policy over `zeus_run.rundir.store` (storage).
+"""Choosing a run directory, and picking a run up after a crash: the resume rules over `zeus_run.rundir.store`.
+
+Storage only: nothing here imports the optimizer, the cost or the engine. Where a rule needs them, the
+caller passes them in (`zeus_run.engine.opening` does, for every door):
 
 * `choose_run_dir`: the spec's run directory, resumed when its stored spec
   agrees on every decision setting (`compatibility`); otherwise refused, or a
   sibling (the one an earlier ``--force`` started for this spec, if any).
-  Without a stored spec the history itself is checked (`history_mismatches`):
-  a replay of every decision under `zeus_run.engine.knobs.Knobs.from_spec`.
+  Without a stored spec the history itself is checked by the caller's ``check``
+  (`zeus_run.engine.opening.history_mismatches`: a replay of every decision).
 * `recover`: read the history (cutting a torn tail) and, if the launcher died
   with trials in flight (``running.json`` is still there), let the executors
   adopt every trial that goes on or has already written its outcome, and record
-  each other one as interrupted with everything the engine had decided for it,
-  so that replay audits it like any other.
+  each other one as interrupted (the caller's ``record_of``: everything the engine had
+  decided for it, so that replay audits it like any other).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, reaches_target
-from zeus_run.cost import zeus_cost
-from zeus_run.engine.core import TrialRequest
-from zeus_run.engine.knobs import Knobs
-from zeus_run.engine.record import Measurement, trial_record
-from zeus_run.engine.replay import audit
+from zeus_run.contract import RunningMarker, TrialFiles
 from zeus_run.errors import HistoryError, RunDirError
-from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.settings import read_settings
-from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling, read_running
+from zeus_run.rundir.store import SPEC_NAME, RunDir, fresh_sibling
 from zeus_run.spec import DECISION_FIELDS, JobSpec, OptimizerSettings
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "HistoryCheck",
     "choose_run_dir",
     "compatibility",
-    "history_mismatches",
-    "interrupted_record",
-    "pending_records",
+    "foreign_batch_sizes",
+    "keep_recorded_revision",
     "recover",
-    "request_of",
     "spec_differences",
 ]
+
+#: How a history with no ``spec.yaml`` beside it is checked against a spec: its problems, in words
+#: (`zeus_run.engine.opening.history_mismatches`, which replays every decision). Args: the records, the spec,
+#: the run directory.
+HistoryCheck = Callable[[list[TrialRecord], JobSpec, Path], list[str]]
 
 
 # -- choosing, checking and resuming a run directory ---------------------------------------
 
 
-def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) -> tuple[Path, bool]:
+def choose_run_dir(
+    spec: JobSpec, run_dir: Path | None, new: bool, force: bool, check: HistoryCheck
+) -> tuple[Path, bool]:
     """Pick the run directory: the spec's (or ``run_dir``), or a sibling ``NAME-2``, ``NAME-3``, ...
 
     The same command on the same spec always picks the same directory: with
     ``force``, a sibling an earlier ``--force`` started for this spec is
-    resumed rather than a new one started on every call.
+    resumed rather than a new one started on every call. ``check`` checks a history
+    that has no ``spec.yaml`` (`compatibility`).
 
     Returns:
         The directory and whether it already holds a compatible history to resume.
@@ -78,7 +81,7 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
     if new:
         return fresh_sibling(base), False
     try:
-        diffs, has_history = compatibility(base, spec)
+        diffs, has_history = compatibility(base, spec, check)
     except RunDirError:
         if not force:
             raise
@@ -88,7 +91,7 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
     if force:
         for sibling in _siblings(base):
             try:
-                sib_diffs, sib_history = compatibility(sibling, spec)
+                sib_diffs, sib_history = compatibility(sibling, spec, check)
             except (RunDirError, HistoryError):
                 continue
             if not sib_diffs:
@@ -103,12 +106,13 @@ def choose_run_dir(spec: JobSpec, run_dir: Path | None, new: bool, force: bool) 
     )
 
 
-def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
+def compatibility(path: Path, spec: JobSpec, check: HistoryCheck) -> tuple[list[str], bool]:
     """Why ``spec`` cannot continue the run in ``path`` (empty if it can), and whether it has history.
 
-    With a stored ``spec.yaml`` its decision settings are compared. Without one
-    (deleted) the history itself is checked against ``spec``: batch sizes,
-    costs under ``eta``, targets, and a replay of every decision.
+    With a stored ``spec.yaml`` its decision settings are compared (and the history's batch sizes,
+    `foreign_batch_sizes`). Without one (deleted) the history itself is checked against ``spec`` by
+    ``check`` (`zeus_run.engine.opening.history_mismatches`: batch sizes, costs under ``eta``, targets,
+    and a replay of every decision).
 
     Raises:
         RunDirError: ``spec.yaml`` is damaged.
@@ -119,11 +123,11 @@ def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
     if stored is not None:
         diffs = spec_differences(stored, spec)
         if not diffs:
-            diffs = [f"{SPEC_NAME} matches, but {p}" for p in history_mismatches(records, spec, full=False)]
+            diffs = [f"{SPEC_NAME} matches, but {p}" for p in foreign_batch_sizes(records, spec)]
         return diffs, bool(records)
     if not records:
         return [], False
-    problems = history_mismatches(records, spec, full=True, path=path)
+    problems = check(records, spec, path)
     if problems:
         return [f"{SPEC_NAME} is missing, and the history does not follow from this spec: {problems[0]}"], True
     logger.warning(
@@ -135,51 +139,15 @@ def compatibility(path: Path, spec: JobSpec) -> tuple[list[str], bool]:
     return [], True
 
 
-def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, path: Path | None = None) -> list[str]:
-    """Ways in which ``records`` could not have been produced under ``spec``.
-
-    Args:
-        path: The run directory, whose trials in flight (``running.json``) are audited too.
-        records: The history.
-        spec: The job spec to continue with.
-        full: Check everything the history shows (used when ``spec.yaml`` is
-            gone); otherwise only what would stop the optimizer from folding it.
-    """
+def foreign_batch_sizes(records: list[TrialRecord], spec: JobSpec, in_order: bool = False) -> list[str]:
+    """The records whose batch size is not one of ``spec``'s (the optimizer could not fold them), and with
+    ``in_order`` those out of trial order, one line each."""
     out = []
     for i, r in enumerate(records):
         if r.batch_size not in spec.batch_sizes:
             out.append(f"line {i + 1}: batch size {r.batch_size} is not one of {list(spec.batch_sizes)}")
-        elif full and r.trial != i:
+        elif in_order and r.trial != i:
             out.append(f"line {i + 1}: trial #{r.trial} is out of order")
-    if out or not full:
-        return out
-    observed = 0
-    for i, r in enumerate(records):
-        if r.kind == "real" and r.seed is not None and r.seed != spec.seed + observed:
-            out.append(f"line {i + 1}: the script's seed {r.seed} is not seed={spec.seed} + {observed} trials")
-            break
-        observed += r.observed
-        if r.kind == "real" and r.observed and r.stop_reason is not StopReason.SKIPPED:
-            expected = zeus_cost(r.energy, r.time, spec.eta, r.max_power)
-            if not math.isclose(r.cost, expected, rel_tol=1e-6, abs_tol=1e-6):
-                out.append(
-                    f"line {i + 1}: its cost {r.cost:g} J is not eta={spec.eta:g} x energy + ... ({expected:g} J)"
-                )
-                break
-        if r.kind == "real" and r.epochs > spec.max_epochs:
-            out.append(f"line {i + 1}: {r.epochs} epochs is more than max_epochs={spec.max_epochs}")
-            break
-        hit = any(reaches_target(m, spec.target_metric, spec.higher_is_better) for m in r.metrics)
-        if r.kind == "real" and r.metrics and hit != r.reached:
-            out.append(
-                f"line {i + 1}: its metrics {list(r.metrics)} {'do not reach' if r.reached else 'reach'} the target"
-            )
-            break
-    if out:
-        return out
-    result = audit(records, Knobs.from_spec(spec), pending_records(path, records) if path is not None else [])
-    if result.divergence is not None:
-        out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
     return out
 
 
@@ -245,7 +213,11 @@ def _siblings(base: Path) -> list[Path]:
 # -- after a crash ---------------------------------------------------------------------------
 
 
-def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], set[int]]) -> Recovered:
+def recover(
+    rd: RunDir,
+    cleanup: Callable[[list[RunningMarker]], set[int]],
+    record_of: Callable[[RunningMarker], TrialRecord],
+) -> Recovered:
     """Read the history, cutting a torn tail, and settle the trials a dead launcher had in flight.
 
     Asks in flight (ask/tell, `zeus_run.contract.RunningMarker.asked`) are left as they are:
@@ -261,10 +233,11 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
 
     Args:
         rd: The opened run directory.
-        spec: The job.
         cleanup: The executors' `zeus_run.executors.RealExecutor.recover`: stops what
             the dead launcher's trials left running (given their markers), and returns
             the ``trial`` of each one it adopts.
+        record_of: The record of a trial that does not go on, from its marker
+            (`zeus_run.engine.record.interrupted_record`).
     """
     rd.history.repair_tail()
     history = list(rd.history.read())
@@ -293,7 +266,7 @@ def recover(rd: RunDir, spec: JobSpec, cleanup: Callable[[list[RunningMarker]], 
             )
             adopted.append(m)
             continue
-        record = interrupted_record(spec, m)
+        record = record_of(m)
         logger.warning(
             "recurrence %d try %d was running when the launcher stopped; recorded as interrupted and re-run",
             record.recurrence,
@@ -313,86 +286,9 @@ class Recovered:
 
     Attributes:
         history: Every record, in the order they were folded (interrupted trials included).
-        adopted: The trials in flight that go on, in trial order (`request_of` turns each
-            back into the engine's request).
+        adopted: The trials in flight that go on, in trial order (`zeus_run.engine.request.request_of`
+            turns each back into the engine's request).
     """
 
     history: list[TrialRecord]
     adopted: list[RunningMarker]
-
-
-def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
-    """The engine's request of an adopted trial, from its marker: the decision it was started with."""
-    return TrialRequest(
-        recurrence=marker.recurrence,
-        attempt=marker.attempt,
-        trial=marker.trial,
-        observed=(marker.seed - spec.seed) if marker.seed is not None else 0,
-        decision=Decision(marker.batch_size, marker.stage, marker.detail),
-        cost_threshold=marker.threshold,
-        seen=marker.seen or 0,
-        in_flight=marker.in_flight,
-        draw=marker.draw,
-        probe=marker.probe,
-        horizon=marker.horizon,
-        curve_stop=marker.curve_stop,
-        lifetime=marker.lifetime,
-    )
-
-
-def pending_records(path: Path, records: list[TrialRecord]) -> list[TrialRecord]:
-    """The trials a run directory's ``running.json`` names that ``records`` do not hold yet, as records of
-    their decision (for `zeus_run.engine.replay.audit`'s ``in_flight``)."""
-    recorded = {r.trial for r in records}
-    job = records[0].job if records else ""
-    return [marker_record(job, m) for m in read_running(path) or [] if m.trial not in recorded]
-
-
-def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
-    """The record of a trial whose launcher died, from its marker: the engine's decision, no outcome."""
-    return marker_record(spec.name, marker)
-
-
-def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
-    """A trial's record from its ``running.json`` marker alone: its decision, interrupted, not observed."""
-    decision = TrialRequest(
-        recurrence=marker.recurrence,
-        attempt=marker.attempt,
-        trial=marker.trial,
-        observed=0,  # not recorded
-        decision=Decision(marker.batch_size, marker.stage, marker.detail),
-        cost_threshold=marker.threshold,
-    )
-    nothing = TrialOutcome(
-        epochs=0,
-        time=0.0,
-        energy=0.0,
-        max_power=marker.max_power,
-        cost=0.0,
-        reached=False,
-        stop_reason=StopReason.INTERRUPTED,
-        exit_code=None,
-    )
-    return trial_record(
-        job,
-        decision,
-        nothing,
-        Measurement(marker.energy_source, marker.estimated),
-        **marker_fields(marker),
-        message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
-        provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
-    )
-
-
-def marker_fields(marker: RunningMarker) -> dict[str, Any]:
-    """What a trial's record takes from its ``running.json`` marker beyond the decision (`trial_record`'s fields)."""
-    return {
-        "learning_rate": marker.learning_rate,
-        "seed": marker.seed,
-        "cost_threshold": marker.cost_threshold,
-        "started_at": marker.started_at,
-        "log": f"trials/{TrialFiles.dir_name(marker.recurrence, marker.attempt)}/{TrialFiles.OUTPUT}",
-        "horizon": marker.horizon,
-        "lifetime": marker.lifetime,
-        **marker.stamp(),
-    }

@@ -4,7 +4,7 @@
 
 * a new job: the spec is validated (as ``zeus-run check``) and saved in ``ROOT/JOB``;
 * the same spec again: nothing changes;
-* a changed spec: `zeus_run.rundir.resume.compatibility` decides, the rule ``zeus-run
+* a changed spec: `zeus_run.engine.opening.compatibility` decides, the rule ``zeus-run
   run`` resumes a run directory by. Where ``run`` would resume (``recurrences``,
   ``lease``, ``command``, ``accounting``, ``export:`` ...), the new spec is saved
   and every later ask follows it; the answer lists the fields that changed.
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from zeus_run.engine.opening import compatibility, open_job
 from zeus_run.engine.position import position
 from zeus_run.remote import job_path
-from zeus_run.rundir.opener import lock
 from zeus_run.rundir.rates import note_change
-from zeus_run.rundir.resume import compatibility, keep_recorded_revision
+from zeus_run.rundir.resume import keep_recorded_revision
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths, check_series
@@ -72,8 +72,10 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
             "body.spec.name",
         )
     spec = dataclasses.replace(spec, run_dir=path)
-    # A brief holder, as an ask: another worker process may register or ask at the same moment.
-    with lock(path, "register") as rd:
+    # A brief holder, opened as every door opens a job: another worker process may register or ask at the same
+    # moment. A dead launcher's trials are left to the next ask or run (a registration adopts nothing).
+    with open_job(path, spec, "register") as job:
+        rd = job.rd
         spec = keep_recorded_revision(spec, path)  # as `zeus-run run` resumes it
         diffs, _ = compatibility(path, spec)  # what `zeus-run run` resumes by
         if diffs:

@@ -190,15 +190,15 @@ class TraceExecutor:
         overhead: float | None = None,
     ) -> TrialRecord:
         t = self.table
-        outcome = TrialOutcome(
+        outcome = TrialOutcome.of(
+            stop_reason,
             epochs=epochs,
             time=time,
             energy=energy,
             max_power=t.max_power,
             cost=cost,
             reached=reached,
-            stop_reason=stop_reason,
-            exit_code=None,
+            cause=None,
             power_limit=t.power_limits[col],
             profile_overhead=overhead,
         )

@@ -392,7 +392,7 @@ class JobSpec:
 
 
 #: Settings that change what the optimizer has learned. A history recorded
-#: under different values cannot be resumed (see `zeus_run.engine.runner`).
+#: under different values cannot be resumed (see `zeus_run.rundir.resume`).
 DECISION_FIELDS = (
     "batch_sizes",
     "default_batch_size",

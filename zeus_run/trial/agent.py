@@ -343,7 +343,7 @@ def run_plan(plan: AgentPlan, cancel: threading.Event | None = None, listener: T
         print(f"zeus-run agent: {exc}", file=sys.stderr)
         write_outcome(
             plan.dir,
-            TrialOutcome(0, 0.0, 0.0, 0.0, 0.0, False, StopReason.CRASHED, None, message=str(exc), cause=str(exc)),
+            TrialOutcome.of(StopReason.CRASHED, max_power=0.0, message=str(exc), cause=str(exc)),
         )
         return 3
     except ZeusRunError as exc:

@@ -9,7 +9,7 @@ target, the trial reached it (the script saw so too, and saved its model), and
 the relaunched launcher records it so (`zeus_run.executors.LocalExecutor`),
 rather than as an interrupted trial to run again. Its energy was measured by
 no one: the record says so, and its cost is charged on an imputed energy
-(`zeus_run.asktell._measure.PowerBasis.impute`), as a tell without a
+(`zeus_run.engine.measure.PowerBasis.impute`), as a tell without a
 measurement is.
 """
 

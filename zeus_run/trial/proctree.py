@@ -62,11 +62,6 @@ def new_token() -> str:
     return secrets.token_hex(12)
 
 
-def have_proc() -> bool:
-    """Whether processes can be found through ``/proc`` here."""
-    return os.path.isfile(f"{_PROC}/self/stat")
-
-
 @dataclass(frozen=True)
 class _Proc:
     pid: int

@@ -462,14 +462,14 @@ class _TrialRun:
         if self.notes:
             message = "; ".join([*self.notes, *([message] if message else [])])
         decided = self.counted is not None
-        return TrialOutcome(
+        return TrialOutcome.of(
+            reason,
             epochs=len(self.metrics),
             time=t,
             energy=e,
             max_power=self.energy.max_power,
             cost=c,
             reached=self.reached,
-            stop_reason=reason,
             exit_code=exit_code,
             ended=self.sent or "exited",
             after_time=max(end[0] - t, 0.0) if decided else None,

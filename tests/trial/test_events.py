@@ -261,7 +261,7 @@ def test_the_exit_reading_is_carried_to_the_moment_the_process_was_gone_at_its_p
 
 
 def test_a_meters_window_is_passed_on_and_checked_where_it_is_kept(tmp_path):
-    from zeus_run.asktell._measure import window_of
+    from zeus_run.engine.measure import window_of
 
     log = tmp_path / "events.jsonl"
     window = {"by": "script", "from": "process-start", "extended_s": 1.5, "extended_j": -3, "extended_at": 7, "x": 1}

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_run_cli import history, zeus
-from tests.test_faults import launch, spec_text, wait_for
-from tests.test_history import rec
+from tests.launcher.test_faults import launch, spec_text, wait_for
+from tests.rundir.test_history import rec
 from zeus_run import _fs
+from zeus_run.engine.opening import choose_run_dir
 from zeus_run.errors import BUSY_EXIT_CODE, HistoryError, RunDirError
 from zeus_run.rundir.history import HistoryStore, read_history
-from zeus_run.rundir.resume import choose_run_dir
 from zeus_run.rundir.store import RunDir, atomic_write
 from zeus_run.spec import load_spec
 

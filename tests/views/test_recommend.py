@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_summary import rec
+from tests.views.test_summary import rec
 from zeus_run.cli._render import history_table, summary_lines
 from zeus_run.views.recommend import Belief, recommend
 from zeus_run.views.summary import batch_size_stats, recurrence_rows, summarize

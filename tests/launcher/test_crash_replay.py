@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON, SCRIPTS
-from tests.test_faults import launch, wait_for
+from tests.launcher.test_faults import launch, wait_for
 from zeus_run.engine.replay import Knobs, audit
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.rundir.history import read_history
 from zeus_run.spec import load_spec
 from zeus_run.trial.proctree import find_marked

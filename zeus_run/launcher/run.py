@@ -1,9 +1,10 @@
 """Real runs: the engine driving training scripts through an executor, with a durable run directory.
 
 This is the library API behind ``zeus-run run``; tests call `run_job` directly.
-`run_job` only orchestrates: the run directory is chosen and recovered by
-`zeus_run.rundir.resume`, trials are run by an executor (`zeus_run.executors`), and
-the engine (`zeus_run.engine.core`) decides what to run.
+`run_job` only orchestrates: the run directory is found and opened as every door opens it
+(`zeus_run.engine.opening`: chosen, locked, a dead launcher's trials adopted or recorded), trials
+are run by an executor (`zeus_run.executors`), and the engine (`zeus_run.engine.core`) decides
+what to run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from zeus_run.energy import EnergySource
 from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.opening import locate, open_job
 from zeus_run.engine.position import Position, position
+from zeus_run.engine.request import request_of
 from zeus_run.engine.save import TrialSaver, live_exports
 from zeus_run.errors import Interrupted
 from zeus_run.executors import (
@@ -44,10 +47,9 @@ from zeus_run.rundir import joins
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
-from zeus_run.rundir.opener import locate, lock
+from zeus_run.rundir.opener import lock
 from zeus_run.rundir.rates import note_change
-from zeus_run.rundir.resume import choose_run_dir, recover, request_of
-from zeus_run.rundir.store import first_missing, remove_if_unused
+from zeus_run.rundir.store import RunDir, first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -57,7 +59,6 @@ __all__ = [
     "NullRunListener",
     "RunListener",
     "RunResult",
-    "choose_run_dir",
     "learning_rate_for",
     "placeholder_values",
     "provenance",
@@ -139,25 +140,39 @@ def run_job(
     created = not path.exists() or not any(path.iterdir())
     creates = first_missing(path)  # parents this run creates too (`runs/` of `runs/job`)
     with contextlib.ExitStack() as stack:
-        if next_recurrences is None or spec.concurrency < 2:
-            rd = stack.enter_context(lock(path, "run"))
-        else:  # a trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`)
+        held = None
+        if next_recurrences is not None and spec.concurrency > 1:
+            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
             held = joins.hold_or_join(lambda: lock(path, "run"), path)
             if held is None:
                 return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
-            rd = stack.enter_context(held)
-        if created:  # a run that fails before recording anything leaves no empty run directory
-            stack.callback(remove_if_unused, rd, creates)
-        if energy is None:
-            energy = stack.enter_context(executor_class.open_energy(spec))
-        recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))
-        history = recovered.history
+        opened: list[EnergySource] = [energy] if energy is not None else []
+
+        def on_locked(rd: RunDir, locked: contextlib.ExitStack) -> None:  # undone before the lock is let go
+            if created:  # a run that fails before recording anything leaves no empty run directory
+                locked.callback(remove_if_unused, rd, creates)
+            if not opened:
+                opened.append(locked.enter_context(executor_class.open_energy(spec)))
+
+        job = stack.enter_context(
+            open_job(  # the one opener of every door; this one's executors adopt the trials that go on
+                path,
+                spec,
+                "run",
+                cleanup=lambda markers: recover_trials(markers, spec.executor.kind),
+                read_history=True,
+                held=held,
+                on_locked=on_locked,
+            )
+        )
+        rd, energy = job.rd, opened[0]
+        history = job.history or []
         settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
         for notice in note_change(
             rd.path, rd.stored_spec(), spec.accounting, position(history, spec.max_tries).recurrence
         ):
             logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
-        adopted = [request_of(m, spec) for m in recovered.adopted]
+        adopted = [request_of(m, spec) for m in job.adopted]
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)

@@ -14,7 +14,7 @@ import pytest
 from tests.cli.test_run_cli import zeus
 from tests.conftest import REPO, SCRIPTS
 from zeus_run.energy import EstimatedEnergy
-from zeus_run.engine.runner import run_job
+from zeus_run.launcher import run_job
 from zeus_run.spec import parse_spec
 from zeus_run.trial.run import TrialOutcome, TrialPlan, run_trial
 

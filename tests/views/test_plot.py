@@ -16,7 +16,7 @@ from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.views.plot import DPI, FIGSIZE, PlotUnavailableError, load_matplotlib, plot_history
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

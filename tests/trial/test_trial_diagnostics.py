@@ -19,7 +19,7 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.test_escape import REGEX, job, record
 from zeus_run import __version__
 from zeus_run.energy import EstimatedEnergy, NvmlEnergy
-from zeus_run.engine.runner import provenance, run_job
+from zeus_run.launcher.run import provenance, run_job
 from zeus_run.spec import load_spec
 from zeus_run.trial.metric_regex import NO_MATCH_LINES
 from zeus_run.trial.proctree import ProcessTree, new_token
