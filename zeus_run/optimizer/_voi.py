@@ -45,7 +45,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
+from zeus_run.optimizer._exploit import exploit
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer._law import best_probe as law_probe
 from zeus_run.optimizer._overhead import without_sweep
 from zeus_run.optimizer._pace import model_log_cost
 from zeus_run.optimizer._second_look import recheck, second_look
@@ -53,12 +55,13 @@ from zeus_run.optimizer._stats import TINY as _TINY
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer._stride import best_stride
+from zeus_run.optimizer._warm import WarmRuns, WarmStart, observe_warm
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class VOIState:
         slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
             (`Observation.slowdown`; revision 6).
         overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
+        warm: Per batch size, its runs in the warm start's source (revision 10, `zeus_run.optimizer._warm`).
     """
 
     step: int
@@ -95,6 +99,7 @@ class VOIState:
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
     overheads: Mapping[int, float] = field(default_factory=dict)
+    warm: Mapping[int, WarmRuns] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -158,7 +163,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 9,
+        revision: int = 10,
+        warm: WarmStart | None = None,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -171,7 +177,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 9 (current): as 8, learning costs without the power-limit sweep (`zeus_run.optimizer._overhead`);
+        revision: 10 (current): as 9, a walk at half a doubling a step whose probes save no more than the laws of
+            epochs and pace allow and which jumps where they identify a descent (`zeus_run.optimizer._law`), a bandit
+            that runs another arm only where it pays over the recurrences left (`zeus_run.optimizer._exploit`), and
+            the warm start (`zeus_run.optimizer._warm`); 9: as 8, learning costs without the power-limit sweep (`zeus_run.optimizer._overhead`);
             8: as 7, the walk's trend counting a change in epochs as far as it stands out of their noise
             (`zeus_run.optimizer._trend`); 7: as 6, with strides (`zeus_run.optimizer._stride`); 6: as 4, and a batch
             size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost
@@ -188,9 +197,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
         if revision not in REVISIONS:
             raise ValueError(f"revision must be one of {REVISIONS}, got {revision}")
+        if warm is not None and revision < 10:
+            raise ValueError(f"a warm start needs revision 10 or later, not {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
+        #: The warm start's source (`zeus_run.optimizer._warm`), folded into `initial_state`; None: a cold start.
+        self.warm = warm
         #: Revision 5's epochs x pace model (`model_prior`); revision 6 builds on revision 4 without it.
         self.pace_model = revision == 5
         self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
@@ -205,9 +218,15 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
                 logger.warning("optimizer.%s = %r has no effect on the %s policy", knob, value, self.name)
 
     def initial_state(self) -> VOIState:
-        return VOIState(step=0)
+        """The state before any trial here: the warm start's source folded in (nothing, cold)."""
+        state = VOIState(step=0)
+        for obs in self.warm.observations if self.warm is not None else ():
+            state = self.observe(state, obs)
+        return state
 
     def observe(self, state: VOIState, obs: Observation) -> VOIState:
+        if obs.warm:  # the source's (revision 10): what it says of each batch size, apart from this run's arms
+            return observe_warm(state, obs) if obs.batch_size in self.batch_sizes else state
         if obs.batch_size not in self.batch_sizes:
             raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
         spent = state.spent + obs.cost  # what was paid, the sweep included
@@ -252,10 +271,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             again = recheck(self, state, est, leader, cv2)
             if again is not None:
                 return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
-        best_probe = best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
+        best_probe = (
+            law_probe if self.revision >= 10 else best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
+        )
         probe = best_probe(self, state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
+        if self.revision >= 10:
+            return exploit(self, est, converged, cv2, self.planning_horizon(state))
         return self.thompson(state, est, converged, draw)
 
     def leader(self, state: VOIState) -> int | None:

@@ -27,7 +27,7 @@ from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.objective import Objective
-from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
+from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, WarmStart
 from zeus_run.optimizer.early_stop import curve_min_epochs
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
@@ -345,6 +345,7 @@ def simulate(
     noise: Noise | None = None,
     plan_horizon: bool = True,
     objective: Objective | None = None,
+    warm: WarmStart | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -369,6 +370,8 @@ def simulate(
         objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``;
             when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
             cost without the ``max-slowdown`` penalty.
+        warm: A warm start (`zeus_run.engine.warm.warm_start` of the same job's records elsewhere, e.g. a
+            simulation on another GPU); the records say so (``warm``). None: a cold start.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -392,6 +395,7 @@ def simulate(
         concurrency=concurrency,
         horizon=horizon if plan_horizon else None,
         objective=given,
+        warm=warm,
     )
     executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor
