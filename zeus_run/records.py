@@ -26,7 +26,15 @@ KINDS = ("real", "simulated", "replayed")
 CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 
 #: Fields written only when set (absent: None), so records read as they did before these existed.
-OPTIONAL_FIELDS = (*CONCURRENCY_FIELDS, "horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead")
+OPTIONAL_FIELDS = (
+    *CONCURRENCY_FIELDS,
+    "horizon",
+    "reported",
+    "epoch_timing",
+    "after_metrics",
+    "profile_overhead",
+    "warm",
+)
 
 #: How a real trial's process ended (``TrialRecord.ended``).
 ENDINGS = {
@@ -103,6 +111,9 @@ class TrialRecord:
         profile_overhead: What this trial's power-limit sweep cost beyond the same work at the limit
             it chose (unit: J of cost, within ``cost``); None: no sweep ended in this trial. ``zeus-voi``
             revision 9 learns the batch size's cost without it.
+        warm: The fingerprint (``sha256:...``) of the warm start's source its decision was taken with
+            (``optimizer.warm_from``; the run directory keeps a copy: `zeus_run.engine.warm`); None: a
+            cold start.
     """
 
     job: str
@@ -150,6 +161,7 @@ class TrialRecord:
     reported: str | None = None
     epoch_timing: str | None = None
     profile_overhead: float | None = None
+    warm: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)

@@ -13,6 +13,7 @@ order the tells arrive.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.warm import ensure_copy
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy
 from zeus_run.executors import recover_trials
 from zeus_run.records import TrialRecord
@@ -102,7 +104,7 @@ class Session:
     @property
     def engine(self) -> Engine:
         """The job's engine (its optimizer and rules)."""
-        return engine_of(self.spec)
+        return engine_of(self.spec, self.rd.path)
 
     def ledger(self) -> Ledger:
         """What the engine knows: the history folded, the asks in flight."""
@@ -225,7 +227,7 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
         if any(not m.asked for m in markers):  # a dead launcher's trials: recorded as interrupted
             recover(rd, spec, lambda markers: recover_trials(markers, None))
             markers = rd.running_trials() or []
-        fold = folded(rd.path, engine_of(spec))
+        fold = folded(rd.path, engine_of(spec, rd.path))
         asks = sorted((m for m in markers if m.asked), key=lambda m: m.trial)
         live = [m for m in asks if m.trial not in fold.recorded]
         rd.track_running(live)
@@ -235,20 +237,24 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
         yield Session(rd, spec, live, fold=fold)
 
 
-def engine_of(spec: JobSpec) -> Engine:
-    """The engine of a job under ask/tell (one per parsed spec: a server asks it for every request)."""
+def engine_of(spec: JobSpec, path: Path) -> Engine:
+    """The engine of a job under ask/tell in its run directory ``path`` (one per parsed spec and directory: a
+    server asks it for every request). The caller holds the run directory's lock: a warm start's source is
+    copied into it the first time (`zeus_run.engine.warm.ensure_copy`)."""
+    key = (id(spec), str(path))
     with _ENGINES_LOCK:
-        hit = _ENGINES.get(id(spec))
+        hit = _ENGINES.get(key)
         if hit is not None and hit[0] is spec:
             return hit[1]
     total = spec.recurrences
-    engine = Knobs.from_spec(spec).engine(_NO_LIMIT if total is None else total)
+    knobs = dataclasses.replace(Knobs.from_spec(spec), warm=ensure_copy(path, spec))
+    engine = knobs.engine(_NO_LIMIT if total is None else total)
     with _ENGINES_LOCK:
-        _ENGINES[id(spec)] = (spec, engine)  # the spec is kept, so its id is not reused while here
+        _ENGINES[key] = (spec, engine)  # the spec is kept, so its id is not reused while here
         while len(_ENGINES) > 64:
             _ENGINES.pop(next(iter(_ENGINES)))
     return engine
 
 
-_ENGINES: dict[int, tuple[JobSpec, Engine]] = {}
+_ENGINES: dict[tuple[int, str], tuple[JobSpec, Engine]] = {}
 _ENGINES_LOCK = threading.Lock()

@@ -50,6 +50,14 @@ def run_command(
     no_output: bool = typer.Option(
         False, "--no-output", help="Do not echo the training script's output (it is still logged per trial)."
     ),
+    warm_from: Path | None = typer.Option(
+        None,
+        "--warm-from",
+        metavar="RUN_DIR",
+        help="Start warm from this job's run directory elsewhere (another GPU or cluster, or from before a spec "
+        "change): its epochs to the target seed the optimizer; pace and power are measured here. Sets "
+        "optimizer.warm_from; the run directory keeps a copy of its history.",
+    ),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:
@@ -69,6 +77,8 @@ def run_command(
 
         zeus-run run job.yaml --next    # one recurrence per cron trigger
 
+        zeus-run run job-a100.yaml --warm-from runs/job-v100    # start from what the V100 runs learnt
+
     Exit codes: 0 done, 1 every try failed, 2 spec or usage error, 75 run
     directory busy (another launcher holds it and concurrency is 1; nothing
     was run), 128+N signal N.
@@ -84,6 +94,8 @@ def run_command(
     spec = load_spec(spec_path)
     if recurrences is not None:
         spec = spec.with_overrides(recurrences=recurrences)
+    if warm_from is not None:
+        spec = spec.with_warm_start(warm_from)
     if recurrences is not None and next_k is not None:
         raise UsageError("-n/--recurrences and --next both say how many recurrences to run; pass only one.")
     if new and force:

@@ -25,6 +25,7 @@ from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.position import position
+from zeus_run.engine.warm import ensure_copy
 from zeus_run.errors import Interrupted, RunDirBusy
 from zeus_run.executors import (
     EXECUTORS,
@@ -133,6 +134,7 @@ def run_job(
             return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
         if created:  # a run that fails before recording anything leaves no empty run directory
             stack.callback(remove_if_unused, rd, creates)
+        warm = ensure_copy(rd.path, spec)  # a warm start's source, checked and copied in before anything runs
         if energy is None:
             energy = stack.enter_context(executor_class.open_energy(spec))
         recovered = recover(rd, spec, lambda markers: recover_trials(markers, spec.executor.kind))
@@ -143,7 +145,8 @@ def run_job(
             rd.save_spec(spec)
         resumed = resumed and bool(history)
         done = position(history).completed
-        knobs = Knobs.from_spec(spec)  # the horizon the optimizer plans over: the spec's (None: open-ended)
+        # the horizon the optimizer plans over: the spec's (None: open-ended); the warm start the run directory keeps
+        knobs = dataclasses.replace(Knobs.from_spec(spec), warm=warm)
         if next_recurrences is None and spec.recurrences is None:
             next_recurrences = 1  # open-ended: each launch runs one more recurrence
         if next_recurrences is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from zeus_run.errors import RunDirError, UsageError
-from zeus_run.rundir.resume import choose_run_dir, keep_recorded_revision
+from zeus_run.rundir.resume import choose_run_dir, keep_recorded_revision, keep_recorded_warm_start
 from zeus_run.rundir.settings import SPEC_NAME, read_settings
 from zeus_run.rundir.store import RunDir
 from zeus_run.spec import JobSpec, load_spec, parse_spec
@@ -68,6 +68,7 @@ def locate(
         base = Path(run_dir) if run_dir is not None else None
         if not new and not force:  # an upgrade's new default revision goes on under the recorded one
             job = keep_recorded_revision(job, (base or job.run_dir).absolute())
+            job = keep_recorded_warm_start(job, (base or job.run_dir).absolute())
         path, resumed = choose_run_dir(job, base, new, force)
         return JobDir(job, path, resumed)
     p = Path(job)
