@@ -99,10 +99,11 @@ class Knobs:
 
     @classmethod
     def from_spec(cls, spec: JobSpec, run_dir: Path | None = None) -> Knobs:
-        """The knobs of a validated job spec, and with ``run_dir`` the warm start it keeps or names
-        (`zeus_run.engine.warm.warm_for`)."""
+        """The knobs of a validated job spec; with ``run_dir``, also the warm start it keeps (or, where it has no
+        copy, the one the spec names: `zeus_run.engine.warm.warm_for`). A run or an ask makes its run directory's
+        copy first (`zeus_run.engine.warm.ensure_copy`) and sets ``warm`` to it."""
         knobs = cls.from_mapping(spec.to_dict())
-        if run_dir is None and spec.optimizer.warm_from is None:
+        if run_dir is None:
             return knobs
         from zeus_run.engine.warm import warm_for
 
