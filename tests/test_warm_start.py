@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from zeus_run.engine.replay import audit
 from zeus_run.engine.runner import run_job
 from zeus_run.engine.warm import WARM_NAME, fingerprint
 from zeus_run.errors import HistoryError, SpecError
+from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import read_history
 from zeus_run.spec import load_spec
 
@@ -158,3 +160,47 @@ def test_a_relative_warm_from_starts_at_the_spec_file_s_folder(tmp_path):
     os.makedirs(tmp_path / "specs")
     spec = write_spec(tmp_path / "specs" / "a.yaml", tmp_path / "runs" / "a", extra="optimizer: {warm_from: ../v}\n")
     assert load_spec(spec).optimizer.warm_from == str((tmp_path / "v").resolve())
+
+
+def test_ask_and_tell_start_warm_from_the_spec(tmp_path):
+    """The doors that let others launch trials (ask/tell, exec, the server) read the spec's warm_from."""
+    from zeus_run.asktell import ask, report_epoch, tell
+
+    needs = {8: 4, 16: 2, 32: 3, 64: 5}
+
+    def trial(job: Path) -> TrialRecord:
+        a = ask(job)
+        for epoch in range(1, a.max_epochs + 1):
+            time.sleep(0.1)  # an epoch's work: the estimate charges wall time
+            if report_epoch(a.run_dir, a.token, epoch, 1.0 if epoch >= needs[a.batch_size] else 0.5) is not None:
+                break
+        return tell(a.run_dir, a.token, exit_code=0)
+
+    def spec(name: str, extra: str = "", recurrences: int = 6) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            textwrap.dedent(f"""
+                name: asked
+                command: [python, train.py]
+                batch_sizes: [8, 16, 32, 64]
+                default_batch_size: 64
+                target_metric: 0.9
+                max_epochs: 8
+                recurrences: {recurrences}
+                energy: {{source: estimate, watts: 100, basis: wall-time}}
+                run_dir: {tmp_path / name}
+            """)
+            + extra
+        )
+        return path
+
+    first = spec("first", recurrences=20)  # long enough to explore: it finds 16 (2 epochs against b0's 5)
+    seen = [trial(first) for _ in range(12)]
+    assert all(r.warm is None for r in seen) and 16 in {r.batch_size for r in seen}
+    second = spec("second", f"optimizer: {{warm_from: {tmp_path / 'first'}}}\n")
+    told = [trial(second) for _ in range(3)]
+    source = fingerprint(read_history(tmp_path / "first" / "history.jsonl"))
+    assert [r.warm for r in told] == [source] * 3
+    # b0 first, then (six recurrences are too few for a cold walk to explore) the source's cheapest
+    assert told[0].batch_size == 64 and told[1].batch_size == 16 and told[1].detail.startswith("warm:")
+    assert audit(told, Knobs.from_run_dir(tmp_path / "second")).divergence is None
