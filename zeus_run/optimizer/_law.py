@@ -19,7 +19,9 @@ Revision 10 uses them three ways, on top of revision 9's walk (`zeus_run.optimiz
 1. **What a probe can save at most** (`floor`). Beyond the largest batch size tried, epochs cannot
    fall, so against a leader at or below it only pace can save, and pace falls at most to ``alpha``
    of the law through the two largest paces measured (not at all where they rose): where pace is
-   flat, no probe upwards is worth its cost. Beyond the smallest, pace does not fall (or at most at
+   flat, no probe upwards is worth its cost. Unless the runs contradict the law: where the two
+   largest counts fell by more than `Z` standard deviations of their noise as the batch size grew
+   (a learning rate tuned for large batches), the law bounds nothing there. Beyond the smallest, pace does not fall (or at most at
    the rate measured, where it fell), and epochs fall at most along the law through the two smallest
    counts, their difference taken `Z` standard deviations of its noise on the optimistic side. A
    probe's saving is valued with its cost floored there, unless the laws fail, a chance of
@@ -103,7 +105,8 @@ def floor(
 
     Upwards (the leader at or below ``end``): epochs do not fall, so the cost is at least the leader's
     times ``alpha`` (the pace law through ``inner`` and ``end``; their pace where it rose) over the
-    leader's pace. Downwards (the leader at or above ``end``): pace does not fall (where it fell from
+    leader's pace; None where the two counts contradict that (they fell by more than `Z` standard
+    deviations of their noise). Downwards (the leader at or above ``end``): pace does not fall (where it fell from
     ``inner`` to ``end``, at most at that log-log rate), and epochs fall at most along ``a + k B``
     through the two counts, each moved `Z` standard deviations of its noise (``var1`` per run) towards
     a steeper law. None for a leader on the other side, or without epochs.
@@ -120,13 +123,15 @@ def floor(
     if not all(epochs.get(x) for x in (end, inner, leader)):
         return None
     e, p = _means(epochs, est, end, inner, leader)
+    noise = math.sqrt(var1 * (e[end] ** 2 / len(epochs[end]) + e[inner] ** 2 / len(epochs[inner])))
     if inner < end and leader <= end:
+        if e[end] < e[inner] - Z * noise:
+            return None  # epochs fell as the batch size grew, beyond their noise: the runs contradict the law
         beta = max(0.0, (p[inner] - p[end]) / (1.0 / inner - 1.0 / end))
         return est[leader].mean * max(0.0, p[end] - beta / end) / p[leader]
     if inner > end and leader >= end:
         slope = math.log(p[inner] / p[end]) / math.log(inner / end)
         pace = p[end] * (b / end) ** slope if slope > 0 else p[end]
-        noise = math.sqrt(var1 * (e[end] ** 2 / len(epochs[end]) + e[inner] ** 2 / len(epochs[inner])))
         k = max(0.0, (e[inner] - e[end] + Z * noise) / (inner - end))
         count = max(0.0, e[end] - k * (end - b))
         return est[leader].mean * (pace / p[leader]) * (count / e[leader])
@@ -254,7 +259,7 @@ def best_probe(
     seen = _warm.epochs(state)
     var1 = epochs_noise(seen)
     found = [*candidates(walker, state, est, cv2), *jump(walker, state, seen, est, cv2, var1)]
-    warm = {b: (why, prior) for b, why, prior in _warm.candidates(opt, state, est, cv2)}
+    warm = {b: (why, prior) for b, why, prior in _warm.candidates(opt, state, est, cv2, walker.batch_sizes)}
     if state.warm:  # the source says where to go: no stride or jump past a batch size it knows nothing of
         grid, ends = walker.batch_sizes, (min(tried), max(tried))
         near = {grid[i] for e in ends for i in (grid.index(e) - 1, grid.index(e) + 1) if 0 <= i < len(grid)}

@@ -10,12 +10,14 @@ only: each batch size's runs there (how many reached the target), their epochs, 
 without the power-limit sweep. They change neither the bandit's arms nor the budget: b0 still runs
 first, and every arm is learnt from its runs here. Two things follow from them:
 
-* **Candidates.** Every batch size the source saw reach the target is a probe the walk may make,
-  however far from the batch sizes tried here (`candidates`). Its cost here is predicted from a batch
-  size ``A`` that converged both here and there (the nearest, in log batch size): ``A``'s cost here
-  times the ratio of the two costs there (the epochs carry over exactly; the pace carries over as a
-  ratio, the machines differ in how a batch size fills them), with a spread of `WARM_SD` per doubling
-  of the batch size from ``A``. It is valued as any probe (`zeus_run.optimizer._law.best_probe`).
+* **Candidates.** Every batch size the source saw reach the target, and every step of the walk
+  between them, is a probe the walk may make, however far from the batch sizes tried here
+  (`candidates`). Its cost here is the source's cost there (`source_curve`: interpolated in log batch
+  size between the batch sizes it ran) times the ratio of cost here to cost there, measured at the
+  batch sizes run in both and interpolated likewise (the epochs carry over exactly; the pace carries
+  over as a ratio that wanders from machine to machine: a random walk of `WARM_SD` per doubling). It
+  is valued as any probe (`zeus_run.optimizer._law.best_probe`); where the walk would probe the batch
+  size anyway, the two predictions are pooled.
 * **Convergence.** The chance that a batch size reaches the target is its own record there, under
   the Jeffreys prior (`converge_chance`): a batch size that never converged there is a poor probe.
   And its epochs join the epochs seen here in the laws' fits (`epochs`).
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,8 +40,8 @@ from zeus_run.optimizer._stats import median as _median
 if TYPE_CHECKING:
     from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
 
-#: Spread of the source's change in log cost per doubling of the batch size, as a prediction of the
-#: change here (the pace of a batch size relative to another differs from machine to machine).
+#: How far the ratio of cost here to cost there wanders per doubling of the batch size (the sd of a random
+#: walk in log cost: the pace of a batch size relative to another differs from machine to machine).
 WARM_SD = 0.15
 
 
@@ -136,9 +138,14 @@ def source_curve(state: VOIState, cv2: float, batch_size: int) -> tuple[float, f
 
 
 def candidates(
-    opt: ZeusVOIOptimizer, state: VOIState, est: Mapping[int, Estimate], cv2: float
+    opt: ZeusVOIOptimizer,
+    state: VOIState,
+    est: Mapping[int, Estimate],
+    cv2: float,
+    grid: Sequence[int] = (),
 ) -> Iterator[tuple[int, str, tuple[float, float]]]:
-    """Each untried batch size within the range the source ran to the target, with the mean and sd of its log cost here.
+    """Each untried batch size the source ran to the target, or on the walk's ``grid`` between two it did, with the
+    mean and sd of its log cost here.
 
     The source's log cost there (`source_curve`), plus the log of the ratio of a cost here to a cost there at
     the batch sizes that converged in both (the anchors): interpolated in log batch size between the two
@@ -154,7 +161,10 @@ def candidates(
     if not anchors:
         return
     for b in opt.batch_sizes:
+        runs = state.warm.get(b)
         there = None if b in state.arms else source_curve(state, cv2, b)
+        if there is not None and not (runs and runs.costs) and b not in grid:
+            continue  # between the source's batch sizes only on the walk's steps (a finer list is walked at that pace)
         if there is None:
             continue
         below = [a for a in anchors if a < b]
@@ -168,7 +178,6 @@ def candidates(
         else:
             a = max(below) if below else min(above)
             shift, var = anchors[a][0], anchors[a][1] + WARM_SD**2 * abs(math.log2(b / a))
-        runs = state.warm.get(b)
         why = (
             f"warm: it reached the target in the source, {runs.reached} of {runs.tried} runs"
             if runs is not None and runs.costs
