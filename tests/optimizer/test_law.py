@@ -122,14 +122,18 @@ def test_downwards_epochs_fall_at_most_along_the_law_read_one_noise_on_the_optim
 def test_a_probe_the_laws_rule_out_is_not_run_unless_the_runs_contradict_them():
     """b0 256 is the leader; 192 ran dearer at the same pace. Upwards pace rose a little: nothing to gain above
     256, whatever the walk's trend says; revision 9 probes 360 there. Where the two counts contradict the law
-    (epochs that fell by more than their noise as the batch size grew), it bounds nothing: 360 is probed."""
+    (epochs that fell by more than two noises as the batch size grew, `REFUTE`), it bounds nothing: 360 is probed."""
     bs = (64, 128, 192, 256, 360, 512)
     new = ZeusVOIOptimizer(bs, 256, seed=1, horizon=24, revision=10)
     old = ZeusVOIOptimizer(bs, 256, seed=1, horizon=24, revision=9)
     agree = [(256, 21, 0.970), (192, 22, 0.963)]  # a count one epoch apart: within their noise
     assert old.decide(runs(old, *agree)).batch_size == 360
     assert new.decide(runs(new, *agree)).batch_size != 360
-    contradict = [(256, 21, 0.970), (192, 26, 0.963)]  # five epochs apart: more than one noise (3.4 epochs)
+    within = [(256, 21, 0.970), (192, 26, 0.963)]  # five epochs apart: one noise (3.4 epochs), not two
+    state = runs(new, *within)
+    est, _ = new.posterior(state)
+    assert floor(state.epochs, est, 256, 192, 256, 360, 0.01) is not None
+    contradict = [(256, 21, 0.970), (192, 31, 0.963)]  # ten epochs apart: more than two noises (7.5 epochs)
     state = runs(new, *contradict)
     est, _ = new.posterior(state)
     assert floor(state.epochs, est, 256, 192, 256, 360, 0.01) is None

@@ -20,7 +20,7 @@ Revision 10 uses them three ways, on top of revision 9's walk (`zeus_run.optimiz
    fall, so against a leader at or below it only pace can save, and pace falls at most to ``alpha``
    of the law through the two largest paces measured (not at all where they rose): where pace is
    flat, no probe upwards is worth its cost. Unless the runs contradict the law: where the two
-   largest counts fell by more than `Z` standard deviations of their noise as the batch size grew
+   largest counts fell by more than `REFUTE` standard deviations of their noise as the batch size grew
    (a learning rate tuned for large batches), the law bounds nothing there. Beyond the smallest, pace does not fall (or at most at
    the rate measured, where it fell), and epochs fall at most along the law through the two smallest
    counts, their difference taken `Z` standard deviations of its noise on the optimistic side. A
@@ -69,6 +69,9 @@ EPOCHS_PRIOR_DOF = 2.0
 #: Standard deviations of the epoch counts' noise by which a law is read on the optimistic side (`floor`),
 #: and by which two counts must differ to identify the epochs' law (`identified`).
 Z = 1.0
+#: Standard deviations of their noise by which two counts must fall as the batch size grows before the runs
+#: are taken to contradict the epochs' law (`floor`): a law is dropped only on strong evidence.
+REFUTE = 2.0
 #: Spacing of the walk's steps (unit: doublings of the batch size; `walk_grid`).
 STEP = 0.5
 #: Farthest a jump reaches, in multiples of the distance between the two batch sizes it rests on (`jump`).
@@ -105,7 +108,7 @@ def floor(
 
     Upwards (the leader at or below ``end``): epochs do not fall, so the cost is at least the leader's
     times ``alpha`` (the pace law through ``inner`` and ``end``; their pace where it rose) over the
-    leader's pace; None where the two counts contradict that (they fell by more than `Z` standard
+    leader's pace; None where the two counts contradict that (they fell by more than `REFUTE` standard
     deviations of their noise). Downwards (the leader at or above ``end``): pace does not fall (where it fell from
     ``inner`` to ``end``, at most at that log-log rate), and epochs fall at most along ``a + k B``
     through the two counts, each moved `Z` standard deviations of its noise (``var1`` per run) towards
@@ -125,8 +128,8 @@ def floor(
     e, p = _means(epochs, est, end, inner, leader)
     noise = math.sqrt(var1 * (e[end] ** 2 / len(epochs[end]) + e[inner] ** 2 / len(epochs[inner])))
     if inner < end and leader <= end:
-        if e[end] < e[inner] - Z * noise:
-            return None  # epochs fell as the batch size grew, beyond their noise: the runs contradict the law
+        if e[end] < e[inner] - REFUTE * noise:
+            return None  # epochs fell as the batch size grew, beyond twice their noise: the runs contradict the law
         beta = max(0.0, (p[inner] - p[end]) / (1.0 / inner - 1.0 / end))
         return est[leader].mean * max(0.0, p[end] - beta / end) / p[leader]
     if inner > end and leader >= end:
