@@ -8,6 +8,7 @@ import pytest
 
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
 from zeus_run.optimizer._law import (
+    between,
     epochs_noise,
     floor,
     identified,
@@ -166,3 +167,17 @@ def test_a_gpu_b0_keeps_less_than_half_busy_is_walked_upwards_first():
     assert o.decide(busy).batch_size == 512  # downwards first, as every revision before
     assert o.decide(idle_gpu).batch_size == 2048
     assert o.decide(unmeasured).batch_size == 512
+
+
+def test_between_two_runs_a_gap_costs_at_least_the_lesser_epochs_times_the_lesser_pace():
+    """Between 512 (43 epochs, pace 1677) and 2048 (200 epochs, pace 1585): each factor changes monotonically
+    across the gap, so 1024 costs at least 43 x (1 - one noise) x 1585; with no run above it, nothing bounds it."""
+    o = opt()
+    state = runs(o, (512, 43, 1677.0), (2048, 200, 1585.0))
+    est, _ = o.posterior(state)
+    pace = {b: est[b].mean / e for b, e in ((512, 43), (2048, 200))}  # the posterior's paces: 1677, 1585
+    count = 43 * (1.0 - math.sqrt(0.01))
+    low = between(state.epochs, est, 512, 1024, 0.01)
+    assert low == pytest.approx(count * pace[2048])
+    assert low < est[512].mean
+    assert between(state.epochs, est, 512, 4096, 0.01) is None

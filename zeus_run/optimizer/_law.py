@@ -25,7 +25,10 @@ Revision 10 uses them three ways, on top of revision 9's walk (`zeus_run.optimiz
    the rate measured, where it fell), and epochs fall at most along the law through the two smallest
    counts, their difference taken `Z` standard deviations of its noise on the optimistic side. A
    probe's saving is valued with its cost floored there, unless the laws fail, a chance of
-   `LAW_DOUBT` (then revision 9's value stands).
+   `LAW_DOUBT` (then revision 9's value stands). Between two converged batch sizes (a gap of the
+   walk, or a batch size a warm start proposes inside the tried range), each factor changes
+   monotonically, whichever way a job bends the laws: a probe there costs at least the lesser of
+   the two counts, read `Z` standard deviations optimistic, times the lesser of the two paces (`between`).
 2. **A jump where the runs identify the laws** (`jump`). Through the end of the tried range and the
    batch size inside it, each law has two parameters and two points. Where the two epoch counts
    differ beyond their noise and both laws pass through the points with every parameter positive,
@@ -299,12 +302,31 @@ def best_probe(
 def _floor_of(
     state: VOIState, epochs: Epochs, est: Mapping[int, Estimate], leader: int, b: int, var1: float
 ) -> float | None:
-    """`floor` for ``b`` beyond the range of batch sizes tried (None inside it, or where no law bounds it)."""
+    """`floor` for ``b`` beyond the range of batch sizes tried, `between` inside it (None where nothing bounds it)."""
     if min(state.arms) <= b <= max(state.arms):
-        return None
+        return between(epochs, est, leader, b, var1)
     end = min(state.arms) if b < min(state.arms) else max(state.arms)
     inside = [c for c in est if (c > end if b < end else c < end)]
     if end not in est or not inside:
         return None
     inner = min(inside) if b < end else max(inside)
     return floor(epochs, est, end, inner, leader, b, var1)
+
+
+def between(epochs: Epochs, est: Mapping[int, Estimate], leader: int, b: int, var1: float) -> float | None:
+    """The least cost the untried ``b`` between two converged batch sizes can have (unit: J).
+
+    Epochs and pace each change monotonically between ``lo`` and ``hi``, the nearest converged batch sizes
+    on either side (by the laws; and where a job breaks a law, it breaks it the same way across the
+    interval): ``b`` costs at least the lesser of their epochs, read `Z` standard deviations of their noise
+    on the optimistic side, times the lesser of their paces. None without a converged batch size on each
+    side.
+    """
+    below = [c for c in est if c < b and epochs.get(c)]
+    above = [c for c in est if c > b and epochs.get(c)]
+    if not below or not above or not epochs.get(leader):
+        return None
+    lo, hi = max(below), min(above)
+    e, p = _means(epochs, est, lo, hi, leader)
+    count = min(e[x] * max(0.0, 1.0 - Z * math.sqrt(var1 / len(epochs[x]))) for x in (lo, hi))
+    return est[leader].mean * (min(p[lo], p[hi]) / p[leader]) * (count / e[leader])
