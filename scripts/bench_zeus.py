@@ -120,7 +120,8 @@ class Driver:
             raise RuntimeError(f"{method} {path}: {resp.status} {raw[:300]!r}")
         return json.loads(raw or b"null")
 
-    def register(self, job: str, epochs: int) -> None:
+    def register(self, job: str, epochs: int) -> Any:
+        """Register ``job``; zeus-run's answer (with the job's own token, ``job_token``) or Zeus's."""
         settings = {"batch_sizes": [8, 16, 32], "default_batch_size": 16, "target_metric": 0.9}
         if self.kind == "v1":
             spec = {
@@ -135,9 +136,8 @@ class Driver:
                 "optimizer": {"policy": "zeus"},  # Zeus's algorithm, as Zeus's server runs it
                 "energy": {"source": "estimate", "watts": 100, "basis": "wall-time"},
             }
-            self.call("PUT", f"/v1/jobs/{job}", {"spec": spec})
-            return
-        self.call(
+            return self.call("PUT", f"/v1/jobs/{job}", {"spec": spec})
+        return self.call(
             "POST",
             "/jobs",
             {

@@ -57,6 +57,7 @@ EXAMPLES: dict[str, Any] = {
     "objective.factor": 1.2,
     "beta": None,
     "recurrences": None,
+    "lifetime": 365,
     "max_tries": 5,
     "seed": 7,
     "timeout": 3600,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON
+from zeus_run.trial.proctree import new_token
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -141,8 +143,21 @@ def test_a_child_holding_the_output_open_does_not_hang_the_launcher(tmp_path):
     assert wait_gone(child)
 
 
-def test_an_escaped_process_holding_the_output_cannot_hang_the_launcher(tmp_path):
-    # A clean environment and a new session: nothing ties it to the trial but the pipe.
+def cgroups_here() -> bool:
+    """Whether this process may give a trial a cgroup of its own (`zeus_run.trial._cgroup`)."""
+    from zeus_run.trial._cgroup import TrialCgroup
+
+    probe = TrialCgroup.create(new_token())
+    if probe is None:
+        return False
+    probe.remove(1.0)
+    return True
+
+
+@pytest.mark.parametrize("cgroup", ["off", "auto"])
+def test_an_escaped_process_holding_the_output_cannot_hang_the_launcher(tmp_path, cgroup):
+    """A clean environment and a new session: nothing in /proc ties it to the trial but the pipe. Without a
+    cgroup it escapes, and the launcher stops reading the output it holds; in the trial's cgroup it is killed."""
     spec = job(
         tmp_path,
         f"""
@@ -158,10 +173,20 @@ def test_an_escaped_process_holding_the_output_cannot_hang_the_launcher(tmp_path
         REGEX,
     )
     try:
-        r = zeus("run", str(spec), "--no-output", timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "ZEUS_RUN_CGROUP": cgroup},
+        )
         assert r.returncode == 0, r.stderr
         assert record(spec)["reached"] is True
-        assert "stopped reading it" in r.stderr
+        if cgroup == "auto" and cgroups_here():
+            assert "stopped reading it" not in r.stderr
+            assert all(wait_gone(pid) for pid in pids(tmp_path / "pids")), "the escaped process outlived its cgroup"
+        else:
+            assert "stopped reading it" in r.stderr
     finally:
         for pid in pids(tmp_path / "pids"):
             try:
@@ -288,3 +313,104 @@ def test_script_that_deletes_its_own_log_dir(tmp_path, mode):
         assert r.returncode == 0 and rec["reached"] is True
     else:  # its event log went with the directory: the launcher never saw the epoch
         assert r.returncode == 2 and rec["stop_reason"] == "config_error"  # no metric: the spec's fault
+
+
+REFORKER = """
+import os, sys, time
+fifo, ready, stop = {fifo!r}, {ready!r}, {stop!r}
+if os.fork() == 0:  # the daemon: a new session, then a new pid every 2 ms (each generation forks, then exits)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for i in (0, 1, 2):
+        os.dup2(null, i)
+    held = os.open(fifo, os.O_WRONLY)  # every generation holds it: the reader sees its end once all are gone
+    n = 0
+    while not os.path.exists(stop):
+        time.sleep(0.002)
+        if os.fork() != 0:
+            os._exit(0)
+        n += 1
+        if n == 20:
+            open(ready, "w").close()
+    os._exit(0)
+while not os.path.exists(ready):
+    time.sleep(0.01)
+print("val_acc=1.0", flush=True)
+"""
+
+
+@pytest.mark.parametrize("cgroup", ["auto", "off"], ids=["cgroup-where-possible", "subreaper-and-sweeps"])
+def test_a_daemon_that_reforks_every_2ms_does_not_outlive_its_trial(tmp_path, cgroup):
+    """The sweep used to stop at the first look at /proc that found nothing, and a process that forks and exits
+    every 2 ms is rarely there to be found. ``ZEUS_RUN_CGROUP=off``: without a cgroup, the launcher is the
+    daemon's subreaper and reaps it generation by generation until two looks in a row find nothing."""
+    fifo, ready, stop = tmp_path / "held", tmp_path / "ready", tmp_path / "stop"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # before the daemon opens it for writing
+    spec = job(tmp_path, REFORKER.format(fifo=str(fifo), ready=str(ready), stop=str(stop)), REGEX)
+    env = {**os.environ, "ZEUS_RUN_CGROUP": cgroup}
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        assert record(spec)["reached"] is True
+        assert ready.exists()
+        assert _writers_gone(reader, timeout=10.0), "the re-forking daemon outlived its trial"
+    finally:
+        stop.touch()  # a daemon that survived ends itself
+        _writers_gone(reader, timeout=10.0)
+        os.close(reader)
+
+
+def _writers_gone(fd: int, timeout: float) -> bool:
+    """Whether every process holding the FIFO's write end closed it (end of file) within ``timeout``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(end - time.monotonic(), 0.0))
+        if ready and os.read(fd, 4096) == b"":
+            return True
+    return False
+
+
+def test_the_orphans_of_a_running_trial_are_reaped_as_it_goes(tmp_path):
+    """The launcher is the trial's subreaper: orphans that exit are its zombies until it reaps them, and it
+    reaps them while the trial runs (a script that daemonizes helpers over and over must not fill the
+    process table). The script counts its launcher's zombie children and reports 1.0 once they are gone."""
+    spec = job(
+        tmp_path,
+        """
+        import os, time
+        launcher = os.getppid()
+        for _ in range(30):  # 30 orphans: each child forks a grandchild and exits at once
+            if os.fork() == 0:
+                if os.fork() == 0:
+                    os._exit(0)
+                os._exit(0)
+            os.wait()
+
+        def zombies():
+            out = 0
+            for name in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                out += fields[0] == "Z" and int(fields[1]) == launcher
+            return out
+
+        end = time.monotonic() + 30
+        while zombies() and time.monotonic() < end:
+            time.sleep(0.05)
+        print("val_acc=" + ("1.0" if not zombies() else "0.0"), flush=True)
+        """,
+        REGEX,
+    )
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    assert record(spec)["metrics"] == [1.0]

@@ -232,3 +232,42 @@ def test_a_trial_under_an_ask_counts_from_its_process_start(tmp_path, monkeypatc
     odd = EventLogTail(str(later))
     odd.finish()
     assert odd.started == 100.0
+
+
+def test_the_last_reading_is_the_exits_and_a_close_after_it_does_not_replace_it(tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        '{"event": "end", "at": "close", "elapsed": 4.0, "energy": 40.0, "time": 1.0}\n'
+        '{"event": "end", "at": "exit", "elapsed": 4.5, "energy": 45.0, "exit_code": 1, "output": "OOM", "time": 2}\n'
+        '{"event": "end", "at": "close", "elapsed": 9.0, "energy": 90.0, "time": 3.0}\n'
+        '{"event": "end", "at": "exit", "elapsed": "x", "energy": 1.0, "time": 4.0}\n'
+    )
+    tail = EventLogTail(str(log))
+    assert tail.finish() == [] and tail.malformed == 0
+    end = tail.end
+    assert (end.reading, end.at, end.exit_code, end.output, end.carried) == ((4.5, 45.0), "exit", 1, "OOM", None)
+
+
+def test_the_exit_reading_is_carried_to_the_moment_the_process_was_gone_at_its_power(tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        '{"event": "end", "at": "exit", "elapsed": 4.0, "energy": 40.0, "power": 200.0, "time": 10.0}\n'
+        '{"event": "exited", "time": 12.5}\n'
+        '{"event": "exited", "time": 99.0}\n'  # only the first counts
+    )
+    tail = EventLogTail(str(log))
+    tail.finish()
+    assert tail.end.reading == (6.5, 540.0) and tail.end.carried == (2.5, 500.0)
+
+
+def test_a_meters_window_is_passed_on_and_checked_where_it_is_kept(tmp_path):
+    from zeus_run.asktell._measure import window_of
+
+    log = tmp_path / "events.jsonl"
+    window = {"by": "script", "from": "process-start", "extended_s": 1.5, "extended_j": -3, "extended_at": 7, "x": 1}
+    measured = {"source": "nvml", "estimated": False, "max_power": 300, "window": window}
+    log.write_text(json.dumps({"event": "info", "measured": measured}) + "\n")
+    tail = EventLogTail(str(log))
+    tail.finish()
+    assert tail.measured is not None and tail.measured["window"] == window
+    assert window_of(window) == {"by": "script", "from": "process-start", "extended_s": 1.5}

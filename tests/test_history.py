@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.factories import make_record
 from zeus_run.errors import HistoryError
-from zeus_run.records import TrialRecord
+from zeus_run.records import _KINDS, TrialRecord, _check_field, _checked
 from zeus_run.rundir.history import HistoryStore, read_history
 
 
@@ -99,3 +101,45 @@ def test_reading_what_was_appended_leaves_a_line_still_being_written_for_the_nex
         f.write(line[10:])
     records, after = store.read_from(offset)
     assert [r.trial for r in records] == [2] and after == path.stat().st_size
+
+
+def test_a_character_cut_by_a_torn_write_and_a_bad_byte_in_the_middle(tmp_path):
+    """The file is decoded at once where it is valid UTF-8; where it is not, each line alone (as before)."""
+    path = tmp_path / "history.jsonl"
+    HistoryStore(path).extend([rec(0), rec(1)])
+    clean = path.read_bytes()
+    path.write_bytes(clean + '{"job": "é'.encode()[:-1])  # the last line torn inside a character
+    got = read_history(path, warn=False)
+    assert [r.trial for r in got] == [0, 1] and got.torn is not None
+    lines = clean.splitlines(keepends=True)
+    path.write_bytes(lines[0] + b'{"job": "\xff"}\n' + lines[1])
+    with pytest.raises(HistoryError, match="line 2"):
+        read_history(path)
+
+
+_FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.one_of(st.none(), st.floats(allow_nan=True), st.integers(-3, 3), st.booleans()), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.dictionaries(st.sampled_from(sorted(_KINDS)), _FIELD_VALUES, max_size=8))
+def test_the_fast_field_checks_decide_as_the_full_check(values):
+    """`TrialRecord.from_json` decides the usual value of each field inline (`_checked`): it accepts, converts and
+    refuses exactly what the full check (`_check_field`) does."""
+
+    def outcome(check, key, value):
+        try:
+            return "ok", repr(check(key, value))  # repr: nan == nan, and 1 != 1.0
+        except ValueError as exc:
+            return "refused", str(exc)
+
+    for key, value in values.items():
+        fast = outcome(lambda k, v: _checked({k: v})[k], key, value)
+        assert fast == outcome(_check_field, key, value), (key, value)

@@ -75,6 +75,7 @@ CHANGES = {
     "max_early_stops": "max_early_stops: 1",
     "concurrency": "concurrency: 2",
     "horizon": "recurrences: 12",
+    "lifetime": "lifetime: 40",
     "objective": "objective: {kind: max-slowdown, factor: 1.2}",
 }
 #: Knobs fields that are not spec settings (read from the run directory: b0's profile, the warm start's copy).

@@ -97,6 +97,51 @@ def test_jsonl_in_a_file_and_a_regex_over_a_file(tmp_path):
     assert records[0]["metrics"][:3] == [0.3, 0.6, 0.9]
 
 
+#: Appends JSON lines to a file in the trial's own directory, as a script that logs beside its checkpoints does.
+LOG_DIR_SCRIPT = """
+import json, os
+with open(os.path.join(os.environ["ZEUS_LOG_DIR"], "metrics.jsonl"), "a") as log:
+    for epoch in range(1, 5):
+        log.write(json.dumps({"epoch": epoch, "val_acc": round(0.3 * epoch, 2)}) + "\\n")
+        log.flush()
+"""
+
+
+def test_a_metric_path_with_placeholders_is_each_trials_own_file(tmp_path):
+    """``path: "{log_dir}/metrics.jsonl"`` used to pass `check`, never be read, and end in an error about
+    metric.regex."""
+    spec = _spec(tmp_path, LOG_DIR_SCRIPT, '{source: jsonl, key: val_acc, path: "{log_dir}/metrics.jsonl"}')
+    check = subprocess.run([sys.executable, "-m", "zeus_run", "check", str(spec)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    records = _run(spec)
+    assert len(records) >= 2 and all(r["reached"] for r in records)
+    assert all(r["metrics"] == [0.3, 0.6, 0.9] for r in records)
+    for r in records:  # each trial's file, in its own directory
+        assert (tmp_path / "runs" / Path(r["log"]).parent / "metrics.jsonl").is_file()
+
+
+def test_an_unknown_placeholder_in_metric_path_is_refused_naming_the_field(tmp_path):
+    spec = _spec(tmp_path, LOG_DIR_SCRIPT, '{source: jsonl, key: val_acc, path: "{logdir}/metrics.jsonl"}')
+    r = subprocess.run([sys.executable, "-m", "zeus_run", "check", str(spec)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "metric.path = '{logdir}/metrics.jsonl': uses unknown placeholder {logdir}. Did you mean {log_dir}?" in (
+        r.stderr
+    )
+
+
+def test_a_metric_file_never_written_is_named_and_the_error_names_the_fields_each_source_reads(tmp_path):
+    spec = _spec(tmp_path, LOG_DIR_SCRIPT, "{source: jsonl, key: val_acc, path: elsewhere/metrics.jsonl}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run(
+        [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 2, r.stderr
+    assert "metric.regex must match" not in r.stderr
+    assert "jsonl: metric.key" in r.stderr and "file: metric.path" in r.stderr, r.stderr
+    (rec,) = [json.loads(line) for line in (tmp_path / "runs" / "history.jsonl").read_text().splitlines()]
+    assert f"metric.path {str(tmp_path / 'elsewhere' / 'metrics.jsonl')!r} was never written" in rec["message"]
+
+
 @pytest.mark.parametrize(
     ("text", "value"), [("4.2e-05", 4.2e-05), ("-1.5", -1.5), ("+3", 3.0), (".5", 0.5), ("1E+3", 1000.0)]
 )

@@ -81,6 +81,88 @@ def test_valid_json_that_is_not_a_record_is_an_error_with_its_line(write_spec, g
     assert path.read_text().splitlines()[line - 1] == bad  # nothing was cut or rewritten
 
 
+def three_recurrences(write_spec, extra: str = "") -> Path:
+    """A job with no end (``recurrences: null``), 3 recurrences run."""
+    spec = write_spec(spec_text(body="recurrences: null\n" + extra).replace("recurrences: 1\n", ""))
+    r = ran(spec, "--next", "3")
+    assert r.returncode == 0, r.stderr
+    return spec
+
+
+@pytest.mark.parametrize("damage", ["duplicated", "swapped"])
+def test_a_duplicated_or_swapped_line_is_refused_by_every_door_that_appends(write_spec, damage):
+    """A line copied twice, or two lines swapped by hand: `run` used to append after it while `replay` rejected
+    the directory from then on. Every door refuses it, naming the line and how to mend it, and appends nothing."""
+    spec = three_recurrences(write_spec)
+    path = runs(spec) / "history.jsonl"
+    lines = path.read_text().splitlines()
+    assert len(lines) >= 3
+    if damage == "duplicated":
+        lines.append(lines[1])
+        line, mend = len(lines), "delete the repeated line"
+    else:
+        lines[1], lines[2] = lines[2], lines[1]
+        line, mend = 3, "put the lines back in the order zeus-run appended them"
+    path.write_text("\n".join(lines) + "\n")
+    damaged = path.read_bytes()
+    for cmd in (
+        ("run", str(spec), "--no-output", "--next"),
+        ("ask", str(spec)),
+        ("ask", str(runs(spec))),
+        ("replay", str(runs(spec))),
+    ):
+        r = zeus(*cmd)
+        assert r.returncode == 2, (cmd, r.stderr)
+        assert f"line {line} is out of place" in r.stderr and mend in r.stderr, (cmd, r.stderr)
+        assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert path.read_bytes() == damaged  # nothing appended, cut or rewritten
+    assert not (runs(spec) / "running.json").exists()
+
+    # Mended as the message says, the job goes on.
+    if damage == "duplicated":
+        lines.pop()
+    else:
+        lines[1], lines[2] = lines[2], lines[1]
+    path.write_text("\n".join(lines) + "\n")
+    assert zeus("replay", str(runs(spec))).returncode == 0
+    r = ran(spec, "--next")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["trial"] for x in path.read_text().splitlines()] == list(range(len(lines) + 1))
+
+
+def test_a_line_copied_while_a_server_keeps_the_job_folded_is_refused_at_its_next_ask(write_spec):
+    """The server (and a Job in one process) keep the history folded and read only what was appended: the
+    appended copy is checked against what was folded."""
+    from zeus_run.asktell import ask
+
+    spec = three_recurrences(write_spec, "concurrency: 2\n")
+    path = runs(spec) / "history.jsonl"
+    assert ask(runs(spec)).token  # folds the history, and keeps the fold
+    lines = path.read_text().splitlines()
+    with open(path, "a") as f:
+        f.write(lines[0] + "\n")
+    first = json.loads(lines[0])["trial"]  # trials end in any order with concurrency 2
+    with pytest.raises(
+        HistoryError, match=rf"line {len(lines) + 1} is out of place \(it repeats trial #{first} of line 1"
+    ):
+        ask(runs(spec))
+
+
+def test_records_of_concurrent_runs_in_end_order_are_in_place():
+    """Trials end in any order with ``concurrency``; each record says what its decision had seen."""
+    from zeus_run.rundir.history import parse_history
+
+    def line(trial: int, seen: int | None) -> bytes:
+        return json.dumps(rec(trial, seen=seen).to_json()).encode() + b"\n"
+
+    ok = line(0, 0) + line(2, 0) + line(1, 0) + line(3, 2) + line(4, None)
+    assert [r.trial for r in parse_history(ok)] == [0, 2, 1, 3, 4]
+    with pytest.raises(HistoryError, match="line 3 is out of place"):
+        parse_history(line(0, 0) + line(1, 1) + line(2, 3))  # saw 3 records: only 2 come before it
+    with pytest.raises(HistoryError, match=r"line 3 is out of place \(trial #1 comes after trial #2 of line 2"):
+        parse_history(line(0, None) + line(2, None) + line(1, None))
+
+
 def test_last_record_without_newline_is_completed_before_appending(write_spec):
     spec = two_recurrences(write_spec)
     path = runs(spec) / "history.jsonl"

@@ -8,6 +8,7 @@ escapes must never reach the user's terminal.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -185,6 +186,44 @@ def test_shell_command_quotes_every_substituted_value(write_spec, tmp_path):
     assert not any(p.name.startswith("pwned") for p in tmp_path.rglob("*"))
     (seen,) = run_dir.glob("trials/*/seen")
     assert seen.read_text().strip() == str(seen.parent)
+
+
+ARGS_SCRIPT = """
+import json, os, sys
+want = os.environ["ZEUS_LOG_DIR"]
+ok = sys.argv[1:] == [want, want, want + "/m.jsonl", "--out=" + want]
+print(json.dumps(sys.argv[1:]))
+print("val_acc=" + ("1.0" if ok else "0.0"), flush=True)
+"""
+
+
+def test_shell_true_with_a_space_in_the_run_dir_passes_log_dir_whole_bare_or_quoted(write_spec, tmp_path):
+    """The docs advised ``'{log_dir}'``; with a space in the run directory's path it reached the script as 3
+    arguments. Bare or quoted, it is one argument now."""
+    script = tmp_path / "args.py"
+    script.write_text(ARGS_SCRIPT)
+    run_dir = tmp_path / "my runs" / "it's here"
+    spec = write_spec(
+        f"""
+        name: sh
+        shell: true
+        command: "{PYTHON} {script} {{log_dir}} '{{log_dir}}' \\"{{log_dir}}/m.jsonl\\" --out='{{log_dir}}'"
+        batch_sizes: [1, 2]
+        default_batch_size: 2
+        target_metric: 0.9
+        max_epochs: 1
+        recurrences: 1
+        metric: {{regex: 'val_acc=([0-9.]+)'}}
+        energy: {{source: estimate, watts: 100}}
+        run_dir: "{run_dir}"
+        """
+    )
+    r = zeus("run", str(spec), "--no-output")
+    no_internal_error(r)
+    assert r.returncode == 0, r.stderr
+    (line,) = (run_dir / "history.jsonl").read_text().splitlines()
+    rec = json.loads(line)
+    assert rec["reached"] is True, (run_dir / rec["log"]).read_text()
 
 
 # -- terminal escapes ---------------------------------------------------------------------------

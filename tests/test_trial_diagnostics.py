@@ -164,3 +164,27 @@ def test_cpu_time_estimate_charges_work_not_waiting(tmp_path, cpu, idle):
     charged = out.energy / 100  # CPU seconds charged
     assert charged <= out.time + 1e-9  # never more than wall time
     assert cpu <= charged + 0.05 <= cpu + 0.6  # the work, plus interpreter start-up; not the idle time
+
+
+def test_a_burst_of_epochs_reads_the_scripts_cpu_time_about_once_per_clock_tick(tmp_path, monkeypatch):
+    """Every epoch is metered, and the CPU-time estimate reads the script's CPU time from /proc: it used to read
+    its ``stat`` and its children twice per epoch. Now a reading is taken at most once per clock tick (the
+    resolution of the kernel's CPU times), and the children at most once per launcher tick."""
+    import collections
+
+    from zeus_run.trial import proctree
+
+    stats: collections.Counter[int] = collections.Counter()
+    kids: collections.Counter[int] = collections.Counter()
+    read_stat, children = proctree._read_stat, proctree._children
+    monkeypatch.setattr(proctree, "_read_stat", lambda pid: (stats.update([pid]), read_stat(pid))[1])
+    monkeypatch.setattr(proctree, "_children", lambda pid: (kids.update([pid]), children(pid))[1])
+    epochs = 1000
+    plan = _plan(tmp_path, f"import sys\nsys.stdout.write('val=0.5\\n' * {epochs - 1} + 'val=1.0\\n')\n")
+    plan = dataclasses.replace(plan, max_epochs=epochs)
+    out = run_trial(plan, EstimatedEnergy(100, basis="cpu-time"))
+    assert out.reached and out.epochs == epochs
+    ticks = out.time / 0.05 + 10  # the launcher wakes every 50 ms: a reading each (and the first and last ones)
+    root_reads = max(stats.values())  # the script's own stat (a full scan reads every other process once)
+    assert root_reads <= min(ticks + epochs / 10, epochs / 4), (root_reads, out.time)
+    assert max(kids.values(), default=0) <= min(ticks, epochs / 4), (kids, out.time)

@@ -7,7 +7,9 @@ import `zeus_run.train` from it; ``zeus_run.Job`` (the ask/tell Python API,
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without loading typing (mypy reads it alike)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

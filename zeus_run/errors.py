@@ -105,10 +105,23 @@ class LaunchError(ZeusRunError):
     exit_code = 2
 
 
+class LaunchEnvironmentError(ZeusRunError):
+    """This machine could not start a trial (too many open files, no memory or processes left): not the
+    command's fault, so nothing is recorded against the batch size; fix the machine and run again."""
+
+    exit_code = 2
+
+
 class ConvergenceError(ZeusRunError):
-    """The job cannot reach its target (default batch size failed, tries exhausted)."""
+    """The job cannot reach its target: its first recurrence failed at the default batch size."""
 
     exit_code = 1
+
+
+#: Exit code of a trigger (``run``, ``run --next``, ``exec``) during which a recurrence failed: it used up
+#: ``max_tries`` without the target and was recorded as failed; the next trigger (or ask) runs the next
+#: recurrence. The job goes on: alert, but nothing needs mending unless it keeps happening.
+RECURRENCE_FAILED_EXIT_CODE = 5
 
 
 class TraceError(UsageError):

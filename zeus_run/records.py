@@ -28,11 +28,8 @@ CONCURRENCY_FIELDS = ("seen", "in_flight", "draw", "probe")
 #: Fields written only when set (absent: None), so records read as they did before these existed.
 OPTIONAL_FIELDS = (
     *CONCURRENCY_FIELDS,
-    "horizon",
-    "reported",
-    "epoch_timing",
-    "after_metrics",
-    "profile_overhead",
+    *("horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead", "lifetime", "recurrence_failed"),
+    "window",
     "warm",
 )
 
@@ -99,8 +96,12 @@ class TrialRecord:
             trial that ran the best known batch size while pruning's was in flight is not).
             None (serial): pruning takes any result of the batch size it expects.
         horizon: The job's ``recurrences`` when it was decided: the optimizer plans
-            exploration over the recurrences left (``zeus-voi`` revision 2). None: open-ended,
-            or recorded before horizons were.
+            exploration over the recurrences left (``zeus-voi`` revision 2). None: open-ended
+            (see ``lifetime``), or recorded before horizons were.
+        lifetime: Open-ended jobs (``recurrences: null``): the recurrences the job was expected to
+            live when it was decided (the spec's ``lifetime``), which the optimizer planned over.
+            None: a finite ``horizon``, or the default lifetime (`zeus_run.spec.DEFAULT_LIFETIME`, 100,
+            which records made before lifetimes existed planned over too).
         reported: Ask/tell: the figures that were reported to ``zeus-run tell`` (``--energy``,
             ``--time``) rather than measured, e.g. ``energy time``. None: everything measured
             (or estimated, as ``estimated`` says).
@@ -111,6 +112,19 @@ class TrialRecord:
         profile_overhead: What this trial's power-limit sweep cost beyond the same work at the limit
             it chose (unit: J of cost, within ``cost``); None: no sweep ended in this trial. ``zeus-voi``
             revision 9 learns the batch size's cost without it.
+        recurrence_failed: Set on the try that used up the recurrence's ``max_tries`` without the
+            target: the recurrence failed (this says why, e.g. ``2 of max_tries 2 tries without the
+            target; the last crashed``) and the job goes on with the next recurrence. None: the
+            recurrence reached the target or goes on (or it was recorded before failed recurrences
+            were; `zeus_run.engine.ledger.Ledger` then counts its tries against ``max_tries``).
+        window: The span its time and energy (with ``after_time`` and ``after_energy``) cover, and who
+            measured it: ``by`` (``launcher``, ``agent``: the script's processes from ``launch`` to ``exit``;
+            ``script``: the training process measured itself), ``from`` (``launch``, ``process-start``,
+            ``previous-trial``: the end of the process's trial before; ``trial``), ``to`` (``exit``,
+            ``close``: where the process told it, ``tell``: no reading after its last epoch), and the
+            start-up a script charged before it could read its meter (``extended_s``, ``extended_j`` and
+            ``extended_at``: ``power-at-start``, ``cpu-time``...; `zeus_run.energy.SelfMeter`). None: not
+            said (an unmeasured or simulated trial, or recorded before windows were).
         warm: The fingerprint (``sha256:...``) of the warm start's source its decision was taken with
             (``optimizer.warm_from``; the run directory keeps a copy: `zeus_run.engine.warm`); None: a
             cold start.
@@ -161,6 +175,9 @@ class TrialRecord:
     reported: str | None = None
     epoch_timing: str | None = None
     profile_overhead: float | None = None
+    lifetime: int | None = None
+    recurrence_failed: str | None = None
+    window: dict[str, Any] | None = None
     warm: str | None = None
 
     def __post_init__(self) -> None:
@@ -182,6 +199,8 @@ class TrialRecord:
         out = {name: getattr(self, name) for name in _FIELDS}  # every field is a plain value (no asdict copy)
         if self.provenance is not None:
             out["provenance"] = dict(self.provenance)
+        if self.window is not None:
+            out["window"] = dict(self.window)
         if self.in_flight is not None:
             out["in_flight"] = list(self.in_flight)
         out["metrics"] = [m if math.isfinite(m) else None for m in self.metrics]
@@ -211,14 +230,12 @@ class TrialRecord:
         """
         if not isinstance(data, dict):
             raise ValueError(f"not a trial record: a JSON {_json_type(data)}, not an object")
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and _required(f)]
-        if missing:
-            raise ValueError(f"not a trial record: missing {', '.join(missing)}")
-        for key, value in kwargs.items():
-            kwargs[key] = _check_field(key, value)
-        rec = cls(**kwargs)
+        kwargs = {k: v for k, v in data.items() if k in _KINDS}
+        if len(kwargs) < len(_KINDS):  # some optional ones are left out, or a required one is missing
+            missing = [name for name in _REQUIRED_FIELDS if name not in kwargs]
+            if missing:
+                raise ValueError(f"not a trial record: missing {', '.join(missing)}")
+        rec = cls(**_checked(kwargs))
         if rec.kind not in KINDS:
             raise ValueError(f"unknown kind {rec.kind!r}")
         return rec
@@ -228,7 +245,7 @@ class TrialRecord:
 _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
-_INT_MIN.update(seen=0, draw=0, horizon=1)
+_INT_MIN.update(seen=0, draw=0, horizon=1, lifetime=1)
 #: Every field's name (`TrialRecord.to_json`).
 _FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 #: Number fields written as None when not finite (a required one reads back as infinity).
@@ -266,6 +283,8 @@ def _field_kinds() -> dict[str, tuple[str, bool]]:
 
 
 _KINDS = _field_kinds()
+#: Fields a record must have (`TrialRecord.from_json`).
+_REQUIRED_FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord) if _required(f))
 
 
 def _check_field(key: str, value: Any) -> Any:
@@ -306,6 +325,32 @@ def _check_field(key: str, value: Any) -> Any:
     if not isinstance(value, str):
         raise ValueError(f"not a trial record: {key} {value!r:.40} is not a string")
     return value
+
+
+#: Per field: the type a record written by `TrialRecord.to_json` holds there, when one type is the whole check
+#: (``float`` also needs a finite value, ``int`` one in range), whether None is allowed, and the least value.
+_FAST: dict[str, tuple[type | None, bool, int]] = {
+    name: ({"int": int, "float": float, "str": str, "bool": bool}.get(kind), optional, _INT_MIN.get(name, -_MAX_INT))
+    for name, (kind, optional) in _KINDS.items()
+}
+
+
+def _checked(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with every value validated (`_check_field`); the common case is decided inline, without a call per
+    field, so that a history of 10,000 records is read in a fraction of a second (``scripts/bench_replay.py``)."""
+    for key, value in kwargs.items():
+        t, optional, lo = _FAST[key]
+        expected = type(value) is t  # (a name of its own: mypy would take the test as narrowing value to object)
+        if expected:
+            if t is float:
+                if value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+                    continue
+            elif t is not int or lo <= value <= _MAX_INT:
+                continue
+        elif value is None and optional:
+            continue
+        kwargs[key] = _check_field(key, value)
+    return kwargs
 
 
 def _number(key: str, value: Any) -> float:

@@ -52,10 +52,13 @@ Under ask/tell without ``zeus-run exec`` (nothing else watches the script),
 `Trial` renews the ask's lease itself: it rewrites ``ZEUS_HEARTBEAT`` every
 quarter lease (at most every 30 s) until `close`. It writes a ``start`` event
 (under any launcher) so that ``zeus-run tell`` counts the time from there, and the
-launcher knows the script can answer a stop. It also measures itself,
-as a launcher would (``ZEUS_ENERGY``, through `zeus_run.energy.SelfMeter`,
-imported only then): each epoch event carries the time and energy since the
-process began, an ``info`` event says how they were measured, and the stop
+launcher knows the script can answer a stop. It also measures itself over the span
+a launcher measures, its process from start to exit (``ZEUS_ENERGY``, through
+`zeus_run.energy.SelfMeter`, imported only then; its docstring says how the start-up
+before `Trial` is charged): each epoch event carries the time and energy since the
+process began, an ``info`` event says how they were measured, an ``end`` event the
+last reading when the trial closes and another at the process's exit (with its exit
+code, and the last lines it printed if it failed), and the stop
 rule (`zeus_run.trial.stop`, the launcher's) ends the trial when the next
 epoch would cross ``ZEUS_COST_THRESH`` or ``ZEUS_TIMEOUT`` passes.
 
@@ -94,21 +97,27 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from zeus_run.contract import Env, env_float, env_int, process_start_time, reaches_target, write_heartbeat
+from zeus_run._process_trials import PROCESS, report_uncaught, write_end
+from zeus_run.contract import (
+    Env,
+    env_float,
+    env_int,
+    exit_watch,
+    reaches_target,
+    write_heartbeat,
+)
 from zeus_run.remote import RemoteTrial
 
 if TYPE_CHECKING:  # imported only when measuring: importing this module stays standard-library only
-    from zeus_run.energy import SelfMeter
     from zeus_run.trial.stop import StopRule
 
 T = TypeVar("T")
+
 
 #: Learning rate `Trial.from_env` gives a script run by hand that names none
 #: (and a job whose spec has no ``learning_rate``): Adam's usual default.
@@ -120,37 +129,6 @@ STEP_EVENT_INTERVAL = 0.02
 PROFILE_CHECK_INTERVAL = 0.25
 #: Seconds between two checks of the cost against the threshold between epochs (when measuring itself).
 WATCH_INTERVAL = 0.5
-
-
-#: When the last `Trial` of this process closed (Unix time; None: none has). A process that runs trial
-#: after trial (a server's client) counts each one from the end of the one before, not from its own start.
-_last_closed: list[float] = []
-
-
-def _began() -> float | None:
-    """When this process's next trial began: the end of its previous trial, else the process's start."""
-    return _last_closed[-1] if _last_closed else process_start_time()
-
-
-def _report_uncaught(trial: Trial) -> None:
-    """Write an uncaught exception into ``trial``'s event log before the interpreter prints it."""
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        try:
-            trial._emit({"event": "error", "message": f"{kind.__name__}: {exc}"[:2000]})
-        except (OSError, ValueError):
-            pass
-        previous(kind, exc, tb)
-
-    sys.excepthook = hook
-
-
-def _open_meter(settings: dict, since: float | None) -> SelfMeter:
-    """This process's meter, imported only now: importing `zeus_run.train` stays standard-library only."""
-    from zeus_run.energy import SelfMeter
-
-    return SelfMeter(settings, since)
 
 
 def _energy_settings(env: Mapping[str, str]) -> dict | None:
@@ -202,6 +180,7 @@ class Trial:
         timeout: float | None = None,
         count_startup: bool = True,
         curve_stop: bool = False,
+        told_in_process: bool = False,
     ) -> None:
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -236,18 +215,23 @@ class Trial:
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
-        began = _began() if count_startup else None
-        self._meter = _open_meter(energy, began) if energy is not None else None
+        self._meter, began = PROCESS.open_meter(energy, count_startup)
+        #: Told by `zeus-run tell` after this process exits (ask/tell, not the `Job` block nor the server): the
+        #: process's exit gets the last reading, its exit code and its last output.
+        self._told_after_exit = bool(heartbeat_file) and remote is None and not told_in_process
         # The script can now answer a stop (the launcher starts an early stop's grace from here).
         self._emit({"event": "start"} if began is None else {"event": "start", "process_start": began})
         if self._meter is not None:
             self._emit({"event": "info", "measured": self._meter.info()})
             if remote is not None:
                 remote.meter = self.measured
+            PROCESS.opened(self)
+        if self._told_after_exit:
+            exit_watch().install()
         if heartbeat_file:
             # Nothing reads this script's output: an exception that ends it is written as an event, so the
             # tell records what the launcher would have read in the log's tail.
-            _report_uncaught(self)
+            report_uncaught(self._emit)
             interval = min(max((lease or 120.0) / 4, 0.05), 30.0)
             self._beater = threading.Thread(
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
@@ -321,7 +305,8 @@ class Trial:
         (the spec has none).
         """
         hib = os.environ.get(Env.HIGHER_IS_BETTER)
-        remote = RemoteTrial.from_env()
+        with PROCESS.asking():  # with a server, the ask is zeus-run's time, not the trial's
+            remote = RemoteTrial.from_env()
         if remote is not None and remote.decision:
             return cls._from_decision(remote, learning_rate)
         return cls(
@@ -480,17 +465,19 @@ class Trial:
         if self._beater is not None:
             self._beater.join()
             self._beater = None
+        m = self.measured()
+        write_end(self, "close", m)
         if self.remote is not None:
-            m = self.measured()
             if m is None:
                 self.remote.finish()
             else:
                 self.remote.finish(energy_j=m[1], measured=m[2], time_s=m[0])
+        carry = None
         if self._meter is not None:
-            self._meter.close()
+            carry = self._meter.handover()  # the source stays open for this process's next trial
             self._meter = None
         with self._lock:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
-        _last_closed[:] = [time.time()]
+        PROCESS.closed(self, carry, None if m is None else (m[0], m[1]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -82,11 +83,13 @@ def test_the_kept_fold_follows_appends_by_others_and_refolds_a_rewritten_history
     assert kept(run_dir).folded == 2
     same(kept(run_dir), fresh(run_dir))
 
-    # Cut back in place and another record written after the first: folded afresh.
+    # Cut back in place and another record of the second trial written after the first: folded afresh.
+    other = json.dumps({**json.loads(lines[1]), "energy": json.loads(lines[1])["energy"] + 1.0}).encode() + b"\n"
+    assert len(other) != len(lines[1]) or other != lines[1]
     with open(path, "r+b") as f:
         f.truncate(len(lines[0]))
         f.seek(0, os.SEEK_END)
-        f.write(lines[2])
+        f.write(other)
     assert kept(run_dir).folded == 2
     same(kept(run_dir), fresh(run_dir))
     with open(path, "r+b") as f:

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import PYTHON, SCRIPTS
-from zeus_run.cli import COMMANDS, app, main, unknown_command_message
+from zeus_run import __version__
+from zeus_run.cli import COMMANDS, LAZY, app, command_function, main, unknown_command_message
 
 FAKE = str(SCRIPTS / "fake_train.py")
 runner = CliRunner()
@@ -54,16 +55,47 @@ def test_every_command_has_help_with_an_example(command):
     assert "Example:" in r.output
     assert f"zeus-run {command}" in r.output or command == "run"
     # Every option has a help text (no bare option lines).
-    cmd = next(c for c in app.registered_commands if c.name == command)
     import inspect
 
-    for name, param in inspect.signature(cmd.callback).parameters.items():
+    for name, param in inspect.signature(command_function(command)).parameters.items():
+        if name == "ctx":  # typer's context (serve: whether a subcommand runs), not an option
+            continue
         info = param.default
         assert getattr(info, "help", None), f"{command}: option {name} has no help"
 
 
-def test_commands_tuple_lists_every_registered_command():
-    assert sorted(COMMANDS) == sorted(c.name for c in app.registered_commands)
+def test_commands_tuple_lists_every_command_module_and_its_summary():
+    """`LAZY` names each command's module and function, and its summary is its docstring's first sentence."""
+    import inspect
+    import pkgutil
+
+    import zeus_run.cli
+
+    modules = {m.name for m in pkgutil.iter_modules(zeus_run.cli.__path__) if not m.name.startswith("_")}
+    assert {LAZY[name].module for name in COMMANDS} == modules  # every command module is reached
+    for name in COMMANDS:
+        doc = inspect.getdoc(command_function(name)) or ""
+        words = doc.split("\n\n")[0].split()
+        end = next(i for i, w in enumerate(words) if w.endswith("."))
+        assert LAZY[name].summary == " ".join(words[: end + 1]), name
+
+
+@pytest.mark.parametrize("columns", [40, 60, 79, 80, 132])
+def test_root_help_without_typer_is_typers_own(columns):
+    """``zeus-run --help`` is answered without loading typer; typer writes the same text at every width."""
+    env = {"COLUMNS": str(columns)}
+    fast = zeus("--help", env=env)
+    via_typer = subprocess.run(
+        [sys.executable, "-c", "from zeus_run.cli._app import app; app(args=['--help'], prog_name='zeus-run')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert fast.returncode == via_typer.returncode == 0, fast.stderr + via_typer.stderr
+    assert fast.stdout == via_typer.stdout
+    assert zeus("-h", env=env).stdout == fast.stdout
+    assert zeus("--version").stdout == f"zeus-run {__version__}\n"
 
 
 def test_root_help_lists_commands_and_completion():
@@ -119,7 +151,7 @@ def test_help_does_not_import_numpy_yaml_or_rich():
         "import sys\n"
         "from zeus_run.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('numpy', 'yaml', 'rich', 'rich.console') if m in sys.modules]\n"
+        "heavy = [m for m in ('numpy', 'yaml', 'rich', 'rich.console', 'typer', 'typing') if m in sys.modules]\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -137,3 +137,69 @@ def test_a_joiner_interrupted_before_its_request_is_claimed_withdraws_it(write_s
     assert first.returncode == 0, err1
     assert sorted(r["recurrence"] for r in records(run_dir) if r["reached"]) == [1, 2]  # nothing run for it
     assert not list((run_dir / "joins").iterdir())
+
+
+def test_a_trigger_that_finds_the_lock_held_by_a_holder_not_yet_named_waits_and_does_not_exit_busy(
+    write_spec, tmp_path
+):
+    """The moment between a launcher taking a fresh run directory's lock and naming itself in ``.lock``: a second
+    trigger used to exit 75 ("pid unknown"). It waits for a name or the lock; here the holder lets go unnamed,
+    and the trigger runs its recurrence itself."""
+    from zeus_run import _fs
+
+    spec = joined_spec(write_spec, tmp_path / "go")
+    (tmp_path / "go").write_text("go")
+    run_dir = spec.parent / "runs"
+    run_dir.mkdir()
+    fd = _fs.lock_dir(run_dir)  # held, and no .lock naming the holder
+    try:
+        trigger = launch(spec, "--next")
+        lines: list[str] = []
+        assert trigger.stderr is not None
+        for line in trigger.stderr:  # a state: the trigger says it waits (it used to exit 75 here)
+            lines.append(line)
+            if "waiting for a launcher to join, or for the run directory" in line:
+                break
+        assert any("not named itself yet" in line for line in lines), "".join(lines)
+    finally:
+        os.close(fd)
+    _, err = trigger.communicate(timeout=STATE_TIMEOUT_S)
+    assert trigger.returncode == 0, "".join(lines) + err
+    assert [r["recurrence"] for r in records(run_dir) if r["reached"]] == [1]
+
+
+def test_triggers_fired_at_once_on_a_fresh_run_directory_all_join_or_run(write_spec, tmp_path):
+    """Two ``run --next`` released at the same moment on a fresh run directory, again and again: each pair either
+    runs or joins (it used to exit 75 about one pair in six). Each waits on states: both processes blocked on
+    their stdin until the test writes to both."""
+    go = tmp_path / "go"
+    go.write_text("go")
+    base = joined_spec(write_spec, go)
+    gate = "import os, sys; os.read(0, 1); os.execv(sys.executable, [sys.executable, '-m', 'zeus_run', *sys.argv[1:]])"
+    for i in range(6):
+        where = tmp_path / f"pair{i}"
+        where.mkdir()
+        spec = where / "job.yaml"
+        spec.write_text(base.read_text())
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", gate, "run", str(spec), "--next", "--no-output"],
+                cwd=where,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            for _ in range(2)
+        ]
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("x")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()  # both released together
+        outcomes = [(p.wait(timeout=STATE_TIMEOUT_S), p.stderr.read() if p.stderr else "") for p in procs]
+        assert [code for code, _ in outcomes] == [0, 0], (i, outcomes)
+        recs = records(where / "runs")
+        assert sorted(r["recurrence"] for r in recs if r["reached"]) == [1, 2], (i, recs)

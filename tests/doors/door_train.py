@@ -5,7 +5,9 @@ Batch size B reaches the target (metric 0.95) after ``REACH[B]`` epochs (0: neve
 Each epoch burns ``WORK[B]`` seconds of CPU time (so that the CPU-time estimate of its energy is the
 same work whatever the door and the machine's load) and prints one line without flushing.
 
-Options: ``--fail crash|oom|import|no-metric`` for the failure outcomes.
+Options: ``--fail crash|oom|import|no-metric|oom-exit|wrong-metric`` for the failure outcomes: ``oom-exit``
+prints an out-of-memory error and calls ``sys.exit(1)``; ``wrong-metric`` reports through the framework callbacks'
+driver (`zeus_run.integrations._driver.Driver`) under a metric name the evaluation does not log, after one epoch.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def train(trial) -> None:  # trial: a zeus_run.train.Trial
             break
 
 
+#: What ``--fail crash`` and ``--fail oom`` raise.
+FAILURES = {"crash": "boom", "oom": "CUDA out of memory. Tried to allocate 2.00 GiB"}
+
+
 def begin(choices: tuple[str, ...]):
     """Parse ``--fail``, fail as it says before training (an import, a crash, out of memory), and return the
     option and the trial (`zeus_run.train.Trial`); the doors' scripts share it."""
@@ -50,22 +56,35 @@ def begin(choices: tuple[str, ...]):
     fail = ap.parse_args().fail
     if fail == "import":
         import zeus_run_not_installed  # noqa: F401
+    import zeus_run.asktell  # noqa: F401  (every door's script starts up alike: the Job API's needs it)
     from zeus_run.train import Trial
 
     trial = Trial.from_env(batch_size=8, max_epochs=6, target_metric=0.9)
-    if fail == "crash":
-        raise RuntimeError("boom")
-    if fail == "oom":
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    if fail in FAILURES:
+        raise RuntimeError(FAILURES[fail])
     return fail, trial
 
 
+#: The line ``--fail oom-exit`` prints before it exits 1.
+OOM_LINE = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
 def main() -> None:
-    fail, trial = begin(("crash", "oom", "import", "no-metric"))
+    fail, trial = begin(("crash", "oom", "import", "no-metric", "oom-exit", "wrong-metric"))
     if fail == "no-metric":
         burn(0.5)
         trial.close()
         return
+    if fail == "oom-exit":
+        burn(0.3)
+        print(OOM_LINE)  # not flushed: a pipe holds it until the exit
+        sys.exit(1)
+    if fail == "wrong-metric":
+        from zeus_run.integrations._driver import Driver
+
+        driver = Driver(trial, metric="eval_acc")  # the evaluation logs "accuracy"
+        burn(WORK.get(trial.batch_size, 1.0))
+        driver.evaluated({"accuracy": 0.5, "loss": 0.7})  # raises MetricNotFound
     train(trial)
     trial.close()
 

@@ -1,6 +1,6 @@
 """Driving one script through each door of a job (tests/doors): run, exec, shell ask/tell, the Job API, the server.
 
-Every door runs `door_train.py` (or its training loop, in process, for the `Job`) on its own run
+Every door runs `door_train.py` (or its training loop through the `Job` API, `door_job.py`) on its own run
 directory with the same spec, in a child environment without ``PYTHONUNBUFFERED`` (users' machines,
 cron and Slurm do not set it) and without the ``ZEUS_*`` variables of anything around the tests.
 """
@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.doors import door_train
 from zeus_run.contract import Env
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import read_history
@@ -19,6 +20,7 @@ from zeus_run.rundir.history import read_history
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("door_train.py")
 SCRIPT_HF = Path(__file__).with_name("door_train_hf.py")
+SCRIPT_JOB = Path(__file__).with_name("door_job.py")
 PYTHON = sys.executable
 #: How long one door may take on a loaded machine (unit: s); waited for, never asserted on.
 DOOR_TIMEOUT = 600
@@ -116,26 +118,34 @@ def door_shell(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
     return history(run_dir)
 
 
-def door_job(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
-    """The Python `Job` API, training in this process (``fail``: ``crash`` or ``oom`` raise in the block)."""
-    import zeus_run
-    from tests.doors.door_train import train
-
-    spec, run_dir = write_spec(tmp)
-    job = zeus_run.Job(spec)
+def door_plain(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """The documented plain ask/tell: ``eval "$(zeus-run ask ...)"``, the script with its output where it goes,
+    ``zeus-run tell ... --exit-code $?`` (no ``--log``: the script's own events are all the tell reads)."""
+    spec, run_dir = write_spec(tmp, fail)
+    args = f" --fail {fail}" if fail else ""
     for _ in range(trials):
-        try:
-            with job.ask() as trial:
-                if fail in FAILURES:
-                    raise RuntimeError(FAILURES[fail])
-                train(trial)
-        except RuntimeError as exc:
-            assert str(exc) == FAILURES.get(fail), exc  # the block's own error goes on after it is told
+        r = sh(
+            f'eval "$({zr()} ask {spec} --format env)" || exit 9\n'
+            f"{PYTHON} {SCRIPT}{args}\n"
+            f'{zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $?\n',
+            tmp,
+        )
+        assert r.returncode == 0, r.stderr
+    return history(run_dir)
+
+
+def door_job(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """The Python `Job` API in a script of its own (`door_job.py`; ``fail``: ``crash`` or ``oom`` raise in the
+    block)."""
+    spec, run_dir = write_spec(tmp)
+    args = f" --fail {fail}" if fail else ""
+    r = sh(f"{PYTHON} {SCRIPT_JOB} {spec} --trials {trials}{args}", tmp)
+    assert r.returncode == (1 if fail == "oom-exit" else 0), r.stderr
     return history(run_dir)
 
 
 #: What `door_train.py` raises for ``--fail crash`` and ``--fail oom``.
-FAILURES = {"crash": "boom", "oom": "CUDA out of memory. Tried to allocate 2.00 GiB"}
+FAILURES = door_train.FAILURES
 
 
 def door_hf(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:

@@ -9,6 +9,7 @@ charges the script's processes, a script that no launcher watches charges its ow
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -125,9 +126,16 @@ def test_a_plain_tell_is_recorded_as_unmeasured_and_imputed_once_a_trial_was_mea
 
 # -- failures: the same verdict through every door ---------------------------------------------------------------
 
-#: Doors that run the script as a process (the failures are the script's own), and the Hugging Face door
-#: (marker ``frameworks``: scripts/test_frameworks.sh).
-SCRIPT_DOORS = {"run": helpers.door_run, "exec": helpers.door_exec, "shell": helpers.door_shell, "hf": helpers.door_hf}
+#: Doors that run the script as a process (the failures are the script's own): ``shell`` tells with the
+#: script's output (``--log``), ``plain`` without (``tell --exit-code $?``, as the docs show it); and the Hugging
+#: Face door (marker ``frameworks``: scripts/test_frameworks.sh).
+SCRIPT_DOORS = {
+    "run": helpers.door_run,
+    "exec": helpers.door_exec,
+    "shell": helpers.door_shell,
+    "plain": helpers.door_plain,
+    "hf": helpers.door_hf,
+}
 #: Doors where the trial exists before the script fails: an error raised while training is told by the
 #: `Job`'s block and by the server's client. (An import error or a script that never reports never reaches them.)
 TRAINING_DOORS = {**SCRIPT_DOORS, "job": helpers.door_job, "server": _server_door_failing}
@@ -162,7 +170,9 @@ def test_out_of_memory_is_the_batch_sizes_fault_through_every_door(tmp_path, doo
 @pytest.mark.parametrize("door", _doors(SCRIPT_DOORS))
 def test_an_import_error_is_an_environment_error_not_an_observation(tmp_path, door):
     record = _first(door, tmp_path, "import")
-    assert not record.observed and "ModuleNotFoundError" in (record.cause or record.message or ""), record
+    # The plain tell has no output to read: its evidence is that the script never began (no start event).
+    evidence = "no start event" if door == "plain" else "ModuleNotFoundError"
+    assert not record.observed and evidence in (record.cause or record.message or ""), record
     assert record.stop_reason == "environment_error", record
 
 
@@ -170,3 +180,58 @@ def test_an_import_error_is_an_environment_error_not_an_observation(tmp_path, do
 def test_no_metric_is_a_spec_error_not_an_observation(tmp_path, door):
     record = _first(door, tmp_path, "no-metric")
     assert (record.stop_reason, record.observed) == ("config_error", False), record
+
+
+@pytest.mark.parametrize("door", [d for d in TRAINING_DOORS if d != "hf"])
+def test_an_out_of_memory_printed_before_exit_1_is_a_crash_through_every_door(tmp_path, door):
+    """A script that prints the error and calls ``sys.exit(1)`` (no exception): the server's client once told it as
+    a clean exit (exit code 0, or config_error); every door records the crash, exit code 1, with the OOM line."""
+    record = _first(door, tmp_path, "oom-exit")
+    assert (record.stop_reason, record.observed, record.exit_code) == ("crashed", True, 1), record
+    assert "CUDA out of memory" in (record.cause or ""), record
+
+
+@pytest.mark.parametrize("fail", ["crash", "oom-exit"])
+def test_a_plain_tell_of_a_crash_keeps_what_the_script_measured(tmp_path, fail):
+    """``tell --exit-code $?`` after a crash: the energy the script's own meter read up to its exit, not an
+    imputation (issue 39: imputed 92-135 J against 70 J measured)."""
+    record = _first("plain", tmp_path, fail)
+    assert record.stop_reason == "crashed", record
+    assert (record.energy_source, record.energy_method) == ("estimate", "watts-x-cpu-time"), record
+    assert record.window is not None and (record.window["by"], record.window["to"]) == ("script", "exit"), record
+    assert record.energy > 0 and record.exit_code == 1, record
+
+
+@pytest.mark.parametrize("door", ["run", "exec", "shell", "plain"])
+def test_a_wrong_metric_name_in_a_callback_is_a_spec_error_with_its_measurement(tmp_path, door):
+    """What a framework callback does with a metric name the evaluation does not log (MetricNotFound): a spec error
+    through every door, and a plain tell keeps the energy the script measured (issue 39: 4,126 J imputed against
+    484 J under run)."""
+    record = _first(door, tmp_path, "wrong-metric")
+    assert (record.stop_reason, record.observed) == ("config_error", False), record
+    assert "eval_acc" in (record.cause or ""), record
+    assert record.energy_source == "estimate" and record.energy_method == "watts-x-cpu-time", record
+
+
+def test_a_plain_tell_of_a_script_that_never_started_is_an_environment_error(tmp_path):
+    """No ``start`` event in its trial directory (it died on an import before `Trial.from_env`) and no output
+    given to the tell: not an observed crash of the batch size, and the next ask runs the same recurrence again."""
+    record = _first("plain", tmp_path, "import")
+    assert (record.stop_reason, record.observed, record.exit_code) == ("environment_error", False, 1), record
+    assert "no start event" in (record.cause or ""), record
+    assert "--log" in (record.message or ""), record
+    spec, _ = helpers.write_spec(tmp_path, "import")
+    r = helpers.sh(f"{helpers.zr()} ask {spec} --format json", tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["recurrence"] == 1, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("fail", ["import", "no-metric"])
+def test_exec_exits_2_on_an_environment_or_spec_error_as_run_does(tmp_path, fail):
+    codes = {}
+    for door, cmd in (("run", "{zr} run {spec}"), ("exec", "{zr} exec --job {spec}")):
+        spec, run_dir = helpers.write_spec(tmp_path / door, fail)
+        r = helpers.sh(cmd.format(zr=helpers.zr(), spec=spec), tmp_path / door)
+        codes[door] = r.returncode
+        reason = "environment_error" if fail == "import" else "config_error"
+        assert helpers.history(run_dir)[0].stop_reason == reason, r.stderr
+    assert codes == {"run": 2, "exec": 2}

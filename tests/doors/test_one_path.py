@@ -281,9 +281,9 @@ def test_run_ask_tell_the_job_api_and_the_audit_all_decide_and_judge_through_eng
             asked.append((door[0], request.trial))
         return request
 
-    def spy_tell(self, request, record, before, stamp):
+    def spy_tell(self, request, record, before, stamp, ledger=None):
         told.append((door[0], record.trial))
-        return real_tell(self, request, record, before, stamp)
+        return real_tell(self, request, record, before, stamp, ledger)
 
     monkeypatch.setattr(Engine, "ask", spy_ask)
     monkeypatch.setattr(Engine, "tell", spy_tell)

@@ -38,3 +38,12 @@ def test_the_k8s_example_has_a_server_a_service_and_a_cronjob_that_reaches_it():
     mounts = {m["mountPath"] for m in pod["volumeMounts"]}
     assert str(Path(env[Env.SERVER_TOKEN_FILE]).parent) in mounts and str(Path(env[Env.SERVER_SPEC]).parent) in mounts
     assert str(Path(params["token_file"]).parent) in {m["mountPath"] for m in server["volumeMounts"]}
+    # the training pod holds its job's own token, never the operator's
+    secrets = {
+        kind: {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        for kind, spec in (
+            ("server", docs["Deployment"]["spec"]["template"]["spec"]),
+            ("pod", docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
+        )
+    }
+    assert secrets["server"] and secrets["pod"] and not secrets["server"] & secrets["pod"]

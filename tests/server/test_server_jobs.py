@@ -99,7 +99,7 @@ def test_three_clients_run_the_demo_job_through_the_server_to_ten_recurrences_an
         assert first["created"] and first["changed"] == []
         assert resolved["recurrences"] == 10 and resolved["run_dir"] == "demo"  # relative to the root
         again = client.register("demo", demo_spec(10))  # the same spec again: a no-op
-        assert again == {**first, "created": False}
+        assert again == {**first, "created": False, "job_token": None}  # the token is shown once
         outs = finish(clients(server.url, 3))
         assert sum("job complete" in o for o in outs) == 3
         run_dir = server.root / "demo"

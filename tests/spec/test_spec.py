@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -274,6 +277,32 @@ def test_shell_values_are_quoted():
     values = {"log_dir": "/tmp/$(touch pwned)/x y", "batch_size": 8}
     assert substitute("echo {log_dir} {batch_size}", values, shell=True) == "echo '/tmp/$(touch pwned)/x y' 8"
     assert substitute("{log_dir}", values) == "/tmp/$(touch pwned)/x y"
+
+
+#: A value that breaks every naive quoting: spaces, both quotes, $, a backquote, $(...), backslashes.
+NASTY = '/tmp/a b/it\'s "q" $HOME `id` $(touch pwned) \\x \\\\y'
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("{log_dir} {batch_size}", [NASTY, "8"]),  # bare: the rule
+        ("'{log_dir}' '--bs={batch_size}'", [NASTY, "--bs=8"]),  # quoted, as older docs advised
+        ('"{log_dir}" "{log_dir}/m.jsonl"', [NASTY, NASTY + "/m.jsonl"]),
+        ("--out='{log_dir}'.x", ["--out=" + NASTY + ".x"]),
+        ('"$(printf %s {log_dir})" "$(printf %s \'{log_dir}\')"', [NASTY, NASTY]),
+        ('"`printf %s {log_dir}`"', [NASTY]),
+        ("'{{literal}}' {{x}}", ["{literal}", "{x}"]),
+    ],
+)
+def test_a_shell_command_passes_each_value_as_its_own_text_wherever_it_is_quoted(tmp_path, command, expected):
+    """One quoting rule for ``shell: true``: a placeholder is its value, bare or inside quotes, through /bin/sh."""
+    values = {"log_dir": NASTY, "batch_size": 8}
+    show = f"{sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "
+    line = show + substitute(command, values, shell=True)
+    done = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert json.loads(done.stdout) == expected
+    assert not (tmp_path / "pwned").exists()
 
 
 @pytest.mark.parametrize(

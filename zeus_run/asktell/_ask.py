@@ -26,6 +26,7 @@ from zeus_run.asktell._lease import expires_at
 from zeus_run.asktell._session import Session, open_session, resolve_job
 from zeus_run.contract import ASK_EXECUTOR, Env, RunningMarker, TrialFiles
 from zeus_run.energy import EstimatedEnergy
+from zeus_run.engine.save import TrialSaver, live_exports
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy, RunDirError
 from zeus_run.executors._base import prepare
 from zeus_run.spec import JobSpec
@@ -118,7 +119,8 @@ def ask(
             asks write none: their trial directory is made by the first report or heartbeat, if any.
 
     Raises:
-        SpecError, UsageError: The spec is invalid or ``job`` names nothing usable.
+        SpecError, UsageError: The spec is invalid or ``job`` names nothing usable, or it exports to MLflow, which
+            is not installed.
         RunDirError: The run directory cannot be used, or its history was recorded under other settings.
         RunDirBusy: A launcher holds the run directory, or ``concurrency`` asks are already in flight
             (or every recurrence left is).
@@ -128,6 +130,9 @@ def ask(
     stamped = None if key is None else stamp(key, "ask", {"host": host})
     spec, path = resolve_job(job, run_dir)  # a spec: its history must have been recorded under its settings
     with open_session(path, spec, role="ask") as s:
+        # As `run` refuses before any trial: the spec's live exports must be usable (MLflow installed), since this
+        # trial's tell will export it (`zeus_run.engine.save`).
+        s.saver = TrialSaver(s.rd, spec.export, live_exports(spec.export, s.rd))
         if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
             s.rd.save_spec(spec)
         s.expire()  # first: a retry of an ask whose lease ran out asks anew

@@ -20,16 +20,19 @@ from pathlib import Path
 from zeus_run.asktell._ask import ask
 from zeus_run.asktell._tell import heartbeat, tell
 from zeus_run.contract import Env, StopReason, TrialFiles
-from zeus_run.errors import UsageError
+from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE, UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import read_running
 from zeus_run.trial.agent import AgentPlan, run_plan
 from zeus_run.trial.burst import BurstWarning
 from zeus_run.trial.run import TrialListener
 
-#: ``zeus-run exec``'s exit codes besides 2 (usage), 3 (lease expired) and 75 (busy).
+#: ``zeus-run exec``'s exit codes besides 3 (lease expired) and 75 (busy).
 EXEC_REACHED = 0
 EXEC_NO_MODEL = 1
+#: A usage error, or a trial that failed because of the spec or its environment (``config_error``,
+#: ``environment_error``: not the batch size's fault), as ``zeus-run run`` exits.
+EXEC_SPEC_OR_ENVIRONMENT = 2
 EXEC_INTERRUPTED = 130
 
 
@@ -101,9 +104,15 @@ def run_ask(
 
 
 def exit_code_of(record: TrialRecord) -> int:
-    """``zeus-run exec``'s exit code: 0 a model (target reached), 130 interrupted, else 1."""
+    """``zeus-run exec``'s exit code: 0 a model (target reached), 2 a spec or environment error (as ``zeus-run run``
+    exits on one), 130 interrupted, 5 the recurrence failed (this was its last try:
+    `zeus_run.errors.RECURRENCE_FAILED_EXIT_CODE`), else 1."""
     if record.reached:
         return EXEC_REACHED
+    if record.stop_reason in (StopReason.CONFIG_ERROR, StopReason.ENVIRONMENT_ERROR):
+        return EXEC_SPEC_OR_ENVIRONMENT
     if record.stop_reason is StopReason.INTERRUPTED:
         return EXEC_INTERRUPTED
+    if record.recurrence_failed is not None:
+        return RECURRENCE_FAILED_EXIT_CODE
     return EXEC_NO_MODEL

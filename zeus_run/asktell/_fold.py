@@ -29,7 +29,7 @@ from zeus_run.asktell._measure import PowerBasis
 from zeus_run.engine.core import Engine
 from zeus_run.engine.ledger import Ledger
 from zeus_run.errors import HistoryError
-from zeus_run.rundir.history import HISTORY_NAME, parse_appended, read_history
+from zeus_run.rundir.history import HISTORY_NAME, TrialOrder, parse_appended, read_history
 
 #: Jobs whose fold one process keeps.
 MAX_JOBS = 128
@@ -49,6 +49,7 @@ class JobFold:
         offset: Bytes of it folded (complete lines).
         tail: Its last bytes before ``offset``.
         power: The measured trials' power, for a tell to impute an unmeasured trial's energy.
+        order: Where the records folded stand (`TrialOrder`): appended lines are checked against them.
     """
 
     engine: Engine
@@ -58,6 +59,7 @@ class JobFold:
     offset: int = 0
     tail: bytes = b""
     power: PowerBasis = field(default_factory=PowerBasis)
+    order: TrialOrder = field(default_factory=TrialOrder)
 
 
 _FOLDS: collections.OrderedDict[str, JobFold] = collections.OrderedDict()
@@ -106,7 +108,7 @@ def _catch_up(history: Path, fold: JobFold) -> JobFold:
         f.seek(fold.offset)
         new = f.read()
     try:
-        records, end = parse_appended(new, str(history))
+        records, end = parse_appended(new, str(history), fold.order)
     except HistoryError:
         read_history(history, warn=False)  # the same error, with the line number in the whole file
         raise

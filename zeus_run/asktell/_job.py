@@ -10,7 +10,11 @@
 The ``with`` block tells on exit; an exception inside it is recorded as a
 crash with its message, and goes on. While the block runs, the `Trial` renews
 the ask's lease and measures energy in this process (the spec's energy source:
-NVML, RAPL or the estimate on its ``energy.basis``, `zeus_run.energy.SelfMeter`);
+NVML, RAPL or the estimate on its ``energy.basis``, `zeus_run.energy.SelfMeter`)
+over the span a launcher would charge: the first trial of the process from the
+process's start (its imports included), each later one from the end of the one
+before, up to the end of the block (``Job(..., count_startup=False)``: from the
+block's start, for a long-lived process such as a notebook);
 the launcher's stop rule (`zeus_run.trial.stop`) asks it to stop when the next
 epoch would push the cost past the ask's threshold
 (`zeus_run.train.Trial.should_stop` turns true).
@@ -23,11 +27,12 @@ import logging
 from pathlib import Path
 from types import TracebackType
 
+from zeus_run._process_trials import asking
 from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._measure import Measured
 from zeus_run.asktell._session import resolve_job
 from zeus_run.asktell._tell import tell
-from zeus_run.contract import TrialFiles
+from zeus_run.contract import TrialFiles, exit_status, exit_watch
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
@@ -42,17 +47,24 @@ class Job:
     Args:
         spec: The job spec (YAML), or None with ``run_dir``.
         run_dir: The run directory (default: the spec's ``run_dir``).
+        count_startup: Charge each trial from the end of this process's previous trial, the first from the
+            process's start, as a launcher charges a script from its launch (False: from the ``with`` block's
+            start, for a process that lives on between trials, e.g. a notebook).
     """
 
-    def __init__(self, spec: str | Path | None = None, *, run_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, spec: str | Path | None = None, *, run_dir: str | Path | None = None, count_startup: bool = True
+    ) -> None:
         if spec is None and run_dir is None:
             raise UsageError("Job needs a job spec (Job('job.yaml')) or a run directory (Job(run_dir=...)).")
         self._job: str | Path = spec if spec is not None else Path(run_dir or "")
         self._run_dir = run_dir if spec is not None else None
         self.spec: JobSpec
-        self.spec, self.run_dir = resolve_job(self._job, self._run_dir)
+        with asking():  # zeus-run's own time, not the trial's (as a launcher's reading of the spec is not)
+            self.spec, self.run_dir = resolve_job(self._job, self._run_dir)
         #: The record the last ``with job.ask()`` block told (None before one ended).
         self.record: TrialRecord | None = None
+        self.count_startup = count_startup
 
     def ask(self, host: str | None = None) -> AskedTrial:
         """Reserve the next trial; use the result in a ``with`` block (see the module docstring).
@@ -60,7 +72,8 @@ class Job:
         Raises:
             RunDirBusy: A launcher holds the run directory, or ``concurrency`` asks are in flight.
         """
-        a = ask(self._job, run_dir=self._run_dir, host=host)
+        with asking():  # zeus-run's decision, not the trial's time (`zeus_run.energy.SelfMeter`)
+            a = ask(self._job, run_dir=self._run_dir, host=host)
         self.run_dir = a.run_dir
         return AskedTrial(self, a)
 
@@ -93,8 +106,10 @@ class AskedTrial:
             cost_threshold=a.cost_threshold,
             timeout=spec.timeout,
             curve_stop=a.curve_stop,
-            count_startup=False,  # this process asks many trials: its own start-up is none of theirs
+            count_startup=self.job.count_startup,
+            told_in_process=True,  # told at the block's end, in this process
         )
+        exit_watch().install()  # what the block prints, for a block that ends the process (sys.exit(1))
         return self.trial
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -103,14 +118,18 @@ class AskedTrial:
             m = self.trial.measured()
             self.trial.close()
             if m is not None:
-                t, e, how = m
-                measured = Measured(t, e, how["source"], how["estimated"], how["method"], how["max_power"])
-        message = None if exc is None else f"{type(exc).__name__}: {exc}"
-        self.job.record = tell(
-            self.asked.run_dir,
-            self.asked.token,
-            exit_code=None if exc is None else 1,
-            message=message,
-            measured=measured,
-        )
+                measured = Measured.of(*m)
+        code, message = _failure(exc)
+        self.job.record = tell(self.asked.run_dir, self.asked.token, exit_code=code, message=message, measured=measured)
         # None: an exception raised in the block goes on after it is recorded
+
+
+def _failure(exc: BaseException | None) -> tuple[int | None, str | None]:
+    """The exit code and message a block that ended with ``exc`` is told with: ``sys.exit(n)`` the process's exit
+    (with what it printed last, as a launcher reads its log), any other exception a crash with its message."""
+    if exc is None:
+        return None, None
+    if isinstance(exc, SystemExit):
+        code = exit_status(exc.code)
+        return code, None if code == 0 else f"exit code {code}; last output:\n{exit_watch().output() or '(no output)'}"
+    return 1, f"{type(exc).__name__}: {exc}"

@@ -23,6 +23,7 @@ basis.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from array import array
 from collections.abc import Iterable, Mapping
@@ -47,6 +48,7 @@ class Measured:
         estimated: Whether the energy is an estimate.
         method: How it was obtained.
         max_power: Max power for the cost (unit: W).
+        window: The span measured (`zeus_run.energy.SelfMeter.window`), None if not said.
     """
 
     time: float
@@ -55,10 +57,25 @@ class Measured:
     estimated: bool
     method: str | None
     max_power: float
+    window: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    @classmethod
+    def of(cls, time: float, energy: float, info: Mapping[str, Any]) -> Measured:
+        """A measurement from its figures and a meter's ``info`` (`zeus_run.energy.SelfMeter.info`)."""
+        window = info.get("window")
+        return cls(
+            time,
+            energy,
+            str(info["source"]),
+            bool(info["estimated"]),
+            info.get("method"),
+            float(info["max_power"]),
+            window if isinstance(window, Mapping) else None,
+        )
 
     @property
     def how(self) -> Measurement:
-        return Measurement(self.source, self.estimated, self.method)
+        return Measurement(self.source, self.estimated, self.method, self.window)
 
 
 def meter_of(info: Mapping[str, Any] | None, default_power: float) -> tuple[Measurement, float] | None:
@@ -114,3 +131,19 @@ class PowerBasis:
         if not powers:
             return watts * time, Measurement(UNMEASURED, True, "watts-x-time"), watts
         return statistics.median(powers) * time, Measurement(UNMEASURED, True, "imputed"), statistics.median(max_powers)
+
+
+def window_of(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A measurement window as the training side described it (`zeus_run.energy.SelfMeter.window`; untrusted),
+    checked: ``by``, ``from``, ``to`` and ``extended_at`` short strings; ``extended_s``, ``extended_j``, ``ask_s``,
+    ``extended_end_s`` and ``extended_end_j`` finite, non-negative numbers. Anything else is dropped."""
+    out: dict[str, Any] = {}
+    for key in ("by", "from", "to", "extended_at"):
+        v = raw.get(key)
+        if isinstance(v, str) and 0 < len(v) <= 40:
+            out[key] = v
+    for key in ("extended_s", "extended_j", "ask_s", "extended_end_s", "extended_end_j"):
+        v = raw.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+            out[key] = float(v)
+    return out

@@ -29,6 +29,7 @@ from zeus_run.contract import RunningMarker
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
+from zeus_run.engine.save import TrialSaver
 from zeus_run.engine.warm import ensure_copy
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy
 from zeus_run.executors import recover_trials
@@ -89,6 +90,9 @@ class Session:
         self._history = history
         self._fold = fold
         self.expired: list[TrialRecord] = []
+        #: Saves this session's records (`zeus_run.engine.save`: the one saver of every door); its live exports are
+        #: published once the session lets the run directory go.
+        self.saver = TrialSaver(rd, spec.export)
 
     @property
     def history(self) -> Sequence[TrialRecord]:
@@ -138,13 +142,12 @@ class Session:
         return out
 
     def record(self, record: TrialRecord, marker: RunningMarker) -> None:
-        """Append the record of an ask, then forget its marker (a crash in between leaves it marked and recorded;
-        the next session sees the record and drops the marker)."""
-        self.rd.history.append(record)
+        """Save the record of an ask (`zeus_run.engine.save.TrialSaver`: appended, then its marker forgotten; a crash
+        in between leaves it marked and recorded, and the next session sees the record and drops the marker)."""
+        self.saver.save(record)
         if self._history is not None:
             self._history.append(record)
         self.asks = [m for m in self.asks if m.trial != marker.trial]
-        self.rd.clear_running(marker.trial)
 
     def add(self, marker: RunningMarker) -> None:
         """Count a new ask in flight (written to ``running.json`` at once)."""
@@ -195,6 +198,7 @@ def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord]) -> list[T
         return []
     session = Session(rd, spec, asks, history)
     expired = session.expire()
+    session.saver.publish()  # the launcher holds the directory: its exports go now
     if session.asks:
         first = session.asks[0]
         raise RunDirBusy(
@@ -234,7 +238,9 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
         if len(live) < len(asks):  # recorded, then the process died before the marker went
             rd.replace_running(live)
             logger.info("dropped %d marker(s) of asks already recorded", len(asks) - len(live))
-        yield Session(rd, spec, live, fold=fold)
+        session = Session(rd, spec, live, fold=fold)
+        yield session
+    session.saver.publish()  # after the lock is let go: a slow sink never holds up another ask or tell
 
 
 def engine_of(spec: JobSpec, path: Path) -> Engine:

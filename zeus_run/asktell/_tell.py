@@ -9,7 +9,9 @@ tells arrive (`Session.record`). The record comes from
 * the trial's events (``events.jsonl``: `zeus_run.train.Trial`, a callback,
   `report_epoch`) with the time and energy reported to the tell (marked in the
   record's ``reported``), or measured in the trial's process (`Measured`, the
-  Python API), or else estimated from the events' times (labelled).
+  Python API; the script's own ``end`` readings), or else imputed (labelled):
+  `zeus_run.asktell._outcome`. It is saved by the one saver of every door
+  (`zeus_run.engine.save`): the history, then the live exports.
 
 ``heartbeat`` and ``report_epoch`` take no lock: a lease is renewed by the
 modification time of a file in the trial's directory (`zeus_run.asktell._lease`).
@@ -23,38 +25,24 @@ import json
 import logging
 import os
 import time as _time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 from zeus_run import _fs
 from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
-from zeus_run.asktell._lease import ask_provenance, has_expired
-from zeus_run.asktell._measure import REPORTED, Measured, PowerBasis, meter_of
+from zeus_run.asktell._lease import has_expired
+from zeus_run.asktell._measure import Measured, meter_of
+from zeus_run.asktell._outcome import Told, build_record, max_power_of, points, stop_rule, trial_start
 from zeus_run.asktell._session import Session, open_session, spec_of
-from zeus_run.contract import (
-    RunningMarker,
-    StopReason,
-    TrialFiles,
-    TrialOutcome,
-    crash_cause,
-    exit_text,
-    write_heartbeat,
-)
-from zeus_run.cost import zeus_cost
-from zeus_run.engine.record import UNMEASURED, Measurement, trial_record
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, exit_text, write_heartbeat
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
-from zeus_run.executors._base import measured_by, now
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
-from zeus_run.rundir.resume import marker_fields, request_of
+from zeus_run.rundir.resume import request_of
 from zeus_run.rundir.store import read_running
-from zeus_run.spec import JobSpec
-from zeus_run.trial.agent import read_agent_info, read_outcome
 from zeus_run.trial.events import EpochEvent, EventLogTail
 from zeus_run.trial.log import log_tail
-from zeus_run.trial.stop import StopRule, judge
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +102,8 @@ def tell(
             _refuse(s, token, marker, told)
         assert isinstance(marker, RunningMarker)
         request = request_of(marker, s.spec)
-        record = _record(s.spec, marker, _Told(exit_code, energy, time, message, measured), s.power)
-        record, fault = s.engine.tell(request, record, s.history, stamp=True)  # the decision path's tell
+        record = build_record(s.spec, marker, Told(exit_code, energy, time, message, measured), s.power)
+        record, fault = s.engine.tell(request, record, s.history, True, s.ledger())  # the decision path's tell
         if stamped is not None:  # kept in the record itself: the tell and its key are one durable write
             record = dataclasses.replace(record, provenance={**(record.provenance or {}), "tell_key": stamped})
         s.record(record, marker)
@@ -206,16 +194,16 @@ def report_epoch(
     if measured and tail.measured is None:  # how the training side measures, said once
         lines.append({"event": "info", "measured": dict(measured), "time": now})
     lines.append(event)
-    start = _start(tail, marker)
-    max_power = _max_power(spec, None, meter_of(tail.measured or measured, spec.energy.watts))
-    prev = _points(spec, before[-1:], start, max_power)
+    start = trial_start(tail, marker)
+    max_power = max_power_of(spec, None, meter_of(tail.measured or measured, spec.energy.watts))
+    prev = points(spec, before[-1:], start, max_power)
     prev_cost = (prev[0][3] or 0.0) if prev else 0.0
-    (_, elapsed, _, cost), *_ = _points(
+    (_, elapsed, _, cost), *_ = points(
         spec, [EpochEvent(int(epoch), float(metric), now, time, energy)], start, max_power
     )
     stop = None
     if cost is not None and elapsed is not None:
-        rule = _rule(spec, marker)
+        rule = stop_rule(spec, marker)
         curve = [ev.metric for ev in before if ev.epoch < int(epoch)] + [float(metric)]
         stop = rule.after_epoch(int(epoch), float(metric), cost, prev_cost, curve)
         stop = stop or rule.during(elapsed, cost)
@@ -293,165 +281,6 @@ def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
             "next ask or tell records it as an infrastructure failure (exit code 3). Stop this trial and ask again."
         )
     return marker, marker.lease if marker.lease is not None else spec_lease
-
-
-# -- the record -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Told:
-    """What a tell says of its trial (see `tell`'s arguments)."""
-
-    exit_code: int | None
-    energy: float | None
-    time: float | None
-    message: str | None
-    measured: Measured | None
-
-
-def _record(spec: JobSpec, marker: RunningMarker, told: _Told, power: Callable[[], PowerBasis]) -> TrialRecord:
-    tdir = Path(marker.trial_dir or "")
-    outcome = read_outcome(tdir)
-    reported: list[str] = []
-    if outcome is not None:  # the agent ran it (zeus-run exec): measured where it ran
-        how = measured_by(read_agent_info(tdir) or {}, Measurement("estimate", True))
-    else:
-        outcome, how, reported = _from_events(spec, marker, told, power)
-    notes = [n for n in (told.message, outcome.message) if n]
-    return trial_record(
-        spec.name,
-        request_of(marker, spec),
-        outcome,
-        how,
-        **marker_fields(marker),
-        exit_code=told.exit_code if outcome.exit_code is None else outcome.exit_code,
-        message="; ".join(dict.fromkeys(notes)) or None,
-        ended_at=now(),
-        triggered_at=marker.started_at,  # an ask is its trial's trigger
-        provenance={**ask_provenance(marker), **_where(tdir)},
-        reported=" ".join(reported) or None,
-    )
-
-
-def _from_events(
-    spec: JobSpec, marker: RunningMarker, told: _Told, power: Callable[[], PowerBasis]
-) -> tuple[TrialOutcome, Measurement, list[str]]:
-    """The outcome of a trial no agent watched: its epochs read back through the stop rule, and its time and
-    energy as the training side measured them (`zeus_run.asktell._measure`)."""
-    tail = EventLogTail(str(Path(marker.trial_dir or "") / TrialFiles.EVENTS))
-    events = tail.finish()
-    start = _start(tail, marker)
-    meter = meter_of(tail.measured, spec.energy.watts)
-    max_power = _max_power(spec, told.measured, meter)
-    points = _points(spec, events, start, max_power)
-    judged = judge(_rule(spec, marker), [(m, c) for m, _, _, c in points])
-    reason, counted = judged.reason, judged.epochs
-    # The point it was judged at: (time, energy) since it began, None where unknown.
-    at: tuple[float | None, float | None] | None = None
-    if reason is not None and counted > 0:
-        at = points[counted - 1][1:3]
-    if tail.stop is not None and tail.stop_after is not None and (reason is None or tail.stop_after < counted):
-        # Stopped live between epochs (the hard cut, the timeout), before the rule would have at an epoch.
-        reason, counted = StopReason.parse(tail.stop), tail.stop_after
-        at = tail.stop_point
-    if reason is None:
-        reason = StopReason.CRASHED if told.exit_code not in (None, 0) else StopReason.EXITED
-    # The whole trial, as told or measured (else up to now).
-    total_t = told.time if told.time is not None else told.measured.time if told.measured is not None else None
-    if total_t is None:
-        total_t = max(_time.time() - start, 0.0)
-    total_e = told.energy if told.energy is not None else told.measured.energy if told.measured else None
-    t = at[0] if at is not None and at[0] is not None else total_t
-    e = at[1] if at is not None else None
-    if e is None and total_e is not None:
-        e = total_e * (t / total_t) if total_t > 0 and t < total_t else total_e
-    reported = [*(["time"] if told.time is not None else []), *(["energy"] if told.energy is not None else [])]
-    if at is not None and at[1] is not None:
-        how = meter[0] if meter is not None else Measurement(REPORTED)
-        if meter is None:
-            reported = reported if "energy" in reported else [*reported, "energy"]  # in the order stated: time, energy
-    elif told.energy is not None:
-        how = Measurement(REPORTED)
-    elif told.measured is not None:
-        how = told.measured.how
-    elif events and events[-1].energy is not None:
-        e = events[-1].energy
-        how = meter[0] if meter is not None else Measurement(REPORTED)
-        if meter is None:  # a client's figures at its last epoch (Zeus's client): time and energy at one point
-            if told.time is None and events[-1].elapsed is not None:
-                t = events[-1].elapsed
-                reported = ["time"]
-            reported = [*reported, "energy"]
-    else:
-        how = Measurement(UNMEASURED)
-    if e is None or not how.measured:
-        e, how, max_power = power().impute(marker.batch_size, t, spec.energy.watts)
-    decided = at is not None
-    outcome = TrialOutcome(
-        epochs=counted,
-        time=t,
-        energy=e,
-        max_power=max_power,
-        cost=zeus_cost(e, t, spec.eta, max_power),
-        reached=reason is StopReason.TARGET_REACHED,
-        stop_reason=reason,
-        exit_code=told.exit_code,
-        after_time=max(total_t - t, 0.0) if decided else None,
-        after_energy=max(total_e - e, 0.0) if decided and total_e is not None else None,
-        metrics=tuple(ev.metric for ev in events[:counted]),
-        malformed=tail.malformed,
-        message=None if told.message else tail.error,
-        cause=crash_cause(reason, told.message or tail.error, told.exit_code),
-    )
-    return outcome, how, reported
-
-
-def _rule(spec: JobSpec, marker: RunningMarker) -> StopRule:
-    """The stop rule an ask's trial is held to (the launcher's: `zeus_run.trial.stop`)."""
-    return StopRule(
-        spec.max_epochs, spec.target_metric, spec.higher_is_better, marker.threshold, spec.timeout, marker.curve_stop
-    )
-
-
-def _start(tail: EventLogTail, marker: RunningMarker) -> float:
-    """When the trial began (Unix time): its script's start, else the ask."""
-    if tail.started is not None:
-        return tail.started
-    return marker.asked_at if marker.asked_at is not None else _time.time()
-
-
-def _max_power(spec: JobSpec, measured: Measured | None, meter: tuple[Measurement, float] | None) -> float:
-    if measured is not None:
-        return measured.max_power
-    return meter[1] if meter is not None else spec.energy.watts
-
-
-def _points(
-    spec: JobSpec, events: Sequence[EpochEvent], start: float, max_power: float
-) -> list[tuple[float, float | None, float | None, float | None]]:
-    """Per epoch: its metric, time and energy since the trial began (None: unknown), and the cost the stop rule
-    judges (energy unknown: the spec's ``energy.watts`` x time, as the rule had it live)."""
-    out: list[tuple[float, float | None, float | None, float | None]] = []
-    for ev in events:
-        elapsed = ev.elapsed if ev.elapsed is not None else None if ev.time is None else max(ev.time - start, 0.0)
-        cost = None
-        if elapsed is not None:
-            used = ev.energy if ev.energy is not None else spec.energy.watts * elapsed
-            cost = zeus_cost(used, elapsed, spec.eta, max_power)
-        out.append((ev.metric, elapsed, ev.energy, cost))
-    return out
-
-
-def _where(tdir: Path) -> dict[str, object]:
-    """Where the trial ran, from ``agent.json`` when an agent ran it."""
-    agent = read_agent_info(tdir) or {}
-    out: dict[str, object] = {}
-    if agent.get("host"):
-        out["trial_host"] = agent["host"]
-    devices = (agent.get("energy") or {}).get("devices")
-    if devices:
-        out["gpus"] = devices
-    return out
 
 
 def _append_durably(path: Path, events: list[dict[str, object]]) -> None:

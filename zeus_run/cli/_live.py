@@ -202,8 +202,8 @@ class LiveRunView:
         self._update(energy, cost)
 
     def on_trial_end(self, record: TrialRecord) -> None:
-        if record.reached and self.clock is not None:
-            self.clock.complete()
+        if (record.reached or record.recurrence_failed) and self.clock is not None:
+            self.clock.complete()  # the recurrence ended (a failed one too: the next one runs)
         head = f"rec {record.recurrence}/{self.clock.total if self.clock else '?'} try {record.attempt}:"
         self.console.print(f"  {head} {trial_result(record)}")
         why = failure_line(record)
@@ -268,8 +268,8 @@ class PlainRunView:
         pass
 
     def on_trial_end(self, record: TrialRecord) -> None:
-        if record.reached and self.clock is not None:
-            self.clock.complete()
+        if (record.reached or record.recurrence_failed) and self.clock is not None:
+            self.clock.complete()  # the recurrence ended (a failed one too: the next one runs)
         why = failure_line(record)
         self._line(
             f"try {record.attempt}: {trial_result(record)}" + (f": {escape(printable(why))}" if why else ""),

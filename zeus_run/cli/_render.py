@@ -184,6 +184,7 @@ def can_encode(text: str, stream: Any = None) -> bool:
 def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
     """One row per recurrence; a recurrence that needed retries lists every batch size tried and why they failed."""
     rows = recurrence_rows(records)
+    failed = {r.recurrence for r in records if r.recurrence_failed is not None}  # used up max_tries: over
     with_limits = any(r.power_limit is not None for r in records)
     columns: list[tuple[str, Justify]] = [
         ("rec", "right"),
@@ -216,7 +217,7 @@ def history_table(records: Sequence[TrialRecord], title: str) -> Grid:
             cells.insert(2, f"{row.power_limit:g} W" if row.power_limit is not None else "-")
         if with_dates:
             cells.insert(1, row.date or "-")
-        cells.append(_outcome_cell(row.outcomes, row.reasons))
+        cells.append(("failed: " if row.recurrence in failed else "") + _outcome_cell(row.outcomes, row.reasons))
         table.add_row(*cells)
     return table
 

@@ -48,8 +48,11 @@ def exec_command(
     every second. Then tell: the trial is recorded and folded.
 
     Exit codes: 0 the trial reached the target (a model); 1 it ended without (early stop,
-    max_epochs, crash; the next ask retries the recurrence); 2 usage error; 3 the lease had
-    expired (recorded as an infrastructure failure); 75 busy; 130 interrupted (recorded, asked again).
+    max_epochs, crash; the next ask retries the recurrence); 2 usage error, or the trial failed
+    because of the spec or its environment (config_error, environment_error: recorded as not observed,
+    as zeus-run run exits 2); 3 the lease had expired (recorded as an infrastructure failure); 5 it
+    was the recurrence's last try (max_tries) and missed the target: the recurrence is recorded as
+    failed and the next ask runs the next one; 75 busy; 130 interrupted (recorded, asked again).
     With -q nothing of zeus-run's own is printed unless the trial missed the target.
 
     Example:

@@ -88,12 +88,6 @@ def replay_command(
                     }
                 )
             )
-        elif result.divergence is None and result.checked < len(records) + len(in_flight):
-            out.print(
-                f"[green]✓[/] replay reproduces the first {result.checked} of {len(records) + len(in_flight)} "
-                f"recorded decisions in {hist}; the run stopped there (a recurrence used up max_tries), and the "
-                "decisions after it were taken under other settings, so they are not re-derived"
-            )
         elif result.divergence is None:
             also = f" (and {len(in_flight)} of trials still in flight)" if in_flight else ""
             out.print(f"[green]✓[/] replay reproduces all {result.checked} recorded decisions in {hist}{also}")

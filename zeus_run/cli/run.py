@@ -29,7 +29,14 @@ def run_command(
     run_dir: Path | None = typer.Option(
         None, "--run-dir", "-d", help="Run directory (default: the spec's run_dir, runs/<name>)."
     ),
-    recurrences: int | None = typer.Option(None, "--recurrences", "-n", min=1, help="Override the spec's recurrences."),
+    recurrences: int | None = typer.Option(
+        None,
+        "--recurrences",
+        "-n",
+        min=1,
+        help="Run until N recurrences have ended in all (this run only: the optimizer still plans over the "
+        "spec's `recurrences`, or its `lifetime` when open-ended).",
+    ),
     next_k: int | None = typer.Option(
         None,
         "--next",
@@ -79,21 +86,25 @@ def run_command(
 
         zeus-run run job-a100.yaml --warm-from runs/job-v100    # start from what the V100 runs learnt
 
-    Exit codes: 0 done, 1 every try failed, 2 spec or usage error, 75 run
-    directory busy (another launcher holds it and concurrency is 1; nothing
-    was run), 128+N signal N.
+    A recurrence whose every try (max_tries) missed the target is recorded as
+    failed, and the job goes on with the next recurrence (now, or at the next
+    trigger).
+
+    Exit codes: 0 done, 1 the job cannot reach its target (its first
+    recurrence failed at the default batch size), 2 spec or usage error, 5 a
+    recurrence failed (recorded; the next trigger runs the next recurrence), 75
+    run directory busy (another launcher holds it and concurrency is 1;
+    nothing was run), 128+N signal N.
     """
     from zeus_run.cli._live import make_run_view
     from zeus_run.cli._render import history_table, print_grid
     from zeus_run.engine.runner import run_job
-    from zeus_run.errors import UsageError
+    from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE, UsageError
     from zeus_run.rundir.store import SPEC_NAME
     from zeus_run.spec import load_spec
 
     setup_logging(verbose, quiet)
     spec = load_spec(spec_path)
-    if recurrences is not None:
-        spec = spec.with_overrides(recurrences=recurrences)
     if warm_from is not None:
         spec = spec.with_warm_start(warm_from)
     if recurrences is not None and next_k is not None:
@@ -102,14 +113,24 @@ def run_command(
         raise UsageError("--new and --force both start a fresh run directory; pass only one.")
     err = err_console()
     with make_run_view(err, show_output=not no_output, quiet=quiet) as view:
-        result = run_job(spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k)
-    if quiet:
-        return
-    records = result.records
-    out = out_console()
-    print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
-    print_run_summary(out, records, result.run_dir, spec.default_batch_size)
-    err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
+        result = run_job(
+            spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k, until=recurrences
+        )
+    if not quiet:
+        records = result.records
+        out = out_console()
+        print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
+        print_run_summary(out, records, result.run_dir, spec.default_batch_size)
+        err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
+    if result.failed:
+        for r in result.failed:
+            err.print(
+                f"Recurrence {r.recurrence} failed: {r.recurrence_failed}. It is recorded as failed and the job "
+                f"goes on with the next recurrence (exit code {RECURRENCE_FAILED_EXIT_CODE}).",
+                markup=False,
+                highlight=False,
+            )
+        raise typer.Exit(RECURRENCE_FAILED_EXIT_CODE)
 
 
 def print_run_summary(out: Console, records: Sequence[TrialRecord], run_dir: Path, default_batch_size: int) -> None:

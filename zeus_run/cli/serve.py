@@ -1,28 +1,39 @@
-"""``zeus-run serve``: the batch-size server for training jobs that share no filesystem with zeus-run."""
+"""``zeus-run serve``: the batch-size server for training jobs that share no filesystem with zeus-run.
+
+``zeus-run serve --root R`` serves; ``zeus-run serve tokens list|rotate|revoke --root R`` hands out and takes
+back the jobs' own tokens (`zeus_run.server._tokens`), on a running server or a stopped one.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
-from zeus_run.cli._common import handle_errors, setup_logging
+from zeus_run.cli._common import Format, FormatOption, handle_errors, setup_logging
 
 _DEFAULT_PORT = 7787  # zeus_run.remote.DEFAULT_PORT (not imported here: --help stays fast)
 _DEFAULT_MAX_BODY = 64 * 1024  # zeus_run.server._gate.DEFAULT_MAX_BODY
 
 
+_ROOT_HELP = "Directory of the jobs: job NAME is the run directory ROOT/NAME."
+
+
 @handle_errors
 def serve_command(
-    root: Path = typer.Option(..., "--root", help="Directory of the jobs: job NAME is the run directory ROOT/NAME."),
+    ctx: typer.Context,
+    root: Path | None = typer.Option(None, "--root", help=_ROOT_HELP + " Required."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; beyond loopback needs --token-file."),
     port: int = typer.Option(_DEFAULT_PORT, "--port", min=0, max=65535, help="Port to listen on (0: any free one)."),
     token_file: Path | None = typer.Option(
         None,
         "--token-file",
-        help="File holding the bearer token clients send. Without it: loopback only, and a fresh token is "
-        "written to ROOT/.serve.token.",
+        help="File holding the operator's token. Without it: loopback only, with the token kept in "
+        "ROOT/.serve.token (made on the first start, reused after).",
     ),
     max_body: int = typer.Option(
         _DEFAULT_MAX_BODY, "--max-body", min=1024, help="Largest request body in bytes (larger: 413)."
@@ -47,15 +58,18 @@ def serve_command(
 
     Runs in the foreground until SIGINT/SIGTERM; logs go to stderr. Each job is a
     run directory under --root, exactly as `zeus-run run` writes it, so `history`,
-    `plot` and `replay` work on it. Clients set ZEUS_SERVER=http://HOST:PORT, the
-    token (ZEUS_SERVER_TOKEN or ZEUS_SERVER_TOKEN_FILE) and ZEUS_SERVER_JOB. A
-    second server on the same root is refused (exit code 75). SIGINT/SIGTERM stop it
-    with a line in the log and exit code 0. Put TLS in front
-    with a reverse proxy (README, "The batch-size server").
+    `plot` and `replay` work on it. Clients set ZEUS_SERVER=http://HOST:PORT, their
+    job's token (ZEUS_SERVER_TOKEN or ZEUS_SERVER_TOKEN_FILE) and ZEUS_SERVER_JOB.
+    Registering a job with the operator's token answers the job's own token; `tokens`
+    lists, rotates and revokes them. A second server on the same root is refused
+    (exit code 75). SIGINT/SIGTERM stop it with a line in the log and exit code 0.
+    Put TLS in front with a reverse proxy (docs/server-operations.md).
 
     Example:
 
         zeus-run serve --root /srv/zeus-jobs
+
+        zeus-run serve tokens rotate --root /srv/zeus-jobs mnist-nightly > mnist.token
 
         zeus-run serve --root /srv/zeus-jobs --host 0.0.0.0 --token-file /run/secrets/zeus-token -v
 
@@ -63,6 +77,14 @@ def serve_command(
 
         zeus-run serve --root /srv/zeus-jobs --allow-path /srv/grid-data   # specs may name CSVs there
     """
+    if ctx.invoked_subcommand is not None:
+        return  # `serve tokens ...`
+    if root is None:
+        from zeus_run.errors import UsageError
+
+        raise UsageError(
+            "Missing option '--root': the directory of the jobs, e.g. zeus-run serve --root /srv/zeus-jobs."
+        )
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
@@ -92,3 +114,106 @@ def serve_command(
             allow_paths=tuple(allow_path),
         )
     )
+
+
+tokens_app = typer.Typer(
+    name="tokens",
+    help="The jobs' own tokens: list them, make a new one for a job (rotate), take one back (revoke).\n\n"
+    "Example: zeus-run serve tokens list --root /srv/zeus-jobs",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+RootOption = typer.Option(..., "--root", help=_ROOT_HELP)
+JobArgument = typer.Argument(..., help="The job's name on the server (its run directory is ROOT/JOB).")
+
+
+@tokens_app.command("list")
+@handle_errors
+def tokens_list(root: Path = RootOption, fmt: Format = FormatOption) -> None:
+    """List the jobs' tokens: each job, its token's short id (as logs name it) and when it was made.
+
+    Only the tokens' hashes are kept, so no token can be shown again; `rotate` makes a new one.
+
+    Example:
+
+        zeus-run serve tokens list --root /srv/zeus-jobs --format json
+    """
+    rows = [{"job": t.job, "token_id": t.id, "created_at": t.created_at} for t in _store(root).tokens()]
+    if fmt is Format.json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    if fmt is Format.csv:
+        typer.echo("job,token_id,created_at")
+        for r in rows:
+            typer.echo(f"{r['job']},{r['token_id']},{r['created_at']}")
+        return
+    if not rows:
+        typer.echo("no job tokens (registering a job with the operator's token makes its token)", err=True)
+        return
+    width = max(3, *(len(r["job"]) for r in rows))
+    typer.echo(f"{'job':<{width}}  token_id  created_at")
+    for r in rows:
+        typer.echo(f"{r['job']:<{width}}  {r['token_id']:<8}  {r['created_at']}")
+
+
+@tokens_app.command("rotate")
+@handle_errors
+def tokens_rotate(job: str = JobArgument, root: Path = RootOption) -> None:
+    """Make a new token for a job and print it on stdout (shown only now); its old token stops working.
+
+    A name that is not registered yet gets a token too: that token may register it (Zeus's client registers
+    its job itself). A running server takes the change within a second.
+
+    Example:
+
+        zeus-run serve tokens rotate --root /srv/zeus-jobs mnist-nightly > mnist.token
+    """
+    from zeus_run.server._root import check_job_name
+
+    check_job_name(job)
+    token, entry = _store(root).rotate(job)
+    registered = (root / job / "spec.yaml").is_file()
+    typer.echo(token)
+    note = "" if registered else f" (job {job!r} is not registered yet: this token may register it)"
+    typer.echo(f"new token for job {job!r}, id {entry.id}; its old token no longer works{note}", err=True)
+
+
+@tokens_app.command("revoke")
+@handle_errors
+def tokens_revoke(job: str = JobArgument, root: Path = RootOption) -> None:
+    """Take a job's token back: it stops working (a running server takes it within a second). The job stays.
+
+    Example:
+
+        zeus-run serve tokens revoke --root /srv/zeus-jobs mnist-nightly
+    """
+    from zeus_run.errors import UsageError
+
+    gone = _store(root).revoke(job)
+    if gone is None:
+        raise UsageError(f"Job {job!r} has no token under {str(root)!r}; `zeus-run serve tokens list` shows them.")
+    typer.echo(f"revoked job {job!r}'s token (id {gone.id})", err=True)
+
+
+def _store(root: Path) -> Any:
+    from zeus_run.errors import UsageError
+    from zeus_run.server._tokens import TokenStore
+
+    if not root.is_dir():
+        raise UsageError(f"--root {str(root)!r} is not a directory: name the server's root.")
+    return TokenStore(root.absolute())
+
+
+class ServeGroup(TyperGroup):
+    """``serve`` as typer registers a command, with the ``tokens`` commands under it (``serve --root R`` alone
+    serves)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        attrs.pop("no_args_is_help", None)
+        super().__init__(invoke_without_command=True, **attrs)
+        self.add_command(typer.main.get_command(tokens_app), "tokens")
+
+
+#: The click class `zeus_run.cli._app.LazyGroup` builds ``serve`` with (``serve`` serves; ``serve tokens`` ...).
+COMMAND_CLASS = ServeGroup

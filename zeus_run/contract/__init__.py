@@ -13,6 +13,8 @@ change in one place:
 * `TrialPlan` and `TrialOutcome`: a trial in and out (plain data, JSON both ways).
 * `RunningMarker`: one trial in flight as ``running.json`` records it, validated
   on read (the file is untrusted: a person or a crash may have damaged it).
+* `exit_watch`: how a script that reports its own end (no launcher watches it) is ending: its exit
+  code and its last output.
 * `crash_cause`: the one-line cause of a failed trial, stored as a field
   (``TrialOutcome.cause``) rather than parsed back out of message text.
 
@@ -22,6 +24,7 @@ nothing else from zeus-run.
 
 from __future__ import annotations
 
+from zeus_run.contract._exit import ExitWatch, ScriptEnd, exit_status, exit_watch, watch_exit
 from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
 from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles, env_float, env_int
@@ -44,7 +47,9 @@ __all__ = [
     "STDOUT_MODES",
     "STOP_REASONS",
     "Env",
+    "ExitWatch",
     "RunningMarker",
+    "ScriptEnd",
     "StopReason",
     "TrialFiles",
     "TrialOutcome",
@@ -52,11 +57,14 @@ __all__ = [
     "crash_cause",
     "env_float",
     "env_int",
+    "exit_status",
     "exit_text",
+    "exit_watch",
     "heartbeat_time",
     "markers_from_json",
     "markers_to_json",
     "process_start_time",
     "reaches_target",
+    "watch_exit",
     "write_heartbeat",
 ]

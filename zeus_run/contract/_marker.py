@@ -43,6 +43,7 @@ class RunningMarker:
         seen, in_flight, draw, probe: Concurrent runs: the decision's context
             (`zeus_run.engine.core.TrialRequest.stamp`).
         horizon: Recurrences the optimizer planned over when it decided.
+        lifetime: An open-ended job's expected recurrences the optimizer planned over (``horizon`` None).
         curve_stop: The trial may also be stopped by its learning curve (`zeus_run.trial.stop.StopRule`); a
             tell judges an ask's trial by the same rule.
         executor: The executor that ran it (``local``, ``slurm``).
@@ -88,11 +89,12 @@ class RunningMarker:
     host: str | None = None
     request_key: str | None = None
     curve_stop: bool = False
+    lifetime: int | None = None
 
     #: Fields that name the decision: a trial taken over must agree on each of them.
     DECISION: ClassVar[tuple[str, ...]] = (
         *("recurrence", "attempt", "trial", "batch_size", "seed", "cost_threshold", "learning_rate"),
-        *("seen", "in_flight", "draw", "probe", "horizon"),
+        *("seen", "in_flight", "draw", "probe", "horizon", "lifetime"),
     )
 
     def to_json(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from zeus_run.energy._base import EnergySource
 from zeus_run.energy._estimate import EstimatedEnergy
@@ -12,8 +13,10 @@ from zeus_run.energy._nvml import NvmlEnergy, visible_gpu_ids
 from zeus_run.energy._rapl import RaplEnergy, SumEnergy, rapl_status
 from zeus_run.energy._self import SelfMeter, own_cpu_seconds
 from zeus_run.errors import EnergyError
-from zeus_run.spec import EnergySettings
 from zeus_run.trial.proctree import have_proc
+
+if TYPE_CHECKING:  # a training process that measures itself does not load the spec's schema
+    from zeus_run.spec import EnergySettings
 
 logger = logging.getLogger(__name__)
 

@@ -41,6 +41,14 @@ class EnergySource(ABC):
     def describe(self) -> str:
         """One line for people, e.g. ``NVML: 2 x NVIDIA A40 (total energy counter)``."""
 
+    def power(self) -> float | None:
+        """The devices' power draw now (unit: W), where the source can read one; None where it cannot.
+
+        A training process that measures itself (`zeus_run.energy.SelfMeter`) charges the start-up it spent
+        before it could read the source at this power.
+        """
+        return None
+
     def track(self, cpu_seconds: Callable[[], float] | None) -> None:
         """Tell the source how to read the CPU time of the trial now running (None: none runs).
 

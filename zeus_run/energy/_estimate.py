@@ -61,6 +61,10 @@ class EstimatedEnergy(EnergySource):
     def max_power(self) -> float:
         return self.watts
 
+    def power(self) -> float | None:
+        """``watts`` on the wall-time basis; None on the CPU-time basis (its power is the CPU time's rate)."""
+        return self.watts if self.basis == "wall-time" else None
+
     def track(self, cpu_seconds: Callable[[], float] | None) -> None:
         """Charge the CPU time ``cpu_seconds()`` reports from now on (None: stop)."""
         self.read()  # settle what accrued so far under the previous tracker

@@ -212,6 +212,13 @@ class NvmlEnergy(EnergySource):
             total += self._sampler.energy_j()
         return total
 
+    def power(self) -> float | None:
+        """The job's GPUs' power draw now (NVML's power reading; unit: W), None if a GPU cannot report it."""
+        try:
+            return sum(g.gpu.power_mw() for g in self.gpus) / 1000.0
+        except Exception:  # an NVML error (NotSupported): the caller samples the counter instead
+            return None
+
     def devices(self) -> list[dict[str, str]]:
         out = []
         for g in self.gpus:

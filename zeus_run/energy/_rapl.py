@@ -191,6 +191,10 @@ class SumEnergy(EnergySource):
     def describe(self) -> str:
         return " + ".join(p.describe() for p in self.parts)
 
+    def power(self) -> float | None:
+        powers = [p.power() for p in self.parts]
+        return None if any(w is None for w in powers) else sum(w for w in powers if w is not None)
+
     def devices(self) -> list[dict[str, str]]:
         return [d for p in self.parts for d in p.devices()]
 

@@ -1,12 +1,30 @@
 """This process's own time and energy: what the training side measures when no launcher watches it.
 
 Under ``zeus-run run`` and ``exec`` the launcher (or the agent) measures the
-script's processes. A script told back through ask/tell, driven by the server,
+script's processes from launch to exit. A script told back through ask/tell, driven by the server,
 or run through the Python `Job` measures itself with `SelfMeter`, through the
 same sources (`open_energy_source`: NVML, RAPL, the estimate on the spec's
-``energy.basis``), so that every trial of a job is measured the same way. The
-estimate's ``cpu-time`` basis charges this process's CPU time (and its reaped
-children's), as the launcher charges the script's process tree.
+``energy.basis``), over the same span, so that every trial of a job is measured alike:
+
+* **The window opens** when the process started (``/proc/self/stat``), or, in a process that runs
+  trial after trial (the server's client, the `Job` API), when its previous trial ended. The meter
+  can read its source only once the script reaches `zeus_run.train.Trial` (after ``import torch``,
+  the data, CUDA's start); the time before is charged
+  - from the previous trial's last reading of the same source, where there is one (`Carry`: measured,
+    the counter's difference);
+  - else at the power the source reads when the meter opens (NVML's power draw; the estimate's
+    ``watts``, or this process's CPU time on the ``cpu-time`` basis; a source without a power reading,
+    RAPL, is sampled for `POWER_SAMPLE_S`). The start-up of a training script runs before it uses
+    the GPU, and so does this reading.
+* **The window closes** at the process's exit (`zeus_run.train` writes a last reading there), or where
+  the process tells its trial itself (the end of the `Job` block, the server's client's finish).
+
+* **zeus-run's own work is not the trial's**: where the process asks for its trial itself (the `Job` API,
+  the server's client), the time of that ask is left out of the window (``ask_s``), as a launcher's ask,
+  made before it launches the script, is.
+
+`SelfMeter.window` says which, and how much was charged without a reading (``extended_s``,
+``extended_j``, ``extended_at``); the tell keeps it in the record's ``window``.
 """
 
 from __future__ import annotations
@@ -14,10 +32,20 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 from zeus_run.energy._base import EnergySource
 from zeus_run.energy._estimate import EstimatedEnergy
+
+if TYPE_CHECKING:
+    from zeus_run.spec import EnergySettings
+
+#: How long a source that cannot read its power draw is sampled for the start-up's power (unit: s).
+POWER_SAMPLE_S = 0.2
+#: The spec's ``energy`` keys a meter takes.
+_KNOWN = ("source", "watts", "basis", "gpus", "include")
 
 
 def own_cpu_seconds() -> float:
@@ -26,48 +54,132 @@ def own_cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _fields(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``energy`` settings a meter is opened with (unknown keys dropped, lists as tuples)."""
+    fields = {k: v for k, v in settings.items() if k in _KNOWN}
+    for key in ("gpus", "include"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(str(v) for v in fields[key])
+    if fields.get("watts") is not None:
+        fields["watts"] = float(fields["watts"])
+    return fields
+
+
+def _settings(fields: Mapping[str, Any]) -> EnergySettings:
+    """The settings as the energy sources read them. ``ZEUS_ENERGY`` carries every key: then the spec's schema
+    (slow to import, for a process measuring itself) is not needed for its defaults."""
+    if all(k in fields for k in _KNOWN) and all(fields[k] is not None for k in _KNOWN if k != "gpus"):
+        return cast("EnergySettings", SimpleNamespace(**fields))
+    from zeus_run.spec import EnergySettings
+
+    return EnergySettings(**{k: v for k, v in fields.items() if v is not None})
+
+
+@dataclass
+class Carry:
+    """A meter handed from one trial of a process to the next: its open source and its last reading.
+
+    Attributes:
+        fields: The settings the source was opened with (a trial with other settings opens its own).
+        source: The open source.
+        at: When it was last read (Unix time, unit: s).
+        energy: What it read then (its cumulative energy, unit: J).
+    """
+
+    fields: dict[str, Any]
+    source: EnergySource
+    at: float
+    energy: float
+
+    def close(self) -> None:
+        self.source.track(None)
+        self.source.close()
+
+
 class SelfMeter:
-    """Time and energy of this process since a start, through the job's energy source.
+    """Time and energy of this process's trial, from the window's start (see the module docstring).
 
     Args:
         settings: The spec's ``energy`` section as a mapping (``source``, ``watts``, ``basis``,
             ``gpus``, ``include``; unknown keys are ignored), as ``ZEUS_ENERGY`` carries it.
-        since: Count from this Unix time (the process's start, so that its start-up counts as
-            the launcher counts it); None: from now.
+        since: The window opens at this Unix time (the process's start, or its previous trial's end);
+            None: now.
+        carry: The previous trial's meter in this process (`handover`): with the same settings its
+            source goes on, and the time since its last reading is measured, not extended.
+        ask_s: Seconds of the window this process spent asking zeus-run for the trial: not charged.
+        ask_cpu_s: The CPU time of that ask (unit: s), left out of a start-up charged by CPU time.
     """
 
-    def __init__(self, settings: Mapping[str, Any], since: float | None = None) -> None:
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        since: float | None = None,
+        carry: Carry | None = None,
+        ask_s: float = 0.0,
+        ask_cpu_s: float = 0.0,
+    ) -> None:
         from zeus_run.energy import open_energy_source
-        from zeus_run.spec import EnergySettings
 
-        known = {"source", "watts", "basis", "gpus", "include"}
-        fields = {k: v for k, v in settings.items() if k in known and v is not None}
-        for key in ("gpus", "include"):
-            if key in fields:
-                fields[key] = tuple(str(v) for v in fields[key])
-        if "watts" in fields:
-            fields["watts"] = float(fields["watts"])
-        self.source: EnergySource = open_energy_source(EnergySettings(**fields))
+        self._fields = _fields(settings)
+        if carry is not None and carry.fields != self._fields:
+            carry.close()
+            carry = None
+        self.source: EnergySource = carry.source if carry is not None else open_energy_source(_settings(self._fields))
         self.source.track(own_cpu_seconds)
         self._t0 = time.monotonic()
+        opened = time.time()
         self._e0 = self.source.read()
         self._pre_t = 0.0
         self._pre_e = 0.0
-        if since is not None:
-            self._pre_t = max(time.time() - since, 0.0)
-            src = self.source
-            if isinstance(src, EstimatedEnergy):  # the start-up's share, as the launcher would have charged it
-                spent = min(own_cpu_seconds(), self._pre_t) if src.basis == "cpu-time" else self._pre_t
-                self._pre_e = src.watts * spent
+        #: The span and how it is measured (the record's ``window``).
+        self.window: dict[str, Any] = {"by": "script", "from": "trial"}
+        if carry is not None:
+            span = max(opened - carry.at, 0.0)
+            self._pre_t = max(span - ask_s, 0.0)
+            share = self._pre_t / span if span > 0 else 1.0  # the ask's share of the counter's difference left out
+            self._pre_e = max(self._e0 - carry.energy, 0.0) * share
+            self.window["from"] = "previous-trial"
+        elif since is not None:
+            self._pre_t = max(opened - since - ask_s, 0.0)
+            self._pre_e, how = self._start_up(self._pre_t, ask_cpu_s)
+            self.window.update(
+                {"from": "process-start", "extended_s": self._pre_t, "extended_j": self._pre_e, "extended_at": how}
+            )
+        if ask_s > 0 and self.window["from"] != "trial":
+            self.window["ask_s"] = ask_s
+
+    def _start_up(self, seconds: float, ask_cpu_s: float = 0.0) -> tuple[float, str]:
+        """The energy of the ``seconds`` before the meter could read its source, and how it was charged."""
+        src = self.source
+        if isinstance(src, EstimatedEnergy) and src.basis == "cpu-time":  # the start-up's CPU time, as the launcher
+            return src.watts * min(max(own_cpu_seconds() - ask_cpu_s, 0.0), seconds), "cpu-time"
+        watts = src.power()
+        if watts is not None:
+            return watts * seconds, "power-at-start"
+        t, e = time.monotonic(), src.read()
+        time.sleep(POWER_SAMPLE_S)
+        dt = time.monotonic() - t
+        return max(src.read() - e, 0.0) / dt * seconds if dt > 0 else 0.0, "power-sampled-at-start"
 
     def now(self) -> tuple[float, float]:
-        """Time (unit: s) and energy (unit: J) since the start."""
+        """Time (unit: s) and energy (unit: J) since the window opened."""
         return self._pre_t + time.monotonic() - self._t0, self._pre_e + max(self.source.read() - self._e0, 0.0)
 
     def info(self) -> dict[str, Any]:
-        """How it measures: ``source``, ``method``, ``estimated``, ``max_power`` (what the tell records)."""
+        """How it measures: ``source``, ``method``, ``estimated``, ``max_power`` and ``window`` (what the tell
+        records)."""
         s = self.source
-        return {"source": s.name, "method": s.method, "estimated": s.estimated, "max_power": s.max_power}
+        return {
+            "source": s.name,
+            "method": s.method,
+            "estimated": s.estimated,
+            "max_power": s.max_power,
+            "window": dict(self.window),
+        }
+
+    def handover(self) -> Carry:
+        """End this trial's window and hand the open source to the process's next trial (`Carry`)."""
+        return Carry(self._fields, self.source, time.time(), self.source.read())
 
     def close(self) -> None:
         self.source.track(None)

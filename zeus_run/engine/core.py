@@ -41,7 +41,7 @@ from zeus_run.contract import StopReason
 from zeus_run.engine.concurrent import InOrder
 from zeus_run.engine.ledger import Ledger
 from zeus_run.engine.position import observation_of
-from zeus_run.engine.request import TrialRequest
+from zeus_run.engine.request import Horizon, TrialRequest
 from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer
 from zeus_run.records import TrialRecord
@@ -81,12 +81,13 @@ JOIN_POLL_S = 0.5
 
 
 class Engine:
-    """Runs recurrences until ``recurrences`` have converged.
+    """Runs recurrences until ``recurrences`` have ended: reached the target, or failed.
 
     Args:
-        optimizer: The batch-size optimizer.
-        recurrences: Total recurrences of the job.
-        max_tries: Counted tries per recurrence before giving up.
+        optimizer: The batch-size optimizer (it plans over its own horizon: the job's).
+        recurrences: Recurrences to run in all (where this run stops; failed ones count).
+        max_tries: Counted tries per recurrence; the one that uses them up without the target
+            fails the recurrence, and the next recurrence starts.
         beta: Early-stop knob (None: off).
         max_early_stops: After this many early stops in one recurrence, its next tries run
             the best known batch size (`best_known`) without a cost threshold, so the
@@ -120,43 +121,49 @@ class Engine:
 
     # -- the decision path: every door asks, runs the trial its own way, and tells --------------------
 
-    def ask(self, ledger: Ledger, horizon: int | None = None) -> TrialRequest | None:
+    def ask(self, ledger: Ledger, horizon: Horizon | None = None) -> TrialRequest | None:
         """The next trial: the oldest unfinished recurrence not in flight (else a new one), decided on what
         ``ledger`` has folded and counted in flight there.
 
         Every door asks here: `run`'s loop (`Engine.run`), ``zeus-run ask`` and ``exec``, the `Job`
         API, the callbacks and the server (`zeus_run.asktell`), and the audit that re-derives each
-        recorded decision (`zeus_run.engine.replay`).
+        recorded decision (`zeus_run.engine.replay`). A recurrence that failed (used up ``max_tries``)
+        is over: the next ask starts the next recurrence.
 
         Args:
             ledger: What the engine knows (the history folded, the trials in flight).
-            horizon: Recurrences the optimizer plans over, if not its own (the audit's).
+            horizon: What the optimizer plans over, if not its own (the audit's: each record's).
 
         Returns:
             The trial's request (decision, cost threshold, trial number, decision context), or None
             when every recurrence is done or in flight.
-
-        Raises:
-            ConvergenceError: The recurrence due has used up ``max_tries``.
         """
         recurrence = ledger.next_recurrence()
         return None if recurrence is None else ledger.start(recurrence, horizon)
 
     def tell(
-        self, request: TrialRequest, record: TrialRecord, before: Sequence[TrialRecord], stamp: bool
+        self,
+        request: TrialRequest,
+        record: TrialRecord,
+        before: Sequence[TrialRecord],
+        stamp: bool,
+        ledger: Ledger | None = None,
     ) -> tuple[TrialRecord, ZeusRunError | None]:
         """An ended trial's record as the history keeps it, and the error that ends the run after it, if any.
 
         The second half of every door (`ask`): the record is stamped (the decision's context, its horizon,
         the warm start it was taken with), charged and judged by the one
-        classifier (`zeus_run.trial.classify.judge`). The caller appends it to the history and folds it
-        (`Ledger.fold`; ask/tell folds what the history file holds, `zeus_run.asktell._fold`).
+        classifier (`zeus_run.trial.classify.judge`). The try that uses up ``max_tries`` without the
+        target is stamped ``recurrence_failed``: its recurrence failed and the job goes on with the
+        next one. The caller appends the record to the history and folds it (`Ledger.fold`; ask/tell
+        folds what the history file holds, `zeus_run.asktell._fold`).
 
         Args:
             request: The request it was started with.
             record: Its record as its executor (or a tell) made it.
             before: Every record folded before it.
             stamp: Stamp the decision's context (`TrialRequest.stamp`): concurrent runs and asks.
+            ledger: What the engine knew before it (its recurrence's tries); None: counted in ``before``.
 
         Returns:
             The record, and the error that ends the run: a spec or environment error
@@ -170,10 +177,33 @@ class Engine:
         warm = getattr(self.optimizer, "warm", None)  # the warm start's source (`zeus_run.engine.warm`)
         if warm is not None and record.warm is None:
             record = dataclasses.replace(record, warm=warm.fingerprint)
+        if request.lifetime is not None and record.horizon is None and record.lifetime is None:
+            record = dataclasses.replace(record, lifetime=request.lifetime)
         if self.charge is not None:
             record = self.charge(before, record)
         record, fault = judge(record, before)
+        record = self._gave_up(record, before, ledger)
         return record, fault or self._failure(record)
+
+    def _gave_up(self, record: TrialRecord, before: Sequence[TrialRecord], ledger: Ledger | None) -> TrialRecord:
+        """``record``, stamped ``recurrence_failed`` (with why) if it is its recurrence's last try without the target."""
+        if not record.observed or record.reached or record.recurrence_failed is not None:
+            return record
+        if ledger is not None:
+            tries = ledger.tries(record.recurrence)
+        else:
+            tries = sum(1 for r in before if r.recurrence == record.recurrence and r.observed)
+        tries += 1
+        if tries < self.max_tries:
+            return record
+        last = str(record.stop_reason) + (f" ({record.cause})" if record.cause else "")
+        why = f"{tries} of max_tries {self.max_tries} tries without the target; the last: {last}"
+        logger.warning(
+            "recurrence %d failed: %s. It is recorded as failed and the job goes on with the next recurrence",
+            record.recurrence,
+            why,
+        )
+        return dataclasses.replace(record, recurrence_failed=why)
 
     def _failure(self, record: TrialRecord) -> ConvergenceError | None:
         """The error that ends the run after ``record``, if any: the first recurrence did not converge at b0."""
@@ -216,8 +246,10 @@ class Engine:
             without error, once the trials in flight have ended.
 
         Raises:
-            ConvergenceError: The first recurrence did not converge, or a
-                recurrence used up ``max_tries`` (raised once the trials in flight have ended).
+            ConvergenceError: The first recurrence did not converge at the default batch size
+                (raised once the trials in flight have ended). A recurrence that uses up
+                ``max_tries`` later does not stop the run: it is recorded as failed
+                (``recurrence_failed``) and the next recurrence starts.
             zeus_run.trial.classify.ConfigurationError: A trial failed because of the spec (recorded as
                 ``config_error``) or its environment (``environment_error``, `TrialEnvironmentError`);
                 raised once the trials in flight have ended.
@@ -233,14 +265,10 @@ class Engine:
         stopping = False
         while True:
             while not stopping and len(ledger.in_flight) < self.concurrency:  # ask, and launch
-                try:
-                    request: TrialRequest | None = self.ask(ledger)
-                    if request is None and more is not None:  # triggers that joined the run, if any
-                        self.recurrences += more()
-                        request = self.ask(ledger)
-                except ConvergenceError as exc:
-                    error, stopping = exc, True
-                    break
+                request: TrialRequest | None = self.ask(ledger)
+                if request is None and more is not None:  # triggers that joined the run, if any
+                    self.recurrences += more()
+                    request = self.ask(ledger)
                 if request is None:
                     break
                 executor.start(request)
@@ -257,7 +285,7 @@ class Engine:
                     f"the executor returned trial {record.trial}, which is not in flight "
                     f"(in flight: {sorted(ledger.in_flight)}); an executor must copy the request's trial"
                 )
-            record, fault = self.tell(ended, record, [*history, *new], stamp=self.concurrency > 1)  # tell
+            record, fault = self.tell(ended, record, [*history, *new], self.concurrency > 1, ledger)  # tell
             new.append(record)
             on_record(record)
             ledger.fold(record)

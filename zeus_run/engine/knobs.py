@@ -19,7 +19,7 @@ from zeus_run.engine.core import Engine
 from zeus_run.errors import HistoryError
 from zeus_run.objective import Objective, charge_for
 from zeus_run.optimizer import PowerLimitMeasurement, WarmStart, make_optimizer
-from zeus_run.spec import OptimizerSettings
+from zeus_run.spec import DEFAULT_LIFETIME, OptimizerSettings
 
 if TYPE_CHECKING:
     from zeus_run.spec import JobSpec
@@ -42,7 +42,10 @@ class Knobs:
         max_tries: Counted tries per recurrence.
         max_early_stops: The engine's fallback rule (None: off, as in runs recorded before it existed).
         concurrency: Recurrences in flight at once (1: serial, as in runs recorded before it existed).
-        horizon: The job's ``recurrences``, which the optimizer plans over (None: open-ended).
+        horizon: The job's ``recurrences``, which the optimizer plans over (None: open-ended), whatever
+            one invocation runs (``run -n``, ``--next``).
+        lifetime: An open-ended job's expected recurrences, which the optimizer plans over instead
+            (the spec's ``lifetime``; as in runs recorded before it existed by default).
         objective: The ``objective`` section (None: the ``cost`` objective with ``eta``).
         default_profile: The default batch size's power profile in the run directory
             (``max-slowdown``'s reference scales its times to the max limit with it, as the run did);
@@ -64,6 +67,7 @@ class Knobs:
     max_early_stops: int | None = None
     concurrency: int = 1
     horizon: int | None = None
+    lifetime: int = DEFAULT_LIFETIME
     objective: Objective | None = None
     default_profile: tuple[PowerLimitMeasurement, ...] = ()
     warm: WarmStart | None = None
@@ -165,12 +169,19 @@ class Knobs:
         """The engine these knobs decide with, for ``recurrences`` recurrences.
 
         Args:
-            recurrences: Recurrences to run.
+            recurrences: Recurrences to run in all (where the run stops; the optimizer plans over
+                `horizon` or `lifetime`, the job's).
             profile: Reads b0's power profile as it is stored now (a live run's power session);
                 None: `default_profile`.
         """
         opt = make_optimizer(
-            self.optimizer, self.batch_sizes, self.default_batch_size, self.seed, self.horizon, self.warm
+            self.optimizer,
+            self.batch_sizes,
+            self.default_batch_size,
+            self.seed,
+            self.horizon,
+            self.warm,
+            self.lifetime,
         )
         charge = charge_for(self.goal, self.default_batch_size, profile or (lambda: self.default_profile))
         return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency, charge)
@@ -214,6 +225,7 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "max_early_stops": int,
     "concurrency": int,
     "horizon": int,
+    "lifetime": int,
     "objective": _objective,
 }
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zeus_run.engine.position import best_known, observation_of
-from zeus_run.engine.request import TrialRequest
-from zeus_run.errors import ConvergenceError
+from zeus_run.engine.request import Horizon, TrialRequest
 from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer.early_stop import SLOWDOWN, Pace
 from zeus_run.records import TrialRecord
+from zeus_run.spec import DEFAULT_LIFETIME
 
 if TYPE_CHECKING:
     from zeus_run.engine.core import Engine
@@ -38,6 +38,8 @@ class _Recurrence:
     cost: float = 0.0
     early_stops: int = 0
     reached: bool = False
+    #: It used up ``max_tries`` without the target (`zeus_run.records.TrialRecord.recurrence_failed`).
+    failed: bool = False
     #: Early stops not yet folded into the optimizer (robust rule: until the recurrence ends).
     pending: list = field(default_factory=list)
 
@@ -75,6 +77,7 @@ class Ledger:
         #: Recurrences that ran slow across the board after an early stop -> slowdown (robust rule).
         self.slow: dict[int, float] = {}
         self._branched = False  # a `branch`: shares its tallies with the ledger it came from
+        self._planned: dict[Horizon, BatchSizeOptimizer] = {}  # the optimizer under other horizons (an audit's)
 
     @classmethod
     def from_history(
@@ -135,10 +138,16 @@ class Ledger:
             r.attempt = record.attempt + 1
         self._open.add(record.recurrence)
         obs = observation_of(record)
+        fails = False
         if obs is not None:
             early = record.stop_reason.early_stop
             robust = self.engine.optimizer.early_stop.robust
-            if early and robust:
+            fails = not record.reached and self._fails(record, r.tries + 1)
+            if fails and robust:  # the recurrence ends without a model: its early stops count as they are
+                pending, r.pending = [*r.pending, obs], []
+                for p in pending:
+                    self._observe(p)
+            elif early and robust:
                 r.pending.append(obs)  # judged when the recurrence ends (`zeus_run.optimizer.early_stop`)
             else:
                 self._observe(self._settle(record, obs, r) if robust and record.reached else obs)
@@ -150,10 +159,32 @@ class Ledger:
                 self.converged[record.batch_size] = (total + record.cost, n + 1)
                 self.pace.add(record)
         if record.reached:
-            r.reached = True
+            r.reached, r.failed = True, False
             self._open.discard(record.recurrence)
             if r.cost < self.min_cost:
                 self.min_cost = r.cost
+        elif fails:
+            r.failed = True
+            self._open.discard(record.recurrence)  # the job goes on with the next recurrence
+
+    def _fails(self, record: TrialRecord, tries: int) -> bool:
+        """Whether ``record``, the recurrence's ``tries``-th counted try, ends it without a model.
+
+        The try that used up ``max_tries`` says so itself (`Engine.tell` stamps ``recurrence_failed``),
+        so the history decides, whatever ``max_tries`` says later. A recurrence recorded before
+        failures were stamped (it stopped the job then) fails on the try that reached ``max_tries``.
+        """
+        return record.recurrence_failed is not None or tries >= self.engine.max_tries
+
+    def tries(self, recurrence: int) -> int:
+        """Counted (observed) tries of ``recurrence`` folded so far."""
+        r = self._recurrences.get(recurrence)
+        return 0 if r is None else r.tries
+
+    @property
+    def ended(self) -> int:
+        """Recurrences that ended: reached the target, or failed (used up ``max_tries``)."""
+        return sum(1 for r in self._recurrences.values() if r.reached or r.failed)
 
     def _observe(self, obs: Observation) -> None:
         self.state = self.engine.optimizer.observe(self.state, obs)
@@ -191,29 +222,18 @@ class Ledger:
                 return min(waiting)
         return self._newest + 1 if self._newest < self.engine.recurrences else None
 
-    def start(self, recurrence: int, horizon: int | None = None) -> TrialRequest:
+    def start(self, recurrence: int, horizon: Horizon | None = None) -> TrialRequest:
         """Decide the next try of ``recurrence`` and count it as in flight.
 
         Args:
-            recurrence: The recurrence.
-            horizon: Recurrences the optimizer plans over, if not its own (an audit re-derives
-                each decision with the horizon its record says it was taken under).
-
-        Raises:
-            ConvergenceError: The recurrence has used up ``max_tries``.
+            recurrence: The recurrence (`next_recurrence`: not one that ended).
+            horizon: What the optimizer plans over, if not its own (an audit re-derives each
+                decision under the horizon its record says it was taken under).
         """
-        eng = self.engine
         r = self._recurrence(recurrence)
-        if r.tries >= eng.max_tries:
-            raise ConvergenceError(
-                f"Recurrence {recurrence} did not reach the target in {eng.max_tries} tries. The target may be "
-                "unreachable with these batch sizes; check target_metric and max_epochs, or raise max_tries."
-            )
         self._open.add(recurrence)
         draw = self._free_draw()
-        opt = self.engine.optimizer
-        if horizon is not None and horizon != opt.horizon:
-            opt = opt.with_horizon(horizon)
+        opt = self._planning(horizon)
         decision, threshold, probe = self._decide(opt, r, draw)
         request = TrialRequest(
             recurrence,
@@ -228,10 +248,21 @@ class Ledger:
             probe=probe,
             horizon=opt.horizon,
             curve_stop=opt.early_stop.curve and math.isfinite(threshold),
+            lifetime=opt.lifetime if opt.horizon is None and opt.lifetime != DEFAULT_LIFETIME else None,
         )
         self.in_flight[request.trial] = request
         self.started += 1
         return request
+
+    def _planning(self, horizon: Horizon | None) -> BatchSizeOptimizer:
+        """The engine's optimizer, planning over ``horizon`` (None: its own)."""
+        opt = self.engine.optimizer
+        if horizon is None or (horizon.recurrences, horizon.lifetime) == (opt.horizon, opt.lifetime):
+            return opt
+        planned = self._planned.get(horizon)
+        if planned is None:
+            planned = self._planned[horizon] = opt.with_horizon(horizon.recurrences, horizon.lifetime)
+        return planned
 
     def _recurrence(self, n: int) -> _Recurrence:
         if n > self._newest:
@@ -255,9 +286,9 @@ class Ledger:
         expecting = choice.batch_size if choice.stage == "pruning" else None
         waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
         rule = opt.early_stop
-        leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
         fallback_after = rule.fallback_after(eng.max_early_stops)
         if fallback_after is not None and r.early_stops >= fallback_after:
+            leader = opt.leader(self.state) if rule.robust else None  # the robust rule's fallback
             decision = Decision(
                 leader if leader is not None else best_known(self.converged, opt.default_batch_size),
                 "fallback",

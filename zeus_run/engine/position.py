@@ -25,6 +25,8 @@ class Position:
         completed: Recurrences that reached the target.
         early_stops: Early stops (`zeus_run.contract.StopReason.early_stop`) already taken by that recurrence.
         converged: Per batch size, (sum of costs, count) of its converged trials.
+        failed: Recurrences that failed: used up ``max_tries`` without the target
+            (`zeus_run.records.TrialRecord.recurrence_failed`).
     """
 
     recurrence: int
@@ -34,14 +36,30 @@ class Position:
     completed: int
     early_stops: int = 0
     converged: dict[int, tuple[float, int]] = field(default_factory=dict)
+    failed: int = 0
+
+    @property
+    def ended(self) -> int:
+        """Recurrences that ended: reached the target or failed (what ``run --next`` counts past)."""
+        return self.completed + self.failed
 
 
-def position(records: Sequence[TrialRecord]) -> Position:
-    """Derive the run's position from its records (pure; ``completed`` is right for concurrent runs too)."""
+def position(records: Sequence[TrialRecord], max_tries: int | None = None) -> Position:
+    """Derive the run's position from its records (pure; ``completed`` and ``failed`` are right for concurrent runs too).
+
+    Args:
+        records: The history, in the order it was folded.
+        max_tries: The job's ``max_tries``: a recurrence recorded before failures were stamped
+            fails on its ``max_tries``-th counted try, as `zeus_run.engine.ledger.Ledger` counts it.
+            None: only stamped failures count.
+    """
     min_cost = math.inf
     completed = 0
     rec, attempt, tries, acc, early = 1, 1, 0, 0.0, 0
     converged: dict[int, tuple[float, int]] = {}
+    counted: dict[int, int] = {}  # observed tries per recurrence
+    ended: set[int] = set()
+    failed: set[int] = set()
     for r in records:
         if r.recurrence != rec:
             rec, tries, acc, early = r.recurrence, 0, 0.0, 0
@@ -50,14 +68,25 @@ def position(records: Sequence[TrialRecord]) -> Position:
             tries += 1
             acc += r.spent_cost
             early += r.stop_reason.early_stop
+            counted[r.recurrence] = counted.get(r.recurrence, 0) + 1
             if r.reached:
                 total, n = converged.get(r.batch_size, (0.0, 0))
                 converged[r.batch_size] = (total + r.cost, n + 1)
+        gave_up = r.observed and not r.reached and r.recurrence not in ended
+        if gave_up and (
+            r.recurrence_failed is not None or (max_tries is not None and counted[r.recurrence] >= max_tries)
+        ):
+            failed.add(r.recurrence)
+            ended.add(r.recurrence)
+            if r.recurrence == rec:
+                rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
         if r.reached:
             completed += 1
+            failed.discard(r.recurrence)
+            ended.add(r.recurrence)
             min_cost = min(min_cost, acc)
             rec, attempt, tries, acc, early = rec + 1, 1, 0, 0.0, 0
-    return Position(rec, attempt, tries, min_cost, completed, early, converged)
+    return Position(rec, attempt, tries, min_cost, completed, early, converged, len(failed))
 
 
 def best_known(converged: dict[int, tuple[float, int]], default: int) -> int:

@@ -12,7 +12,8 @@ a field.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zeus_run.contract import TrialOutcome
@@ -35,21 +36,32 @@ class Measurement:
             ``unmeasured``, ``trace`` (simulated) or ``replay``.
         estimated: Whether the energy is an estimate rather than a measurement.
         method: How (``counter``, ``watts-x-cpu-time``, ``watts-x-time``, ``imputed``...), if known.
+        window: The span measured and by whom (the record's ``window``): ``by`` (``launcher``, ``agent``,
+            ``script``), ``from`` (``launch``, ``process-start``, ``previous-trial``, ``trial``), ``to`` (``exit``,
+            ``close``, ``tell``), and for a script that measured itself, the start-up it charged without a
+            reading (``extended_s``, ``extended_j``, ``extended_at``: `zeus_run.energy.SelfMeter`). None: not said.
     """
 
     source: str
     estimated: bool = False
     method: str | None = None
+    window: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @classmethod
-    def of(cls, energy: EnergySource) -> Measurement:
-        """How ``energy`` measures."""
-        return cls(energy.name, energy.estimated, energy.method)
+    def of(cls, energy: EnergySource, by: str = "launcher") -> Measurement:
+        """How ``energy`` measures a script's processes from launch to exit, watched by ``by`` (the launcher or
+        the agent)."""
+        return cls(energy.name, energy.estimated, energy.method, launched(by))
 
     @property
     def measured(self) -> bool:
         """Whether something measured (or was told) the energy."""
         return self.source != UNMEASURED
+
+
+def launched(by: str) -> dict[str, str]:
+    """The window of a script measured by a process that launched it (``launcher``, ``agent``): launch to exit."""
+    return {"by": by, "from": "launch", "to": "exit"}
 
 
 def trial_record(
@@ -84,6 +96,7 @@ def trial_record(
         "energy_source": how.source,
         "estimated": how.estimated,
         "energy_method": how.method,
+        "window": None if how.window is None else dict(how.window),
         "kind": kind,
     }
     base.update(fields)

@@ -30,6 +30,7 @@ from zeus_run.engine.core import Executor, TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.ledger import Ledger
 from zeus_run.engine.record import Measurement, trial_record
+from zeus_run.engine.request import Horizon
 from zeus_run.errors import ConvergenceError
 from zeus_run.records import TrialRecord
 from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
@@ -80,10 +81,13 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
     the draw and the probe flag. A record must not have seen itself or less than
     the decision before it, and a trial cannot end before it started.
 
-    The audit goes on past a record that stopped the run (the first recurrence not
-    converging at the default batch size): the same command, resumed once the cause
-    is fixed, decides on the same folded history. It ends without a divergence where
-    a recurrence is out of tries (the run can only go on under other settings).
+    Each decision is re-derived under the horizon its record says it was taken under
+    (`zeus_run.engine.request.Horizon.of`: the job's ``recurrences``, or an open-ended job's
+    ``lifetime``), whichever door took it. The audit goes on past a record that stopped the
+    run (the first recurrence not converging at the default batch size): the same command,
+    resumed once the cause is fixed, decides on the same folded history. A recurrence that
+    used up ``max_tries`` is over (its last try says so; one recorded before that counts its
+    tries against ``knobs.max_tries``), and the next decision starts the next recurrence.
 
     Args:
         records: The history, in the order its records were folded.
@@ -94,8 +98,7 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
             order, but they are never folded: the history has no outcome of theirs yet.
     """
     everything = [*records, *in_flight]
-    horizon = max((r.recurrence for r in everything), default=0) + 1
-    ledger = Ledger(knobs.engine(horizon))
+    ledger = Ledger(knobs.engine(max((r.recurrence for r in everything), default=0) + 1))
     order = sorted(range(len(everything)), key=lambda p: _started(everything[p], p))
     checked = 0
     for p in order:
@@ -111,11 +114,8 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
                     checked, Divergence(q, "end order", f"trial {_started(records[q], q)} ended", "it had not started")
                 )
             ledger.fold(records[q], _started(records[q], q))
-        try:  # the decision path's ask, as the run took it
-            req = ledger.engine.ask(ledger, rec.horizon if rec.horizon is not None else knobs.horizon)
-        except ConvergenceError:
-            return AuditResult(checked, None)
-        assert req is not None  # the horizon is past every recorded recurrence
+        req = ledger.engine.ask(ledger, Horizon.of(rec))  # the decision path's ask, under the record's horizon
+        assert req is not None  # the limit is past every recorded recurrence
         diff = _difference(rec, req)
         if diff is not None:
             return AuditResult(checked, Divergence(p, *diff))
@@ -130,6 +130,14 @@ def _started(record: TrialRecord, position: int) -> int:
 
 def _difference(rec: TrialRecord, req: TrialRequest) -> tuple[str, Any, Any] | None:
     """The first field where the recorded trial differs from the replayed request: (what, recorded, replayed)."""
+    if (
+        rec.seen is None  # serial: the usual case is an exact match, checked at once
+        and (rec.recurrence, rec.attempt, rec.batch_size) == (req.recurrence, req.attempt, req.decision.batch_size)
+        and (
+            rec.cost_threshold == req.cost_threshold or (rec.cost_threshold is None and req.cost_threshold == math.inf)
+        )
+    ):
+        return None
     pairs: list[tuple[str, Any, Any]] = [
         ("recurrence", rec.recurrence, req.recurrence),
         ("try", rec.attempt, req.attempt),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from zeus_run.optimizer import Decision
 from zeus_run.records import TrialRecord
+from zeus_run.spec import DEFAULT_LIFETIME
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class TrialRequest:
             observation count are in flight).
         probe: Whether it is the trial pruning exploration waits for.
         horizon: Recurrences the optimizer planned over (`zeus_run.records.TrialRecord.horizon`).
+        lifetime: An open-ended job's expected recurrences the optimizer planned over (``horizon``
+            None), when not the default (`zeus_run.records.TrialRecord.lifetime`).
         curve_stop: Whether the trial may also be stopped by its learning curve
             (`zeus_run.optimizer.early_stop.cannot_reach`): a probe under a policy whose rule has it.
     """
@@ -43,6 +46,7 @@ class TrialRequest:
     probe: bool = False
     horizon: int | None = None
     curve_stop: bool = False
+    lifetime: int | None = None
 
     def stamp(self, record: TrialRecord) -> TrialRecord:
         """``record`` with this decision's context, as concurrent runs record every trial.
@@ -51,6 +55,27 @@ class TrialRequest:
         died) must stamp it too, or the audit cannot re-derive the decision.
         """
         return dataclasses.replace(record, seen=self.seen, in_flight=self.in_flight, draw=self.draw, probe=self.probe)
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """What the optimizer plans over: the job's recurrences, or an open-ended job's expected lifetime.
+
+    It is the job's (its spec's ``recurrences`` and ``lifetime``), never one invocation's: ``run -n``,
+    ``--next``, ask, ``exec``, the `Job` API and the server decide alike on the same history.
+
+    Attributes:
+        recurrences: The job's recurrences (None: open-ended).
+        lifetime: The recurrences an open-ended job is expected to live (unused with ``recurrences``).
+    """
+
+    recurrences: int | None
+    lifetime: int = DEFAULT_LIFETIME
+
+    @classmethod
+    def of(cls, record: TrialRecord) -> Horizon:
+        """The horizon ``record`` was decided under (no ``lifetime``: `DEFAULT_LIFETIME`, as before lifetimes existed)."""
+        return cls(record.horizon, record.lifetime or DEFAULT_LIFETIME)
 
 
 #: A serial executor: runs one trial to its end and returns its record.

@@ -24,9 +24,10 @@ from zeus_run.energy import EnergySource
 from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.knobs import Knobs
-from zeus_run.engine.position import position
+from zeus_run.engine.position import Position, position
+from zeus_run.engine.save import TrialSaver, live_exports
 from zeus_run.engine.warm import ensure_copy
-from zeus_run.errors import Interrupted, RunDirBusy
+from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -38,13 +39,12 @@ from zeus_run.executors import (
     recover_trials,
 )
 from zeus_run.executors._base import command, marker, now
-from zeus_run.export import LiveExports
 from zeus_run.power import open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import joins
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
-from zeus_run.rundir.lock import is_held, launcher_holds
+from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import locate, lock
 from zeus_run.rundir.resume import choose_run_dir, recover, request_of
 from zeus_run.rundir.store import first_missing, remove_if_unused
@@ -83,6 +83,13 @@ class RunResult:
     energy: str = ""
     resumed: bool = False
 
+    @property
+    def failed(self) -> list[TrialRecord]:
+        """The last try of each recurrence that failed in this call (used up ``max_tries`` without the target):
+        the job goes on with the next recurrence, and ``zeus-run run`` exits with
+        `zeus_run.errors.RECURRENCE_FAILED_EXIT_CODE`."""
+        return [r for r in self.new if r.recurrence_failed is not None]
+
 
 def run_job(
     spec: JobSpec,
@@ -95,8 +102,13 @@ def run_job(
     cancel: threading.Event | None = None,
     next_recurrences: int | None = None,
     triggered_at: str | None = None,
+    until: int | None = None,
 ) -> RunResult:
-    """Run (or resume) a recurring job until ``spec.recurrences`` recurrences converged.
+    """Run (or resume) a recurring job until ``spec.recurrences`` recurrences ended (reached the target, or failed).
+
+    A recurrence that uses up ``max_tries`` without the target fails: it is recorded as failed
+    (`RunResult.failed`) and the run goes on with the next recurrence. The optimizer plans over the
+    job's ``recurrences`` (or an open-ended job's ``lifetime``), never over what one call runs.
 
     Args:
         spec: The validated job spec.
@@ -109,10 +121,12 @@ def run_job(
         next_recurrences: Run this many recurrences past those already done, whatever ``spec.recurrences``
             says (one scheduler trigger: ``zeus-run run JOB.yaml --next``).
         triggered_at: ISO-8601 time of the trigger, stamped on every record (default: now).
+        until: Run until this many recurrences have ended in all, whatever ``spec.recurrences`` says
+            (``zeus-run run -n N``); the optimizer still plans over the spec's.
 
     Raises:
         RunDirError, LaunchError, HistoryError, EnergyError: Setup problems (nothing recorded).
-        ConvergenceError: The job cannot reach its target.
+        ConvergenceError: The job cannot reach its target (its first recurrence, at the default batch size).
         Interrupted: SIGINT/SIGTERM arrived; the trial was recorded as interrupted.
     """
     lst: RunListener = listener or NullRunListener()
@@ -125,13 +139,13 @@ def run_job(
     created = not path.exists() or not any(path.iterdir())
     creates = first_missing(path)  # parents this run creates too (`runs/` of `runs/job`)
     with contextlib.ExitStack() as stack:
-        try:
+        if next_recurrences is None or spec.concurrency < 2:
             rd = stack.enter_context(lock(path, "run"))
-        except RunDirBusy:
-            if next_recurrences is None or spec.concurrency < 2 or not launcher_holds(path):
-                raise
-            # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
-            return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
+        else:  # a trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`)
+            held = joins.hold_or_join(lambda: lock(path, "run"), path)
+            if held is None:
+                return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
+            rd = stack.enter_context(held)
         if created:  # a run that fails before recording anything leaves no empty run directory
             stack.callback(remove_if_unused, rd, creates)
         warm = ensure_copy(rd.path, spec)  # a warm start's source, checked and copied in before anything runs
@@ -144,14 +158,19 @@ def run_job(
         if rd.stored_spec() is None:
             rd.save_spec(spec)
         resumed = resumed and bool(history)
-        done = position(history).completed
-        # the horizon the optimizer plans over: the spec's (None: open-ended); the warm start the run directory keeps
+        where_now = position(history, spec.max_tries)
+        done = where_now.ended
+        # the horizon the optimizer plans over: the job's, whatever this call runs; the warm start the run
+        # directory keeps
         knobs = dataclasses.replace(Knobs.from_spec(spec), warm=warm)
-        if next_recurrences is None and spec.recurrences is None:
+        if next_recurrences is None and until is None and spec.recurrences is None:
             next_recurrences = 1  # open-ended: each launch runs one more recurrence
         if next_recurrences is not None:
             spec = spec.with_overrides(recurrences=done + next_recurrences)
+        elif until is not None:
+            spec = spec.with_overrides(recurrences=until)
         total = spec.recurrences
+        _say_failed(history, where_now, spec.max_tries)
         assert total is not None
         lst.on_run_start(spec, rd.path, energy.describe(), done)
         if done >= total:
@@ -171,7 +190,8 @@ def run_job(
             lst = _Serialized(lst)  # trials report from several threads
         executor = executor_class(spec, rd, energy, lst, cancel, power)
         stack.callback(executor.close)
-        live = LiveExports.from_settings(spec.export, rd.path)
+        # The one saver of every door (record, history, live exports); a missing MLflow is refused before any trial.
+        saver = TrialSaver(rd, spec.export, live_exports(spec.export, rd))
 
         def check_cancel(req: TrialRequest) -> None:
             if cancel.is_set():  # a signal arrived between trials: this one has not started
@@ -183,10 +203,9 @@ def run_job(
 
         def persist(record: TrialRecord) -> None:
             triggered = desk.triggers.get(record.recurrence, trigger) if desk is not None else trigger
-            rd.history.append(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
-            rd.clear_running(record.trial)
+            saver.save(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
             lst.on_trial_end(record)
-            live.after_trial(record)  # the one live-export hook: MLflow, Pushgateway (spec section `export`)
+            saver.publish()  # the live exports: MLflow, Pushgateway (spec section `export`)
 
         if spec.concurrency == 1:
             new_records = engine.run(history, execute, persist, adopted)
@@ -205,6 +224,19 @@ def run_job(
                 + " recorded as interrupted and will be re-run",
             )
         return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
+
+
+def _say_failed(history: list[TrialRecord], where: Position, max_tries: int) -> None:
+    """Log (for a cron log) that the last recurrence before this call failed, and that the job goes on."""
+    if not where.failed or not history:
+        return
+    last = max(history, key=lambda r: r.recurrence)
+    if last.reached or where.recurrence <= last.recurrence:
+        return
+    why = last.recurrence_failed or (
+        f"it used up max_tries {max_tries} without the target (recorded before failed recurrences were marked)"
+    )
+    logger.info("recurrence %d failed: %s; the job goes on with recurrence %d", last.recurrence, why, where.recurrence)
 
 
 def _run_concurrent(
@@ -280,7 +312,7 @@ def _join(
     store = HistoryStore(path / HISTORY_NAME)
 
     def claimed(got: joins.JoinRequest) -> None:
-        done = position(list(store.read(warn=False))).completed
+        done = position(list(store.read(warn=False)), spec.max_tries).ended
         measured = f"measured by the launcher it joined ({got.holder})"
         lst.on_run_start(spec.with_overrides(recurrences=max(got.granted)), path, measured, done)
 
@@ -305,7 +337,7 @@ def _join(
             outcome.left,
         )
         granted = outcome.request.granted
-        done = position(list(store.read(warn=False))).completed
+        done = position(list(store.read(warn=False)), spec.max_tries).ended
         # Through the last recurrence granted (a dead holder's unfinished ones come first), else K more.
         more = max(granted) - done if granted else outcome.left
         result = run_job(

@@ -21,7 +21,7 @@ from zeus_run.contract import Env, RunningMarker, TrialFiles, TrialOutcome, Tria
 from zeus_run.cost import scale_learning_rate
 from zeus_run.energy import EnergySource, open_energy_source
 from zeus_run.engine.core import TrialRequest
-from zeus_run.engine.record import Measurement, trial_record
+from zeus_run.engine.record import Measurement, launched, trial_record
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import RunDir
@@ -212,7 +212,8 @@ def prepare(
     lr = learning_rate_for(spec, bs)
     seed = spec.seed + req.observed
     tdir = rd.trial_dir(req.recurrence, req.attempt) if make_dir else rd.trial_path(req.recurrence, req.attempt)
-    argv, env = command(spec, placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir))
+    values = placeholder_values(spec, bs, seed, req.recurrence, req.attempt, tdir)
+    argv, env = command(spec, values)
     env.update(
         {
             Env.BATCH_SIZE: str(bs),
@@ -254,7 +255,7 @@ def prepare(
         higher_is_better=spec.higher_is_better,
         metric_regex=spec.metric.regex if spec.metric.source in ("regex", "file") else None,
         metric_key=spec.metric.key if spec.metric.source == "jsonl" else None,
-        metric_path=spec.workdir / spec.metric.path if spec.metric.path is not None else None,
+        metric_path=spec.workdir / substitute(spec.metric.path, values) if spec.metric.path is not None else None,
         eta=spec.eta,
         cost_threshold=req.cost_threshold,
         curve_stop=req.curve_stop,
@@ -297,6 +298,7 @@ def marker(spec: JobSpec, req: TrialRequest, energy: EnergySource) -> RunningMar
         probe=req.probe if concurrent else False,
         horizon=req.horizon,
         curve_stop=req.curve_stop,
+        lifetime=req.lifetime,
     )
 
 
@@ -336,6 +338,7 @@ def measured_by(agent: Mapping[str, object], fallback: Measurement) -> Measureme
         str(m.get("name") or fallback.source),
         bool(m.get("estimated", fallback.estimated)),
         str(method) if method else fallback.method,
+        launched("agent"),
     )
 
 

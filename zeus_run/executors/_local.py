@@ -4,6 +4,9 @@ A launcher that dies leaves its trials' scripts without a watcher: a relaunched
 launcher kills them (`LocalExecutor.recover`), except that a trial whose
 outcome was already written (the launcher died between the trial's end and its
 record) is adopted: its record is made from that outcome, and it is not run again.
+So is a trial whose script went on without the launcher, reached the target and
+exited (`zeus_run.trial.orphan`): its record is made from its event log, its
+energy imputed and said to be.
 """
 
 from __future__ import annotations
@@ -14,18 +17,21 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import Env, RunningMarker
+from zeus_run.contract import Env, RunningMarker, StopReason, TrialFiles, TrialOutcome
+from zeus_run.cost import zeus_cost
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine.concurrent import slot_devices
 from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.record import Measurement
-from zeus_run.errors import EnergyError
-from zeus_run.executors._base import RealExecutor, prepare, to_record
+from zeus_run.errors import EnergyError, LaunchEnvironmentError, LaunchError, RunDirError
+from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.settings import read_settings
 from zeus_run.rundir.store import check_writable
 from zeus_run.trial.agent import read_outcome, run_agent
+from zeus_run.trial.orphan import finished_orphan
 from zeus_run.trial.proctree import ProcessTree
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -128,7 +134,11 @@ class LocalExecutor(RealExecutor):
                 return record
         bs = req.decision.batch_size
         power = self.power_for(slot, energy)
-        profiler = power.profiler_for(bs, recurrences_left(req.recurrence, req.horizon)) if power is not None else None
+        profiler = (
+            power.profiler_for(bs, recurrences_left(req.recurrence, req.horizon, req.lifetime))
+            if power is not None
+            else None
+        )
         prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
         if self.spec.concurrency > 1:
             prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, slot=slot))
@@ -140,6 +150,9 @@ class LocalExecutor(RealExecutor):
         invalid_before = energy.invalid_windows
         try:
             out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
+        except (LaunchError, LaunchEnvironmentError):
+            self.rd.clear_running(req.trial)  # nothing started: no try of the recurrence was used
+            raise
         finally:
             if power is not None:
                 power.controller.restore()  # each of its GPUs' original limit and persistence mode
@@ -162,10 +175,13 @@ class LocalExecutor(RealExecutor):
         return record
 
     def _adopted(self, req: TrialRequest, old: RunningMarker, energy: EnergySource) -> TrialRecord | None:
-        """The record of an adopted trial from its written outcome (None: it is not the trial asked for now)."""
+        """The record of an adopted trial from its written outcome, or from the event log of a script that
+        reached the target while no launcher watched it (None: it is not the trial asked for now)."""
         prepared = prepare(self.spec, self.rd, req, energy, False)
         differ = old.differences(prepared.running)
         outcome = read_outcome(prepared.plan.dir)
+        if outcome is None and not differ:
+            return self._orphan(req, old, prepared)
         if differ or outcome is None:
             logger.warning(
                 "the previous launcher's trial %d is not the one asked for now (%s); it runs again",
@@ -182,10 +198,56 @@ class LocalExecutor(RealExecutor):
         self.burst.check(record)
         return record
 
+    def _orphan(self, req: TrialRequest, old: RunningMarker, prepared: PreparedTrial) -> TrialRecord | None:
+        """The record of a trial whose script reached the target while no launcher watched it, from its event
+        log (`zeus_run.trial.orphan`); None if the log does not show that (it runs again)."""
+        from zeus_run.asktell._measure import PowerBasis  # imputes as a tell without a measurement does
+
+        plan = prepared.plan.trial
+        run = finished_orphan(
+            plan.event_path, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
+        )
+        if run is None:
+            logger.warning("the previous launcher's trial %d left no outcome; it runs again", old.trial)
+            return None
+        basis = PowerBasis.of(self.rd.history.read(warn=False))
+        energy, how, max_power = basis.impute(req.decision.batch_size, run.time, self.spec.energy.watts)
+        note = (
+            f"taken over from its event log: the launcher died during this trial, and the script reached the target "
+            f"after {len(run.metrics)} epoch(s) and exited; time from its launch to that epoch, energy not measured "
+            f"({'imputed from the job' + chr(39) + 's measured trials' if how.method == 'imputed' else how.method})"
+        )
+        outcome = TrialOutcome(
+            epochs=len(run.metrics),
+            time=run.time,
+            energy=energy,
+            max_power=max_power,
+            cost=zeus_cost(energy, run.time, self.spec.eta, max_power),
+            reached=True,
+            stop_reason=StopReason.TARGET_REACHED,
+            exit_code=None,
+            after_time=run.after_time,
+            metrics=run.metrics,
+            after_metrics=run.after_metrics or None,
+            message=note,
+        )
+        kept = {k: getattr(old, k) for k in ("started_at", "token") if getattr(old, k) is not None}
+        prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, **kept))
+        self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
+        logger.info(
+            "recurrence %d try %d: reached the target after %d epoch(s) while no launcher watched it; taken over "
+            "from its event log",
+            req.recurrence,
+            req.attempt,
+            len(run.metrics),
+        )
+        return to_record(self.spec, self.rd, req, prepared, outcome, how, note, self.provenance)
+
     @staticmethod
     def recover(infos: list[RunningMarker], may_adopt: bool = True) -> set[int]:
         """Kill the processes of the trials a dead launcher left behind (found by their trial tokens);
-        adopt each one whose outcome is written.
+        adopt each one whose outcome is written, and each one whose script went on, reached the target
+        and exited (its event log shows so: `zeus_run.trial.orphan`).
 
         The script runs in its own session, so it outlives a launcher killed with
         SIGKILL; `zeus_run.trial.proctree` finds every process carrying the token. A trial
@@ -199,13 +261,31 @@ class LocalExecutor(RealExecutor):
                 tree = ProcessTree(info.event_log, variable=Env.EVENT_LOG)
             else:
                 continue
+            exited = not tree.members()
             killed = tree.sweep()
             if killed:
                 logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
+            if may_adopt and exited and info.trial_dir and _reached_alone(info):
+                adopted.add(info.trial)
         for info in infos:
             if may_adopt and info.trial_dir and read_outcome(Path(info.trial_dir)) is not None:
                 adopted.add(info.trial)
         return adopted
+
+
+def _reached_alone(info: RunningMarker) -> bool:
+    """Whether the event log of a trial whose launcher died shows that its script reached the job's target
+    (read from the run directory's ``spec.yaml``: the launcher that adopts it runs under the same)."""
+    assert info.trial_dir is not None
+    trial_dir = Path(info.trial_dir)
+    try:
+        job = read_settings(trial_dir.parent.parent) or {}
+    except RunDirError:
+        return False
+    target, higher, limit = job.get("target_metric"), job.get("higher_is_better", True), job.get("max_epochs")
+    if not isinstance(target, (int, float)) or not isinstance(higher, bool) or not isinstance(limit, int):
+        return False
+    return finished_orphan(trial_dir / TrialFiles.EVENTS, float(target), higher, limit, info.started_at) is not None
 
 
 def _prepend(note: str, message: str | None) -> str:

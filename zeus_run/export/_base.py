@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+import fcntl
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from zeus_run import _fs
 from zeus_run.errors import UsageError, ZeusRunError
 
 if TYPE_CHECKING:
@@ -59,12 +63,24 @@ class Exporter(abc.ABC):
         """
 
 
+#: The file whose lock makes one process at a time sync a run directory's live exports.
+EXPORT_LOCK_NAME = ".export.lock"
+#: Most syncs in a row by the process that holds the export lock while others append (each catches every trial
+#: appended before it read the run directory).
+MAX_SYNCS = 10
+
+
 class LiveExports:
-    """The live exports of a running job (spec section ``export``), called after each trial ends.
+    """The live exports of a job (spec section ``export``), called after each trial is saved, whatever the door
+    (`zeus_run.engine.save.TrialSaver`).
 
     Each sink is synced with the whole run directory, so one that was down
     catches up at the next trial. A failure is logged as a warning; it never
     fails the recurrence.
+
+    One process at a time syncs a run directory (a lock on `EXPORT_LOCK_NAME`): two tells told at once would
+    otherwise both find a trial missing from MLflow and both add it. A process that finds another one syncing
+    leaves it to that one, which looks at the history again once it is done and syncs again if it grew.
     """
 
     def __init__(self, exporters: Sequence[Exporter], run_dir: Path) -> None:
@@ -102,6 +118,44 @@ class LiveExports:
         """Sync every sink with the run directory, now that ``record`` is in its history."""
         if not self.exporters:
             return
+        for _ in range(MAX_SYNCS):
+            with self._syncing() as mine:
+                if not mine:
+                    return  # another process syncs, and looks at the history again when it is done
+                size = self._history_size()
+                self._sync(record)
+            if self._history_size() == size:  # nothing appended while syncing (checked after letting go)
+                return
+
+    def _history_size(self) -> int:
+        from zeus_run.rundir.history import HISTORY_NAME
+
+        try:
+            return os.stat(self.run_dir / HISTORY_NAME).st_size
+        except OSError:
+            return -1
+
+    @contextlib.contextmanager
+    def _syncing(self) -> Iterator[bool]:
+        """Whether this process may sync now (True while it holds the export lock; where the lock file cannot
+        be opened it syncs unlocked)."""
+        try:
+            fd = _fs.open_fd(self.run_dir / EXPORT_LOCK_NAME, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            logger.info("export: no lock on %s (%s); syncing without it", self.run_dir, exc)
+            yield True
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # lets the lock go
+
+    def _sync(self, record: TrialRecord) -> None:
         from zeus_run.views.jobs import load_job
 
         try:

@@ -32,6 +32,7 @@ def make_optimizer(
     seed: int,
     horizon: int | None = None,
     warm: WarmStart | None = None,
+    lifetime: int | None = None,
 ) -> BatchSizeOptimizer:
     """Build the optimizer a spec asks for.
 
@@ -43,6 +44,7 @@ def make_optimizer(
         horizon: The job's recurrences (None: open-ended or unknown).
         warm: The warm start's source (``optimizer.warm_from``; `zeus_run.optimizer._warm`): ``zeus-voi``
             revision 10 and later only.
+        lifetime: An open-ended job's expected recurrences (the spec's ``lifetime``; None: the default).
 
     Raises:
         ValueError: Unknown policy name, invalid knobs, or a warm start for a policy that has none.
@@ -51,10 +53,11 @@ def make_optimizer(
         cls = POLICIES[settings.policy]
     except KeyError:
         raise ValueError(f"unknown optimizer policy {settings.policy!r}; known: {', '.join(POLICIES)}") from None
+    opt: BatchSizeOptimizer
     if warm is not None:
         if cls is not ZeusVOIOptimizer:
             raise ValueError(f"a warm start needs the zeus-voi policy (revision 10 or later), not {settings.policy}")
-        return ZeusVOIOptimizer(
+        opt = ZeusVOIOptimizer(
             batch_sizes,
             default_batch_size,
             seed=seed,
@@ -63,7 +66,8 @@ def make_optimizer(
             revision=settings.revision,
             warm=warm,
         )
-    return cls(
+        return opt if lifetime is None else opt.with_horizon(horizon, lifetime)
+    opt = cls(
         batch_sizes,
         default_batch_size,
         seed=seed,
@@ -75,6 +79,7 @@ def make_optimizer(
         horizon=horizon,
         revision=settings.revision,
     )
+    return opt if lifetime is None else opt.with_horizon(horizon, lifetime)
 
 
 __all__ = [

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from zeus_run.optimizer.early_stop import EarlyStopRule
+from zeus_run.spec import DEFAULT_LIFETIME
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class BatchSizeOptimizer(ABC, Generic[S]):
     #: Recurrences of the job (the spec's ``recurrences``; None: open-ended). Policies that
     #: plan over the recurrences left set it; the others ignore it.
     horizon: int | None = None
+    #: Recurrences an open-ended job (``horizon`` None) is expected to live: what such a policy plans
+    #: over instead (the spec's ``lifetime``; `zeus_run.spec.DEFAULT_LIFETIME`).
+    lifetime: int = DEFAULT_LIFETIME
     #: How the engine cuts this policy's trials (`zeus_run.optimizer.early_stop`); instances may choose another.
     early_stop: EarlyStopRule = EarlyStopRule("paper")
 
@@ -130,10 +134,19 @@ class BatchSizeOptimizer(ABC, Generic[S]):
                 observations while others are in flight get distinct draws; 0 in serial runs.
         """
 
-    def with_horizon(self, horizon: int | None) -> BatchSizeOptimizer[S]:
-        """A copy that plans over ``horizon`` recurrences (same knobs and seed)."""
+    def with_horizon(self, horizon: int | None, lifetime: int | None = None) -> BatchSizeOptimizer[S]:
+        """A copy that plans over ``horizon`` recurrences, or open-ended over ``lifetime`` (same knobs and seed).
+
+        Args:
+            horizon: The job's recurrences (None: open-ended).
+            lifetime: An open-ended job's expected recurrences (None: this optimizer's).
+        """
         other = copy.copy(self)
         other.horizon = horizon
+        if lifetime is not None:
+            if lifetime < 1:
+                raise ValueError(f"lifetime must be >= 1, got {lifetime}")
+            other.lifetime = lifetime
         return other
 
     def leader(self, state: S) -> int | None:

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 
 def log_epochs(state: VOIState, est: Mapping[int, Estimate]) -> dict[int, float]:
-    """Log mean epochs to the target of each converged batch size (the state's ``epochs``)."""
-    return {b: math.log(sum(e) / len(e)) for b, e in state.epochs.items() if b in est and e}
+    """Log mean epochs to the target of each converged batch size (the state's ``epochs``, by their running totals)."""
+    return {b: math.log(total / n) for b, (total, n) in state.epoch_totals.items() if b in est and n}
 
 
 def noisy_part(

@@ -19,20 +19,18 @@ does not end the walk on its own: the end's estimate is smoothed towards the str
 continuation of the two batch sizes before it (precision-weighted). An end that never reached the
 target closes its side, as in Zeus.
 
-**The bandit.** Otherwise the policy exploits with Gaussian Thompson Sampling
-over the batch sizes that reached the target. Each arm's variance is shrunk
-toward the *relative* variance pooled over all arms (costs of one job vary by
-a similar fraction whatever the batch size), so one observation per arm is
-enough. The draws use `TS_SCALE` times the posterior's standard deviation:
-full-width Thompson Sampling is tuned for the long run and over-explores
-close arms over tens or hundreds of recurrences. Because the walk is
-re-examined before every trial, an end of the interval that becomes the
-cheapest arm later (its first cost was unlucky) re-opens its side.
+**The bandit.** Otherwise the policy exploits with Gaussian Thompson Sampling over the batch sizes that
+reached the target. Each arm's variance is shrunk toward the *relative* variance pooled over all arms (costs
+of one job vary by a similar fraction whatever the batch size), so one observation per arm is enough. The
+draws use `TS_SCALE` times the posterior's standard deviation: full-width Thompson Sampling is tuned for the
+long run and over-explores close arms over tens or hundreds of recurrences. Because the walk is re-examined
+before every trial, an end of the interval that becomes the cheapest arm later (its first cost was unlucky)
+re-opens its side.
 
 **Slow first runs** (revision 3): a first run's pace is checked (`ZeusVOIOptimizer.moments`). Second looks
-(revisions 4, 6): `zeus_run.optimizer._second_look`; strides (7): `zeus_run.optimizer._stride`; the trend apart from
-epoch counts' noise (8): `zeus_run.optimizer._trend`; costs without the power-limit sweep (9):
-`zeus_run.optimizer._overhead`. The state is a pure fold over observations (`VOIState`); the only randomness is the
+(revisions 4, 6): `_second_look`; strides (7): `_stride`; the trend apart from epoch counts' noise (8): `_trend`;
+costs without the power-limit sweep (9): `_overhead`; the laws, the bandit with a horizon and the warm start (10):
+`_law`, `_exploit`, `_warm`. The state is a pure fold over observations (`VOIState`); the only randomness is the
 Thompson draw, seeded by ``(seed, step)``."""
 
 from __future__ import annotations
@@ -42,14 +40,14 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._exploit import exploit
 from zeus_run.optimizer._gts import ArmStats
 from zeus_run.optimizer._law import best_probe as law_probe
 from zeus_run.optimizer._overhead import without_sweep
-from zeus_run.optimizer._pace import model_log_cost
+from zeus_run.optimizer._pace import model_prior
 from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import TINY as _TINY
 from zeus_run.optimizer._stats import lognormal_shortfall
@@ -78,13 +76,15 @@ class VOIState:
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
-        epochs: Per batch size, the epochs of each of its converged observations (revision 5's
-            model, `zeus_run.optimizer._pace`, and revision 8's trend, `zeus_run.optimizer._trend`).
+        epochs: Per batch size, the epochs of each of its converged observations (revision 5, `_pace`, and
+            revision 10, `_law`).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
             the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
         slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
             (`Observation.slowdown`; revision 6).
         overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
+        epoch_totals: Per batch size, the sum and count of its converged observations' epochs (revision 8's trend,
+            `zeus_run.optimizer._trend`: totals, so a step costs no more as the history grows).
         warm: Per batch size, its runs in the warm start's source (revision 10, `zeus_run.optimizer._warm`).
     """
 
@@ -99,6 +99,7 @@ class VOIState:
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
     overheads: Mapping[int, float] = field(default_factory=dict)
+    epoch_totals: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     warm: Mapping[int, WarmRuns] = field(default_factory=dict)
 
 
@@ -178,17 +179,15 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
         revision: 10 (current): as 9, a walk at half a doubling a step whose probes save no more than the laws of
-            epochs and pace allow and which jumps where they identify a descent (`zeus_run.optimizer._law`), a bandit
-            that runs another arm only where it pays over the recurrences left (`zeus_run.optimizer._exploit`), and
-            the warm start (`zeus_run.optimizer._warm`); 9: as 8, learning costs without the power-limit sweep (`zeus_run.optimizer._overhead`);
-            8: as 7, the walk's trend counting a change in epochs as far as it stands out of their noise
-            (`zeus_run.optimizer._trend`); 7: as 6, with strides (`zeus_run.optimizer._stride`); 6: as 4, and a batch
-            size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost
-            is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and
-            a probe counts the chance that it never converges (`converge_chance`) and is stopped by its learning curve
-            (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is checked for pace
-            (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
-            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs).
+            epochs and pace allow, jumping where they identify a descent (`_law`), a bandit that runs another arm
+            only where it pays over the recurrences left (`_exploit`), and the warm start (`_warm`); 9: as 8, costs
+            without the power-limit sweep (`_overhead`); 8: as 7, the trend counting a change in epochs as far as it
+            stands out of their noise (`_trend`); 7: as 6, with strides (`_stride`); 6: as 4, a batch size whose only
+            run may have been slow runs again (`recheck`); 5: as 4, an untried batch size's cost predicted as epochs x
+            pace (`_pace`) once two batch sizes converged; 4: as 3, a probe counts the chance it never converges
+            (`converge_chance`) and stops by its learning curve (`early_stop.cannot_reach`); 3: as 2, a first run's
+            pace checked (`moments`); 2: exploration valued over the recurrences left, and the robust early stop;
+            1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs). Modules in `zeus_run.optimizer`.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -202,8 +201,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
-        #: The warm start's source (`zeus_run.optimizer._warm`), folded into `initial_state`; None: a cold start.
-        self.warm = warm
+        self.warm = warm  # the warm start's source (`_warm`), folded into `initial_state`; None: a cold start.
         #: Revision 5's epochs x pace model (`model_prior`); revision 6 builds on revision 4 without it.
         self.pace_model = revision == 5
         self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
@@ -232,28 +230,28 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         spent = state.spent + obs.cost  # what was paid, the sweep included
         if self.revision >= 9:
             state, obs = without_sweep(state, obs)
-        arms = dict(state.arms)
-        arms[obs.batch_size] = arms.get(obs.batch_size, ArmStats()).add(obs.cost, self.window_size)
-        reached = dict(state.reached)
-        if obs.reached:
-            reached[obs.batch_size] = reached.get(obs.batch_size, 0) + 1
-        state = dataclasses.replace(state, step=state.step + 1, arms=arms, reached=reached, spent=spent)
-        if (self.pace_model or self.revision >= 8) and obs.reached and obs.epochs > 0:
-            epochs = {**state.epochs, obs.batch_size: (*state.epochs.get(obs.batch_size, ()), obs.epochs)}
-            state = dataclasses.replace(state, epochs=epochs)
-        if self.revision < 3:
-            return state
         b = obs.batch_size
-        if b not in state.first:
-            return dataclasses.replace(state, first={**state.first, b: obs})
-        rest = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
-        paces = state.paces
-        if obs.reached and obs.epochs > 0:
-            paces = {**paces, b: (*paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
-        if self.revision >= 6 and obs.reached:
-            slowdowns = (*state.slowdowns, obs.slowdown) if obs.slowdown > SLOWDOWN else state.slowdowns
-            state = dataclasses.replace(state, checks=state.checks + 1, slowdowns=slowdowns)
-        return dataclasses.replace(state, rest=rest, paces=paces)
+        arms = {**state.arms, b: state.arms.get(b, ArmStats()).add(obs.cost, self.window_size)}
+        changes: dict[str, Any] = {"step": state.step + 1, "arms": arms, "spent": spent}  # one copy of the state
+        if obs.reached:
+            changes["reached"] = {**state.reached, b: state.reached.get(b, 0) + 1}
+        if (self.pace_model or self.revision >= 10) and obs.reached and obs.epochs > 0:
+            # revision 5's fit and revision 10's laws (their noise, `_law.epochs_noise`) read every run's epochs
+            changes["epochs"] = {**state.epochs, b: (*state.epochs.get(b, ()), obs.epochs)}
+        if self.revision >= 8 and obs.reached and obs.epochs > 0:  # the trend reads their mean: kept as totals
+            total, n = state.epoch_totals.get(b, (0, 0))
+            changes["epoch_totals"] = {**state.epoch_totals, b: (total + obs.epochs, n + 1)}
+        if self.revision >= 3 and b not in state.first:
+            changes["first"] = {**state.first, b: obs}
+        elif self.revision >= 3:
+            changes["rest"] = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
+            if obs.reached and obs.epochs > 0:
+                changes["paces"] = {**state.paces, b: (*state.paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
+            if self.revision >= 6 and obs.reached:
+                changes["checks"] = state.checks + 1
+                if obs.slowdown > SLOWDOWN:
+                    changes["slowdowns"] = (*state.slowdowns, obs.slowdown)
+        return dataclasses.replace(state, **changes)
 
     def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
@@ -293,11 +291,11 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         """Discounted recurrences after the next one over which a probe's saving counts.
 
         ``sum_{k<n} DISCOUNT**k`` with ``n`` the recurrences left after the next one
-        (horizon minus the converged trials so far, minus one); open-ended jobs and
-        revision 1: `PLANNING_HORIZON` (the limit of that sum).
+        (horizon minus the converged trials so far, minus one); open-ended jobs: their expected
+        ``lifetime``, the same at every recurrence (100, that sum's limit); revision 1: `PLANNING_HORIZON`.
         """
-        if self.horizon is None or self.revision < 2:
-            return self.PLANNING_HORIZON
+        if self.revision < 2 or self.horizon is None:
+            return self.PLANNING_HORIZON if self.revision < 2 else float(self.lifetime)
         left = max(0, self.horizon - sum(state.reached.values()) - 1)
         return (1.0 - self.DISCOUNT**left) / (1.0 - self.DISCOUNT)
 
@@ -345,17 +343,18 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         """
         own = {b: _median(p) for b, p in state.paces.items() if p}
         pace = {b: f.cost / f.epochs for b, f in state.first.items() if f.reached and f.epochs > 0}
-        steady = {b: own.get(b, pace.get(b)) for b in state.first}
+        steady = {b: p for b in state.first if (p := own.get(b, pace.get(b))) is not None}
         out = {}
         for b, first in state.first.items():
             cost = first.cost
             if b in pace:
-                smaller = [c for c, p in steady.items() if c < b and p is not None]
-                ref = own.get(b, steady[max(smaller)] if smaller else None)
-                larger = {c: p for c, p in steady.items() if c > b and p is not None}
-                if self.pace_model and b not in own and larger:  # at most B / b times B's pace
-                    bound = larger[min(larger)] * min(larger) / b
-                    ref = bound if ref is None else min(ref, bound)
+                ref = own.get(b)
+                if ref is None:  # no later run of its own: its neighbours' (looked up only here)
+                    below = max((c for c in steady if c < b), default=0)  # (batch sizes are at least 1)
+                    above = min((c for c in steady if c > b), default=0)
+                    ref = steady[below] if below else None
+                    if self.pace_model and above:  # at most B / b times B's pace
+                        ref = steady[above] * above / b if ref is None else min(ref, steady[above] * above / b)
                 if ref is not None and pace[b] > SLOWDOWN * ref:
                     cost = ref * first.epochs
             n, mean, var = state.rest[b].moments() if b in state.rest else (0, 0.0, 0.0)
@@ -447,30 +446,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         return mu, sd
 
     def model_prior(
-        self,
-        state: VOIState,
-        est: Mapping[int, Estimate],
-        batch_size: int,
-        cv2: float,
-        walk: tuple[float, float],
+        self, state: VOIState, est: Mapping[int, Estimate], batch_size: int, cv2: float, walk: tuple[float, float]
     ) -> tuple[float, float] | None:
-        """Mean and sd of an untried batch size's log cost from epochs x pace (revision 5; None before).
-
-        `zeus_run.optimizer._pace.model_log_cost` on the epochs of the converged observations and
-        each converged batch size's posterior mean cost, plus one trial's spread (``cv2``), pooled
-        with the walk's prediction ``walk`` (`predict`: mean and sd of log cost) by precision. The
-        two are not independent (both read the same costs), so the pooled sd is optimistic; the
-        sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer
-        than two batch sizes have converged: the walk's prediction stands (revision 4).
-        """
-        if not self.pace_model:
-            return None
-        model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
-        if model is None:
-            return None
-        mu, var = model[0], model[1] ** 2 + cv2
-        wp, mp = 1.0 / walk[1] ** 2, 1.0 / var
-        return (walk[0] * wp + mu * mp) / (wp + mp), math.sqrt(1.0 / (wp + mp))
+        """Revision 5's prior of an untried batch size's log cost (`zeus_run.optimizer._pace.model_prior`)."""
+        return model_prior(self, state, est, batch_size, cv2, walk) if self.pace_model else None
 
     def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
         """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).
@@ -479,9 +458,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         excess so far is what the runs cost beyond ``D`` per recurrence done; the probe adds its
         expected cost ``probe`` less ``D`` times the chance it converges (one that does not is lost
         whole and its recurrence runs again). The job may exceed the Default by at most
-        ``BUDGET x D x N``, ``N`` its recurrences, or `PLANNING_HORIZON` when open-ended (the
-        effective horizon of the discount `DISCOUNT`). Savings found so far (a leader cheaper than b0)
-        lower the excess and so fund further exploration.
+        ``BUDGET x D x N``, ``N`` its recurrences, or its expected ``lifetime`` when open-ended (100 by default,
+        the discount's effective horizon). Savings found so far (a leader cheaper than b0) fund more exploration.
 
         Args:
             state: What has been observed.
@@ -493,7 +471,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if self.revision < 4 or b0 not in est:
             return True
         default = est[b0].mean
-        n = self.PLANNING_HORIZON if self.horizon is None else self.horizon
+        n = self.lifetime if self.horizon is None else self.horizon
         excess = state.spent - default * sum(state.reached.values())
         return excess + probe - converge * default <= self.BUDGET * default * n
 

@@ -77,15 +77,16 @@ class JITPowerLimitOptimizer:
         return PowerLimitState(MappingProxyType(chosen))
 
 
-#: Recurrences ahead assumed for an open-ended job (``recurrences: null``): the batch-size
-#: policy's discounted limit (`zeus_run.optimizer.ZeusVOIOptimizer.PLANNING_HORIZON`).
+#: Recurrences ahead assumed for an open-ended job (``recurrences: null``) whose expected lifetime is not
+#: given: the spec's default ``lifetime`` (`zeus_run.spec.DEFAULT_LIFETIME`).
 OPEN_ENDED_RECURRENCES = 100.0
 
 
-def recurrences_left(recurrence: int, horizon: int | None) -> float:
-    """Recurrences left including ``recurrence`` (1-based) of a job of ``horizon`` recurrences (None: open-ended)."""
+def recurrences_left(recurrence: int, horizon: int | None, lifetime: int | None = None) -> float:
+    """Recurrences left including ``recurrence`` (1-based) of a job of ``horizon`` recurrences (None: open-ended,
+    expected to live ``lifetime`` recurrences from any point on: a memoryless future)."""
     if horizon is None:
-        return OPEN_ENDED_RECURRENCES
+        return OPEN_ENDED_RECURRENCES if lifetime is None else float(lifetime)
     return float(max(1, horizon - recurrence + 1))
 
 

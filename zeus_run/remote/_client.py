@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import random
+import sys
 import threading
 import time
 import urllib.parse
@@ -61,9 +62,21 @@ def read_token(token: str | None = None, token_file: str | None = None) -> str |
     env = os.environ.get(Env.SERVER_TOKEN, "").strip()
     if env:
         return env
-    path = token_file or os.environ.get(Env.SERVER_TOKEN_FILE, "").strip()
+    path = token_file_from_env(token_file)
     if not path:
         return None
+    return _read_token_file(path)
+
+
+def token_file_from_env(token_file: str | None = None) -> str | None:
+    """The token file the client reads (given, or ``ZEUS_SERVER_TOKEN_FILE``), unless ``ZEUS_SERVER_TOKEN`` is
+    set; None: none."""
+    if os.environ.get(Env.SERVER_TOKEN, "").strip():
+        return None
+    return token_file or os.environ.get(Env.SERVER_TOKEN_FILE, "").strip() or None
+
+
+def _read_token_file(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().strip() or None
@@ -103,9 +116,13 @@ class ServerClient:
         token: Bearer token (None: only the health check works).
         retry_s: How long a request retries an unreachable server (unit: s; None: ``ZEUS_SERVER_TIMEOUT``,
             default 120).
+        token_file: The file the token came from: on a 401 it is read again, once, and the request sent again
+            with the token it now holds (a server restarted with a new token, a token rotated), before giving up.
     """
 
-    def __init__(self, url: str, token: str | None = None, retry_s: float | None = None) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, retry_s: float | None = None, token_file: str | None = None
+    ) -> None:
         parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ServerError(0, f"ZEUS_SERVER = {url!r} is not an http(s) URL. Set it like http://zeus-server:7787.")
@@ -115,6 +132,7 @@ class ServerClient:
         self._port = parsed.port or (443 if self._https else 80)
         self._base = parsed.path.rstrip("/")
         self._token = token
+        self._token_file = token_file
         self.retry_s = retry_s_from_env() if retry_s is None else retry_s
         self._local = threading.local()
         self._unreachable = False  # an outage is being retried (warned of once)
@@ -125,7 +143,7 @@ class ServerClient:
         url = os.environ.get(Env.SERVER, "").strip()
         if not url:
             return None
-        return cls(url, read_token())
+        return cls(url, read_token(), token_file=token_file_from_env())
 
     # -- the API ---------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -149,7 +167,7 @@ class ServerClient:
         key = new_key()  # one ask, however many tries: a lost answer is answered again, not asked twice
         while True:
             try:
-                return self.request("POST", job_path(job, "trials"), {"host": host} if host else {}, key=key)
+                return here(self.request("POST", job_path(job, "trials"), {"host": host} if host else {}, key=key))
             except ServerError as exc:
                 if exc.code != "busy" or time.monotonic() + pause > deadline:
                     raise
@@ -233,6 +251,7 @@ class ServerClient:
             headers["Idempotency-Key"] = key
         deadline = time.monotonic() + self.retry_s
         pause = BACKOFF_FIRST_S
+        reread = self._token_file is not None
         while True:
             try:
                 status, payload = self._send(method, self._base + path, data, headers)
@@ -241,6 +260,11 @@ class ServerClient:
                 status, payload, why = 0, b"", f"{type(exc).__name__}: {exc}"
             else:
                 why = f"HTTP {status}"
+                if status == 401 and reread:
+                    reread = False  # once: a token that still fails is the wrong one
+                    if self._reread_token():
+                        headers["Authorization"] = f"Bearer {self._token}"
+                        continue
                 if status not in RETRY_STATUSES:
                     if self._unreachable:
                         self._unreachable = False
@@ -264,6 +288,22 @@ class ServerClient:
             logger.info("zeus-run server at %s unreachable (%s); retrying in %.2f s", self.url, why, pause)
             time.sleep(pause * random.uniform(0.5, 1.0))
             pause = min(pause * 2, BACKOFF_MAX_S)
+
+    def _reread_token(self) -> bool:
+        """Read the token file again (after a 401); whether it now holds another token."""
+        assert self._token_file is not None
+        try:
+            token = _read_token_file(self._token_file)
+        except ServerError as exc:
+            logger.warning("after a 401: %s", exc)
+            return False
+        if not token or token == self._token:
+            return False
+        logger.warning(
+            "the zeus-run server at %s refused the token; using the one %s holds now", self.url, self._token_file
+        )
+        self._token = token
+        return True
 
     def _send(self, method: str, path: str, data: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
         for reuse in (True, False):
@@ -305,6 +345,27 @@ class ServerClient:
     def close(self) -> None:
         """Close this thread's connection."""
         self._drop()
+
+
+def here(decision: dict[str, Any]) -> dict[str, Any]:
+    """An ask's answer made this process's: the server leaves its interpreter and directories out of it
+    (``{python}`` and ``{log_dir}`` in ``command``, no ``workdir``), and this fills in its own (the interpreter
+    running this, the current directory)."""
+    where = os.getcwd()
+    subs = (("{python}", sys.executable), ("{log_dir}", where))
+
+    def fill(text: str) -> str:
+        for old, new in subs:
+            text = text.replace(old, new)
+        return text
+
+    if isinstance(decision.get("command"), list):
+        decision["command"] = [fill(a) if isinstance(a, str) else a for a in decision["command"]]
+    if isinstance(decision.get("env"), dict):
+        decision["env"] = {k: fill(v) if isinstance(v, str) else v for k, v in decision["env"].items()}
+    if decision.get("workdir") is None and "command" in decision:
+        decision["workdir"] = where
+    return decision
 
 
 def new_key() -> str:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from zeus_run.contract import Env
+from zeus_run.contract import Env, exit_watch
 from zeus_run.remote._client import DEFAULT_LEASE_S, ServerClient, ServerError
 
 logger = logging.getLogger(__name__)
@@ -25,7 +24,8 @@ class RemoteTrial:
     ``on_evaluate`` is `report`, whose answer carries the server's stop
     decision. A daemon thread renews the lease between reports, and `finish`
     or `fail` tells the server how it ended (once; at interpreter exit if the
-    script never did).
+    script never did: with its exit code and, if it failed, the last lines it
+    printed, as a launcher reads a crashed script's log: `zeus_run.contract.ExitWatch`).
 
     Args:
         client: The server.
@@ -55,6 +55,9 @@ class RemoteTrial:
         self._stop_beat = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="zeus-run-heartbeat", daemon=True)
         self._beat.start()
+        self._exit = exit_watch()
+        self._exit.install()  # how the process ends, for a tell at its exit
+        self._pid = os.getpid()  # a forked child runs the exit hook too: it is not this trial's end
         import atexit
 
         atexit.register(self._at_exit)
@@ -81,7 +84,8 @@ class RemoteTrial:
             except OSError as exc:
                 raise ServerError(0, f"Cannot read {Env.SERVER_SPEC} = {spec!r}: {exc.strerror or exc}.") from None
         decision = client.ask(job, host=host)
-        logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), decision.get("token"))
+        shown = f"{str(decision.get('token'))[:6]}~"  # a short id: no token in a log line
+        logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), shown)
         return cls(client, job, str(decision["token"]), decision, float(decision.get("lease_s") or 0) or _env_lease())
 
     def begin(self) -> None:
@@ -130,13 +134,18 @@ class RemoteTrial:
         return self._tell(lambda: self.client.finish(self.job, self.token, elapsed, energy_j, exit_code, measured))
 
     def fail(
-        self, message: str, exit_code: int = 1, energy_j: float | None = None, measured: dict[str, Any] | None = None
+        self,
+        message: str,
+        exit_code: int = 1,
+        energy_j: float | None = None,
+        measured: dict[str, Any] | None = None,
+        time_s: float | None = None,
     ) -> dict[str, Any] | None:
         """Tell the server the trial failed (once), with the energy this process measured; returns its record."""
         if self.closed:
             return None
         self._close()
-        elapsed = time.monotonic() - self._t0
+        elapsed = time.monotonic() - self._t0 if time_s is None else time_s
         return self._tell(
             lambda: self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
         )
@@ -175,18 +184,24 @@ class RemoteTrial:
                 logger.warning("zeus-run heartbeat failed: %s", exc)
 
     def _at_exit(self) -> None:
-        if not self.closed:
-            # NOTE: an uncaught exception has been printed (and left in sys.last_value) before atexit runs.
-            exc = getattr(sys, "last_value", None)
-            m = self.meter() if self.meter is not None else None
-            energy, how = (None, None) if m is None else (m[1], m[2])
-            try:
-                if exc is not None and not isinstance(exc, SystemExit):
-                    self.fail(f"{type(exc).__name__}: {exc}", energy_j=energy, measured=how)
-                else:
-                    self.finish(exit_code=0, energy_j=energy, measured=how, time_s=None if m is None else m[0])
-            except ServerError as exc:
-                logger.warning("could not tell the zeus-run server the trial ended: %s", exc)
+        """The script exits without having told the server: tell it now, as a launcher would record the exit.
+
+        A non-zero exit (``sys.exit(1)`` after printing an error, an uncaught exception) is a failure with the
+        exit code and the last lines the script printed, where the server's classifier reads the cause.
+        """
+        if self.closed or os.getpid() != self._pid:
+            return
+        # NOTE: an uncaught exception has been printed (and left in sys.last_value) before atexit runs.
+        code = self._exit.code()
+        m = self.meter() if self.meter is not None else None
+        energy, how, elapsed = (None, None, None) if m is None else (m[1], m[2], m[0])
+        try:
+            if code != 0:
+                self.fail(self._exit.failure(), exit_code=code, energy_j=energy, measured=how, time_s=elapsed)
+            else:
+                self.finish(exit_code=0, energy_j=energy, measured=how, time_s=elapsed)
+        except ServerError as exc:
+            logger.warning("could not tell the zeus-run server the trial ended: %s", exc)
 
 
 def _env_lease() -> float:

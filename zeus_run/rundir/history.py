@@ -8,7 +8,11 @@ the file and the reason: every earlier record stays intact.
 
 Reading tolerates a torn final line (a crash mid-write: not valid JSON) with a
 warning. Any other line that is not a trial record (garbage, or valid JSON
-that is not a record) is corruption, reported with its line number. A last
+that is not a record) is corruption, reported with its line number, and so is
+a record out of its place (`TrialOrder`: a line copied twice, or lines swapped
+by hand), which would otherwise be folded, and appended after, as if zeus-run
+had written it: every reader refuses it, the doors that append (run, ask,
+tell, exec, the server) as `zeus-run replay` does. A last
 record without its newline is completed before the next append, so records
 are never glued together. Files are opened through `zeus_run._fs`: never
 through a symbolic link.
@@ -23,7 +27,7 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from zeus_run import _fs
 from zeus_run.errors import HistoryError
@@ -52,7 +56,8 @@ def read_history(path: str | Path, warn: bool = True) -> HistoryReadResult:
         warn: Log a warning for a torn last line.
 
     Raises:
-        HistoryError: The file is missing or unreadable, or a line is not a record (torn last line aside).
+        HistoryError: The file is missing or unreadable, or a line is not a record (torn last line aside) or is
+            out of its place (`TrialOrder`).
     """
     p = resolve_history_path(path)
     try:
@@ -76,13 +81,31 @@ def resolve_history_path(path: str | Path) -> Path:
     return p
 
 
-def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> HistoryReadResult:
-    """Parse history bytes. See `read_history`."""
+def parse_history(
+    raw: bytes, label: str = "<history>", warn: bool = True, order: TrialOrder | None = None
+) -> HistoryReadResult:
+    """Parse history bytes. See `read_history`.
+
+    Args:
+        raw: The file's bytes.
+        label: Names the file in errors.
+        warn: Log a warning for a torn last line.
+        order: The records before ``raw`` (`TrialOrder`), which the records of ``raw`` extend; None: ``raw``
+            is a whole history.
+    """
+    return _parse(raw, label, warn, TrialOrder() if order is None else order)
+
+
+def _parse(raw: bytes, label: str, warn: bool, order: TrialOrder | None) -> HistoryReadResult:
     out = HistoryReadResult()
-    lines = raw.split(b"\n")
+    lines: list[Any]  # str, or bytes where the file is not valid UTF-8
+    try:  # decoded once, not line by line (a torn write may cut a character: then each line is decoded alone)
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = raw.split(b"\n")
     complete_end = raw.endswith(b"\n")
     # lines[-1] is b"" when the file ends with a newline.
-    body = lines[:-1] if complete_end else lines
+    body: list[Any] = lines[:-1] if complete_end else lines
     last = len(body) - 1
     for i, line in enumerate(body):
         if not line.strip():
@@ -91,7 +114,7 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
             data = json.loads(line)
         except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError
             if i == last:  # a torn write: a record's first bytes are never valid JSON
-                out.torn = line.decode("utf-8", "replace")
+                out.torn = line if isinstance(line, str) else line.decode("utf-8", "replace")
                 if warn:
                     logger.warning(
                         "%s: ignoring a torn or corrupt last line (%d bytes; %s); earlier %d record(s) kept",
@@ -103,26 +126,38 @@ def parse_history(raw: bytes, label: str = "<history>", warn: bool = True) -> Hi
                 break
             raise _corrupt(label, i, f"not JSON: {exc}") from None
         try:
-            out.append(TrialRecord.from_json(data))
+            record = TrialRecord.from_json(data)
         except ValueError as exc:
             raise _corrupt(label, i, str(exc)) from None
+        if order is not None:
+            order.add(record, i, label)
+        out.append(record)
     return out
 
 
-def parse_appended(raw: bytes, label: str = "<history>") -> tuple[HistoryReadResult, int]:
+def parse_appended(
+    raw: bytes, label: str = "<history>", order: TrialOrder | None = None
+) -> tuple[HistoryReadResult, int]:
     """The records in the complete lines of ``raw`` (bytes appended to a history since an earlier read),
     and how many bytes of ``raw`` they take.
 
     A last line without its newline (still being written), or a last line that is no record
     (a torn write, which the repair cuts), is left for the next read.
 
+    Args:
+        raw: The bytes appended.
+        label: Names the file in errors.
+        order: The records read before (`TrialOrder`), to check the new ones against (and extended with
+            them); None: not checked (a reader that only watches for its own records).
+
     Raises:
-        HistoryError: A line before the last is not a record (its number counts from ``raw``'s start).
+        HistoryError: A line before the last is not a record, or a record is out of its place (line numbers
+            count from ``raw``'s start).
     """
     end = raw.rfind(b"\n") + 1
     if end == 0:
         return HistoryReadResult(), 0
-    records = parse_history(raw[:end], label, warn=False)
+    records = _parse(raw[:end], label, False, order)
     if records.torn is not None:
         end = raw[:end].rstrip(b"\n").rfind(b"\n") + 1
     return records, end
@@ -156,6 +191,65 @@ def _corrupt(label: str, index: int, why: str) -> HistoryError:
     return HistoryError(
         f"{label}: line {index + 1} is not a valid trial record ({why}). The history is damaged; restore it "
         "from a backup, or fix or delete that line (every line must be one record written by zeus-run)."
+    )
+
+
+class TrialOrder:
+    """Where each record may stand, checked as a history is read: one line per trial, in the order written.
+
+    Trials are numbered in the order they start (``trial``), and each record is appended when its
+    trial ends. A trial's decision saw a prefix of the history (its ``seen`` records; a serial
+    record, without ``seen``, saw every line before it), and every trial in that prefix had ended,
+    so started, before it: each has a lower number. So a record must not repeat a trial number
+    (a line copied twice), must not claim to have seen more lines than come before it, and must
+    have a higher number than every trial it saw (lines swapped). Checked in one pass, a few
+    operations per record; `zeus_run.engine.replay.audit` checks the decisions themselves.
+    """
+
+    __slots__ = ("_line", "_prefix_max")
+
+    def __init__(self) -> None:
+        #: The line (0-based) of each trial number read.
+        self._line: dict[int, int] = {}
+        #: ``_prefix_max[k]``: the highest trial number among the first ``k`` records (-1 for none).
+        self._prefix_max: list[int] = [-1]
+
+    def add(self, record: TrialRecord, line: int, label: str) -> None:
+        """Take the next record (at 0-based ``line`` of its file), or raise `HistoryError` if it is out of place."""
+        trial, before = record.trial, len(self._prefix_max) - 1
+        seen = before if record.seen is None else record.seen
+        if trial in self._line:
+            raise _misplaced(
+                label, line, f"it repeats trial #{trial} of line {self._line[trial] + 1}: copied twice?", _REPEATED
+            )
+        if seen > before:
+            raise _misplaced(
+                label,
+                line,
+                f"trial #{trial} was decided after {seen} record(s) but follows only {before}: lines moved?",
+                _SWAPPED,
+            )
+        latest = self._prefix_max[seen]
+        if latest >= trial:
+            raise _misplaced(
+                label,
+                line,
+                f"trial #{trial} comes after trial #{latest} of line {self._line[latest] + 1}, which started after it: "
+                "lines swapped?",
+                _SWAPPED,
+            )
+        self._line[trial] = line
+        self._prefix_max.append(max(self._prefix_max[-1], trial))
+
+
+_REPEATED = "delete the repeated line"
+_SWAPPED = "put the lines back in the order zeus-run appended them (by each line's `ended_at`)"
+
+
+def _misplaced(label: str, index: int, why: str, mend: str) -> HistoryError:
+    return HistoryError(
+        f"{label}: line {index + 1} is out of place ({why}). The history is damaged; restore it from a backup, "
+        f"or {mend}; `zeus-run replay` on the run directory checks the result. zeus-run appends nothing to it until then."
     )
 
 

@@ -36,11 +36,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from zeus_run import _fs
+from zeus_run.errors import RunDirBusy
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
+from zeus_run.rundir.lock import DEAD_HOLDER_WAIT, holder_role
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ JOINS_NAME = "joins"
 _CLAIMED = ".claimed.json"
 #: Seconds between two looks of a joiner at its request, the history and the holder's lock.
 POLL_S = 0.2
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,40 @@ def _read(path: Path) -> JoinRequest | None:
 
 
 # -- the joiner's side ---------------------------------------------------------------------
+
+
+def hold_or_join(take: Callable[[], T], run_dir: Path, wait: float = DEAD_HOLDER_WAIT) -> T | None:
+    """Take the run directory for a trigger that may join (``take``: lock it as a launcher), or None: a launcher
+    holds it, so join it.
+
+    Two triggers fired at once on a fresh run directory: one takes the lock and names itself in
+    ``.lock`` a moment later. Until the name is there, the other cannot tell a launcher (to join) from a
+    brief holder (an ask or a tell, to wait for), so it waits, for at most ``wait`` seconds, while the
+    lock is held by no launcher it can name: the holder names itself (a launcher: join it), or lets go
+    (take it).
+
+    Raises:
+        RunDirBusy: Held by a brief holder, or by one that never named itself, past ``wait``.
+    """
+    deadline = time.monotonic() + wait
+    told = False
+    while True:
+        try:
+            return take()
+        except RunDirBusy:
+            role = holder_role(run_dir)
+            if role == "run":
+                return None
+            if time.monotonic() > deadline:
+                raise
+            if not told:
+                logger.info(
+                    "%s is held by %s; waiting for a launcher to join, or for the run directory",
+                    run_dir,
+                    "a holder that has not named itself yet" if role is None else f"a zeus-run {role}",
+                )
+                told = True
+        time.sleep(POLL_S / 4)
 
 
 def request(run_dir: Path, recurrences: int, triggered_at: str) -> JoinRequest:

@@ -168,6 +168,16 @@ def launcher_holds(path: Path) -> bool:
     return bool(words) and words[3:4] in ([], ["run"])
 
 
+def holder_role(path: Path) -> str | None:
+    """The role of the holder ``.lock`` names (``run`` for a launcher, or a brief role); None when it names
+    no one, or a process of this host that is gone: the holder has not written its name yet (it does so just
+    after it takes the lock) or the name is the last holder's."""
+    words = _holder_words(path)
+    if not words or _holder_dead(words):
+        return None
+    return words[3] if len(words) > 3 else "run"
+
+
 def _holder_words(path: Path) -> list[str]:
     """``.lock``'s words: pid, host, since, and the role (absent: a launcher)."""
     try:

@@ -360,6 +360,7 @@ def request_of(marker: RunningMarker, spec: JobSpec) -> TrialRequest:
         probe=marker.probe,
         horizon=marker.horizon,
         curve_stop=marker.curve_stop,
+        lifetime=marker.lifetime,
     )
 
 
@@ -416,5 +417,6 @@ def marker_fields(marker: RunningMarker) -> dict[str, Any]:
         "started_at": marker.started_at,
         "log": f"trials/{TrialFiles.dir_name(marker.recurrence, marker.attempt)}/{TrialFiles.OUTPUT}",
         "horizon": marker.horizon,
+        "lifetime": marker.lifetime,
         **marker.stamp(),
     }

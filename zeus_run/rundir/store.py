@@ -100,7 +100,15 @@ class RunDir:
             ) from exc
         _refuse_world_writable(p)
         lock_fd = _lock_waiting(p, wait)
+        info_fd = -1
         try:
+            # NOTE: the name first: until it is written, another process that finds the directory held cannot
+            # tell a launcher (which a --next trigger joins, `zeus_run.rundir.joins`) from a brief holder.
+            try:
+                info_fd = _write_holder(p, role)
+            except RunDirError:
+                refuse_links(p, scan=scan_trials)  # names every entry it cannot write safely, .lock among them
+                raise
             refuse_links(p, scan=scan_trials)
             try:
                 _fs.make_dir(p / TRIALS_NAME)
@@ -110,8 +118,9 @@ class RunDir:
                 check_writable(p)
             else:  # a brief holder writes a file or two at once, and each write that fails says which and why
                 check_free(p)
-            info_fd = _write_holder(p, role)
         except BaseException:
+            if info_fd >= 0:
+                os.close(info_fd)
             os.close(lock_fd)
             raise
         return cls(p, lock_fd, info_fd)

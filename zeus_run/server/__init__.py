@@ -6,8 +6,11 @@ optional extra (``pip install 'zeus-run[server]'``: FastAPI and uvicorn);
 the client (`zeus_run.remote`) is standard library only.
 
 * `_root`: the root directory, job names, one server per root;
-* `_security`: the bearer token and where the server may listen;
-* `_gate`: token check, body limit and access log for every request;
+* `_security`: the operator's token (kept in the root without ``--token-file``) and where the server may listen;
+* `_tokens` and `_access`: the jobs' own tokens (hashes only) and what each may reach;
+* `_gate`: who is asking, body limit and access log for every request;
+* `_logs`: log lines with control characters escaped and no token;
+* `_limits` and `_protocol`: physical bounds on values; header and body deadlines and a cap on connections;
 * `_models` and `_errors`: request/response bodies and 4xx answers;
 * `_jobs`: the jobs, over `zeus_run.asktell`;
 * `_app`: the routes; `_serve`: the foreground process.

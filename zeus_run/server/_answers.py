@@ -36,6 +36,12 @@ class AskAnswer(_Open):
     expires_at: float = Field(description="When the lease runs out unless renewed (Unix time, unit: s).")
     run_dir: str = Field(description="The job's run directory, relative to the server's root.")
     trial_dir: str = Field(description="The trial's directory, relative to the server's root.")
+    command: list[str] = Field(
+        description="The spec's command for this trial, in the job's terms: `{python}` and `{log_dir}` where the "
+        "client fills in its own interpreter and directory (zeus_run.remote does)."
+    )
+    env: dict[str, str] = Field(description="The ZEUS_* contract for the trial, without the server's file paths.")
+    workdir: str | None = Field(default=None, description="Always null: the client runs where it is.")
 
 
 class TrialRecord(_Open):
@@ -63,3 +69,10 @@ class Registered(BaseModel):
     spec: dict[str, Any] = Field(description="The resolved spec (every default filled in).")
     created: bool = Field(description="The job is new.")
     changed: list[str] = Field(description="Settings this spec changed and that now apply (empty: none).")
+    job_token: str | None = Field(
+        default=None,
+        description="The job's own token, made by this registration (the operator's, for a job without one): "
+        "shown only here; give it to the job's pods (ZEUS_SERVER_TOKEN). null: the job has a token already "
+        "(`zeus-run serve tokens rotate` makes a new one).",
+    )
+    token_id: str | None = Field(default=None, description="The short id of the job's token (as logs name it).")

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Header, Path, Response
+from fastapi import FastAPI, Header, Path, Request, Response
 
 from zeus_run import __version__
 from zeus_run.remote import API_PREFIX, HEALTH_PATH, OPENAPI_PATH
 from zeus_run.server import _docs, _errors, _zeus_compat
+from zeus_run.server._access import caller
 from zeus_run.server._answers import AskAnswer, Registered, TrialRecord
 from zeus_run.server._gate import DEFAULT_MAX_BODY, Gate
 from zeus_run.server._jobs import JobService
@@ -50,7 +51,9 @@ KEY = Header(
     description="A key of your choice (a UUID) for this request; send the same key to retry it. A retry of a "
     "request that was applied gets its answer again; the same key with another body is 409 key_reused.",
 )
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 409, 410, 413, 422)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 413, 422)
+}
 
 
 def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY, fast_lane: bool = True) -> Gate:
@@ -64,7 +67,8 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         title="zeus-run batch-size server",
         version=__version__,
         description="The network front of zeus-run's ask/tell engine: one run directory per job under the "
-        "server's root. Every path but /v1/health needs 'Authorization: Bearer TOKEN'.",
+        "server's root. Every path but /v1/health needs 'Authorization: Bearer TOKEN': the job's own token "
+        "(it acts on that job only; 403 elsewhere) or the operator's (every job).",
         openapi_url=OPENAPI_PATH,
         docs_url=None,
         redoc_url=None,
@@ -88,20 +92,34 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return Health(status="ok", version=__version__)
 
     @app.get(f"{v1}/jobs", response_model=Jobs)
-    async def list_jobs() -> Jobs:
-        """The jobs (run directories) under the root."""
-        return Jobs(jobs=await service.run(None, service.jobs))
+    async def list_jobs(request: Request) -> Jobs:
+        """The jobs (run directories) under the root; a job token sees only its own job."""
+        jobs = await service.run(None, service.jobs)
+        who = caller(request.scope)
+        return Jobs(jobs=jobs if who is None else [j for j in jobs if j == who.job])
 
     @app.put(f"{v1}/jobs/{{job}}", response_model=Registered)
-    async def register(body: RegisterJob, job: str = JOB) -> Response:
+    async def register(request: Request, body: RegisterJob, job: str = JOB) -> Response:
         """Register a job from its spec, validated as `zeus-run check` does; the same spec again is a no-op.
+
+        With the operator's token, a job that has no token yet gets one: `job_token` in the answer, shown only
+        there. A job's own token may re-register its job (a new job needs the operator's token, or a token made
+        for its name with `zeus-run serve tokens rotate`).
 
         A changed spec is applied where `zeus-run run` would resume the job with it (`recurrences`, `lease`,
         `command`, `accounting`, `export` ...; `changed` lists them), and refused (409 spec_conflict, naming
         the fields) where `run` would need --force. Files the spec names must lie inside the job's run
-        directory or an --allow-path directory (else 422 path_not_allowed).
+        directory or an --allow-path directory (else 422 path_not_allowed); an accounting series must be one.
         """
-        return _json(await service.run(job, lambda: service.register(job, body.spec)))
+        operator = caller(request.scope) is None
+        return _json(await service.run(job, lambda: service.register(job, body.spec, operator)))
+
+    @app.delete(f"{v1}/jobs/{{job}}", status_code=204)
+    async def delete_job(job: str = JOB) -> Response:
+        """Delete a job (the operator's token only): its run directory moves to ROOT/.deleted/ (the history is
+        kept, the name is free again) and its token is revoked. 409 busy while trials are in flight."""
+        await service.run(job, lambda: service.delete(job))
+        return Response(status_code=204)
 
     @app.post(f"{v1}/jobs/{{job}}/trials", response_model=AskAnswer)
     async def ask(body: AskRequest | None = None, job: str = JOB, key: str | None = KEY) -> Response:
@@ -149,7 +167,7 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return History(job=job, records=await service.run(None, lambda: service.history(job)))
 
     _zeus_compat.install(app, service)  # Zeus 0.16's batch-size protocol under /zeus/<token>/
-    return Gate(app, token, max_body, lane=FastLane(calls) if fast_lane else None)
+    return Gate(app, token, max_body, lane=FastLane(calls) if fast_lane else None, tokens=service.tokens)
 
 
 def _answer(content: bytes) -> Response:

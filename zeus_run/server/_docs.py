@@ -29,7 +29,8 @@ def install(app: FastAPI) -> None:
                 BEARER: {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "The server's token (--token-file, or ROOT/.serve.token): ZEUS_SERVER_TOKEN.",
+                    "description": "The job's own token (it acts on that job only), or the operator's (--token-file, or "
+                    "ROOT/.serve.token): ZEUS_SERVER_TOKEN.",
                 }
             }
             schema["security"] = [{BEARER: []}]

@@ -32,6 +32,7 @@ from zeus_run.errors import (
     UsageError,
     ZeusRunError,
 )
+from zeus_run.server._logs import scrub
 from zeus_run.server._public import Publisher, redact
 from zeus_run.server._root import JOB_NAME_RULE as _JOB_RULE
 from zeus_run.server._root import JobNameError
@@ -124,7 +125,8 @@ def refused(method: str, path: str, exc: ApiError | ZeusRunError, publisher: Pub
         response = library_answer(exc, publisher)
     if refusals.isEnabledFor(logging.INFO):
         body = bytes(response.body).decode("utf-8", "replace")
-        refusals.info("%s %s refused: %d %s", method, redact(path), response.status_code, body[:300])
+        # NOTE: a refusal's text may name the trial's token (unknown, already told): cut to a short id
+        refusals.info("%s %s refused: %d %s", method, redact(path), response.status_code, scrub(body[:300]))
     return response
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,8 +37,11 @@ from zeus_run.rundir.lock import WouldWait, first_lock_without_waiting
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server import _faults, _register
 from zeus_run.server._errors import ApiError
+from zeus_run.server._limits import check_energy
 from zeus_run.server._models import EpochReport, Fail, Finish, Meter, ReportAnswer
-from zeus_run.server._root import ServerRoot
+from zeus_run.server._public import job_terms
+from zeus_run.server._root import DELETED_NAME, ServerRoot
+from zeus_run.server._tokens import TokenStore
 
 if TYPE_CHECKING:
     from zeus_run import asktell
@@ -66,6 +70,7 @@ class JobService:
         self.root = root
         self.workers = workers
         self.allowed = tuple(allowed)
+        self.tokens = TokenStore(root.path)
         self._turns: dict[str, asyncio.Lock] = {}  # used on the event loop's thread only
         self._limiters: tuple[anyio.CapacityLimiter, anyio.CapacityLimiter] | None = None
 
@@ -104,11 +109,42 @@ class JobService:
     def jobs(self) -> list[str]:
         return [name for name in self.root.jobs() if (self.root.path / name / SPEC_NAME).is_file()]
 
-    def register(self, name: str, spec_doc: str | dict[str, Any]) -> dict[str, Any]:
-        """Validate ``spec_doc`` and make, keep or update the job's run directory (`zeus_run.server._register`)."""
+    def register(self, name: str, spec_doc: str | dict[str, Any], operator: bool = True) -> dict[str, Any]:
+        """Validate ``spec_doc`` and make, keep or update the job's run directory (`zeus_run.server._register`).
+
+        Args:
+            operator: The operator registers it: a job without a token gets one, in the answer (``job_token``,
+                shown only there). A job token registering its own job gets none.
+        """
         answer = _register.register(self.root.job_dir(name), name, spec_doc, self.allowed)
+        made = self.tokens.ensure(name) if operator else None
+        held = made[1] if made is not None else self.tokens.of_job(name)
+        answer["job_token"] = made[0] if made is not None else None
+        answer["token_id"] = held.id if held is not None else None
         _faults.after_effect("register")
         return answer
+
+    def delete(self, name: str) -> None:
+        """Move the job's run directory to ``ROOT/.deleted/NAME.UNIXTIME`` and revoke its token: the name is free
+        again, the history is kept. Refused (409 ``busy``) while trials are in flight."""
+        import time
+
+        from zeus_run.rundir.opener import lock
+
+        path = self._existing(name)
+        dest_dir = self.root.path / DELETED_NAME
+        with lock(path, "delete") as rd:
+            asks = [m for m in rd.running_trials() or [] if m.asked]
+            if asks:
+                raise ApiError(
+                    409,
+                    f"Job {name!r} has {len(asks)} trial(s) in flight; nothing was deleted. Let them end (or "
+                    "their lease expire) and delete it then.",
+                    "busy",
+                )
+            dest_dir.mkdir(exist_ok=True)
+            os.rename(path, dest_dir / f"{name}.{int(time.time())}")
+        self.tokens.revoke(name)
 
     def history(self, name: str) -> list[dict[str, Any]]:
         from zeus_run.rundir.history import read_history
@@ -127,7 +163,7 @@ class JobService:
         path = self._existing(name)
         decision = asktell.ask(path, host=host, key=key, plan=False)  # no plan.json: a server's client runs the trial
         _faults.after_effect("ask")
-        return decision.to_json()
+        return job_terms(decision.to_json())
 
     def heartbeat(self, name: str, token: str) -> float:
         from zeus_run import asktell
@@ -139,6 +175,7 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
+        check_energy(path, body.time, body.energy, body.measured.max_power if body.measured else None)
         metric = float("nan") if body.metric is None else body.metric
         how = body.measured.model_dump() if body.measured is not None else None
         reason = asktell.report_epoch(
@@ -154,6 +191,7 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
+        check_energy(path, body.time, body.energy, body.measured.max_power if body.measured else None)
         measured = _measured(body.time, body.energy, body.measured)
         if measured is not None:  # measured by the client, through zeus-run's energy sources
             record = asktell.tell(path, token, exit_code=body.exit_code, measured=measured, key=key, compact=True)
@@ -168,6 +206,7 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
+        check_energy(path, body.time, body.energy, body.measured.max_power if body.measured else None)
         measured = _measured(body.time, body.energy, body.measured)
         record = asktell.tell(
             path, token, exit_code=body.exit_code, message=body.message, measured=measured, key=key, compact=True
@@ -201,4 +240,4 @@ def _measured(time: float | None, energy: float | None, meter: Meter | None) -> 
 
     if meter is None or time is None or energy is None:
         return None
-    return asktell.Measured(time, energy, meter.source, meter.estimated, meter.method, meter.max_power)
+    return asktell.Measured(time, energy, meter.source, meter.estimated, meter.method, meter.max_power, meter.window)

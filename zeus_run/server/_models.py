@@ -1,7 +1,11 @@
-"""The server's request and response bodies (pydantic; unknown fields refused, ranges checked).
+"""The server's request and response bodies (pydantic; unknown fields refused, types strict, ranges checked).
 
 The OpenAPI schema at ``/v1/openapi.json`` is generated from these. A request
 that breaks them gets a 4xx naming the field (`zeus_run.server._errors`).
+Types are strict: an epoch is a JSON integer (``"1"``, ``1.0`` and ``true``
+are 422), a number is a JSON number (an integer is one). Times and energies
+are finite and bounded (`zeus_run.server._limits`; an energy is checked
+against the job's power once its job is known).
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from zeus_run.server._limits import MAX_ENERGY_J, MAX_TIME_S
+
 #: Largest epoch number a report may carry.
 MAX_EPOCH = 1_000_000
 MAX_MESSAGE = 2000
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class RegisterJob(_Request):
@@ -42,6 +48,11 @@ class Meter(_Request):
     method: str | None = Field(default=None, max_length=40, description="e.g. counter, watts-x-cpu-time.")
     estimated: bool = Field(default=True, description="Whether the energy is an estimate.")
     max_power: float = Field(gt=0, le=1e7, description="Max power the cost charges time at (unit: W).")
+    window: dict[str, str | float] | None = Field(
+        default=None,
+        description="The span measured (the record's `window`): `by`, `from`, and the start-up charged before "
+        "the meter could read (`extended_s`, `extended_j`, `extended_at`).",
+    )
 
 
 class EpochReport(_Request):
@@ -49,8 +60,10 @@ class EpochReport(_Request):
 
     epoch: int = Field(ge=1, le=MAX_EPOCH, description="1-based epoch number.")
     metric: float | None = Field(description="Validation metric after this epoch; null if it is not a number.")
-    time: float | None = Field(default=None, ge=0, description="Training time since it began (unit: s).")
-    energy: float | None = Field(default=None, ge=0, description="Energy since training began (unit: J).")
+    time: float | None = Field(default=None, ge=0, le=MAX_TIME_S, description="Training time since it began (unit: s).")
+    energy: float | None = Field(
+        default=None, ge=0, le=MAX_ENERGY_J, description="Energy since training began (unit: J)."
+    )
     measured: Meter | None = Field(default=None, description="How the energy was measured (said once is enough).")
 
 
@@ -61,8 +74,8 @@ class Heartbeat(_Request):
 class Finish(_Request):
     """The trial ended (``POST .../trials/{token}/finish``)."""
 
-    time: float | None = Field(default=None, ge=0, description="Training time, if measured (unit: s).")
-    energy: float | None = Field(default=None, ge=0, description="Energy, if measured (unit: J).")
+    time: float | None = Field(default=None, ge=0, le=MAX_TIME_S, description="Training time, if measured (unit: s).")
+    energy: float | None = Field(default=None, ge=0, le=MAX_ENERGY_J, description="Energy, if measured (unit: J).")
     exit_code: int = Field(default=0, ge=-255, le=255, description="The training process's exit code.")
     measured: Meter | None = Field(default=None, description="How the energy was measured (null: told by hand).")
 
@@ -72,8 +85,8 @@ class Fail(_Request):
 
     message: str = Field(min_length=1, max_length=MAX_MESSAGE, description="Why, in one line (e.g. the error).")
     exit_code: int = Field(default=1, ge=-255, le=255, description="The training process's exit code.")
-    time: float | None = Field(default=None, ge=0, description="Training time, if measured (unit: s).")
-    energy: float | None = Field(default=None, ge=0, description="Energy, if measured (unit: J).")
+    time: float | None = Field(default=None, ge=0, le=MAX_TIME_S, description="Training time, if measured (unit: s).")
+    energy: float | None = Field(default=None, ge=0, le=MAX_ENERGY_J, description="Energy, if measured (unit: J).")
     measured: Meter | None = Field(default=None, description="How the energy was measured.")
 
 

@@ -17,6 +17,12 @@ its answer would tell a client which files exist). Checked:
 
 ``workdir`` is not checked: it does not apply on the server (the client runs
 the script where it is).
+
+An accounting series must also be one (`check_series`): a CSV of
+``timestamp,value`` rows, read at registration, and never one of the files
+zeus-run keeps in the job (``history.jsonl``, ``spec.yaml``, ``running.json``,
+a trial's files), whose lines the operator's ``history`` would then try to
+read as rates.
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ from typing import Any
 from zeus_run.server._errors import ApiError
 
 _SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".ipynb")
+#: What zeus-run itself keeps in a run directory (top level); with ``trials/`` and hidden files, no spec may
+#: name them as its own input.
+_JOB_FILES = frozenset({"history.jsonl", "spec.yaml", "running.json", "trials", "report.html"})
+#: Largest accounting series read at registration (unit: bytes).
+MAX_SERIES_BYTES = 64 << 20
 
 
 def check_paths(spec: Mapping[str, Any], job_dir: Path, allowed: Sequence[Path] = ()) -> None:
@@ -112,3 +123,46 @@ def _local_store(uri: str) -> str | None:
     if uri.startswith("file:"):
         return uri.removeprefix("file:")
     return uri if "://" not in uri else None
+
+
+def check_series(spec: Mapping[str, Any], job_dir: Path) -> None:
+    """Refuse an accounting series that is one of the job's own files or is no ``timestamp,value`` CSV (run after
+    `check_paths`: the files are inside the job or an allowed directory, reached without links).
+
+    Raises:
+        ApiError: 422 ``invalid_field`` naming the field.
+    """
+    from zeus_run.accounting import AccountingError, read_series
+
+    accounting = _section(spec, "accounting")
+    for name in ("carbon_g_per_kwh", "price_per_kwh"):
+        value = accounting.get(name)
+        if not isinstance(value, str):
+            continue
+        field = f"body.spec.accounting.{name}"
+        full = Path(os.path.normpath(value if os.path.isabs(value) else job_dir / value))
+        inside = full == job_dir or job_dir in full.parents
+        parts = full.relative_to(job_dir).parts if inside else ()
+        if inside and (not parts or parts[0] in _JOB_FILES or any(p.startswith(".") for p in parts)):
+            raise ApiError(
+                422,
+                f"accounting.{name} = {value[:200]!r} is one of the files zeus-run keeps in the job, not a rate "
+                "series. Name a CSV of timestamp,value rows of your own.",
+                "invalid_field",
+                field,
+            )
+        try:
+            size = os.stat(full).st_size
+        except OSError:
+            size = 0  # read_series names it as missing
+        if size > MAX_SERIES_BYTES:
+            raise ApiError(
+                422,
+                f"accounting.{name} = {value[:200]!r} is larger than {MAX_SERIES_BYTES >> 20} MiB: not a rate series.",
+                "invalid_field",
+                field,
+            )
+        try:
+            read_series(full, shown=value[:200])
+        except AccountingError as exc:
+            raise ApiError(422, str(exc), "invalid_field", field) from None

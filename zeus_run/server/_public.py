@@ -4,8 +4,9 @@ The library speaks to a shell user: it names absolute paths and the CLI's exit
 codes. A remote client knows neither, so every answer and error text passes
 through `Publisher`: paths under the root become job-relative
 (``demo/trials/r0001-t01``), other absolute paths are cut to their last part,
-and ``(exit code N)`` and the CLI's hints go. `redact` keeps trial tokens out
-of the log.
+and ``(exit code N)`` and the CLI's hints go. `job_terms` takes the server's
+interpreter and directories out of an ask's answer. `redact` keeps trial
+tokens out of the log.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
+
+from zeus_run.contract import Env
 
 _EXIT_CODE = re.compile(r"\s*\(exit code -?\d+\)")
 _QUOTED_PATH = re.compile(r"'(/[^'\n]*)'")
@@ -64,3 +69,33 @@ def redact(path: str) -> str:
     """A request path for the log: a trial token cut to a short id, a ``/zeus/<token>`` prefix hidden."""
     path = _SERVER_TOKEN.sub("/zeus/***", path)
     return _TRIAL_TOKEN.sub(lambda m: f"{m.group(1)}{m.group(2)[:SHORT_ID]}~", path)
+
+
+#: The placeholders an ask's ``command`` keeps for the client to fill in (`zeus_run.remote.ServerClient.ask`):
+#: its own interpreter and its own directory.
+PYTHON_PLACEHOLDER = "{python}"
+LOG_DIR_PLACEHOLDER = "{log_dir}"
+#: The contract's variables that name files of the server's run directory: a server's client reports over
+#: HTTP (ZEUS_SERVER), so an ask's answer leaves them out.
+_SERVER_FILES = frozenset({Env.LOG_DIR, Env.EVENT_LOG, Env.STOP_FILE, Env.RUN_DIR, Env.HEARTBEAT, Env.PROFILE_STOP})
+
+
+def job_terms(ask: dict[str, Any]) -> dict[str, Any]:
+    """An ask's answer (`zeus_run.asktell.Ask.to_json`) in the job's terms, not the server's: no ``workdir``
+    (the client runs where it is), the server's interpreter in ``command`` back to ``{python}`` and the trial's
+    directory to ``{log_dir}`` (the client fills both in), and no variable naming the server's files."""
+    subs = [(shlex.quote(sys.executable), PYTHON_PLACEHOLDER), (sys.executable, PYTHON_PLACEHOLDER)]
+    trial_dir = str(ask.get("trial_dir") or "")
+    if trial_dir:
+        subs = [(shlex.quote(trial_dir), LOG_DIR_PLACEHOLDER), (trial_dir, LOG_DIR_PLACEHOLDER), *subs]
+
+    def fill(text: str) -> str:
+        for old, new in subs:
+            if old in text:
+                text = text.replace(old, new)
+        return text
+
+    ask["command"] = [fill(a) for a in ask.get("command") or ()]
+    ask["env"] = {k: fill(v) for k, v in (ask.get("env") or {}).items() if k not in _SERVER_FILES}
+    ask["workdir"] = None
+    return ask

@@ -27,7 +27,7 @@ from zeus_run.rundir.opener import lock
 from zeus_run.rundir.resume import compatibility, keep_recorded_revision
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
-from zeus_run.server._paths import check_paths
+from zeus_run.server._paths import check_paths, check_series
 from zeus_run.spec import parse_spec
 from zeus_run.spec._yaml import YamlLimitError, load_yaml
 
@@ -53,7 +53,9 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
 
     spec_doc = with_command(spec_doc)  # the server launches nothing: `command` may be left out
     text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
-    check_paths(_settings(spec_doc), path, allowed)  # first: validation would look for the files
+    settings = _settings(spec_doc)
+    check_paths(settings, path, allowed)  # first: validation would look for the files
+    check_series(settings, path)
     # SpecError: the same problems, in the same words, as `zeus-run check`; relative paths start at the job
     spec = parse_spec(text, source=path / SPEC_NAME)
     if spec.name != name:

@@ -23,7 +23,10 @@ from zeus_run import _fs
 from zeus_run.errors import RunDirBusy, UsageError
 
 LOCK_NAME = ".serve.lock"
-#: Token file the server writes when started without ``--token-file`` (loopback only).
+#: Where a deleted job's run directory goes (hidden: not a job).
+DELETED_NAME = ".deleted"
+#: The operator's token the server makes when started without ``--token-file`` (loopback only), kept across
+#: restarts.
 LOCAL_TOKEN_NAME = ".serve.token"
 MAX_JOB_NAME = 100
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

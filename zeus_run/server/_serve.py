@@ -22,15 +22,18 @@ from pathlib import Path
 
 from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.remote import DEFAULT_PORT
+from zeus_run.server import _logs
 from zeus_run.server._gate import DEFAULT_MAX_BODY
+from zeus_run.server._limits import MAX_CONNECTIONS
 from zeus_run.server._listener import Balance, Listener
 from zeus_run.server._root import LOCAL_TOKEN_NAME, ServerRoot
 from zeus_run.server._security import check_bind, local_token, read_token_file
 
 logger = logging.getLogger(__name__)
 
-#: Most requests handled at once; more wait in the kernel's queue (uvicorn answers 503 past it).
-MAX_CONCURRENT = 512
+#: Most requests handled at once (uvicorn answers 503 past it); above `MAX_CONNECTIONS`, so that a connection the
+#: server keeps is never answered 503 for the number of connections alone.
+MAX_CONCURRENT = MAX_CONNECTIONS + 12
 #: How long an idle kept-alive connection stays open (unit: s).
 KEEP_ALIVE_S = 30
 
@@ -70,6 +73,7 @@ def serve(settings: ServeSettings) -> None:
 
     from zeus_run.server._app import create_app
     from zeus_run.server._jobs import JobService
+    from zeus_run.server._protocol import GuardedProtocol
     from zeus_run.server._uvicorn import QuietServer, catch_early_signals
 
     check_bind(settings.host, settings.token_file is not None)
@@ -77,8 +81,13 @@ def serve(settings: ServeSettings) -> None:
     root = ServerRoot(settings.root)
     try:
         if token is None:
-            token, where = local_token(root.path, LOCAL_TOKEN_NAME)
-            logger.info("no --token-file: loopback only; clients read the token from %s", where)
+            token, where, made = local_token(root.path, LOCAL_TOKEN_NAME)
+            logger.info(
+                "no --token-file: loopback only; the operator's token is in %s (%s; kept across restarts)",
+                where,
+                "made now" if made else "the one made before",
+            )
+        _logs.install(("zeus_run", "uvicorn"), secrets=(token,))
         try:
             sock = _bind(settings.host, settings.port)
         except OSError as exc:
@@ -102,6 +111,7 @@ def serve(settings: ServeSettings) -> None:
                 lifespan="off",
                 limit_concurrency=MAX_CONCURRENT,
                 timeout_keep_alive=KEEP_ALIVE_S,
+                http=GuardedProtocol,  # header and body deadlines, a cap on connections (`_protocol`)
                 server_header=False,
                 # asyncio's accept, never uvloop's (taken by 'auto' where installed): the workers' sharing is asyncio's
                 # accept (`_listener`), and uvloop's listen kept backlog=1 as the kernel's queue (bursts were reset).

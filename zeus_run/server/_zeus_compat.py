@@ -3,21 +3,26 @@
 A training script written for Zeus's server calls
 ``zeus.optimizer.batch_size.client.BatchSizeOptimizer(monitor, server_url, job)``.
 With ``server_url = "http://HOST:PORT/zeus/<token>"`` it talks to this module
-instead (Zeus's client sends no header, so the bearer token is the path's
-first segment; `zeus_run.server._gate.strip_token` takes it off before
-anything logs the path). Each route maps onto the server's own calls
+instead (Zeus's client sends no header, so the token is the path's first
+segment; `zeus_run.server._gate.strip_token` takes it off before anything
+logs the path). The token is the job's own (`zeus_run.server._tokens`): it
+registers, asks, reports and ends trials of that job only (403 for any
+other ``job_id``); the operator's token may do all that for any job, and
+alone may delete one. Each route maps onto the server's own calls
 (`JobService`), so there is no second decision path:
 
 * ``POST /jobs`` (``JobSpecFromClient``): register the job ``job_id`` with the
   spec `spec_document` makes of it (201; 200 for the same spec again; 409 for
-  a conflicting one);
+  a conflicting one); registered with the operator's token, a job without a
+  token gets one, in the answer's ``job_token`` (Zeus's client ignores it);
 * ``GET /jobs/batch_size?job_id=``: an ask; the trial number is its ``trial`` + 1;
 * ``POST /report`` (``TrainingResult``): an epoch report with the client's time
   and energy; when the answer is to stop, the trial is told with them at once
   (Zeus's client tells nothing after a stop);
 * ``PATCH /trials`` (``TrialId``, sent when the client's process exits): a
   trial not yet told is told as failed (Zeus: ``Failed``); a told one stays;
-* ``DELETE /jobs?job_id=``: the run directory moves to ``ROOT/.deleted/``.
+* ``DELETE /jobs?job_id=`` (the operator's token only): the run directory moves to ``ROOT/.deleted/`` and
+  the job's token is revoked.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import contextlib
 import os
 import secrets
 import threading
-import time
 from typing import Any, overload
 
 from fastapi import FastAPI, Query, Request, Response
@@ -37,11 +41,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from zeus_run.contract import StopReason
 from zeus_run.errors import AlreadyTold, LeaseExpired
 from zeus_run.rundir.history import HISTORY_NAME, read_history
-from zeus_run.rundir.opener import lock
 from zeus_run.rundir.store import SPEC_NAME, read_running
+from zeus_run.server._access import allow, caller, operator_only
 from zeus_run.server._errors import ApiError
 from zeus_run.server._gate import ZEUS_PREFIX
 from zeus_run.server._jobs import JobService
+from zeus_run.server._limits import MAX_ENERGY_J, MAX_TIME_S
 from zeus_run.server._models import MAX_EPOCH, EpochReport, Fail, Finish
 from zeus_run.server._specdoc import NO_COMMAND
 from zeus_run.spec._model import MAX_CONCURRENCY
@@ -49,8 +54,6 @@ from zeus_run.spec._model import MAX_CONCURRENCY
 #: Lease of a Zeus client's trial (unit: s). Its client renews it only by reporting an epoch, so the
 #: lease must outlast the longest epoch (and the start-up before the first); Zeus's own server has none.
 ZEUS_LEASE = 24 * 3600.0
-#: Where ``DELETE /jobs`` moves a job's run directory (hidden: not a job).
-DELETED_NAME = ".deleted"
 #: Trial tokens remembered per process (more: looked up in ``running.json``).
 _MAX_TOKENS = 4096
 
@@ -90,17 +93,17 @@ class ZeusTrialId(_ZeusBody):
     """Zeus's ``TrialId``: one trial of a job."""
 
     job_id: str
-    batch_size: int
-    trial_number: int = Field(ge=1)
+    batch_size: int = Field(strict=True)
+    trial_number: int = Field(ge=1, strict=True)
 
 
 class ZeusTrainingResult(ZeusTrialId):
     """Zeus's ``TrainingResult``: the trial so far, after ``current_epoch`` epochs."""
 
-    time: float = Field(ge=0, description="Training time so far (unit: s).")
-    energy: float = Field(ge=0, description="Energy so far (unit: J).")
+    time: float = Field(ge=0, le=MAX_TIME_S, description="Training time so far (unit: s).")
+    energy: float = Field(ge=0, le=MAX_ENERGY_J, description="Energy so far (unit: J).")
     metric: float
-    current_epoch: int = Field(ge=1, le=MAX_EPOCH)
+    current_epoch: int = Field(ge=1, le=MAX_EPOCH, strict=True)
 
 
 class ZeusReportResponse(BaseModel):
@@ -158,8 +161,9 @@ class ZeusProtocol:
         self._lock = threading.Lock()
 
     # -- the calls (blocking: run on the service's workers, in the job's turn) -----------------------------------
-    def register(self, job: ZeusJobSpec) -> tuple[dict[str, Any], bool]:
-        """Register the job; returns Zeus's answer (the job with its ``job_id``) and whether it is new."""
+    def register(self, job: ZeusJobSpec, operator: bool = True) -> tuple[dict[str, Any], bool]:
+        """Register the job; returns Zeus's answer (the job with its ``job_id``, and ``job_token`` when the
+        operator registered a job without one) and whether it is new."""
         name = job.job_id
         if name is None:  # as Zeus: a fresh job per registration without an id
             while True:
@@ -175,8 +179,11 @@ class ZeusProtocol:
                 "body.job_id",
             )
         new = not (self.service.root.job_dir(name) / SPEC_NAME).is_file()
-        self.service.register(name, spec_document(job, name))
-        return {**job.model_dump(), "job_id": name}, new
+        registered = self.service.register(name, spec_document(job, name), operator=operator)
+        answer = {**job.model_dump(), "job_id": name}
+        if registered["job_token"] is not None:
+            answer["job_token"] = registered["job_token"]
+        return answer, new
 
     def ask(self, name: str, host: str | None) -> dict[str, Any]:
         decision = self.service.ask(name, host)
@@ -223,21 +230,10 @@ class ZeusProtocol:
         self._forget(trial.job_id, trial.trial_number)
 
     def delete(self, name: str) -> None:
-        """Move the job's run directory to ``ROOT/.deleted/NAME.UNIXTIME``: Zeus forgets a deleted job, zeus-run
-        keeps its history (the name is free again)."""
-        path = self._job(name)
-        dest_dir = self.service.root.path / DELETED_NAME
-        with lock(path, "delete") as rd:
-            asks = [m for m in rd.running_trials() or [] if m.asked]
-            if asks:
-                raise ApiError(
-                    409,
-                    f"Job {name!r} has {len(asks)} trial(s) in flight; nothing was deleted. Let them end (or "
-                    "their lease expire) and delete it then.",
-                    "busy",
-                )
-            dest_dir.mkdir(exist_ok=True)
-            os.rename(path, dest_dir / f"{name}.{int(time.time())}")
+        """Move the job's run directory to ``ROOT/.deleted/NAME.UNIXTIME`` (`JobService.delete`): Zeus forgets a
+        deleted job, zeus-run keeps its history (the name is free again)."""
+        self._job(name)
+        self.service.delete(name)
         with self._lock:
             for key in [k for k in self._tokens if k[0] == name]:
                 del self._tokens[key]
@@ -311,24 +307,30 @@ def install(app: FastAPI, service: JobService) -> None:
     hidden: dict[str, Any] = {"include_in_schema": False}
 
     @app.post(f"{ZEUS_PREFIX}/jobs", **hidden)
-    async def zeus_register(body: ZeusJobSpec) -> Response:
+    async def zeus_register(request: Request, body: ZeusJobSpec) -> Response:
+        allow(request.scope, body.job_id)  # a job token registers its own job, by its name
         name = body.job_id or body.job_id_prefix
-        answer, new = await service.run(name, lambda: zeus.register(body))
+        operator = caller(request.scope) is None
+        answer, new = await service.run(name, lambda: zeus.register(body, operator))
         return JSONResponse(answer, status_code=201 if new else 200)
 
     @app.get(f"{ZEUS_PREFIX}/jobs/batch_size", **hidden)
     async def zeus_batch_size(request: Request, job_id: str = Query()) -> dict[str, Any]:
+        allow(request.scope, job_id)
         host = request.client.host if request.client else None
         return await service.run(job_id, lambda: zeus.ask(job_id, host))
 
     @app.post(f"{ZEUS_PREFIX}/report", response_model=ZeusReportResponse, **hidden)
-    async def zeus_report(body: ZeusTrainingResult) -> ZeusReportResponse:
+    async def zeus_report(request: Request, body: ZeusTrainingResult) -> ZeusReportResponse:
+        allow(request.scope, body.job_id)
         return await service.run(body.job_id, lambda: zeus.report(body))
 
     @app.patch(f"{ZEUS_PREFIX}/trials", **hidden)
-    async def zeus_end(body: ZeusTrialId) -> None:
+    async def zeus_end(request: Request, body: ZeusTrialId) -> None:
+        allow(request.scope, body.job_id)
         await service.run(body.job_id, lambda: zeus.end(body))
 
     @app.delete(f"{ZEUS_PREFIX}/jobs", **hidden)
-    async def zeus_delete(job_id: str = Query()) -> None:
+    async def zeus_delete(request: Request, job_id: str = Query()) -> None:
+        operator_only(request.scope, f"delete job {job_id[:100]!r}")
         await service.run(job_id, lambda: zeus.delete(job_id))

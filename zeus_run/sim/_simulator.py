@@ -359,8 +359,7 @@ def simulate(
         max_tries: Counted tries per recurrence.
         baselines: Also compute the grid-search baseline (Default and Oracle are always computed).
         on_record: Called with each record as it is produced.
-        max_early_stops: The engine's fallback rule (`zeus_run.engine.core.Engine`); None (default)
-            keeps the paper's semantics.
+        max_early_stops: The engine's fallback rule (`zeus_run.engine.core.Engine`); None: the paper's semantics.
         concurrency: Recurrences in flight at once. Above 1 the job is always backlogged: a
             recurrence starts the moment one ends, and trials end in the order of their
             simulated time (`zeus_run.engine.concurrent.Clocked`), so each decision has seen only
@@ -370,8 +369,7 @@ def simulate(
         objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``;
             when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
             cost without the ``max-slowdown`` penalty.
-        warm: A warm start (`zeus_run.engine.warm.warm_start` of the same job's records elsewhere, e.g. a
-            simulation on another GPU); the records say so (``warm``). None: a cold start.
+        warm: A warm start (`zeus_run.engine.warm.warm_start` of the job's records elsewhere); None: cold.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.

@@ -3,6 +3,7 @@
 from zeus_run.spec._load import load_spec, parse_spec
 from zeus_run.spec._model import (
     DECISION_FIELDS,
+    DEFAULT_LIFETIME,
     DEFAULT_POLICY,
     EXECUTOR_KINDS,
     PLACEHOLDERS,
@@ -24,6 +25,7 @@ from zeus_run.spec._template import placeholder_names, substitute
 
 __all__ = [
     "DECISION_FIELDS",
+    "DEFAULT_LIFETIME",
     "DEFAULT_POLICY",
     "EXECUTOR_KINDS",
     "PLACEHOLDERS",

@@ -20,6 +20,7 @@ from zeus_run.errors import SpecError, SpecProblem, UsageError
 from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
     DEFAULT_LEASE,
+    DEFAULT_LIFETIME,
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
     MIN_LEASE,
@@ -55,6 +56,7 @@ _TOP_KEYS = (
     "objective",
     "beta",
     "recurrences",
+    "lifetime",
     "max_tries",
     "seed",
     "timeout",
@@ -198,6 +200,13 @@ class _Validator(Sections):
         recurrences = (
             None if "recurrences" in d and d["recurrences"] is None else g(d, "recurrences", "", 20, self.int_(1))
         )
+        lifetime = g(
+            d,
+            "lifetime",
+            "",
+            DEFAULT_LIFETIME,
+            self.int_(1, fix="The recurrences an open-ended job is expected to run, e.g. 100"),
+        )
         max_tries = g(d, "max_tries", "", 20, self.int_(1))
         seed = g(d, "seed", "", 123456, self.int_(0))
         timeout = g(
@@ -240,7 +249,7 @@ class _Validator(Sections):
             )
         )
 
-        self.placeholders(command, env, learning_rate)
+        self.placeholders(command, env, learning_rate, metric.path)
         if workdir is not None and "workdir" in d and not workdir.is_dir():
             self.problem(
                 "workdir",
@@ -269,6 +278,7 @@ class _Validator(Sections):
             objective=objective,
             beta=beta,
             recurrences=recurrences,
+            lifetime=lifetime,
             max_tries=max_tries,
             seed=seed,
             timeout=timeout,
@@ -430,8 +440,12 @@ class _Validator(Sections):
                 out[k] = self.text.get(f"env.{k}", str(v).lower() if isinstance(v, bool) else str(v))
         return out
 
-    def placeholders(self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None) -> None:
+    def placeholders(
+        self, command: tuple[str, ...], env: Mapping[str, str], learning_rate: float | None, metric_path: str | None
+    ) -> None:
         places = [("command", a) for a in command] + [(f"env.{k}", v) for k, v in env.items()]
+        if metric_path is not None:
+            places.append(("metric.path", metric_path))
         for field, text in places:
             if "{" in _PLACEHOLDER_RE.sub("", text) or "}" in _PLACEHOLDER_RE.sub("", text):
                 self.problem(

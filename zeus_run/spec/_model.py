@@ -55,6 +55,10 @@ ON_TARGET_ACTIONS = ("stop", "wait")
 ENERGY_BASES = ("cpu-time", "wall-time")
 #: Where trials run (``executor.kind``): `zeus_run.executors.EXECUTORS`.
 EXECUTOR_KINDS = ("local", "slurm")
+#: Recurrences an open-ended job (``recurrences: null``) is expected to live when its spec does not say
+#: (``lifetime``); records decided before lifetimes existed planned over it too.
+DEFAULT_LIFETIME = 100
+
 #: Most recurrences a spec may keep in flight at once.
 MAX_CONCURRENCY = 1024
 #: Ask/tell: default seconds an ask lives without a heartbeat or a tell, and the least allowed.
@@ -132,7 +136,8 @@ class MetricSettings:
             number, or ``regex``'s match).
         regex: Pattern with one capture group holding the metric (``regex``; ``file`` optionally).
         key: The metric's key in each JSON line (``jsonl``).
-        path: The file the script appends to (``file``; ``jsonl`` optionally), relative to ``workdir``.
+        path: The file the script appends to (``file``; ``jsonl`` optionally), relative to ``workdir``; it may hold
+            placeholders (``{log_dir}/metrics.jsonl``: a file per trial).
         name: The metric's name in a training framework's logs (e.g. ``eval_accuracy``), for
             the Hugging Face and Lightning callbacks (`zeus_run.integrations`); None: theirs.
     """
@@ -321,7 +326,13 @@ class JobSpec:
         objective: The ``objective`` section (None: the ``cost`` objective with ``eta``); see `goal`.
         beta: Early-stop a trial whose cost will exceed beta x best cost so far; None disables.
         recurrences: How many times the job recurs; None: open-ended (one recurrence per `run --next`).
-        max_tries: Trials per recurrence before giving up on the target.
+            The optimizer plans over it (a failed recurrence counts), whatever a door runs at a time.
+        lifetime: Open-ended jobs (``recurrences: null``): the recurrences the job is expected to live,
+            which the optimizer plans over instead (exploration must pay for itself within it); the
+            future is taken as memoryless, so it is the same at every recurrence. Unused with a
+            finite ``recurrences``.
+        max_tries: Trials per recurrence before giving up on the target: the recurrence is recorded as failed and
+            the job goes on with the next one.
         seed: Seed of the optimizer and the training scripts (trial seed = seed + trial index).
         timeout: Wall-clock limit of one trial (unit: s), or None.
         max_early_stops: Early stops (cost threshold) a recurrence may take; its next try
@@ -353,6 +364,7 @@ class JobSpec:
     objective: Objective | None = None
     beta: float | None = 2.0
     recurrences: int | None = 20
+    lifetime: int = DEFAULT_LIFETIME
     max_tries: int = 20
     seed: int = 123456
     timeout: float | None = None

@@ -202,7 +202,11 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
     reason = record.stop_reason
     if reason in (CONFIG_ERROR, ENVIRONMENT_ERROR):  # judged already (a record read back)
         verdict = Verdict.SPEC_ERROR if reason is CONFIG_ERROR else Verdict.ENVIRONMENT_ERROR
-        return Finding(verdict, reason, record.cause or record.message)
+        cause = record.cause or record.message
+        message = record.message or ""
+        # Its message is "cause. fix" where a door judged it (the tell of a script that never began, `judge`).
+        fix = message[len(cause) :].split("\n")[0].strip(" .") if cause and message.startswith(cause) else ""
+        return Finding(verdict, reason, cause, fix or None)
     if reason is StopReason.TARGET_REACHED or record.reached:
         return Finding(Verdict.REACHED, reason)
     if reason.early_stop:
@@ -242,8 +246,10 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
             Verdict.SPEC_ERROR,
             CONFIG_ERROR,
             "no metric was read from this trial although the script exited 0, and none from any trial before it",
-            "Fix `metric` in the job spec: metric.regex must match the line the script prints each epoch; with "
-            "source: events the script must report through zeus_run.train (or a zeus_run callback)",
+            "Fix `metric` in the job spec: the field its source reads must match what the script writes each epoch "
+            "(source: regex: metric.regex, a line of its output; jsonl: metric.key, a key of its JSON lines; "
+            "file: metric.path, the file it appends to; events: the script reports through zeus_run.train or a "
+            "zeus_run callback)",
         )
     return _failure(record, reason)
 

@@ -28,6 +28,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
+from zeus_run.contract import ScriptEnd
+
 logger = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
@@ -172,8 +174,10 @@ class EventLogTail:
         #: Ask/tell: time and energy since the trial began at that stop, as the script measured them (None: not).
         self.stop_point: tuple[float | None, float | None] = (None, None)
         #: Ask/tell: how the training side measured the ``energy`` of its epoch events (an ``info`` event with
-        #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``), None if it did not say.
+        #: ``measured``: ``source``, ``method``, ``estimated``, ``max_power``, ``window``), None if it did not say.
         self.measured: dict[str, Any] | None = None
+        #: Ask/tell: how the script ended, as it said (its ``end`` and ``exited`` events).
+        self.end = ScriptEnd()
 
     def poll(self) -> list[EpochEvent]:
         """Epoch events appended since the last call."""
@@ -269,6 +273,9 @@ class EventLogTail:
             if isinstance(message, str):
                 self.error = message[-2000:]
             return None
+        if kind in ("end", "exited"):
+            self.end.take(ev, when)
+            return None
         if kind == "info":
             if isinstance(ev.get("measured"), dict):
                 self.measured = _measured(ev["measured"])
@@ -305,6 +312,9 @@ def _measured(raw: dict[str, Any]) -> dict[str, Any]:
     power = _finite(raw.get("max_power"))
     if power is not None and power > 0:
         out["max_power"] = power
+    window = raw.get("window")
+    if isinstance(window, dict) and len(window) <= 16:  # its fields are checked where it is kept (the tell)
+        out["window"] = window
     return out
 
 
@@ -427,7 +437,17 @@ class FileMetricTail:
         self.reader = reader
         self.offset = 0
         self.steps = 0
+        #: Whether the file was there at some look, how many lines and epochs were read from it.
+        self.found = False
+        self.lines = 0
+        self.epochs = 0
         self._split = LineSplitter()
+
+    def no_metric_note(self) -> str:
+        """Why no epoch was read from the file (for the trial's record)."""
+        if not self.found:
+            return f"metric.path {self.path!r} was never written (is it where the script writes its metric?)"
+        return f"metric.path {self.path!r}: none of the {self.lines} line(s) appended to it held a metric"
 
     @property
     def malformed(self) -> int:
@@ -450,8 +470,15 @@ class FileMetricTail:
             return []
         finally:
             os.close(fd)
+        self.found = True
         self.offset += len(chunk)
-        return [ev for line in self._split.feed(chunk) for ev in self.reader.feed_line(line)]
+        return self._read(self._split.feed(chunk))
+
+    def _read(self, lines: list[bytes]) -> list[EpochEvent]:
+        self.lines += len(lines)
+        out = [ev for line in lines for ev in self.reader.feed_line(line)]
+        self.epochs += len(out)
+        return out
 
     def finish(self) -> list[EpochEvent]:
         out: list[EpochEvent] = []
@@ -460,7 +487,7 @@ class FileMetricTail:
             out += self.poll()
             if self.offset == before:
                 break
-        return out + [ev for line in self._split.flush() for ev in self.reader.feed_line(line)]
+        return out + self._read(self._split.flush())
 
 
 def remove_quietly(path: str) -> None:

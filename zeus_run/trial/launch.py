@@ -6,6 +6,7 @@ script's environment here, and only here.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from zeus_run.contract import Env
-from zeus_run.errors import LaunchError
+from zeus_run.errors import LaunchEnvironmentError, LaunchError
 
 _INTERPRETERS = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|zsh|perl|ruby|node|Rscript)$")
 
@@ -89,6 +90,47 @@ def preflight(argv: tuple[str, ...], workdir: Path, env: Mapping[str, str], shel
                     f"Training script {script!r} does not exist (looked in {str(workdir)!r}). "
                     "Fix `command` or `workdir` in the job spec (relative paths start at the spec file's folder)."
                 )
+
+
+#: Errors of ``exec`` that say what is wrong with the command itself (missing, not executable, not a program).
+_COMMAND_ERRNOS = frozenset(
+    {
+        errno.ENOENT,
+        errno.EACCES,
+        errno.ENOEXEC,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+        errno.E2BIG,
+    }
+)
+#: What to do about an error of this machine that stopped a trial from starting.
+_MACHINE_FIXES = {
+    errno.EMFILE: "Raise the open-file limit (ulimit -n) or let this process hold fewer files",
+    errno.ENFILE: "The whole system is out of open files: close other programs, or raise fs.file-max",
+    errno.EAGAIN: "Free processes or raise the process limit (ulimit -u)",
+    errno.ENOMEM: "Free memory",
+    errno.ENOSPC: "Free disk space",
+}
+
+
+def launch_error(program: str, exc: OSError) -> LaunchError | LaunchEnvironmentError:
+    """The error to raise when starting ``program`` (the command's first word) failed with ``exc``.
+
+    An error that names the command (missing, not executable, not a program) is the spec's
+    (`LaunchError`: fix ``command``); any other (too many open files, no memory or processes
+    left) is this machine's (`LaunchEnvironmentError`): nothing was started, nothing is recorded.
+    """
+    why = exc.strerror or str(exc)
+    if exc.errno in _COMMAND_ERRNOS:
+        return LaunchError(f"Could not start {program!r}: {why}. Fix `command` in the job spec.")
+    fix = _MACHINE_FIXES.get(exc.errno or 0, "Fix the cause")
+    return LaunchEnvironmentError(
+        f"Could not start {program!r}: {why} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)}). This is an "
+        f"error of this machine, not of `command`; nothing was started or recorded. {fix}, then run the same "
+        "command again."
+    )
 
 
 def _script_argument(args: tuple[str, ...]) -> str | None:

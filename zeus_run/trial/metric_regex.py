@@ -186,6 +186,8 @@ def reading_notes(
     and return how many malformed metric lines were ignored."""
     if regex is not None and regex.hits == 0:
         notes.insert(0, regex.no_match_note())
+    if isinstance(tail, FileMetricTail) and tail.epochs == 0:
+        notes.insert(0, tail.no_metric_note())
     if regex is not None and regex.cut:
         logger.info(
             "%d output line(s) longer than %d characters were matched on their start only", regex.cut, REGEX_LINE_LIMIT

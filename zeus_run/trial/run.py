@@ -5,16 +5,15 @@ A self-contained unit: a plain-data `TrialPlan` in, a plain-data
 in the launcher or in an agent beside the script. It needs only an energy
 source (and, optionally, a power-limit profiler) from its caller.
 
-The script runs in a session of its own, its environment marked with the
-trial's token (`zeus_run.trial.proctree`). Its output (stdout and stderr, through
-a pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk
-and never blocking, to the trial's log file and to a listener; when every metric
-line arrives in one burst at the exit, the outcome says so (`zeus_run.trial.burst`).
-The launcher reads each finished epoch's metric (event log or regex),
-measures time and energy at every epoch boundary, and decides to stop the
-trial when the target is reached, ``max_epochs`` is hit, the cost after the next epoch (predicted as
-the last epoch's cost) would exceed the threshold or already has, the timeout
-passes (the one rule of every door, `zeus_run.trial.stop.StopRule`), or it is cancelled. Cost is counted up to that decision.
+The script runs in a session (and, where one can be made, a cgroup) of its own, its environment marked with the
+trial's token, and its orphans come back to this process, its subreaper (`zeus_run.trial.proctree`). Its output
+(stdout and stderr, through a pipe or a pseudo-terminal: `zeus_run.trial.output`) is streamed, chunk by chunk and
+never blocking, to the trial's log file and to a listener; when every metric line arrives in one burst at the exit,
+the outcome says so (`zeus_run.trial.burst`). The launcher reads each finished epoch's metric (event log or regex),
+measures time and energy at every epoch boundary, and decides to stop the trial when the target is reached,
+``max_epochs`` is hit, the cost after the next epoch (predicted as the last epoch's cost) would exceed the threshold
+or already has, the timeout passes (the one rule of every door, `zeus_run.trial.stop.StopRule`), or it is
+cancelled. Cost is counted up to that decision.
 
 The stop protocol (README, "Stopping a trial"):
 
@@ -26,10 +25,9 @@ The stop protocol (README, "Stopping a trial"):
    stop too;
 3. SIGTERM to every process of the trial; 4. SIGKILL after ``kill_grace``.
 
-Time and energy from the decision to the script's exit are recorded apart
-(``after_time``, ``after_energy``). When the script's main process has exited,
-every process it left behind is killed, its output is drained for at most
-`DRAIN_TIME` seconds, and the trial is over.
+Time and energy from the decision to the script's exit are recorded apart (``after_time``, ``after_energy``).
+When the script's main process has exited, every process it left behind is killed, its output is drained for at
+most `DRAIN_TIME` seconds, and the trial is over.
 """
 
 from __future__ import annotations
@@ -47,16 +45,16 @@ import time
 from zeus_run import _fs
 from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause, reaches_target
 from zeus_run.energy import EnergySource
-from zeus_run.errors import LaunchError
 from zeus_run.trial import burst
+from zeus_run.trial._cgroup import TrialCgroup
 from zeus_run.trial.events import EpochEvent, EventLogTail, LineSplitter, remove_quietly
 from zeus_run.trial.hooks import NullListener, TrialListener, TrialProfiler
-from zeus_run.trial.launch import preflight, trial_environment
+from zeus_run.trial.launch import launch_error, preflight, trial_environment
 from zeus_run.trial.log import TrialLog, log_tail
 from zeus_run.trial.meter import Meter
 from zeus_run.trial.metric_regex import metric_readers, reading_notes
 from zeus_run.trial.output import OutputChannel
-from zeus_run.trial.proctree import ProcessTree
+from zeus_run.trial.proctree import ProcessTree, subreaper
 from zeus_run.trial.stop import StopRule
 
 logger = logging.getLogger(__name__)
@@ -89,7 +87,8 @@ def run_trial(
             readings at every poll; the caller restores the GPUs' limits afterwards.
 
     Raises:
-        LaunchError: The command could not be started.
+        LaunchError: The command could not be started (`zeus_run.trial.launch.launch_error`).
+        LaunchEnvironmentError: This machine could not start it (too many open files, no memory).
     """
     return _TrialRun(plan, energy, listener or NullListener(), cancel or threading.Event(), profiler).run()
 
@@ -217,40 +216,47 @@ class _TrialRun:
             " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
             + (f" {Env.TRIAL_TOKEN}={p.token}" if p.token else ""),
         )
+        try:
+            out = OutputChannel(p.stdout)
+        except OSError as exc:  # no pipe or terminal to be had (too many open files)
+            raise launch_error(p.argv[0], exc) from exc
         log = TrialLog(p.log_path)
         tree = ProcessTree(p.token) if p.token else None
         if tree is not None:
             self.energy.track(tree.cpu_seconds)
-        out = OutputChannel(p.stdout)
         try:
             if self.profiler is not None:
                 self.profiler.start()
             meter = Meter(self.energy, p.eta, self.profiler)
-            try:
-                proc = subprocess.Popen(
-                    p.argv[0] if p.shell else list(p.argv),
-                    shell=p.shell,
-                    cwd=str(p.workdir),
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out.child,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    bufsize=0,
-                )
-            except OSError as exc:
-                raise LaunchError(f"Could not start {p.argv[0]!r}: {exc}. Fix `command` in the job spec.") from exc
-            fd = out.started(proc)
-            if tree is None:
-                tree = ProcessTree("", proc.pid)  # the process group only
-            tree.attach(proc.pid)
-            try:
-                with self.regex if self.regex is not None else contextlib.nullcontext():
-                    exit_code, end = self._watch(proc, fd, out, log, meter, tree)
-            finally:
-                if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
-                    tree.sweep()
-                    proc.wait()
+            with subreaper():  # the script's orphans come to this process, not to init (`zeus_run.trial.proctree`)
+                try:
+                    proc = subprocess.Popen(
+                        p.argv[0] if p.shell else list(p.argv),
+                        shell=p.shell,
+                        cwd=str(p.workdir),
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out.child,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        bufsize=0,
+                    )
+                except OSError as exc:
+                    raise launch_error(p.argv[0], exc) from exc
+                cgroup = TrialCgroup.enter(p.token, proc.pid)  # None where none can be made
+                fd = out.started(proc)
+                if tree is None:
+                    tree = ProcessTree("", proc.pid)  # the process group only
+                tree.attach(proc.pid, cgroup)
+                try:
+                    with self.regex if self.regex is not None else contextlib.nullcontext():
+                        exit_code, end = self._watch(proc, fd, out, log, meter, tree)
+                finally:
+                    if proc.poll() is None:  # an error in the launcher itself: leave nothing behind
+                        tree.sweep()
+                        proc.wait()
+                    elif tree.cgroup is not None:
+                        tree.sweep()
         finally:
             out.close()
             self.energy.track(None)
@@ -282,6 +288,7 @@ class _TrialRun:
                 self._feed_profiler(meter)
                 if proc.poll() is not None:
                     break
+                tree.tend()  # reap the script's orphans that exited
                 self._judge(meter, tree)
             # The main process exited (by itself or stopped): this is the end of the trial.
             end = meter.freeze()

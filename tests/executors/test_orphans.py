@@ -1,0 +1,104 @@
+"""A trial that reached its target while its launcher was dead is recorded as reached, from its event log.
+
+The launcher is killed with SIGKILL while the script trains; the script (in a session of its own) goes on,
+reports its epochs into its event log through `zeus_run.train`, reaches the target and exits. The next
+launcher records the trial from that log (its epochs, the time from its launch, an imputed energy said to
+be one), instead of recording it interrupted with 0 epochs and running it again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+from pathlib import Path
+
+from tests.cli.test_run_cli import alive, zeus
+from tests.conftest import PYTHON, REPO
+from tests.test_faults import launch, wait_for
+
+#: Reports through zeus_run.train and prints nothing (its output pipe dies with the launcher). It waits in its
+#: first epoch until ``go`` exists, so the test can kill the launcher there.
+SCRIPT = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from zeus_run.train import Trial
+
+trial = Trial.from_env()
+with open({pid!r} + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace({pid!r} + ".tmp", {pid!r})
+metrics = {metrics!r}
+for epoch in trial.epochs():
+    while not os.path.exists({go!r}):
+        time.sleep(0.02)
+    trial.report(metrics[epoch - 1])
+trial.close()
+"""
+
+
+def _spec(tmp_path: Path, metrics: list[float]) -> Path:
+    script = tmp_path / "train.py"
+    pid, go = tmp_path / "pid", tmp_path / "go"
+    script.write_text(SCRIPT.format(repo=str(REPO), pid=str(pid), go=str(go), metrics=metrics))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            f"""
+            name: orphan
+            command: ["{PYTHON}", "{script}"]
+            batch_sizes: [1, 2]
+            default_batch_size: 2
+            target_metric: 0.9
+            max_epochs: {len(metrics)}
+            recurrences: 1
+            energy: {{source: estimate, watts: 100}}
+            run_dir: runs
+            """
+        )
+    )
+    return spec
+
+
+def _orphaned(tmp_path: Path, spec: Path) -> None:
+    """Run the job, kill its launcher in the first epoch, and let the script go on to its end."""
+    launcher = launch(spec)
+    pid_file = tmp_path / "pid"
+    wait_for(lambda: pid_file.exists() and (tmp_path / "runs" / "running.json").exists())
+    launcher.send_signal(signal.SIGKILL)
+    launcher.communicate(timeout=30)
+    (tmp_path / "go").touch()
+    script = int(pid_file.read_text())
+    wait_for(lambda: not alive(script), timeout=60)
+
+
+def _records(tmp_path: Path) -> list[dict]:
+    return [json.loads(x) for x in (tmp_path / "runs" / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_trial_that_reached_its_target_while_the_launcher_was_dead_is_recorded_reached(tmp_path):
+    spec = _spec(tmp_path, [0.5, 0.7, 0.95])
+    _orphaned(tmp_path, spec)
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    (rec,) = _records(tmp_path)  # not interrupted, and not run again
+    assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
+    assert rec["epochs"] == 3 and rec["metrics"] == [0.5, 0.7, 0.95]
+    assert rec["observed"] is True
+    assert rec["energy_source"] == "unmeasured" and rec["estimated"] is True  # said: not measured
+    assert rec["energy_method"] == "watts-x-time"  # no measured trial in the job to impute from
+    assert rec["energy"] > 0 and rec["time"] > 0
+    assert "taken over from its event log" in rec["message"], rec["message"]
+    audit = zeus("replay", str(tmp_path / "runs"))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_an_orphan_that_did_not_reach_the_target_is_still_interrupted_and_run_again(tmp_path):
+    spec = _spec(tmp_path, [0.5, 0.6, 0.7])
+    _orphaned(tmp_path, spec)
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 1, r.stderr  # the re-run does not reach the target either: the job cannot converge
+    records = _records(tmp_path)
+    assert records[0]["stop_reason"] == "interrupted" and records[0]["epochs"] == 0
+    assert "died" in records[0]["message"]
+    assert [(x["recurrence"], x["attempt"]) for x in records[:2]] == [(1, 1), (1, 2)]  # run again

@@ -1,0 +1,5 @@
+"""MLflow's exception (the double's)."""
+
+
+class MlflowException(Exception):
+    pass
