@@ -26,6 +26,15 @@ recurrence (mean, max) and the share of recurrences that needed more than one.
 ``--horizon N`` runs N recurrences instead of the paper's horizon (the
 optimizer is told N, as a spec's ``recurrences``).
 
+``--warm-from other-gpu`` (with exactly two GPUs in ``--gpus``) starts each row of the default
+policy warm (``optimizer.warm_from``): from the default policy's simulated run of the same job and
+seed on the other GPU, at the paper's horizon (`zeus_run.engine.warm`); ``zeus`` runs cold. Its
+``--json`` records carry ``warm_from`` (the source) and ``warm`` (its fingerprint).
+
+A row is worse than ``zeus`` when the 95% interval of a paired bootstrap over the seeds (the seeds
+resampled together, `paired_interval`) of the difference of the two medians lies above zero: a
+difference of medians alone is noise where the two rows are close.
+
 ``--concurrency 1,2,4`` runs the grid with that many recurrences in flight
 (`zeus_run.sim.simulate`: the job is always backlogged, a recurrence starts the
 moment one ends, and trials end in order of simulated time) and ends with a
@@ -39,6 +48,8 @@ Example:
     python scripts/bench_optimizer.py --traces ../shared/traces --policies zeus,zeus-plus --concurrency 1,2,4
     python scripts/bench_optimizer.py --traces ../shared/traces --noise 0.1:1.5-3
     python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24
+    python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24 --warm-from other-gpu
+    python scripts/bench_optimizer.py --traces ../shared/traces --revision 9     # the previous default
     python scripts/bench_optimizer.py --traces ../shared/traces --objective max-slowdown=1.05,max-slowdown=1.1
 
 Under each table, the calibration of the saving ``history`` states (`zeus_run.views.saving`):
@@ -70,6 +81,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from zeus_run.engine.warm import warm_start
 from zeus_run.errors import TraceError, ZeusRunError
 from zeus_run.objective import Objective, ObjectiveError, parse_objective
 from zeus_run.sim import (
@@ -83,7 +95,7 @@ from zeus_run.sim import (
     oracle_baseline,
     simulate,
 )
-from zeus_run.spec import DEFAULT_POLICY, POLICIES, OptimizerSettings
+from zeus_run.spec import DEFAULT_POLICY, POLICIES, WARM_REVISION, OptimizerSettings
 from zeus_run.views.saving import calibrate
 
 REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
@@ -91,6 +103,11 @@ REFERENCE_FILE = "zeus_reference_200_seeds.jsonl"
 REFERENCE_KNOBS = (0.5, 2.0)
 #: A run that costs more than this multiple of the Default's cost is counted (``>1.1xD``).
 OVER_DEFAULT = 1.1
+#: ``--warm-from`` sources.
+WARM_SOURCES = ("other-gpu",)
+#: Resamples of the paired bootstrap (`paired_interval`), and the share of them left out on each side.
+BOOTSTRAP = 2000
+BOOTSTRAP_TAIL = 0.025
 
 
 @dataclass(frozen=True)
@@ -224,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated objectives, e.g. max-slowdown=1.1,energy: print energy saving and slowdown "
         "vs Default per row for each (default: the cost with --eta, and the regret tables)",
     )
+    ap.add_argument(
+        "--warm-from",
+        choices=WARM_SOURCES,
+        default=None,
+        help="other-gpu: start the default policy's rows warm from its run of the same job and seed on the other "
+        "GPU of --gpus, at the paper's horizon (default: a cold start)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (policy, job, gpu, seed)")
     args = ap.parse_args(argv)
     try:
@@ -251,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--noise: {exc}")
     if args.horizon is not None and args.horizon < 1:
         ap.error(f"--horizon {args.horizon}: use a whole number >= 1")
+    if args.warm_from is not None and len([g for g in args.gpus.split(",") if g]) != 2:
+        ap.error(f"--warm-from {args.warm_from}: give exactly two GPUs in --gpus (each row starts from the other)")
+    if args.warm_from is not None and args.revision is not None and args.revision < WARM_REVISION:
+        ap.error(
+            f"--warm-from needs {DEFAULT_POLICY} revision {WARM_REVISION} or later, not --revision {args.revision}"
+        )
     if args.noise is not None and args.max_early_stops is None:
         args.max_early_stops = 3  # a real run's default: the paper's semantics run out of tries under noise
     unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
@@ -381,6 +411,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                     args.noise,
                     args.horizon,
                     args.revision,
+                    warm_source(tables, t) if args.warm_from and policy == DEFAULT_POLICY else None,
                 )
                 for t in tables
             ]
@@ -402,6 +433,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     noise = "" if args.noise is None else f", noise {args.noise.describe()}"
     horizon = "" if args.horizon is None else f", horizon {args.horizon}"
     horizon += "" if args.revision is None else f", zeus-voi revision {args.revision}"
+    horizon += "" if args.warm_from is None else f", {DEFAULT_POLICY} warm from the other GPU's run (paper horizon)"
     print(
         f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}{noise}{horizon}, "
         f"seeds {args.seeds} ({len(seeds)})\n"
@@ -419,11 +451,15 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision = task
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision, source = task
     settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
     regrets, ratios, summaries, tries, saved_ci = [], [], [], [], []
     default_vs_oracle = math.nan
     for seed in seeds:
+        warm = None
+        if source is not None:  # the default policy's run of the same job and seed on the other GPU
+            ran = simulate(source, eta=eta, beta=beta, seed=seed, baselines=False, max_early_stops=max_early_stops)
+            warm = warm_start(ran.records, f"{source.job.name} on {source.gpu}, seed {seed}")
         try:
             r = simulate(
                 table,
@@ -436,6 +472,7 @@ def simulate_row(task: tuple) -> Row:
                 concurrency=concurrency,
                 noise=noise,
                 horizon=horizon,
+                warm=warm,
             )
         except ZeusRunError as exc:
             raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
@@ -446,7 +483,10 @@ def simulate_row(task: tuple) -> Row:
         cost = r.saved()["cost"]
         saved_ci.append((1.0 - r.cost / r.default_cost, cost.ci if cost is not None else None))
         if keep:
-            summaries.append(r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {}))
+            summary = r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {})
+            if warm is not None:
+                summary |= {"warm_from": warm.source, "warm": warm.fingerprint}
+            summaries.append(summary)
     n = table.horizon if horizon is None else horizon
     oracle = n * oracle_baseline(table, eta).cost
     floor = informed_start(table, eta, n) / oracle - 1.0
@@ -464,6 +504,28 @@ def simulate_row(task: tuple) -> Row:
         walk,
         tuple(saved_ci),
     )
+
+
+def warm_source(tables: list[JobTable], table: JobTable) -> JobTable:
+    """The same job on the other GPU (``--warm-from other-gpu``: two GPUs in ``--gpus``)."""
+    other = [t for t in tables if t.job.name == table.job.name and t.gpu != table.gpu]
+    if len(other) != 1:
+        raise ZeusRunError(f"--warm-from other-gpu: {table.job.name} has no row on another GPU to start from")
+    return other[0]
+
+
+def paired_interval(a: tuple[float, ...], b: tuple[float, ...], seed: int = 0) -> tuple[float, float]:
+    """The 95% interval of ``median(a) - median(b)`` under a paired bootstrap over seeds.
+
+    ``a`` and ``b`` are two policies' regrets on the same seeds, in seed order; each of `BOOTSTRAP`
+    resamples draws seed indices with replacement and takes both policies' runs of those seeds.
+    """
+    x, y = np.asarray(a), np.asarray(b)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(BOOTSTRAP, len(x)))
+    diffs = np.median(x[idx], axis=1) - np.median(y[idx], axis=1)
+    lo, hi = np.quantile(diffs, [BOOTSTRAP_TAIL, 1.0 - BOOTSTRAP_TAIL])
+    return float(lo), float(hi)
 
 
 def print_overlap(policies: list[str], concurrency: list[int], results: dict[tuple[int, str], list[Row]]) -> None:
@@ -526,8 +588,10 @@ def print_table(
         z = zeus_rows.get((r.job, r.gpu))
         if zeus_rows:
             line += f"{z.median * 100:>7.2f}%" if z is not None else f"{'-':>8}"
-            if z is not None and r.median > z.median:
-                worse_zeus.append(f"{r.job} {r.gpu}")
+            if z is not None and len(z.regrets) == len(r.regrets):
+                lo, hi = paired_interval(r.regrets, z.regrets)
+                if lo > 0:
+                    worse_zeus.append(f"{r.job} {r.gpu} (+{lo * 100:.2f} to +{hi * 100:.2f} points)")
         line += f"{r.mean_tries:>7.3f}{max(r.tries, default=0):>5}{r.retried * 100:>7.2f}%"
         print(line)
         if r.median > r.default_regret + 0.01:
@@ -562,7 +626,10 @@ def print_table(
     if reference:
         print(f"rows worse than the reference: {', '.join(worse_ref) or 'none'}")
     if zeus_rows:
-        print(f"rows worse than zeus: {', '.join(worse_zeus) or 'none'}")
+        print(
+            "rows worse than zeus (95% paired bootstrap interval of the difference of medians above 0): "
+            f"{', '.join(worse_zeus) or 'none'}"
+        )
     print(calibrate(x for r in rows for x in r.saved_ci).line())
     print(f"wall time: {wall:.2f} s ({sum(len(r.regrets) for r in rows)} simulations)")
     print()

@@ -72,6 +72,7 @@ EXAMPLES: dict[str, Any] = {
     "optimizer.prior_precision": 0.01,
     "optimizer.num_explorations": 2,
     "optimizer.revision": 1,
+    "optimizer.warm_from": "runs/nightly-resnet-v100",
     "metric.source": "regex",
     "metric.regex": "val_acc=([0-9.]+)",
     "metric.name": "eval_accuracy",

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "traces"
+#: The traces (../shared/traces, or ZEUS_RUN_TRACES where a checkout has none beside it, e.g. a worktree).
+TRACES = Path(os.environ.get("ZEUS_RUN_TRACES") or REPO.parent / "shared" / "traces")
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 # NOTE: the suite never reads this machine's RAPL counters (`energy.source: auto` would measure

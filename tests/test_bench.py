@@ -59,7 +59,7 @@ def test_bench_table_on_real_traces(traces_dir):
     assert headers == [[*columns, *tries], [*columns, "zeus", *tries]]  # zeus-plus's table also shows zeus's
     assert "median regret over 1 rows" in out.stdout and "worst row:" in out.stdout
     assert "rows worse than the reference:" in out.stdout
-    assert "rows worse than zeus:" in out.stdout  # zeus-plus is compared with zeus on the same seeds
+    assert "rows worse than zeus (" in out.stdout  # zeus-plus is compared with zeus on the same seeds
     assert "(3 simulations)" in out.stdout
     traces = load_traces(traces_dir / "summary_train.csv", traces_dir / "summary_power_v100.csv")
     table = job_table(traces, JOBS["squad"])
@@ -140,3 +140,48 @@ def test_bench_noise_and_horizon(traces_dir):
     r = simulate(table, seed=1, horizon=16, noise=Noise(0.2, 1.5, 3.0), baselines=False)
     assert r.load == pytest.approx(sum(r.slowdowns)) and r.load > 16
     assert r.oracle_cost == pytest.approx(r.load * r.oracle.cost)
+
+
+def _bench_module():
+    import importlib.util
+
+    name = "bench_optimizer"
+    if name not in sys.modules:  # its dataclasses look their module up by name
+        spec = importlib.util.spec_from_file_location(name, SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_worse_than_zeus_is_a_paired_bootstrap_interval_above_zero():
+    paired_interval = _bench_module().paired_interval
+    rng = np.random.default_rng(3)
+    zeus = tuple(rng.normal(0.05, 0.02, 100))
+    assert paired_interval(tuple(z + 0.01 for z in zeus), zeus) == pytest.approx((0.01, 0.01))  # always 1 point worse
+    lo, hi = paired_interval(tuple(rng.permutation(zeus)), zeus)  # the same runs, other seeds: a tie
+    assert lo < 0 < hi
+    noisy = tuple(z + rng.normal(0.002, 0.02) for z in zeus)
+    assert paired_interval(noisy, zeus) == paired_interval(noisy, zeus)  # seeded: the same interval every time
+
+
+def test_bench_warm_from_other_gpu(traces_dir):
+    args = ["--traces", str(traces_dir), "--jobs", "sentiment140", "--seeds", "1-2", "--horizon", "5"]
+    out = bench(*args, "--warm-from", "other-gpu", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {(r["policy"], r["gpu"]) for r in rows} == {(p, g) for p in ("zeus", "zeus-voi") for g in ("v100", "a40")}
+    for r in rows:
+        if r["policy"] == "zeus":
+            assert "warm" not in r and "warm_from" not in r  # zeus has no warm start: it runs cold
+        else:
+            other = "a40" if r["gpu"] == "v100" else "v100"
+            assert r["warm_from"] == f"sentiment140 on {other}, seed {r['seed']}" and r["warm"].startswith("sha256:")
+    table = bench(*args, "--warm-from", "other-gpu")
+    assert table.returncode == 0, table.stderr
+    assert "zeus-voi warm from the other GPU's run (paper horizon)" in table.stdout
+    assert "rows worse than zeus (95% paired bootstrap interval" in table.stdout
+    one = bench(*args, "--gpus", "v100", "--warm-from", "other-gpu")
+    assert one.returncode == 2 and "give exactly two GPUs in --gpus" in one.stderr
+    old = bench(*args, "--revision", "9", "--warm-from", "other-gpu")
+    assert old.returncode == 2 and "revision 10 or later" in old.stderr

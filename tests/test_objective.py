@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import TRACES
 from zeus_run.cli import app
 from zeus_run.objective import PENALTY_WEIGHT, Objective, ObjectiveError, parse_objective
 from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
 from zeus_run.optimizer.power_limit import choose_power_limit
 from zeus_run.spec import parse_spec
-
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 # Throughput 1/t (epochs/s). Max limit 300 W: 10 s/epoch. 1.1x allows 11 s; 1.2x allows 12 s.
 PROFILE = [

@@ -30,6 +30,7 @@ OPTIONAL_FIELDS = (
     *CONCURRENCY_FIELDS,
     *("horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead", "lifetime", "recurrence_failed"),
     "window",
+    "warm",
 )
 
 #: How a real trial's process ended (``TrialRecord.ended``).
@@ -124,6 +125,9 @@ class TrialRecord:
             start-up a script charged before it could read its meter (``extended_s``, ``extended_j`` and
             ``extended_at``: ``power-at-start``, ``cpu-time``...; `zeus_run.energy.SelfMeter`). None: not
             said (an unmeasured or simulated trial, or recorded before windows were).
+        warm: The fingerprint (``sha256:...``) of the warm start's source its decision was taken with
+            (``optimizer.warm_from``; the run directory keeps a copy: `zeus_run.engine.warm`); None: a
+            cold start.
     """
 
     job: str
@@ -174,6 +178,7 @@ class TrialRecord:
     lifetime: int | None = None
     recurrence_failed: str | None = None
     window: dict[str, Any] | None = None
+    warm: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)

@@ -16,7 +16,7 @@ from zeus_run.rundir.history import read_history
 
 
 def fresh(run_dir: Path) -> Ledger:
-    engine = engine_of(spec_of(run_dir))
+    engine = engine_of(spec_of(run_dir), run_dir)
     path = run_dir / "history.jsonl"
     return Ledger.from_history(engine, list(read_history(path)) if path.exists() else [])
 
@@ -38,7 +38,7 @@ def same(kept: Ledger, new: Ledger) -> None:
 
 
 def kept(run_dir: Path) -> Ledger:
-    return folded(run_dir, engine_of(spec_of(run_dir))).ledger
+    return folded(run_dir, engine_of(spec_of(run_dir), run_dir)).ledger
 
 
 def test_the_kept_fold_matches_a_fresh_fold_through_random_asks_and_tells(write_spec):

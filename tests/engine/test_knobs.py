@@ -78,8 +78,8 @@ CHANGES = {
     "lifetime": "lifetime: 40",
     "objective": "objective: {kind: max-slowdown, factor: 1.2}",
 }
-#: Knobs fields that are not spec settings (read from the run directory).
-NOT_IN_SPEC = {"default_profile"}
+#: Knobs fields that are not spec settings (read from the run directory: b0's profile, the warm start's copy).
+NOT_IN_SPEC = {"default_profile", "warm"}
 
 
 def with_line(line: str) -> str:

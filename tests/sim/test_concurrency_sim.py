@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TRACES
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.optimizer import PruningState
 from zeus_run.sim import JOBS, job_table, load_traces, simulate
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.xdist_group("test_concurrency_sim")
 
 @pytest.fixture(scope="module")
 def cifar(request):
-    traces = REPO.parent / "shared" / "traces"
+    traces = TRACES
     if not (traces / "summary_train.csv").exists():
         pytest.skip("../shared/traces is not beside this checkout")
     return job_table(load_traces(traces / "summary_train.csv", traces / "summary_power_v100.csv"), JOBS["cifar100"])
@@ -81,7 +82,7 @@ def test_overlap_explores_with_the_best_known_while_pruning_waits(cifar):
 
 def test_simulate_concurrency_cli_writes_run_dirs_that_audit(tmp_path, cifar):
     runs = tmp_path / "runs"
-    traces = REPO.parent / "shared" / "traces"
+    traces = TRACES
     out = zr(
         "simulate", "cifar100", "--traces", str(traces), "--seeds", "2", "--horizon", "50",
         "--concurrency", "3", "--policy", "zeus-voi", "--format", "json", "--run-dir", str(runs),
@@ -117,7 +118,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_bench_compares_concurrency(tmp_path, cifar):
-    traces = REPO.parent / "shared" / "traces"
+    traces = TRACES
     common = ("--traces", str(traces), "--gpus", "v100", "--jobs", "cifar100", "--seeds", "1-2", "--workers", "1")
     out = bench(*common, "--policies", "zeus,zeus-plus", "--concurrency", "1,4")
     assert out.returncode == 0, out.stderr

@@ -132,7 +132,19 @@ def test_optimizer_sees_only_observed_outcomes(table):
     records = Engine(opt, 12, 20, 1.2).run([], ex)
     assert opt.seen == [observation_of(r) for r in records]
     for r, obs in zip(records, opt.seen, strict=False):
-        assert set(vars(obs)) == {"batch_size", "cost", "reached", "probe", "epochs", "slowdown", "overhead"}
+        assert set(vars(obs)) == {
+            "batch_size",
+            "cost",
+            "reached",
+            "probe",
+            "epochs",
+            "slowdown",
+            "overhead",
+            "power",
+            "warm",
+        }
+        assert not obs.warm  # a cold start: every observation is this run's
+        assert 0.0 < obs.power <= 1.0  # the trace's mean power over the limit the trial ran at
         assert obs.slowdown == 1.0  # the paper's early stop checks no pace
         # A first run's sweep is priced as the launcher prices it; no later run sweeps.
         assert obs.overhead == (r.profile_overhead or 0.0)

@@ -13,6 +13,7 @@ order the tells arrive.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from zeus_run.engine.measure import PowerBasis
 from zeus_run.engine.opening import locate, open_job
 from zeus_run.engine.request import request_of
 from zeus_run.engine.save import TrialSaver
+from zeus_run.engine.warm import ensure_copy
 from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy
 from zeus_run.executors import recover_trials
 from zeus_run.records import TrialRecord
@@ -107,7 +109,7 @@ class Session:
     @property
     def engine(self) -> Engine:
         """The job's engine (its optimizer and rules)."""
-        return engine_of(self.spec)
+        return engine_of(self.spec, self.rd.path)
 
     def ledger(self) -> Ledger:
         """What the engine knows: the history folded, the asks in flight."""
@@ -227,7 +229,7 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     # A dead launcher's trials are recorded as interrupted (ask/tell's executors adopt none).
     with open_job(path, spec, role, cleanup=lambda markers: recover_trials(markers, None)) as job:
         rd = job.rd
-        fold = folded(rd.path, engine_of(spec))
+        fold = folded(rd.path, engine_of(spec, rd.path))
         live = [m for m in job.asks if m.trial not in fold.recorded]
         rd.track_running(live)
         if len(live) < len(job.asks):  # recorded, then the process died before the marker went
@@ -238,20 +240,24 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     session.saver.publish()  # after the lock is let go: a slow sink never holds up another ask or tell
 
 
-def engine_of(spec: JobSpec) -> Engine:
-    """The engine of a job under ask/tell (one per parsed spec: a server asks it for every request)."""
+def engine_of(spec: JobSpec, path: Path) -> Engine:
+    """The engine of a job under ask/tell in its run directory ``path`` (one per parsed spec and directory: a
+    server asks it for every request). The caller holds the run directory's lock: a warm start's source is
+    copied into it the first time (`zeus_run.engine.warm.ensure_copy`)."""
+    key = (id(spec), str(path))
     with _ENGINES_LOCK:
-        hit = _ENGINES.get(id(spec))
+        hit = _ENGINES.get(key)
         if hit is not None and hit[0] is spec:
             return hit[1]
     total = spec.recurrences
-    engine = Knobs.from_spec(spec).engine(_NO_LIMIT if total is None else total)
+    knobs = dataclasses.replace(Knobs.from_spec(spec), warm=ensure_copy(path, spec))
+    engine = knobs.engine(_NO_LIMIT if total is None else total)
     with _ENGINES_LOCK:
-        _ENGINES[id(spec)] = (spec, engine)  # the spec is kept, so its id is not reused while here
+        _ENGINES[key] = (spec, engine)  # the spec is kept, so its id is not reused while here
         while len(_ENGINES) > 64:
             _ENGINES.pop(next(iter(_ENGINES)))
     return engine
 
 
-_ENGINES: dict[int, tuple[JobSpec, Engine]] = {}
+_ENGINES: dict[tuple[int, str], tuple[JobSpec, Engine]] = {}
 _ENGINES_LOCK = threading.Lock()

@@ -57,6 +57,14 @@ def run_command(
     no_output: bool = typer.Option(
         False, "--no-output", help="Do not echo the training script's output (it is still logged per trial)."
     ),
+    warm_from: Path | None = typer.Option(
+        None,
+        "--warm-from",
+        metavar="RUN_DIR",
+        help="Start warm from this job's run directory elsewhere (another GPU or cluster, or from before a spec "
+        "change): its epochs to the target seed the optimizer; pace and power are measured here. Sets "
+        "optimizer.warm_from; the run directory keeps a copy of its history.",
+    ),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
 ) -> None:
@@ -75,6 +83,8 @@ def run_command(
         zeus-run run job.yaml --run-dir runs/nightly -n 50
 
         zeus-run run job.yaml --next    # one recurrence per cron trigger
+
+        zeus-run run job-a100.yaml --warm-from runs/job-v100    # start from what the V100 runs learnt
 
     A recurrence whose every try (max_tries) missed the target is recorded as
     failed, and the job goes on with the next recurrence (now, or at the next
@@ -95,6 +105,8 @@ def run_command(
 
     setup_logging(verbose, quiet)
     spec = load_spec(spec_path)
+    if warm_from is not None:
+        spec = spec.with_warm_start(warm_from)
     if recurrences is not None and next_k is not None:
         raise UsageError("-n/--recurrences and --next both say how many recurrences to run; pass only one.")
     if new and force:

@@ -151,7 +151,8 @@ class Engine:
     ) -> tuple[TrialRecord, ZeusRunError | None]:
         """An ended trial's record as the history keeps it, and the error that ends the run after it, if any.
 
-        The second half of every door (`ask`): the record is stamped, charged and judged by the one
+        The second half of every door (`ask`): the record is stamped (the decision's context, its horizon,
+        the warm start it was taken with), charged and judged by the one
         classifier (`zeus_run.trial.classify.judge`). The try that uses up ``max_tries`` without the
         target is stamped ``recurrence_failed``: its recurrence failed and the job goes on with the
         next one. The caller appends the record to the history and folds it (`Ledger.fold`; ask/tell
@@ -173,6 +174,9 @@ class Engine:
             record = request.stamp(record)
         if request.horizon is not None and record.horizon is None:
             record = dataclasses.replace(record, horizon=request.horizon)
+        warm = getattr(self.optimizer, "warm", None)  # the warm start's source (`zeus_run.engine.warm`)
+        if warm is not None and record.warm is None:
+            record = dataclasses.replace(record, warm=warm.fingerprint)
         if request.lifetime is not None and record.horizon is None and record.lifetime is None:
             record = dataclasses.replace(record, lifetime=request.lifetime)
         if self.charge is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from zeus_run.engine.core import Engine
 from zeus_run.errors import HistoryError
 from zeus_run.objective import Objective, charge_for
-from zeus_run.optimizer import PowerLimitMeasurement, make_optimizer
+from zeus_run.optimizer import PowerLimitMeasurement, WarmStart, make_optimizer
 from zeus_run.spec import DEFAULT_LIFETIME, OptimizerSettings
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class Knobs:
         default_profile: The default batch size's power profile in the run directory
             (``max-slowdown``'s reference scales its times to the max limit with it, as the run did);
             not a spec setting: `from_run_dir` reads it from ``power_profiles.json``.
+        warm: The warm start's source (``optimizer.warm_from``), as the run directory keeps it
+            (`zeus_run.engine.warm`); not a spec setting: `from_run_dir` reads its copy.
     """
 
     batch_sizes: tuple[int, ...]
@@ -68,6 +70,7 @@ class Knobs:
     lifetime: int = DEFAULT_LIFETIME
     objective: Objective | None = None
     default_profile: tuple[PowerLimitMeasurement, ...] = ()
+    warm: WarmStart | None = None
 
     @property
     def goal(self) -> Objective:
@@ -99,9 +102,16 @@ class Knobs:
         return cls(**kwargs)
 
     @classmethod
-    def from_spec(cls, spec: JobSpec) -> Knobs:
-        """The knobs of a validated job spec."""
-        return cls.from_mapping(spec.to_dict())
+    def from_spec(cls, spec: JobSpec, run_dir: Path | None = None) -> Knobs:
+        """The knobs of a validated job spec; with ``run_dir``, also the warm start it keeps (or, where it has no
+        copy, the one the spec names: `zeus_run.engine.warm.warm_for`). A run or an ask makes its run directory's
+        copy first (`zeus_run.engine.warm.ensure_copy`) and sets ``warm`` to it."""
+        knobs = cls.from_mapping(spec.to_dict())
+        if run_dir is None:
+            return knobs
+        from zeus_run.engine.warm import warm_for
+
+        return dataclasses.replace(knobs, warm=warm_for(spec, run_dir))
 
     @classmethod
     def from_run_dir(cls, run_dir: str | Path, settings: Mapping[str, Any] | None = None) -> Knobs:
@@ -114,6 +124,7 @@ class Knobs:
         Raises:
             HistoryError: It is missing, unreadable, or lacks a setting.
         """
+        from zeus_run.engine.warm import read_copy
         from zeus_run.errors import RunDirError
         from zeus_run.rundir.settings import SPEC_NAME, read_settings
 
@@ -124,8 +135,15 @@ class Knobs:
                 raise FileNotFoundError(f"no {SPEC_NAME}")
             knobs = cls.from_mapping(d)
             knobs = dataclasses.replace(
-                knobs, default_profile=_default_profile(Path(run_dir), knobs.default_batch_size)
+                knobs,
+                default_profile=_default_profile(Path(run_dir), knobs.default_batch_size),
+                warm=read_copy(Path(run_dir)),
             )
+            if knobs.optimizer.warm_from is not None and knobs.warm is None:
+                raise HistoryError(
+                    f"{str(run_dir)!r} was started warm from {knobs.optimizer.warm_from!r}, but its copy of that "
+                    "history (warm_from.json) is missing: its decisions cannot be replayed. Restore it from a backup."
+                )
             knobs.engine(1)  # the settings must make an optimizer (the file may have been edited)
             if not 0.0 <= knobs.eta <= 1.0:
                 raise ValueError(f"eta {knobs.eta} is not in [0, 1]")
@@ -138,9 +156,9 @@ class Knobs:
 
     def to_dict(self) -> dict[str, Any]:
         """A YAML-ready dict that `from_mapping` reads back (a simulated run's ``spec.yaml``)."""
-        out = dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, warm=None))
         out["batch_sizes"] = list(self.batch_sizes)
-        del out["default_profile"]
+        del out["default_profile"], out["warm"]
         for name, key in _KEYS.items():
             out[key] = out.pop(name)
         return out
@@ -157,7 +175,13 @@ class Knobs:
                 None: `default_profile`.
         """
         opt = make_optimizer(
-            self.optimizer, self.batch_sizes, self.default_batch_size, self.seed, self.horizon, self.lifetime
+            self.optimizer,
+            self.batch_sizes,
+            self.default_batch_size,
+            self.seed,
+            self.horizon,
+            self.warm,
+            self.lifetime,
         )
         charge = charge_for(self.goal, self.default_batch_size, profile or (lambda: self.default_profile))
         return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency, charge)

@@ -68,6 +68,7 @@ def locate(
         base = Path(run_dir) if run_dir is not None else None
         if not new and not force:  # an upgrade's new default revision goes on under the recorded one
             job = resume.keep_recorded_revision(job, (base or job.run_dir).absolute())
+            job = resume.keep_recorded_warm_start(job, (base or job.run_dir).absolute())
         path, resumed = choose_run_dir(job, base, new, force)
         return JobDir(job, path, resumed)
     p = Path(job)
@@ -205,7 +206,7 @@ def history_mismatches(records: list[TrialRecord], spec: JobSpec, full: bool, pa
             break
     if out:
         return out
-    result = audit(records, Knobs.from_spec(spec), pending_records(path, records) if path is not None else [])
+    result = audit(records, Knobs.from_spec(spec, path), pending_records(path, records) if path is not None else [])
     if result.divergence is not None:
         out.append(f"replaying its decisions diverges at {result.divergence.describe()}")
     return out

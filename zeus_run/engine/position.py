@@ -110,7 +110,22 @@ def observation_of(record: TrialRecord) -> Observation | None:
         record.probe is not False,
         record.epochs,
         overhead=record.profile_overhead or 0.0,
+        power=power_share(record),
     )
+
+
+#: Energy sources whose energy is a measurement of the GPUs (`power_share`).
+MEASURED_GPU_ENERGY = ("nvml", "trace")
+
+
+def power_share(record: TrialRecord) -> float:
+    """A trial's mean power over what its GPUs may draw: their limit in force (times their number), else the
+    maximum the cost counts (``max_power``); 0 where the energy is not a measurement of the GPUs."""
+    if record.estimated or record.energy_source not in MEASURED_GPU_ENERGY or record.time <= 0 or record.energy <= 0:
+        return 0.0
+    gpus = len((record.provenance or {}).get("gpus") or ()) or 1
+    cap = gpus * record.power_limit if record.power_limit else record.max_power
+    return record.energy / record.time / cap if cap > 0 else 0.0
 
 
 def observations(records: Iterable[TrialRecord]) -> list[Observation]:

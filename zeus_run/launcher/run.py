@@ -29,6 +29,7 @@ from zeus_run.engine.opening import locate, open_job
 from zeus_run.engine.position import Position, position
 from zeus_run.engine.request import request_of
 from zeus_run.engine.save import TrialSaver, live_exports
+from zeus_run.engine.warm import WarmStart, ensure_copy
 from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
@@ -147,10 +148,14 @@ def run_job(
             if held is None:
                 return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
         opened: list[EnergySource] = [energy] if energy is not None else []
+        warmed: list[WarmStart | None] = []
 
         def on_locked(rd: RunDir, locked: contextlib.ExitStack) -> None:  # undone before the lock is let go
             if created:  # a run that fails before recording anything leaves no empty run directory
                 locked.callback(remove_if_unused, rd, creates)
+            # a warm start's source, checked and copied in before anything runs (a wrong one is a spec error,
+            # told before the energy source opens)
+            warmed.append(ensure_copy(rd.path, spec))
             if not opened:
                 opened.append(locked.enter_context(executor_class.open_energy(spec)))
 
@@ -167,6 +172,7 @@ def run_job(
         )
         rd, energy = job.rd, opened[0]
         history = job.history or []
+        warm = warmed[0]
         settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
         for notice in note_change(
             rd.path, rd.stored_spec(), spec.accounting, position(history, spec.max_tries).recurrence
@@ -178,7 +184,9 @@ def run_job(
         resumed = resumed and bool(history)
         where_now = position(history, spec.max_tries)
         done = where_now.ended
-        knobs = Knobs.from_spec(spec)  # the horizon the optimizer plans over: the job's, whatever this call runs
+        # the horizon the optimizer plans over: the job's, whatever this call runs; the warm start the run
+        # directory keeps
+        knobs = dataclasses.replace(Knobs.from_spec(spec), warm=warm)
         if next_recurrences is None and until is None and spec.recurrences is None:
             next_recurrences = 1  # open-ended: each launch runs one more recurrence
         if next_recurrences is not None:

@@ -48,6 +48,11 @@ class Observation:
             revision 6 measures from it how often and how much runs slow down).
         overhead: What its power-limit sweep cost beyond the same work at the chosen limit (unit: J,
             within ``cost``; 0: none). ``zeus-voi`` revision 9 learns ``cost - overhead``.
+        power: Its measured mean power as a share of the power its GPUs may draw (their limit in force,
+            else their maximum); 0: not measured. ``zeus-voi`` revision 10 reads b0's first run's: a GPU
+            that draws less than half of it is not busy, and a larger batch keeps it busier.
+        warm: Whether it comes from the warm start's source (another GPU, cluster or run directory of the
+            same job), not from this run directory: only its epochs to the target carry over.
     """
 
     batch_size: int
@@ -57,6 +62,8 @@ class Observation:
     epochs: int = 0
     slowdown: float = 1.0
     overhead: float = 0.0
+    power: float = 0.0
+    warm: bool = False
 
 
 @dataclass(frozen=True)

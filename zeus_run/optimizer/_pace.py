@@ -33,6 +33,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
 
 #: Relative spread (sd of log epochs) of the law's fit assumed before its residuals say
 #: otherwise, and its weight in pseudo-observations: runs of one configuration differ by 5-25%
@@ -180,3 +184,28 @@ def model_log_cost(
         return None
     mu, sd = fit.predict(batch_size)
     return mu + pace[0], math.sqrt(sd * sd + pace[1] ** 2)
+
+
+def model_prior(
+    opt: ZeusVOIOptimizer,
+    state: VOIState,
+    est: Mapping[int, Estimate],
+    batch_size: int,
+    cv2: float,
+    walk: tuple[float, float],
+) -> tuple[float, float] | None:
+    """Mean and sd of an untried batch size's log cost from epochs x pace (revision 5).
+
+    `model_log_cost` on the epochs of the converged observations and each converged batch size's
+    posterior mean cost, plus one trial's spread (``cv2``), pooled with the walk's prediction
+    ``walk`` (`zeus_run.optimizer.ZeusVOIOptimizer.predict`: mean and sd of log cost) by precision.
+    The two are not independent (both read the same costs), so the pooled sd is optimistic; the
+    sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer than
+    two batch sizes have converged: the walk's prediction stands (revision 4).
+    """
+    model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
+    if model is None:
+        return None
+    mu, var = model[0], model[1] ** 2 + cv2
+    wp, mp = 1.0 / walk[1] ** 2, 1.0 / var
+    return (walk[0] * wp + mu * mp) / (wp + mp), math.sqrt(1.0 / (wp + mp))

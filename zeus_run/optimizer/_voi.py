@@ -19,20 +19,18 @@ does not end the walk on its own: the end's estimate is smoothed towards the str
 continuation of the two batch sizes before it (precision-weighted). An end that never reached the
 target closes its side, as in Zeus.
 
-**The bandit.** Otherwise the policy exploits with Gaussian Thompson Sampling
-over the batch sizes that reached the target. Each arm's variance is shrunk
-toward the *relative* variance pooled over all arms (costs of one job vary by
-a similar fraction whatever the batch size), so one observation per arm is
-enough. The draws use `TS_SCALE` times the posterior's standard deviation:
-full-width Thompson Sampling is tuned for the long run and over-explores
-close arms over tens or hundreds of recurrences. Because the walk is
-re-examined before every trial, an end of the interval that becomes the
-cheapest arm later (its first cost was unlucky) re-opens its side.
+**The bandit.** Otherwise the policy exploits with Gaussian Thompson Sampling over the batch sizes that
+reached the target. Each arm's variance is shrunk toward the *relative* variance pooled over all arms (costs
+of one job vary by a similar fraction whatever the batch size), so one observation per arm is enough. The
+draws use `TS_SCALE` times the posterior's standard deviation: full-width Thompson Sampling is tuned for the
+long run and over-explores close arms over tens or hundreds of recurrences. Because the walk is re-examined
+before every trial, an end of the interval that becomes the cheapest arm later (its first cost was unlucky)
+re-opens its side.
 
 **Slow first runs** (revision 3): a first run's pace is checked (`ZeusVOIOptimizer.moments`). Second looks
-(revisions 4, 6): `zeus_run.optimizer._second_look`; strides (7): `zeus_run.optimizer._stride`; the trend apart from
-epoch counts' noise (8): `zeus_run.optimizer._trend`; costs without the power-limit sweep (9):
-`zeus_run.optimizer._overhead`. The state is a pure fold over observations (`VOIState`); the only randomness is the
+(revisions 4, 6): `_second_look`; strides (7): `_stride`; the trend apart from epoch counts' noise (8): `_trend`;
+costs without the power-limit sweep (9): `_overhead`; the laws, the bandit with a horizon and the warm start (10):
+`_law`, `_exploit`, `_warm`. The state is a pure fold over observations (`VOIState`); the only randomness is the
 Thompson draw, seeded by ``(seed, step)``."""
 
 from __future__ import annotations
@@ -45,20 +43,23 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
+from zeus_run.optimizer._exploit import exploit
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer._law import best_probe as law_probe
 from zeus_run.optimizer._overhead import without_sweep
-from zeus_run.optimizer._pace import model_log_cost
+from zeus_run.optimizer._pace import model_prior
 from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import TINY as _TINY
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer._stride import best_stride
+from zeus_run.optimizer._warm import WarmRuns, WarmStart, observe_warm
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 
 logger = logging.getLogger(__name__)
 
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class VOIState:
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
-        epochs: Per batch size, the epochs of each of its converged observations (revision 5, `_pace`).
+        epochs: Per batch size, the epochs of each of its converged observations (revision 5, `_pace`, and
+            revision 10, `_law`).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
             the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
         slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
@@ -83,6 +85,7 @@ class VOIState:
         overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
         epoch_totals: Per batch size, the sum and count of its converged observations' epochs (revision 8's trend,
             `zeus_run.optimizer._trend`: totals, so a step costs no more as the history grows).
+        warm: Per batch size, its runs in the warm start's source (revision 10, `zeus_run.optimizer._warm`).
     """
 
     step: int
@@ -97,6 +100,7 @@ class VOIState:
     slowdowns: tuple[float, ...] = ()
     overheads: Mapping[int, float] = field(default_factory=dict)
     epoch_totals: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    warm: Mapping[int, WarmRuns] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -160,7 +164,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 9,
+        revision: int = 10,
+        warm: WarmStart | None = None,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -173,15 +178,16 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         prior_precision: Not used (likewise).
         num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 9 (current): as 8, learning costs without the power-limit sweep (`zeus_run.optimizer._overhead`);
-            8: as 7, the walk's trend counting a change in epochs as far as it stands out of their noise
-            (`zeus_run.optimizer._trend`); 7: as 6, with strides (`zeus_run.optimizer._stride`); 6: as 4, and a batch
-            size whose only run may have been slow is run again (`recheck`); 5: as 4, and an untried batch size's cost
-            is predicted as epochs x pace (`zeus_run.optimizer._pace`) once two batch sizes have converged; 4: as 3, and
-            a probe counts the chance that it never converges (`converge_chance`) and is stopped by its learning curve
-            (`zeus_run.optimizer.early_stop.cannot_reach`); 3: as 2, and a batch size's first run is checked for pace
-            (`moments`); 2: exploration is valued over the recurrences left, and the robust early stop
-            (`zeus_run.optimizer.early_stop`); 1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs).
+        revision: 10 (current): as 9, a walk at half a doubling a step whose probes save no more than the laws of
+            epochs and pace allow, jumping where they identify a descent (`_law`), a bandit that runs another arm
+            only where it pays over the recurrences left (`_exploit`), and the warm start (`_warm`); 9: as 8, costs
+            without the power-limit sweep (`_overhead`); 8: as 7, the trend counting a change in epochs as far as it
+            stands out of their noise (`_trend`); 7: as 6, with strides (`_stride`); 6: as 4, a batch size whose only
+            run may have been slow runs again (`recheck`); 5: as 4, an untried batch size's cost predicted as epochs x
+            pace (`_pace`) once two batch sizes converged; 4: as 3, a probe counts the chance it never converges
+            (`converge_chance`) and stops by its learning curve (`early_stop.cannot_reach`); 3: as 2, a first run's
+            pace checked (`moments`); 2: exploration valued over the recurrences left, and the robust early stop;
+            1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs). Modules in `zeus_run.optimizer`.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -190,9 +196,12 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
         if revision not in REVISIONS:
             raise ValueError(f"revision must be one of {REVISIONS}, got {revision}")
+        if warm is not None and revision < 10:
+            raise ValueError(f"a warm start needs revision 10 or later, not {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
+        self.warm = warm  # the warm start's source (`_warm`), folded into `initial_state`; None: a cold start.
         #: Revision 5's epochs x pace model (`model_prior`); revision 6 builds on revision 4 without it.
         self.pace_model = revision == 5
         self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
@@ -207,9 +216,15 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
                 logger.warning("optimizer.%s = %r has no effect on the %s policy", knob, value, self.name)
 
     def initial_state(self) -> VOIState:
-        return VOIState(step=0)
+        """The state before any trial here: the warm start's source folded in (nothing, cold)."""
+        state = VOIState(step=0)
+        for obs in self.warm.observations if self.warm is not None else ():
+            state = self.observe(state, obs)
+        return state
 
     def observe(self, state: VOIState, obs: Observation) -> VOIState:
+        if obs.warm:  # the source's (revision 10): what it says of each batch size, apart from this run's arms
+            return observe_warm(state, obs) if obs.batch_size in self.batch_sizes else state
         if obs.batch_size not in self.batch_sizes:
             raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
         spent = state.spent + obs.cost  # what was paid, the sweep included
@@ -220,7 +235,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         changes: dict[str, Any] = {"step": state.step + 1, "arms": arms, "spent": spent}  # one copy of the state
         if obs.reached:
             changes["reached"] = {**state.reached, b: state.reached.get(b, 0) + 1}
-        if self.pace_model and obs.reached and obs.epochs > 0:  # revision 5's fit reads every run's epochs
+        if (self.pace_model or self.revision >= 10) and obs.reached and obs.epochs > 0:
+            # revision 5's fit and revision 10's laws (their noise, `_law.epochs_noise`) read every run's epochs
             changes["epochs"] = {**state.epochs, b: (*state.epochs.get(b, ()), obs.epochs)}
         if self.revision >= 8 and obs.reached and obs.epochs > 0:  # the trend reads their mean: kept as totals
             total, n = state.epoch_totals.get(b, (0, 0))
@@ -253,10 +269,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             again = recheck(self, state, est, leader, cv2)
             if again is not None:
                 return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
-        best_probe = best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
+        best_probe = (
+            law_probe if self.revision >= 10 else best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
+        )
         probe = best_probe(self, state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
+        if self.revision >= 10:
+            return exploit(self, est, converged, cv2, self.planning_horizon(state))
         return self.thompson(state, est, converged, draw)
 
     def leader(self, state: VOIState) -> int | None:
@@ -426,30 +446,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         return mu, sd
 
     def model_prior(
-        self,
-        state: VOIState,
-        est: Mapping[int, Estimate],
-        batch_size: int,
-        cv2: float,
-        walk: tuple[float, float],
+        self, state: VOIState, est: Mapping[int, Estimate], batch_size: int, cv2: float, walk: tuple[float, float]
     ) -> tuple[float, float] | None:
-        """Mean and sd of an untried batch size's log cost from epochs x pace (revision 5; None before).
-
-        `zeus_run.optimizer._pace.model_log_cost` on the epochs of the converged observations and
-        each converged batch size's posterior mean cost, plus one trial's spread (``cv2``), pooled
-        with the walk's prediction ``walk`` (`predict`: mean and sd of log cost) by precision. The
-        two are not independent (both read the same costs), so the pooled sd is optimistic; the
-        sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer
-        than two batch sizes have converged: the walk's prediction stands (revision 4).
-        """
-        if not self.pace_model:
-            return None
-        model = model_log_cost(state.epochs, {b: e.mean for b, e in est.items()}, batch_size)
-        if model is None:
-            return None
-        mu, var = model[0], model[1] ** 2 + cv2
-        wp, mp = 1.0 / walk[1] ** 2, 1.0 / var
-        return (walk[0] * wp + mu * mp) / (wp + mp), math.sqrt(1.0 / (wp + mp))
+        """Revision 5's prior of an untried batch size's log cost (`zeus_run.optimizer._pace.model_prior`)."""
+        return model_prior(self, state, est, batch_size, cv2, walk) if self.pace_model else None
 
     def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
         """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's (revision 4).

@@ -40,6 +40,7 @@ __all__ = [
     "compatibility",
     "foreign_batch_sizes",
     "keep_recorded_revision",
+    "keep_recorded_warm_start",
     "recover",
     "spec_differences",
 ]
@@ -182,6 +183,29 @@ def keep_recorded_revision(spec: JobSpec, path: Path) -> JobSpec:
         default,
     )
     return dataclasses.replace(spec, optimizer=dataclasses.replace(spec.optimizer, revision=recorded))
+
+
+def keep_recorded_warm_start(spec: JobSpec, path: Path) -> JobSpec:
+    """``spec``, going on from the warm start its run directory was started with when the spec names none.
+
+    ``zeus-run run job.yaml --warm-from SOURCE`` starts a run directory warm; later runs, asks and
+    ``--next`` triggers of the same spec without the option go on with the same source (its copy in
+    the run directory: `zeus_run.engine.warm`). A spec that names another source is compared as it is.
+    """
+    if spec.optimizer.warm_from is not None:
+        return spec
+    try:
+        stored = read_settings(path)
+    except RunDirError:
+        return spec
+    opt = stored.get("optimizer") if stored else None
+    if not isinstance(opt, dict) or not isinstance(opt.get("warm_from"), str):
+        return spec
+    recorded = opt["warm_from"]
+    if opt.get("policy") != spec.optimizer.policy:
+        return spec
+    logger.info("%s was started warm from %s: it goes on from it", path, recorded)
+    return dataclasses.replace(spec, optimizer=dataclasses.replace(spec.optimizer, warm_from=recorded))
 
 
 def spec_differences(stored: dict[str, Any], spec: JobSpec) -> list[str]:

@@ -27,7 +27,7 @@ from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.knobs import Knobs
 from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.objective import Objective
-from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement
+from zeus_run.optimizer import JITPowerLimitOptimizer, PowerLimitMeasurement, WarmStart
 from zeus_run.optimizer.early_stop import curve_min_epochs
 from zeus_run.optimizer.power_limit import recurrences_left, sweep_more, unit_cost
 from zeus_run.records import TrialRecord
@@ -344,6 +344,7 @@ def simulate(
     noise: Noise | None = None,
     plan_horizon: bool = True,
     objective: Objective | None = None,
+    warm: WarmStart | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -357,8 +358,7 @@ def simulate(
         max_tries: Counted tries per recurrence.
         baselines: Also compute the grid-search baseline (Default and Oracle are always computed).
         on_record: Called with each record as it is produced.
-        max_early_stops: The engine's fallback rule (`zeus_run.engine.core.Engine`); None (default)
-            keeps the paper's semantics.
+        max_early_stops: The engine's fallback rule (`zeus_run.engine.core.Engine`); None: the paper's semantics.
         concurrency: Recurrences in flight at once. Above 1 the job is always backlogged: a
             recurrence starts the moment one ends, and trials end in the order of their
             simulated time (`zeus_run.engine.concurrent.Clocked`), so each decision has seen only
@@ -368,6 +368,7 @@ def simulate(
         objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``;
             when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
             cost without the ``max-slowdown`` penalty.
+        warm: A warm start (`zeus_run.engine.warm.warm_start` of the job's records elsewhere); None: cold.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -391,6 +392,7 @@ def simulate(
         concurrency=concurrency,
         horizon=horizon if plan_horizon else None,
         objective=given,
+        warm=warm,
     )
     executor = TraceExecutor(table, eta, seed, slowdowns, objective)
     runs = Clocked(executor) if concurrency > 1 else executor

@@ -36,6 +36,8 @@ ENERGY_DOMAINS = ("gpu", "cpu", "dram")
 POLICIES = ("zeus", "zeus-plus", "zeus-voi")
 #: The policy a spec without ``optimizer.policy`` gets (``zeus`` is the published algorithm).
 DEFAULT_POLICY = "zeus-voi"
+#: The first ``zeus-voi`` revision with a warm start (``optimizer.warm_from``).
+WARM_REVISION = 10
 
 #: Knobs whose default depends on the policy: ``zeus`` keeps the published
 #: two pruning rounds and two observations per arm; ``zeus-plus`` prunes once and
@@ -79,17 +81,25 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
-        revision: Revision of ``zeus-voi``'s rules: 9 (the default) is 8 learning each batch size's cost
-            without its first run's power-limit sweep (`zeus_run.optimizer._overhead`); 8 is 7 and a walk whose trend counts a
-            change in epochs to the target only as far as it stands out of their noise
-            (`zeus_run.optimizer._trend`); 7 is 6 and a walk down a steep descent
-            that strides two batch sizes (`zeus_run.optimizer._stride`); 6 is 4 and a second look at a batch
-            size whose only run may have been slow; 5 (opt-in) also predicts an untried batch size's
-            cost as epochs to the target x cost per epoch (`zeus_run.optimizer._pace`); 4 also counts the chance that a probe never
-            converges and stops a probe by its learning curve; 3 also checks a batch size's first run for
-            pace (a slow recurrence); 2 plans exploration over the recurrences left and uses the
-            robust early stop (`zeus_run.optimizer.early_stop`); 1, 2, 3, 4, 6, 7 and 8 are how runs
-            recorded before them replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
+        revision: Revision of ``zeus-voi``'s rules: 10 (the default) is 9 with a walk at half a doubling a
+            step whose probes save no more than the laws of epochs and pace allow and which jumps where the
+            runs identify them (`zeus_run.optimizer._law`), a bandit that runs another batch size only where
+            that pays over the recurrences left (`zeus_run.optimizer._exploit`), and the warm start; 9 is 8
+            learning each batch size's cost without its first run's power-limit sweep
+            (`zeus_run.optimizer._overhead`); 8 is 7 and a walk whose trend counts a change in epochs to the
+            target only as far as it stands out of their noise (`zeus_run.optimizer._trend`); 7 is 6 and a
+            walk down a steep descent that strides two batch sizes (`zeus_run.optimizer._stride`); 6 is 4 and
+            a second look at a batch size whose only run may have been slow; 5 (opt-in) also predicts an
+            untried batch size's cost as epochs to the target x cost per epoch (`zeus_run.optimizer._pace`);
+            4 also counts the chance that a probe never converges and stops a probe by its learning curve; 3
+            also checks a batch size's first run for pace (a slow recurrence); 2 plans exploration over the
+            recurrences left and uses the robust early stop (`zeus_run.optimizer.early_stop`); 1 to 9 are how
+            runs recorded before them replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
+        warm_from: A run directory of the same job elsewhere (another GPU, another cluster, or the run
+            directory it ran in before a spec change forced a new one) whose history seeds ``zeus-voi``
+            (revision 10 or later): epochs to the target carry over, pace and power are measured here.
+            Its records are copied into the run directory at its first run (`zeus_run.engine.warm`);
+            relative paths start at the spec file's folder. None: a cold start.
     """
 
     policy: str = DEFAULT_POLICY
@@ -98,7 +108,8 @@ class OptimizerSettings:
     prior_mean: float = 0.0
     prior_precision: float = 0.0
     num_explorations: int = POLICY_DEFAULTS[DEFAULT_POLICY]["num_explorations"]
-    revision: int = 9
+    revision: int = 10
+    warm_from: str | None = None
 
     @classmethod
     def for_policy(cls, policy: str = DEFAULT_POLICY, **knobs: Any) -> OptimizerSettings:
@@ -389,6 +400,24 @@ class JobSpec:
     def with_overrides(self, **changes: Any) -> JobSpec:
         """A copy with some top-level fields replaced (used by CLI overrides)."""
         return dataclasses.replace(self, **changes)
+
+    def with_warm_start(self, source: str | Path) -> JobSpec:
+        """A copy that starts warm from the run directory ``source`` (``run --warm-from``: ``optimizer.warm_from``).
+
+        Raises:
+            UsageError: The policy has no warm start (``zeus-voi`` revision `WARM_REVISION` or later has).
+        """
+        from zeus_run.errors import UsageError
+
+        opt = self.optimizer
+        if opt.policy != "zeus-voi" or opt.revision < WARM_REVISION:
+            raise UsageError(
+                f"--warm-from: a warm start needs policy zeus-voi, revision {WARM_REVISION} or later; this spec has "
+                f"optimizer.policy {opt.policy}, revision {opt.revision}. Set optimizer: {{policy: zeus-voi, "
+                f"revision: {WARM_REVISION}}} in the spec, or leave --warm-from out."
+            )
+        path = str(Path(source).expanduser().resolve())
+        return dataclasses.replace(self, optimizer=dataclasses.replace(opt, warm_from=path))
 
 
 #: Settings that change what the optimizer has learned. A history recorded

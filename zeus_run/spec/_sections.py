@@ -23,6 +23,7 @@ from zeus_run.spec._model import (
     ON_TARGET_ACTIONS,
     POLICIES,
     POWER_LIMIT_VIAS,
+    WARM_REVISION,
     EnergySettings,
     ExecutorSettings,
     ExportSettings,
@@ -55,6 +56,7 @@ _SECTION_KEYS = {
         "prior_precision",
         "num_explorations",
         "revision",
+        "warm_from",
     ),
     "metric": ("source", "regex", "name", "key", "path"),
     "energy": ("source", "watts", "gpus", "basis", "include"),
@@ -172,6 +174,32 @@ class Sections(Checker):
     def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
         policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))
         d = OptimizerSettings.for_policy(policy if policy in POLICIES else "zeus")
+        revision = self.get(
+            m,
+            "revision",
+            p,
+            d.revision,
+            self.int_(
+                1,
+                10,
+                fix=(
+                    "10: the current rules; 5: the pace model (opt-in); 9, 8, 7, 6, 4, 3, 2 and 1: how runs from "
+                    "before them ran"
+                ),
+            ),
+        )
+        warm_from = self.get(m, "warm_from", p, None, self.str_())
+        if warm_from is not None:
+            warm_from = self.warm_path(p + "warm_from", warm_from)
+            old = not isinstance(revision, int) or revision < WARM_REVISION
+            if warm_from is not None and (policy != "zeus-voi" or old):
+                self.problem(
+                    p + "warm_from",
+                    m.get("warm_from"),
+                    f"a warm start needs policy zeus-voi, revision {WARM_REVISION} or later "
+                    f"(here: {policy}, revision {revision})",
+                    f"Use optimizer: {{policy: zeus-voi, revision: {WARM_REVISION}}}, or leave warm_from out",
+                )
         return OptimizerSettings(
             policy=policy,
             pruning_rounds=self.get(m, "pruning_rounds", p, d.pruning_rounds, self.int_(0)),
@@ -179,21 +207,18 @@ class Sections(Checker):
             prior_mean=self.get(m, "prior_mean", p, d.prior_mean, self.float_()),
             prior_precision=self.get(m, "prior_precision", p, d.prior_precision, self.float_(0.0)),
             num_explorations=self.get(m, "num_explorations", p, d.num_explorations, self.int_(0)),
-            revision=self.get(
-                m,
-                "revision",
-                p,
-                d.revision,
-                self.int_(
-                    1,
-                    9,
-                    fix=(
-                        "9: the current rules; 5: the pace model (opt-in); 8, 7, 6, 4, 3, 2 and 1: how runs from before "
-                        "them ran"
-                    ),
-                ),
-            ),
+            revision=revision,
+            warm_from=warm_from,
         )
+
+    def warm_path(self, field: str, raw: str) -> str | None:
+        """``optimizer.warm_from`` as an absolute path (relative ones start at the spec file's folder)."""
+        try:
+            path = Path(raw).expanduser()
+            return str((path if path.is_absolute() else self.base / path).resolve())
+        except (ValueError, OSError, RuntimeError) as exc:  # a NUL byte, a symlink loop, an unknown ~user
+            self.problem(field, raw, f"is not a usable path ({exc})", "Name the run directory of this job elsewhere")
+            return None
 
     def window_size(self) -> Callable[[str, Any], Any]:
         as_int = self.int_(0, fix="0 keeps all observations; otherwise use at least 2")
