@@ -49,7 +49,10 @@ then about one night in three takes one at random):
 every process that measures: its GPU draws a constant power each night (150-290 W, seeded). The
 harness keeps its own **ledger**: each script process's span, from its start (the kernel's
 ``/proc/PID/stat``, which the script writes to the ledger file first thing) to its exit (seen by the
-harness through a pidfd), times the night's draw. No zeus-run code takes part in it.
+harness through a pidfd), times the night's draw. No zeus-run code takes part in it. A script that
+asks and tells zeus-run from inside its own process (the Job API, the server's client) also writes
+when its ask began and ended and when its tell returned, by its own clock: its span leaves the ask
+out (zeus-run's work, as ``run``'s decision before its script starts) and ends at the tell.
 
 **Invariants**, checked after every night (each violation: night, door, trial, expected, seen):
 
@@ -60,7 +63,11 @@ harness through a pidfd), times the night's draw. No zeus-run code takes part in
                exactly one record (by the end of the next night after a kill or a full disk) and every
                record without a script claims no energy
     audit      zeus-run replay RUN_DIR exits 0
-    energy     each record's energy + after_energy within 5% of the ledger's (span x draw)
+    energy     each record's energy + after_energy within 5% of the ledger's (span x draw); a trial whose
+               tell a full disk lost (its lease expired: no measurement reached zeus-run) is listed instead;
+               a record that says no meter read it (``energy_source: unmeasured``: a trial its dead
+               launcher left unwatched) is imputed from other nights' trials: its time is checked, its
+               energy must be above 0
     time       each record's time + after_time within 5% of the ledger's span
     exports    the last push to the Pushgateway double (in this process; the spec's live export) and
                ``zeus-run export prometheus`` equal the history: trials by outcome, recurrences reached
@@ -250,6 +257,8 @@ class Run:
     exit_code: int | None = None
     reached: bool | None = None
     error: str | None = None
+    ask_s: float = 0.0  # an ask made inside this process (the Job API, the server's client): zeus-run's work
+    told: float | None = None  # a tell made inside this process returned (seconds since boot)
 
     @property
     def key(self) -> tuple[int, int] | None:
@@ -263,7 +272,12 @@ class Run:
 
     @property
     def span(self) -> float | None:
-        return None if self.ended is None else self.ended - self.start
+        """What every door must charge: the process from start to exit; for a process that asked and told
+        zeus-run itself, less its ask and ending at its tell (both measured by the script's own clock)."""
+        if self.ended is None:
+            return None
+        end = self.told if self.told is not None else self.ended
+        return end - self.start - self.ask_s
 
     @property
     def alive(self) -> bool:
@@ -341,6 +355,10 @@ class Ledger:
         if ev["event"] == "trial":
             run.recurrence, run.attempt = ev.get("recurrence"), ev.get("attempt")
             run.batch_size, run.trial_at = ev.get("batch_size"), float(ev["t"])
+        elif ev["event"] == "asked":
+            run.ask_s = max(float(ev["t"]) - float(ev["t0"]), 0.0)
+        elif ev["event"] == "told":
+            run.told = float(ev["t"])
         elif ev["event"] == "exit":
             run.exit_line, run.exit_code = float(ev["t"]), ev.get("exit_code")
             run.reached, run.error = ev.get("reached"), ev.get("error")
@@ -1094,7 +1112,15 @@ export:
             if i in self.checked or run.span is None:
                 continue
             self.checked.add(i)
-            v += measure(records[i], run, draws.get(run.night, 0))
+            r = records[i]
+            if lost_to_full_disk(r, self.night_faults(run.night)):  # no measurement ever reached zeus-run: said
+                name = trial_name(r["recurrence"], r["attempt"])
+                log.injected.append(
+                    f"full-disk: {name}'s tell could not be written; recorded {r['stop_reason']} when its lease "
+                    f"expired, its {draws.get(run.night, 0) * run.span:.0f} J (ledger) not charged"
+                )
+                continue
+            v += measure(r, run, draws.get(run.night, 0))
 
     def _check_verdicts(self, log: NightLog, records: list[dict], runs: list[Run], v: list[Violation]) -> None:
         night = log.night
@@ -1288,6 +1314,13 @@ def pair(records: Sequence[dict], runs: Sequence[Run]) -> tuple[list[tuple[int, 
     return pairs, lost, sorted(orphans)
 
 
+def lost_to_full_disk(record: dict, faults: Sequence[str]) -> bool:
+    """Whether ``record`` is a trial whose tell a full disk lost: its lease expired on a full-disk night, so no
+    measurement of it ever reached zeus-run (the summary lists it instead of an energy violation)."""
+    lease = bool((record.get("provenance") or {}).get("lease_expired"))
+    return "full-disk" in faults and record.get("stop_reason") == "infrastructure" and lease
+
+
 def measure(record: dict, run: Run, draw_w: float) -> list[Violation]:
     """The energy and time invariants of one record against its script's span in the ledger (``run``), at the
     double's draw that night: both within `TOLERANCE` of the span, the part after the judged point included."""
@@ -1300,8 +1333,15 @@ def measure(record: dict, run: Run, draw_w: float) -> list[Violation]:
     want_e, seen_e = draw_w * span, total(r, "energy")
     tail = run.exit_seen - run.exit_line if run.exit_seen is not None and run.exit_line is not None else None
     of = f", {tail:.2f} s of it after the script's last statement" if tail is not None else ""
+    if run.told is not None:  # asked and told from inside the process
+        of = f", less its ask ({run.ask_s:.2f} s), to its tell"
     how = f"{r.get('stop_reason')}, {r.get('energy_source')}/{r.get('energy_method')}"
-    if abs(seen_e - want_e) > TOLERANCE * want_e:
+    # A record that says no meter read it (a trial its launcher's death left unwatched) has an imputed energy, from
+    # the job's other trials, on nights the double drew otherwise: its time is checked, and its energy is positive.
+    imputed = r.get("energy_source") == "unmeasured"
+    if imputed and seen_e <= 0:
+        out.append(Violation("energy", run.night, run.door, name, "an imputed energy above 0", f"{seen_e:.1f} J"))
+    if not imputed and abs(seen_e - want_e) > TOLERANCE * want_e:
         parts = f"energy {float(r.get('energy') or 0):.1f} + after {float(r.get('after_energy') or 0):.1f}"
         out.append(
             Violation(

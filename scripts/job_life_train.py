@@ -10,7 +10,11 @@ must charge.
 It keeps the harness's own ledger, independent of zeus-run's measurements: one JSON line at start
 (``start``: the process's start time from the kernel, ``/proc/self/stat``, as seconds since boot)
 and one at exit (``exit``: ``CLOCK_BOOTTIME`` at its last statement, its exit code), appended to
-``$JOB_LIFE_LEDGER``, plus a ``trial`` line naming the recurrence and try zeus-run gave it. Neither
+``$JOB_LIFE_LEDGER``, plus a ``trial`` line naming the recurrence and try zeus-run gave it. Where it asks
+and tells zeus-run from inside its own process (the ``Job`` API, the server's client), it also writes
+``asked`` (the ask's start and end) and ``told`` (once the tell returned): the harness leaves the ask out
+(zeus-run's work, as ``run``'s decision, made before its script starts, is not charged either) and ends
+the span at the tell (a record cannot hold what happens after it is written). Neither
 clock moves when the wall clock jumps. The harness multiplies the span by the double's draw.
 
 Modes:
@@ -151,16 +155,22 @@ def main() -> int:
         if args.job:
             import zeus_run
 
-            asked = zeus_run.Job(args.job).ask()
+            job_api = zeus_run.Job  # its import is the script's, as any import (torch's) is
+            t0 = _now()
+            asked = job_api(args.job).ask()
+            ledger.write("asked", t0=t0, t=_now())  # zeus-run's work in this process, as run's decision is its own
             a = asked.asked
             ident = {"recurrence": a.recurrence, "attempt": a.attempt, "trial_dir": a.trial_dir.name}
             with asked as trial:
                 done = _train(trial, ledger, ident)
+            ledger.write("told", t=_now())  # the record was written: nothing after it can be in it
         else:
             from zeus_run.train import Trial
 
+            t0 = _now()
             trial = Trial.from_env(batch_size=64, max_epochs=6, target_metric=TARGET)
             if trial.remote is not None:
+                ledger.write("asked", t0=t0, t=_now())  # the server's client asked in this process
                 d = trial.remote.decision
                 ident = {"recurrence": d.get("recurrence"), "attempt": d.get("attempt"), "trial_dir": None}
                 ident["trial_dir"] = os.path.basename(str(d.get("trial_dir") or "")) or None
@@ -168,6 +178,8 @@ def main() -> int:
                 ident = _ident_from_env()
             done = _train(trial, ledger, ident)
             trial.close()
+            if trial.remote is not None:
+                ledger.write("told", t=_now())
     except BaseException as exc:
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         ledger.exit(code, error=f"{type(exc).__name__}: {exc}"[:300])

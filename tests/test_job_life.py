@@ -209,3 +209,28 @@ def test_the_training_script_writes_its_span_to_the_ledger(tmp_path):
     assert start["night"] == "3" and trial["batch_size"] == 64 and end["exit_code"] == 0 and end["reached"]
     # Its start-up, the epochs batch size 64 takes to the target, and saving the model: all in its span.
     assert end["t"] - start["t"] >= train.STARTUP + train.REACH[64] * train.EPOCH_S[64] + train.SAVE
+
+
+def test_a_process_that_asked_and_told_itself_is_charged_without_its_ask_and_up_to_its_tell():
+    r = run(1, 1, start=100.0, span=4.0)
+    r.ask_s, r.told = 0.3, 103.5  # asked for 0.3 s; the tell returned 0.5 s before it exited
+    assert r.span == pytest.approx(3.5 - 0.3)
+    assert jl.measure(record(1, 1, 0, energy=640.0, time=3.2), r, 200) == []
+    (e, _) = jl.measure(record(1, 1, 0, energy=800.0, time=4.0), r, 200)  # the whole process: too much
+    assert "less its ask (0.30 s), to its tell" in e.expected
+
+
+def test_only_a_lease_expired_on_a_full_disk_night_counts_as_a_measurement_the_disk_lost():
+    expired = record(4, 1, 5, stop_reason="infrastructure", provenance={"lease_expired": True})
+    assert jl.lost_to_full_disk(expired, ("full-disk",))
+    assert not jl.lost_to_full_disk(expired, ("kill-server",))  # any other night: an energy violation
+    assert not jl.lost_to_full_disk(record(4, 1, 5, stop_reason="infrastructure"), ("full-disk",))
+
+
+def test_an_unmeasured_record_is_held_to_its_time_and_a_positive_energy():
+    r = run(1, 1, span=2.0)
+    imputed = {"energy_source": "unmeasured", "stop_reason": "interrupted"}
+    assert jl.measure(record(1, 1, 0, energy=330.0, time=2.0, **imputed), r, 200) == []  # said: imputed
+    assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=0.0, time=2.0, **imputed), r, 200)] == ["energy"]
+    assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=330.0, time=1.0, **imputed), r, 200)] == ["time"]
+    assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=330.0, time=2.0), r, 200)] == ["energy"]

@@ -104,6 +104,9 @@ class ProcessTrials:
         self.last: tuple[Trial, float, float] | None = None
         #: Trials measured here and not closed, told after the exit (their last reading is the exit's).
         self.open: list[Trial] = []
+        #: Event logs of this process's trials that a launcher measures: each gets an ``exited`` event at exit (where
+        #: a trial whose launcher died ended: `zeus_run.engine.measure.unwatched_span`).
+        self.launched: set[str] = set()
         #: Seconds this process spent asking zeus-run for its next trial since the last one closed (not charged),
         #: and the CPU time of those asks (unit: s).
         self.ask_s = 0.0
@@ -164,6 +167,8 @@ class ProcessTrials:
         with self._lock:
             if trial._told_after_exit:
                 self.open.append(trial)
+            elif trial.event_log:
+                self.launched.add(trial.event_log)
             if not self._hooked:
                 self._hooked = True
                 atexit.register(self.at_exit)
@@ -190,6 +195,10 @@ class ProcessTrials:
         with self._lock:
             still_open, last, carry = list(self.open), self.last, self.carry
             self.open, self.last, self.carry = [], None, None
+            launched, self.launched = sorted(self.launched), set()
+        for path in launched:  # one line each: where the script ended, should no launcher see it end
+            with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"event": "exited", "time": time.time()}) + "\n")
         logs = set()
         for trial in still_open:
             m = trial.measured()

@@ -226,6 +226,8 @@ class Trial:
             if remote is not None:
                 remote.meter = self.measured
             PROCESS.opened(self)
+        elif self.event_log:  # a launcher measures it: its exit is still dated in its event log
+            PROCESS.opened(self)
         if self._told_after_exit:
             exit_watch().install()
         if heartbeat_file:

@@ -8,10 +8,14 @@ be one), instead of recording it interrupted with 0 epochs and running it again.
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import textwrap
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON, REPO
@@ -102,3 +106,35 @@ def test_an_orphan_that_did_not_reach_the_target_is_still_interrupted_and_run_ag
     assert records[0]["stop_reason"] == "interrupted" and records[0]["epochs"] == 0
     assert "died" in records[0]["message"]
     assert [(x["recurrence"], x["attempt"]) for x in records[:2]] == [(1, 1), (1, 2)]  # run again
+    # It ran (energy really spent counts): from its launch to its last write, charged at the job's watts.
+    assert records[0]["time"] > 0 and records[0]["energy"] == pytest.approx(100.0 * records[0]["time"])
+    assert records[0]["observed"] is False and "until its last write" in records[0]["message"]
+
+
+def test_an_orphan_still_running_is_stopped_and_its_span_charged(tmp_path):
+    spec = _spec(tmp_path, [0.5, 0.6, 0.7])
+    launcher = launch(spec)
+    pid_file = tmp_path / "pid"
+    wait_for(lambda: pid_file.exists() and (tmp_path / "runs" / "running.json").exists())
+    launcher.send_signal(signal.SIGKILL)
+    launcher.communicate(timeout=30)
+    script = int(pid_file.read_text())
+    assert alive(script)  # waiting in its first epoch, with no launcher
+    before = time.time()
+    second = launch(spec)  # stops the orphan, records it, runs the recurrence again
+    history = tmp_path / "runs" / "history.jsonl"
+    wait_for(lambda: history.exists() and history.read_text().strip() != "", timeout=120)
+    after = time.time()
+    (tmp_path / "go").touch()  # the re-run goes on
+    second.communicate(timeout=120)
+    assert not alive(script)
+    rec = _records(tmp_path)[0]
+    assert (rec["stop_reason"], rec["observed"]) == ("interrupted", False)
+    started = datetime.datetime.fromisoformat(rec["started_at"]).timestamp()
+    assert before - started <= rec["time"] <= after - started  # its launch to the moment it was stopped
+    assert rec["energy"] == pytest.approx(100.0 * rec["time"]) and rec["energy_source"] == "unmeasured"
+    assert "until a later launcher stopped it" in rec["message"], rec["message"]
+    trial_dir = tmp_path / "runs" / "trials" / "r0001-t01"
+    assert float((trial_dir / "killed_at").read_text()) == pytest.approx(started + rec["time"], abs=0.01)
+    audit = zeus("replay", str(tmp_path / "runs"))
+    assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -271,3 +274,15 @@ def test_a_meters_window_is_passed_on_and_checked_where_it_is_kept(tmp_path):
     tail.finish()
     assert tail.measured is not None and tail.measured["window"] == window
     assert window_of(window) == {"by": "script", "from": "process-start", "extended_s": 1.5}
+
+
+def test_a_script_a_launcher_measures_dates_its_exit_in_its_event_log(tmp_path):
+    """Where a trial whose launcher died ended (`zeus_run.engine.measure.unwatched_span` reads it)."""
+    log = tmp_path / "events.jsonl"
+    code = "from zeus_run.train import Trial\nt = Trial.from_env()\nt.report(0.5)\nt.close()\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_")} | {"ZEUS_EVENT_LOG": str(log)}
+    before = time.time()
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=Path(__file__).resolve().parents[2])
+    events = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "epoch", "exited"]
+    assert before <= events[-1]["time"] <= time.time() and events[-1]["time"] >= events[1]["time"]

@@ -86,6 +86,9 @@ class TrialFiles:
     EPOCHS = "epochs.jsonl"
     #: The `TrialOutcome`, written atomically when the trial is over.
     OUTCOME = "outcome.json"
+    #: Written when a later launcher stopped the processes a dead launcher's trial left running: the Unix time it
+    #: did (where the trial's span ends: `zeus_run.engine.record.interrupted_record`).
+    KILLED = "killed_at"
 
     #: Files zeus-run writes where the script may have planted links (``events.jsonl`` is the script's own).
     WRITTEN = (OUTPUT, STOP, PROFILE_DONE)

@@ -22,14 +22,18 @@ basis.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import itertools
 import math
 import statistics
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome
 from zeus_run.engine.record import UNMEASURED, Measurement
 from zeus_run.records import TrialRecord
 
@@ -147,3 +151,57 @@ def window_of(raw: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
             out[key] = float(v)
     return out
+
+
+def unwatched_span(
+    marker: RunningMarker, history: Iterable[TrialRecord], watts: float, eta: float
+) -> tuple[TrialOutcome, Measurement, str] | None:
+    """What a trial a dead launcher left spent while nobody watched it: energy really spent counts.
+
+    Its span runs from its launch (the marker's ``started_at``) to where a later launcher stopped
+    what it left running (``killed_at`` in its trial directory), or else to the last write in its
+    trial directory (it ended on its own). No meter read it: its energy is imputed as a tell without
+    a measurement is (`PowerBasis`). None: the span cannot be told (no start, no trial directory).
+
+    Args:
+        marker: The trial's ``running.json`` marker.
+        history: The job's records (their measured power).
+        watts: The spec's ``energy.watts``.
+        eta: The job's ``eta`` (the outcome's cost).
+    """
+    start = _unix(marker.started_at)
+    if start is None or not marker.trial_dir:
+        return None
+    trial_dir = Path(marker.trial_dir)
+    try:
+        end = float((trial_dir / TrialFiles.KILLED).read_text().strip())
+        how_end = "until a later launcher stopped it"
+    except (OSError, ValueError):
+        times = []
+        for name in (TrialFiles.EVENTS, TrialFiles.OUTPUT):
+            with contextlib.suppress(OSError):
+                times.append((trial_dir / name).stat().st_mtime)
+        if not times:
+            return None
+        end, how_end = max(times), "until its last write"
+    span = end - start
+    if not math.isfinite(span) or span <= 0:
+        return None
+    energy, how, max_power = PowerBasis.of(history).impute(marker.batch_size, span, watts)
+    outcome = TrialOutcome.of(
+        StopReason.INTERRUPTED, max_power=max_power, time=span, energy=energy, eta=eta, cause=None
+    )
+    note = f"; its {span:.1f} s from its launch {how_end} are charged, energy not measured ({how.method})"
+    return outcome, how, note
+
+
+def _unix(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()

@@ -28,6 +28,7 @@ from pathlib import Path
 from zeus_run.contract import RunningMarker, StopReason, reaches_target
 from zeus_run.cost import zeus_cost
 from zeus_run.engine.knobs import Knobs
+from zeus_run.engine.measure import unwatched_span
 from zeus_run.engine.record import interrupted_record, marker_record
 from zeus_run.engine.replay import audit
 from zeus_run.errors import UsageError
@@ -145,11 +146,17 @@ def open_job(
         adopted: list[RunningMarker] = []
         markers = rd.running_trials() or []
         if cleanup is not None and (read_history or any(not m.asked for m in markers)):
-            recovered = resume.recover(rd, cleanup, lambda m: interrupted_record(spec, m))
+            recovered = resume.recover(rd, cleanup, lambda m: _interrupted(spec, rd, m))
             history, adopted = recovered.history, recovered.adopted
             markers = rd.running_trials() or []
         asks = sorted((m for m in markers if m.asked), key=lambda m: m.trial)
         yield OpenJob(rd, spec, history, adopted, asks)
+
+
+def _interrupted(spec: JobSpec, rd: RunDir, marker: RunningMarker) -> TrialRecord:
+    """A dead launcher's trial that does not go on, with the span it ran charged (energy spent always counts)."""
+    spent = unwatched_span(marker, rd.history.read(warn=False), spec.energy.watts, spec.eta)
+    return interrupted_record(spec, marker, spent)
 
 
 # -- checking a history against a spec -------------------------------------------------------

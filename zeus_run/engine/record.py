@@ -105,13 +105,27 @@ def trial_record(
     return TrialRecord(**base)
 
 
-def interrupted_record(spec: JobSpec, marker: RunningMarker) -> TrialRecord:
-    """The record of a trial whose launcher died, from its marker: the engine's decision, no outcome."""
-    return marker_record(spec.name, marker)
+def interrupted_record(
+    spec: JobSpec, marker: RunningMarker, spent: tuple[TrialOutcome, Measurement, str] | None = None
+) -> TrialRecord:
+    """The record of a trial whose launcher died, from its marker: the engine's decision, interrupted, with what it
+    spent while nobody watched it where that can be told (`zeus_run.engine.measure.unwatched_span`)."""
+    return marker_record(spec.name, marker, spent)
 
 
-def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
-    """A trial's record from its ``running.json`` marker alone: its decision, interrupted, not observed."""
+def marker_record(
+    job: str,
+    marker: RunningMarker,
+    spent: tuple[TrialOutcome, Measurement, str] | None = None,
+) -> TrialRecord:
+    """A trial's record from its ``running.json`` marker alone: its decision, interrupted, not observed.
+
+    Args:
+        job: The job's name.
+        marker: Its marker.
+        spent: What it spent while nobody watched it, how that was obtained, and a note for its message
+            (`zeus_run.engine.measure.unwatched_span`); None: nothing known (0 s, 0 J).
+    """
     decision = TrialRequest(
         recurrence=marker.recurrence,
         attempt=marker.attempt,
@@ -120,14 +134,17 @@ def marker_record(job: str, marker: RunningMarker) -> TrialRecord:
         decision=Decision(marker.batch_size, marker.stage, marker.detail),
         cost_threshold=marker.threshold,
     )
-    nothing = TrialOutcome.of(StopReason.INTERRUPTED, max_power=marker.max_power, cause=None)
+    outcome = TrialOutcome.of(StopReason.INTERRUPTED, max_power=marker.max_power, cause=None)
+    how, note = Measurement(marker.energy_source, marker.estimated), ""
+    if spent is not None:
+        outcome, how, note = spent
     return trial_record(
         job,
         decision,
-        nothing,
-        Measurement(marker.energy_source, marker.estimated),
+        outcome,
+        how,
         **marker_fields(marker),
-        message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer",
+        message=f"the launcher (pid {marker.pid}) died during this trial; it was not fed to the optimizer{note}",
         provenance={"slurm_job_id": marker.slurm_job_id} if marker.slurm_job_id else None,
     )
 

@@ -11,9 +11,11 @@ energy imputed and said to be.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +265,9 @@ class LocalExecutor(RealExecutor):
             killed = tree.sweep()
             if killed:
                 logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
+                if info.trial_dir:  # where its span ends (its record charges it: energy spent always counts)
+                    with contextlib.suppress(OSError):
+                        (Path(info.trial_dir) / TrialFiles.KILLED).write_text(f"{time.time():.3f}\n")
             if may_adopt and exited and info.trial_dir and _reached_alone(info):
                 adopted.add(info.trial)
         for info in infos:

@@ -38,14 +38,18 @@ class Spread:
     """Run-to-run spread of a converged run, on the log scale.
 
     A group is one batch size at one power limit. Each group with two runs or more estimates
-    the variance of ``log`` of one run about its group's mean; the spread is the root of their
-    average, each group weighing the same: the batch size a job settled on runs most, and its
-    runs may vary less (or more) than the default's, so it must not speak for all of them.
+    the variance of ``log`` of one run about its group's mean; the spread is the root of the
+    larger of two poolings: their plain average, each group weighing the same (the batch size a
+    job settled on runs most, and its runs may vary less than the default's, so it must not speak
+    for all of them), and their average weighted by degrees of freedom (a few runs that needed the
+    same whole epochs show no variance at all, so they must not outvote a group that shows it).
 
-    The default's runs carry one more term, ``rounding``: a run ends at a whole epoch, so a run
-    that needed ``e`` epochs is known to about ``1 / (sqrt(12) x e)`` of its cost (the variance
-    of rounding to a whole epoch). Other batch sizes may need other epoch counts, or happen to
-    need the same ones every time; the default's mean is known no better than its own epochs.
+    The default's runs carry one more term, ``rounding``: a run ends at a whole epoch, so where a
+    batch size's mean lies between two whole epoch counts one run needs one or the other, half an
+    epoch either way at most: ``1 / (2 x e)`` of the cost of a run that needed ``e`` epochs (the
+    largest standard deviation of a choice between two counts). Other batch sizes may need other
+    epoch counts, or happen to need the same ones every time; the default's mean is known no
+    better than its own epochs.
 
     Attributes:
         cost: Standard deviation of ``log(cost)`` of one run.
@@ -102,19 +106,22 @@ def spread(groups: Iterable[Sequence[Run]], default: Sequence[Run] = ()) -> Spre
     sds: list[float] = []
     dfs: list[int] = []
     for k in range(3):
-        variances, df = [], 0
+        variances, squares, df = [], [], 0
         for g in usable:
             rows = [r for r in g if k == 0 or not r.swept]
             if len(rows) < 2:
                 continue
             logs = [math.log(r.values[k]) for r in rows]
             m = sum(logs) / len(logs)
-            variances.append(sum((v - m) ** 2 for v in logs) / (len(rows) - 1))
+            squares.append(sum((v - m) ** 2 for v in logs))
+            variances.append(squares[-1] / (len(rows) - 1))
             df += len(rows) - 1
-        sds.append(math.sqrt(sum(variances) / len(variances)) if variances else 0.0)
+        equal = sum(variances) / len(variances) if variances else 0.0
+        weighted = sum(squares) / df if df else 0.0
+        sds.append(math.sqrt(max(equal, weighted)))
         dfs.append(df)
     epochs = [r.epochs for r in default if r.epochs > 0]
-    rounding = math.sqrt(sum(1.0 / (12.0 * e * e) for e in epochs) / len(epochs)) if epochs else 0.0
+    rounding = math.sqrt(sum(1.0 / (4.0 * e * e) for e in epochs) / len(epochs)) if epochs else 0.0
     return Spread(sds[0], sds[1], sds[2], dfs[0], dfs[1], rounding)
 
 

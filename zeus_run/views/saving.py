@@ -20,7 +20,7 @@ The spent figure is known; the default's is an estimate from b0's converged runs
 interval is that estimate's: ``log(mean)`` has standard error ``s0 / sqrt(n0)``, where n0 is the
 number of b0's runs and ``s0`` how much one of them varies on the log scale: the spread of a
 converged run about its batch size's mean, averaged over every batch size and limit that converged
-more than once (each weighing the same: it rests on all of them, not on b0's few runs alone), plus
+more than once (pooled so that neither one batch size nor a few identical runs speak for all), plus
 the rounding of b0's runs to whole epochs (`zeus_run.views.evidence.Spread`); the quantile is
 Student's t with the pooled degrees of freedom. Before any batch size has converged twice the
 spread is unknown and no interval is stated. Its calibration: docs/savings.md.

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from tests.cli.test_run_cli import spec_text, zeus
 from tests.factories import make_record
-from tests.test_summary import SETTLED, history, rec
+from tests.views.test_summary import SETTLED, history, rec
 from zeus_run.cli import app
 from zeus_run.cli._render import summary_lines
 from zeus_run.views import evidence as ev
@@ -37,7 +37,13 @@ def test_spread_weighs_each_group_alike_and_adds_the_defaults_rounding():
     assert s.df == 19 + 1
     var_noisy = (math.log(11) - math.log(9)) ** 2 / 2
     assert s.cost == pytest.approx(math.sqrt(var_noisy / 2))  # two groups, one vote each
-    assert s.rounding == pytest.approx(1 / (math.sqrt(12) * 5))
+    assert s.rounding == pytest.approx(1 / (2 * 5))  # one run of 5 epochs: half an epoch either way, at most
+    # Two identical runs (whole epochs alike) do not outvote six that vary: the larger of the two poolings.
+    same = [run((10.0, 10.0, 1.0), 10), run((10.0, 10.0, 1.0), 10)]
+    six = [run((c, c, c / 10), 10) for c in (9.0, 11.0, 10.0, 9.5, 10.5, 10.0)]
+    logs = [math.log(c) for c in (9.0, 11.0, 10.0, 9.5, 10.5, 10.0)]
+    var_six = sum((x - sum(logs) / 6) ** 2 for x in logs) / 5
+    assert ev.spread([same, six]).cost == pytest.approx(math.sqrt(var_six * 5 / 6))  # weighted by df, above var/2
     assert s.of_default("cost") == pytest.approx(math.hypot(s.cost, s.rounding))
     assert ev.spread([[run((1.0, 1.0, 1.0), 1)]]).df == 0  # nothing converged twice: unknown
 
