@@ -203,7 +203,8 @@ run_dir: runs
             assert time.monotonic() < deadline, "the trial never reported an epoch"
             time.sleep(0.1)
         (pid1,) = _children(pod.pid)  # unshare's child: PID 1 of the pod's namespace, the wrapper's shell
-        assert Path(f"/proc/{pid1}/status").read_text().split("NSpid:")[1].split()[-1] == "1"
+        nspid = Path(f"/proc/{pid1}/status").read_text().split("NSpid:")[1].splitlines()[0]  # its line alone
+        assert nspid.split()[-1] == "1"
         os.kill(pid1, signal.SIGTERM)
         _, err = pod.communicate(timeout=120)
     finally:
