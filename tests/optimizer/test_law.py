@@ -181,3 +181,12 @@ def test_between_two_runs_a_gap_costs_at_least_the_lesser_epochs_times_the_lesse
     assert low == pytest.approx(count * pace[2048])
     assert low < est[512].mean
     assert between(state.epochs, est, 512, 4096, 0.01) is None
+
+
+def test_the_state_keeps_the_noise_as_totals_that_agree_with_the_runs():
+    o = opt()
+    state = runs(o, (1024, 5, 1.0e6), (1024, 4, 0.9e6), (512, 4, 0.8e6), (512, 6, 1.1e6), (256, 3, 0.7e6))
+    from zeus_run.optimizer._law import pooled_noise
+
+    assert pooled_noise(state.epoch_logs.values()) == pytest.approx(epochs_noise(state.epochs), rel=1e-12)
+    assert {b: n for b, (n, _, _) in state.epoch_logs.items()} == {b: len(e) for b, e in state.epochs.items()}

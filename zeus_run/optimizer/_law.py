@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from zeus_run.optimizer import _warm
@@ -85,16 +85,36 @@ IDLE = 0.5
 Epochs = Mapping[int, Sequence[int]]
 
 
+#: ``(n, sum, sum of squares)`` of the logs of one batch size's epochs to the target.
+LogStats = tuple[int, float, float]
+
+
+def log_stats(runs: Sequence[int]) -> LogStats:
+    """The `LogStats` of ``runs`` (epochs of 0 left out)."""
+    logs = [math.log(e) for e in runs if e > 0]
+    return len(logs), sum(logs), sum(x * x for x in logs)
+
+
+def add_log(stats: LogStats | None, epochs: int) -> LogStats:
+    """``stats`` (None: none yet) with one more run of ``epochs`` (> 0)."""
+    n, s1, s2 = stats or (0, 0.0, 0.0)
+    x = math.log(epochs)
+    return n + 1, s1 + x, s2 + x * x
+
+
 def epochs_noise(epochs: Epochs) -> float:
     """Relative variance of one run's epochs to the target: pooled over batch sizes with two or more
     converged runs, plus `EPOCHS_PRIOR_DOF` pseudo degrees of freedom at `EPOCHS_PRIOR_SD`."""
-    ss, dof = EPOCHS_PRIOR_DOF * EPOCHS_PRIOR_SD**2, EPOCHS_PRIOR_DOF
-    for runs in epochs.values():
-        logs = [math.log(e) for e in runs if e > 0]
-        if len(logs) >= 2:
-            mean = sum(logs) / len(logs)
-            ss += sum((x - mean) ** 2 for x in logs)
-            dof += len(logs) - 1
+    return pooled_noise(log_stats(runs) for runs in epochs.values())
+
+
+def pooled_noise(stats: Iterable[LogStats]) -> float:
+    """`epochs_noise` from each batch size's `LogStats` (what the optimizer's state keeps as it folds)."""
+    ss, dof = EPOCHS_PRIOR_DOF * EPOCHS_PRIOR_SD**2, float(EPOCHS_PRIOR_DOF)
+    for n, s1, s2 in stats:
+        if n >= 2:
+            ss += max(s2 - s1 * s1 / n, 0.0)
+            dof += n - 1
     return ss / dof
 
 
@@ -263,7 +283,7 @@ def best_probe(
     if not tried:
         return None
     seen = _warm.epochs(state)
-    var1 = epochs_noise(seen)
+    var1 = pooled_noise(_warm.epoch_logs(state))
     found = [*candidates(walker, state, est, cv2), *jump(walker, state, seen, est, cv2, var1)]
     warm = {b: (why, prior) for b, why, prior in _warm.candidates(opt, state, est, cv2, walker.batch_sizes)}
     if state.warm:  # the source says where to go: no stride or jump past a batch size it knows nothing of

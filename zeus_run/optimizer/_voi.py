@@ -1,12 +1,9 @@
 """``zeus-voi``: a value-of-information walk over batch sizes, then tempered Thompson Sampling.
 
-Zeus explores by pruning: from b0 it runs every batch size downwards, then
-upwards, until one fails, twice over. Most of that exploration pays for batch
-sizes that are clearly worse than the best one seen. ``zeus-voi`` decides each
-exploration step on what it may save, using only observed (batch size, cost,
-reached) and two facts that hold for any training job: cost is close to
-unimodal in log batch size, and it changes smoothly from one batch size to the
-next.
+Zeus explores by pruning: from b0 it runs every batch size downwards, then upwards, until one fails, twice
+over. Most of that exploration pays for batch sizes that are clearly worse than the best one seen. ``zeus-voi``
+decides each exploration step on what it may save, using only observed (batch size, cost, reached) and two facts
+that hold for any training job: cost is close to unimodal in log batch size, and smooth from one to the next.
 
 **The walk.** The batch sizes tried so far form an interval around b0 (b0 runs first). Before each
 trial the policy looks at the next untried batch size beyond each end of that interval and predicts
@@ -45,6 +42,7 @@ from typing import Any, NamedTuple
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._exploit import exploit
 from zeus_run.optimizer._gts import ArmStats
+from zeus_run.optimizer._law import add_log
 from zeus_run.optimizer._law import best_probe as law_probe
 from zeus_run.optimizer._overhead import without_sweep
 from zeus_run.optimizer._pace import model_prior
@@ -76,15 +74,13 @@ class VOIState:
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
         spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
-        epochs: Per batch size, the epochs of each of its converged observations (revision 5, `_pace`, and
-            revision 10, `_law`).
+        epochs: Per batch size, the epochs of each of its converged observations (revisions 5 and 10);
+            epoch_logs: their logs as `_law.LogStats` totals (revision 10's noise, at a cost that does not grow).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
             the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
-        slowdowns: The factor of each of those that ran more than `SLOWDOWN` times slower
-            (`Observation.slowdown`; revision 6).
+        slowdowns: The factor of each of those that ran over `SLOWDOWN` times slower (revision 6).
         overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
-        epoch_totals: Per batch size, the sum and count of its converged observations' epochs (revision 8's trend,
-            `zeus_run.optimizer._trend`: totals, so a step costs no more as the history grows).
+        epoch_totals: Per batch size, the sum and count of its converged runs' epochs (revision 8's `_trend`).
         warm: Per batch size, its runs in the warm start's source (revision 10, `zeus_run.optimizer._warm`).
     """
 
@@ -96,6 +92,7 @@ class VOIState:
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     spent: float = 0.0
     epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    epoch_logs: Mapping[int, tuple[int, float, float]] = field(default_factory=dict)
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
     overheads: Mapping[int, float] = field(default_factory=dict)
@@ -238,6 +235,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if (self.pace_model or self.revision >= 10) and obs.reached and obs.epochs > 0:
             # revision 5's fit and revision 10's laws (their noise, `_law.epochs_noise`) read every run's epochs
             changes["epochs"] = {**state.epochs, b: (*state.epochs.get(b, ()), obs.epochs)}
+            changes["epoch_logs"] = {**state.epoch_logs, b: add_log(state.epoch_logs.get(b), obs.epochs)}
         if self.revision >= 8 and obs.reached and obs.epochs > 0:  # the trend reads their mean: kept as totals
             total, n = state.epoch_totals.get(b, (0, 0))
             changes["epoch_totals"] = {**state.epoch_totals, b: (total + obs.epochs, n + 1)}

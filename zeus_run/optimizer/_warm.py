@@ -106,6 +106,20 @@ def epochs(state: VOIState) -> dict[int, tuple[int, ...]]:
     return out
 
 
+def epoch_logs(state: VOIState) -> list[tuple[int, float, float]]:
+    """The `zeus_run.optimizer._law.LogStats` of each batch size's epochs in `epochs`: the state's totals, and the
+    source's runs added (a few: summed here)."""
+    from zeus_run.optimizer._law import log_stats
+
+    out = dict(state.epoch_logs)
+    for b, runs in state.warm.items():
+        if runs.epochs:
+            n, s1, s2 = out.get(b, (0, 0.0, 0.0))
+            m, t1, t2 = log_stats(runs.epochs)
+            out[b] = (n + m, s1 + t1, s2 + t2)
+    return list(out.values())
+
+
 def converge_chance(opt: ZeusVOIOptimizer, state: VOIState, batch_size: int) -> float | None:
     """Chance that ``batch_size`` reaches the target by its runs in the source (None: it has none there).
 
