@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 
@@ -28,3 +29,16 @@ def process_start_time() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return now - max(age, 0.0)
+
+
+def iso_seconds(iso: str | None) -> float | None:
+    """Unix time (unit: s) of an ISO-8601 time such as a marker's ``started_at`` (naive: UTC), or None."""
+    if not iso:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()

@@ -23,7 +23,6 @@ basis.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import itertools
 import math
 import statistics
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome
+from zeus_run.contract._process import iso_seconds
 from zeus_run.engine.record import UNMEASURED, Measurement
 from zeus_run.records import TrialRecord
 
@@ -169,7 +169,7 @@ def unwatched_span(
         watts: The spec's ``energy.watts``.
         eta: The job's ``eta`` (the outcome's cost).
     """
-    start = _unix(marker.started_at)
+    start = iso_seconds(marker.started_at)
     if start is None or not marker.trial_dir:
         return None
     trial_dir = Path(marker.trial_dir)
@@ -193,15 +193,3 @@ def unwatched_span(
     )
     note = f"; its {span:.1f} s from its launch {how_end} are charged, energy not measured ({how.method})"
     return outcome, how, note
-
-
-def _unix(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return when.timestamp()

@@ -15,11 +15,11 @@ measurement is.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
 from zeus_run.contract import reaches_target
+from zeus_run.contract._process import iso_seconds
 from zeus_run.trial.events import EventLogTail
 
 
@@ -60,7 +60,7 @@ def finished_orphan(
     )
     if hit is None:
         return None
-    start = _unix(started_at)
+    start = iso_seconds(started_at)
     if start is None:
         start = tail.started
     end = epochs[hit].time
@@ -73,15 +73,3 @@ def finished_orphan(
         time=end - start,
         after_time=max(last - end, 0.0),
     )
-
-
-def _unix(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return when.timestamp()
