@@ -96,7 +96,8 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
     rec = s.recommendation
     rows = [
         ("job", f"{job.name} ({job.kind})"),
-        ("recurrences converged / trials", f"{s.recurrences} / {s.trials}"),
+        ("recurrences, trials", s.counted),
+        ("recurrences converged / failed", f"{s.recurrences} / {s.failed_recurrences}"),
         ("last trial", f"{job.last_ended.isoformat(timespec='seconds')}: {reason_text(outcome_text(job))}"),
         ("current batch size", str(job.batch_size) + (f" at {job.power_limit:g} W" if job.power_limit else "")),
         (
