@@ -147,8 +147,12 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
     if s.slow:
         rows.append(
             (
-                "slow recurrences (out of every mean; in every total, against the default run as slow)",
-                ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items())),
+                "slow recurrences (out of every mean; in every total; the default charged a slowdown only where "
+                "two batch sizes or more ran slow that night)",
+                ", ".join(
+                    f"{n} ({f:.1f}x; the default charged {s.charged_slow.get(n, 1.0):.1f}x)"
+                    for n, f in sorted(s.slow.items())
+                ),
             )
         )
     acc = job.accounting

@@ -9,10 +9,9 @@ would tell.
 spent always counts) against what always running the default would be expected to cost over
 the same recurrences (`zeus_run.views.baseline`: b0 at the default power limit):
 
-* each recurrence in which a batch size ran (a try the optimizer observes) would have run the
-  default once: ``mean x slowdown``, the slowdown being the one the machine had that night
-  (1 but for a slow recurrence, `zeus_run.optimizer.early_stop`: the default would have run
-  slow too);
+* what each night adds to each side is `zeus_run.views.nights` (the one accounting of a life):
+  a recurrence that reached the target would have run the default once (times the machine's
+  slowdown where two batch sizes or more show one); a night with no model adds no default run;
 * a try the optimizer does not observe (an environment, spec or infrastructure error, an
   interruption) is no batch size's doing: what it spent counts on both sides.
 

@@ -17,7 +17,8 @@ replayed alike), so the CLI only renders and tests call these directly:
 
 One rule for slow recurrences (`zeus_run.optimizer.early_stop`; `Summary.slow` lists them): out of
 every *mean* (they say nothing about a batch size), in every *total* and the whole history's saving,
-against the default run as slow (its mean times the slowdown).
+against the default run as slow only as far as the evidence shows the machine was slow
+(`zeus_run.views.nights`, the one accounting of each night).
 """
 
 from __future__ import annotations
