@@ -196,7 +196,9 @@ class Evidence:
         mean = sum(r.values[k] for r in runs) / len(runs)
         return Group(key[0], mean, len(runs), key[0] == self.default_batch_size, key[1])
 
-    def whole(self, quantity: str, spent: float, certain: float, expected: float, same: bool = False) -> Saved | None:
+    def whole(
+        self, quantity: str, spent: float, certain: float, expected: float, same: bool = False, extra: float = 0.0
+    ) -> Saved | None:
         """The whole history's saving of ``quantity`` (`whole_history`); ``expected``: the default's part, estimated.
 
         ``same``: only b0 ran, at the default limit: the default's cost over these recurrences is what they
@@ -215,6 +217,7 @@ class Evidence:
             self.spread.df_of(quantity),
             self.default_batch_size,
             same,
+            0.0 if same else extra,
         )
 
     def rate(self, keys: Sequence[Key], quantity: str) -> Saved | None:
@@ -286,7 +289,8 @@ def history_savings(
     out: dict[str, Saved | None] = {}
     for q in QUANTITIES:
         side = sides(nights, q)
-        out[q] = evidence.whole(q, side.spent, side.certain, getattr(base, q) * side.runs, same)
+        mean = getattr(base, q)
+        out[q] = evidence.whole(q, side.spent, side.certain, mean * side.runs, same, mean * (side.most - side.runs))
     return out
 
 

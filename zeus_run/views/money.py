@@ -195,6 +195,10 @@ def account(
             for n in nights
             if n.compared
         )
+        extra = sum(
+            (n.most - n.default_runs) * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence))
+            for n in nights
+        )
         spread = summary.spread
         return est.whole_history(
             spent,
@@ -205,6 +209,7 @@ def account(
             spread.df_of("energy"),
             b0.batch_size,
             energy.same if energy is not None else False,
+            extra,
         )
 
     carbon_g, money = total(carbon), total(price)

@@ -13,7 +13,11 @@ zeus-run's side is always what every try really spent. The default's side, night
   but only in proportion to evidence that the machine, not a batch size, was slow: two batch
   sizes or more ran their epochs slower than their usual pace that night (`MACHINE_EVIDENCE`),
   and the default is charged the smallest of their slowdowns. One slow try of one batch size is
-  no such evidence: the default is charged its usual mean, and zeus-run pays the slow try;
+  no such evidence: the default is charged its usual mean, and zeus-run pays the slow try; the
+  interval's upper end allows the default that slowdown (the machine may have been slow);
+* **default failed** (a try reached the target, but the default batch size ran that night and failed,
+  a crash such as an out-of-memory, and never reached it): the default would have failed too, so
+  no default run; its own tries that night count on both sides;
 * **failed** (a batch size ran, none reached the target: the night produced no model): no
   default run (a night without a model earns nothing against the default); the default's own
   tries that night count on both sides (the default met that failure as it ran), with the tries no
@@ -51,6 +55,7 @@ class Kind(str, enum.Enum):
 
     REACHED = "reached"
     SLOW = "slow"
+    DEFAULT_FAILED = "default failed"
     FAILED = "failed"
     LOST = "lost"
 
@@ -67,6 +72,8 @@ class Night:
         default_runs: How many of the default's mean runs the default's side gets (0 or 1, or the
             machine's slowdown where the evidence shows one).
         slowdown: The machine's slowdown the evidence supports (1.0: none).
+        most: The most default runs the evidence allows (``default_runs`` times the slowest try's
+            slowdown where one try ran slow: the interval's upper end reaches it).
     """
 
     recurrence: int
@@ -75,6 +82,11 @@ class Night:
     both: tuple[TrialRecord, ...]
     default_runs: float
     slowdown: float = 1.0
+    most: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.most < self.default_runs:
+            object.__setattr__(self, "most", self.default_runs)
 
     @property
     def compared(self) -> bool:
@@ -99,12 +111,13 @@ def usual_pace(records: Iterable[TrialRecord], slow: Collection[int] = ()) -> di
     return {bs: _median(v) for bs, v in seen.items()}
 
 
-def machine_slowdown(night: Sequence[TrialRecord], usual: Mapping[int, float]) -> float:
-    """The slowdown of the machine one night's tries give evidence of (1.0: none).
+def machine_slowdown(night: Sequence[TrialRecord], usual: Mapping[int, float]) -> tuple[float, float]:
+    """The slowdown of the machine one night's tries give evidence of, and the most they allow (1.0: none).
 
     Each batch size that ran that night with a known usual pace gives its slowest try's ratio; where
     at least `MACHINE_EVIDENCE` batch sizes ran and all ran slower than `SLOW_PACE`, the machine ran
-    slow by at least the smallest of their ratios. Fewer batch sizes, or one at its usual pace: 1.0.
+    slow by at least the smallest of their ratios. Fewer batch sizes, or one at its usual pace: 1.0;
+    the most is the largest ratio above `SLOW_PACE` (the machine may have been that slow).
     """
     ratios: dict[int, float] = {}
     for r in night:
@@ -112,9 +125,10 @@ def machine_slowdown(night: Sequence[TrialRecord], usual: Mapping[int, float]) -
         if p is None or not u or not r.stop_reason.observed:
             continue
         ratios[r.batch_size] = max(ratios.get(r.batch_size, 0.0), p / u)
+    most = max([v for v in ratios.values() if v >= SLOW_PACE], default=1.0)
     if len(ratios) < MACHINE_EVIDENCE or min(ratios.values()) < SLOW_PACE:
-        return 1.0
-    return min(ratios.values())
+        return 1.0, most
+    return min(ratios.values()), most
 
 
 def charges(records: Sequence[TrialRecord], default_batch_size: int | None, slow: Collection[int] = ()) -> list[Night]:
@@ -139,11 +153,20 @@ def charges(records: Sequence[TrialRecord], default_batch_size: int | None, slow
         elif not any(r.reached for r in rs):
             own = tuple(r for r in ran if r.batch_size == default_batch_size)
             out.append(Night(n, Kind.FAILED, tuple(rs), others + own, 0.0))
+        elif _default_failed(ran, default_batch_size):
+            own = tuple(r for r in ran if r.batch_size == default_batch_size)
+            out.append(Night(n, Kind.DEFAULT_FAILED, tuple(rs), others + own, 0.0))
         else:
-            factor = machine_slowdown(rs, usual)
+            factor, most = machine_slowdown(rs, usual)
             kind = Kind.SLOW if factor > 1.0 else Kind.REACHED
-            out.append(Night(n, kind, tuple(rs), others, factor, factor))
+            out.append(Night(n, kind, tuple(rs), others, factor, factor, most))
     return out
+
+
+def _default_failed(ran: Sequence[TrialRecord], b0: int | None) -> bool:
+    """Whether the default batch size ran that night, failed (a crash, not an early stop) and never reached."""
+    own = [r for r in ran if r.batch_size == b0]
+    return bool(own) and not any(r.reached for r in own) and any(r.stop_reason.failure for r in own)
 
 
 @dataclass(frozen=True)
@@ -154,11 +177,13 @@ class Sides:
         spent: What every try spent (zeus-run's side).
         certain: What the default's side holds as it ran (tries counted on both sides).
         runs: Default runs the default's side holds (the multiplier of its mean).
+        most: The most default runs the evidence allows (the interval's upper end).
     """
 
     spent: float
     certain: float
     runs: float
+    most: float = 0.0
 
 
 def _quantity(record: TrialRecord, quantity: str) -> float:
@@ -169,12 +194,13 @@ def _quantity(record: TrialRecord, quantity: str) -> float:
 
 def sides(nights: Iterable[Night], quantity: str) -> Sides:
     """``quantity``'s (``cost``, ``energy``, ``time``) `Sides` over ``nights``."""
-    spent = certain = runs = 0.0
+    spent = certain = runs = most = 0.0
     for night in nights:
         spent += sum(_quantity(r, quantity) for r in night.records)
         certain += sum(_quantity(r, quantity) for r in night.both)
         runs += night.default_runs
-    return Sides(spent, certain, runs)
+        most += night.most
+    return Sides(spent, certain, runs, most)
 
 
 def _median(values: Sequence[float]) -> float:

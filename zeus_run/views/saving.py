@@ -75,6 +75,7 @@ class Saved:
         se: Standard error of ``log`` of the default's estimated part (0: none).
         df: Degrees of freedom of ``se``.
         expected: The default's estimated part (the rest, ``default - expected``, is known).
+        extra: What the default's side may hold beyond ``expected`` (the interval's upper end only).
     """
 
     spent: float
@@ -88,6 +89,7 @@ class Saved:
     se: float = 0.0
     df: int = 0
     expected: float = 0.0
+    extra: float = 0.0
 
     @property
     def value(self) -> float:
@@ -136,6 +138,7 @@ def whole_history(
     df: int,
     default_batch_size: int,
     same: bool = False,
+    extra: float = 0.0,
 ) -> Saved | None:
     """The whole history's saving: ``1 - spent / (certain + expected)``, with its interval.
 
@@ -149,6 +152,9 @@ def whole_history(
         df: The spread's degrees of freedom.
         default_batch_size: b0 (named by the hint).
         same: Only b0 ran (the comparison is of the default with itself).
+        extra: What the default's side may hold beyond ``expected`` where the evidence allows more
+            (a slow try of one batch size: the machine may have been slow, `zeus_run.views.nights`);
+            it widens the interval's upper end only.
 
     Returns:
         None without a positive default to compare with.
@@ -160,13 +166,13 @@ def whole_history(
     if df <= 0:
         return Saved(spent, default, None, None, None, same, expected=expected)
     half = quantile(df) * se
-    d_low, d_high = certain + expected * math.exp(-half), certain + expected * math.exp(half)
+    d_low, d_high = certain + expected * math.exp(-half), certain + (expected + extra) * math.exp(half)
     low, high = _zero(1.0 - spent / d_low), _zero(1.0 - spent / d_high)
     hint = None
     if not (low > 0 or high < 0) and not same:
         gap = abs(math.log(spent - certain) - math.log(expected)) if spent > certain else 0.0
         hint = Hint(default_batch_size, _more(gap, spread_of, runs, df))
-    return Saved(spent, default, low, high, hint, same, d_low, d_high, se, df, expected)
+    return Saved(spent, default, low, high, hint, same, d_low, d_high, se, df, expected, extra)
 
 
 def pooled(items: Sequence[Saved | None]) -> Saved | None:
@@ -189,10 +195,10 @@ def pooled(items: Sequence[Saved | None]) -> Saved | None:
     se = math.sqrt(sum((x.expected * x.se) ** 2 for x in known)) / expected
     df = min(x.df for x in known)
     half = quantile(df) * se
-    certain = default - expected
-    d_low, d_high = certain + expected * math.exp(-half), certain + expected * math.exp(half)
+    certain, extra = default - expected, sum(x.extra for x in known)
+    d_low, d_high = certain + expected * math.exp(-half), certain + (expected + extra) * math.exp(half)
     low, high = _zero(1.0 - spent / d_low), _zero(1.0 - spent / d_high)
-    return Saved(spent, default, low, high, None, all(x.same for x in known), d_low, d_high, se, df, expected)
+    return Saved(spent, default, low, high, None, all(x.same for x in known), d_low, d_high, se, df, expected, extra)
 
 
 def _more(gap: float, s: float, runs: int, df: int) -> int | None:
