@@ -403,11 +403,11 @@ class Calibration:
     worst: float | None
     measurable: float
 
-    def line(self) -> str:
-        """One line for a benchmark's output."""
+    def line(self, quantity: str = "cost") -> str:
+        """One line for a benchmark's output (``quantity``: what the saving is of)."""
         worst = "none claimed" if self.worst is None else f"{self.worst * 100:+.1f}%"
         return (
-            f"90% interval of the cost saving: holds the true saving in {self.covered * 100:.1f}% of {self.runs} "
+            f"90% interval of the {quantity} saving: holds the true saving in {self.covered * 100:.1f}% of {self.runs} "
             f"runs, median width {self.median_width * 100:.1f} pt, measurable in {self.measurable * 100:.1f}%; "
             f"claims a saving where the truth is a loss of more than {LOSS_TOLERANCE * 100:.0f} point: "
             f"{self.false_claims} (lowest true saving among the claims: {worst})"
