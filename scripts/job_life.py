@@ -1329,7 +1329,8 @@ def true_sides(
 
     From the harness's ledger alone: zeus-run's side is every script's span (times the night's draw for
     energy). The default's side: for each recurrence that reached the target, one run of ``b0`` at its known
-    cost (the script's start-up, ``b0``'s epochs to the target at its seconds per epoch, the save), plus what a
+    cost (the script's start-up and ``b0``'s epochs to the target at its seconds per epoch; a reached run's save,
+    after the target, is out of both sides as ``after_time`` is out of zeus-run's totals), plus what a
     launch adds beyond the script's own time (the median over the reached runs), at the draw of the night it
     reached on; a try no batch size caused (its record unobserved, or none) and every try of a recurrence that
     never reached (an out-of-memory fault fails every batch size) on both sides, as it ran. None before the
@@ -1337,14 +1338,14 @@ def true_sides(
     """
     startup, save, epoch_s, reach = _train_constants()
 
-    def model(bs: int) -> float:
-        return startup + reach.get(bs, 0) * epoch_s.get(bs, 0.0) + save
+    def model(bs: int) -> float:  # to the point a run is judged at: its save comes after (``after_time``)
+        return startup + reach.get(bs, 0) * epoch_s.get(bs, 0.0)
 
     pairs, lost, _ = pair(records, runs)
     by_run = {id(run): records[i] for i, run in pairs}
     done = [run for run in runs if run.span is not None]
     extra = sorted(
-        run.span - model(int(run.batch_size))  # type: ignore[operator]
+        run.span - save - model(int(run.batch_size))  # type: ignore[operator]
         for run in done
         if run.reached and run.batch_size in reach and reach[int(run.batch_size)] > 0
     )
@@ -1357,7 +1358,8 @@ def true_sides(
             reached_on.setdefault(int(run.recurrence), run.night)
     spent_e = spent_t = default_e = default_t = 0.0
     for run in done:
-        span, draw = float(run.span or 0.0), draws.get(run.night, 0.0)
+        # A reached run's save is after the point it was judged at: out of the saving, as zeus-run counts it.
+        span, draw = float(run.span or 0.0) - (save if run.reached else 0.0), draws.get(run.night, 0.0)
         spent_e, spent_t = spent_e + span * draw, spent_t + span
         record = by_run.get(id(run))
         unobserved = record is None or record.get("stop_reason") in UNOBSERVED
