@@ -283,7 +283,7 @@ def history_savings(
     if base is None:
         return {}
     if nights is None:
-        nights = charges(records, base.batch_size, slow)
+        nights = charges(records, base.batch_size, slow, base.cost)
     ran = [r for n in nights for r in n.records]
     same = only_default(ran, base)
     out: dict[str, Saved | None] = {}

@@ -111,33 +111,49 @@ def usual_pace(records: Iterable[TrialRecord], slow: Collection[int] = ()) -> di
     return {bs: _median(v) for bs, v in seen.items()}
 
 
-def machine_slowdown(night: Sequence[TrialRecord], usual: Mapping[int, float]) -> tuple[float, float]:
+def machine_slowdown(
+    night: Sequence[TrialRecord], usual: Mapping[int, float], default_cost: float | None = None
+) -> tuple[float, float]:
     """The slowdown of the machine one night's tries give evidence of, and the most they allow (1.0: none).
 
-    Each batch size that ran that night with a known usual pace gives its slowest try's ratio; where
-    at least `MACHINE_EVIDENCE` batch sizes ran and all ran slower than `SLOW_PACE`, the machine ran
-    slow by at least the smallest of their ratios. Fewer batch sizes, or one at its usual pace: 1.0;
-    the most is the largest ratio above `SLOW_PACE` (the machine may have been that slow).
+    Each batch size that ran that night with a known usual pace gives its slowest try's ratio and what
+    that try cost beyond its usual pace; where at least `MACHINE_EVIDENCE` batch sizes ran and all ran
+    slower than `SLOW_PACE`, the machine ran slow by at least the smallest of their ratios, or, as a
+    stall that adds the same to every try, by the smallest of their excesses: the default
+    (``default_cost``, its mean run) is charged the lesser. Fewer batch sizes, or one at its usual pace:
+    1.0; the most is the largest ratio above `SLOW_PACE` (the machine may have been that slow).
     """
     ratios: dict[int, float] = {}
+    excess: dict[int, float] = {}
     for r in night:
         p, u = pace_of(r), usual.get(r.batch_size)
         if p is None or not u or not r.stop_reason.observed:
             continue
         ratios[r.batch_size] = max(ratios.get(r.batch_size, 0.0), p / u)
+        excess[r.batch_size] = max(excess.get(r.batch_size, 0.0), r.cost - u * r.epochs)
     most = max([v for v in ratios.values() if v >= SLOW_PACE], default=1.0)
     if len(ratios) < MACHINE_EVIDENCE or min(ratios.values()) < SLOW_PACE:
         return 1.0, most
-    return min(ratios.values()), most
+    factor = min(ratios.values())
+    if default_cost:
+        factor = max(1.0, min(factor, 1.0 + min(excess.values()) / default_cost))
+    return factor, max(most, factor)
 
 
-def charges(records: Sequence[TrialRecord], default_batch_size: int | None, slow: Collection[int] = ()) -> list[Night]:
+def charges(
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None,
+    slow: Collection[int] = (),
+    default_cost: float | None = None,
+) -> list[Night]:
     """Each recurrence of ``records`` as a `Night`, in order.
 
     Args:
         records: The history.
         default_batch_size: b0 (its own tries on a failed night count on both sides).
         slow: Recurrences left out of every mean (the usual pace is taken outside them).
+        default_cost: The default's mean run cost (unit: J), where known: a slowdown is charged to it
+            as the lesser of a ratio and a stall (`machine_slowdown`).
     """
     by_night: dict[int, list[TrialRecord]] = defaultdict(list)
     for r in records:
@@ -157,7 +173,7 @@ def charges(records: Sequence[TrialRecord], default_batch_size: int | None, slow
             own = tuple(r for r in ran if r.batch_size == default_batch_size)
             out.append(Night(n, Kind.DEFAULT_FAILED, tuple(rs), others + own, 0.0))
         else:
-            factor, most = machine_slowdown(rs, usual)
+            factor, most = machine_slowdown(rs, usual, default_cost)
             kind = Kind.SLOW if factor > 1.0 else Kind.REACHED
             out.append(Night(n, kind, tuple(rs), others, factor, factor, most))
     return out

@@ -473,7 +473,7 @@ def summarize(
     evidence = Evidence.of(records, default_batch_size, objective=objective, profile=profile, slow=slow)
     base = baseline_of(records, default_batch_size, objective, profile, slow, evidence)
     spent = totals(records)
-    nights = charges(records, default_batch_size, slow)
+    nights = charges(records, default_batch_size, slow, base.cost if base else None)
     whole = history_savings(records, evidence, base, slow, nights)
     quiet = without_slow(nights, slow)
     left_out = tuple(n.recurrence for n in nights if n not in quiet)
