@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -79,14 +80,24 @@ def test_the_truth_is_what_the_default_would_have_spent_over_the_same_life(squad
     from zeus_run.sim._simulator import TraceExecutor, default_truth
 
     ex = TraceExecutor(squad, 0.5, 2)
+    delivered = quiet.records  # a model every night
     # Every night after the first, every batch size runs out of memory, the default included.
-    nights = (NightLife(),) + (NightLife(oom_from=min(squad.batch_sizes)),) * 11
-    cost, energy, _ = default_truth(squad, ex, quiet.default, nights, [])
-    assert cost < 2 * quiet.default.cost and energy < 2 * quiet.default.energy  # one run, eleven crashes
+    oom = (NightLife(),) + (NightLife(oom_from=min(squad.batch_sizes)),) * 11
+    none = default_truth(squad, ex, quiet.default, oom, [r for r in delivered if r.recurrence == 1])
+    assert none[0] < 2 * quiet.default.cost and none[1] < 2 * quiet.default.energy  # one run, eleven crashes
+    every = default_truth(squad, ex, quiet.default, oom, delivered)  # zeus-run delivered each night's model
+    assert every[0] == pytest.approx(none[0] + 11 * quiet.default.cost)  # the default runs again to deliver it
     slow = (NightLife(),) + (NightLife(night_factor=2.0),) * 11
-    assert default_truth(squad, ex, quiet.default, slow, [])[1] == pytest.approx(23 * quiet.default.energy)
+    assert default_truth(squad, ex, quiet.default, slow, delivered)[1] == pytest.approx(23 * quiet.default.energy)
     stalled = (NightLife(try_stall=10.0),)
-    assert default_truth(squad, ex, quiet.default, stalled, [])[2] == pytest.approx(quiet.default.time + 10.0)
+    first = delivered[:1]
+    assert default_truth(squad, ex, quiet.default, stalled, first)[2] == pytest.approx(quiet.default.time + 10.0)
+    # What the tries no batch size caused spent is on the default's side too.
+    lost = [dataclasses.replace(delivered[0], stop_reason="infrastructure", reached=False, observed=False)]
+    plain = default_truth(squad, ex, quiet.default, (NightLife(),), first)
+    assert default_truth(squad, ex, quiet.default, (NightLife(),), first + lost)[1] == pytest.approx(
+        plain[1] + lost[0].energy
+    )
 
 
 def test_simulate_life_on_the_command_line(traces_dir):

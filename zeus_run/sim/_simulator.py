@@ -551,23 +551,27 @@ def default_truth(
 ) -> tuple[float, float, float]:
     """What the default would have spent over ``nights`` (``(cost, energy, time)``; `zeus_run.sim._life`).
 
-    One run a night at that night's slowdown and stalls (its run is the night's first try); a night it runs out
-    of memory, one crash and no model; and what the tries no batch size caused spent (it meets them too).
+    To deliver the same models: one run each night zeus-run delivered one, at that night's slowdown and stalls
+    (its run is the night's first try; none on a night without a model); a night the default runs out of memory,
+    one crash besides (its job runs again once it fits); and what the tries no batch size caused spent (it meets
+    them too).
     """
     from zeus_run.sim._baselines import reference_time
 
     row, col = table.index(table.default_batch_size), table.power_limits.index(max(table.power_limits))
     ref = reference_time(table)
+    delivered = {r.recurrence for r in records if r.reached}
     cost = energy = time = 0.0
     for n, night in enumerate(nights, start=1):
+        parts: list[tuple[float, float]] = []
         if night.ooms(table.default_batch_size):
-            e, t = executor._charge(row, col, OOM_SHARE, False)
-        else:
+            parts.append(executor._charge(row, col, OOM_SHARE, False))
+        if n in delivered:
             f, stall = executor.slowdown(n) * night.factor(True), night.stall(True)
-            e = default.energy * f + stall * IDLE_SHARE * table.max_power
-            t = default.time * f + stall
-        cost += executor.objective.trial_cost(e, t, table.max_power, ref)
-        energy, time = energy + e, time + t
+            parts.append((default.energy * f + stall * IDLE_SHARE * table.max_power, default.time * f + stall))
+        for e, t in parts:
+            cost += executor.objective.trial_cost(e, t, table.max_power, ref)
+            energy, time = energy + e, time + t
     for r in records:
         if not r.stop_reason.observed:
             cost, energy, time = cost + r.spent_cost, energy + r.energy, time + r.time

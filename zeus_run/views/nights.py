@@ -15,9 +15,6 @@ zeus-run's side is always what every try really spent. The default's side, night
   and the default is charged the smallest of their slowdowns. One slow try of one batch size is
   no such evidence: the default is charged its usual mean, and zeus-run pays the slow try; the
   interval's upper end allows the default that slowdown (the machine may have been slow);
-* **default failed** (a try reached the target, but the default batch size ran that night and failed,
-  a crash such as an out-of-memory, and never reached it): the default would have failed too, so
-  no default run; its own tries that night count on both sides;
 * **failed** (a batch size ran, none reached the target: the night produced no model): no
   default run (a night without a model earns nothing against the default); the default's own
   tries that night count on both sides (the default met that failure as it ran), with the tries no
@@ -55,7 +52,6 @@ class Kind(str, enum.Enum):
 
     REACHED = "reached"
     SLOW = "slow"
-    DEFAULT_FAILED = "default failed"
     FAILED = "failed"
     LOST = "lost"
 
@@ -169,20 +165,11 @@ def charges(
         elif not any(r.reached for r in rs):
             own = tuple(r for r in ran if r.batch_size == default_batch_size)
             out.append(Night(n, Kind.FAILED, tuple(rs), others + own, 0.0))
-        elif _default_failed(ran, default_batch_size):
-            own = tuple(r for r in ran if r.batch_size == default_batch_size)
-            out.append(Night(n, Kind.DEFAULT_FAILED, tuple(rs), others + own, 0.0))
         else:
             factor, most = machine_slowdown(rs, usual, default_cost)
             kind = Kind.SLOW if factor > 1.0 else Kind.REACHED
             out.append(Night(n, kind, tuple(rs), others, factor, factor, most))
     return out
-
-
-def _default_failed(ran: Sequence[TrialRecord], b0: int | None) -> bool:
-    """Whether the default batch size ran that night, failed (a crash, not an early stop) and never reached."""
-    own = [r for r in ran if r.batch_size == b0]
-    return bool(own) and not any(r.reached for r in own) and any(r.stop_reason.failure for r in own)
 
 
 @dataclass(frozen=True)
