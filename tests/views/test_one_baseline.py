@@ -165,6 +165,9 @@ def test_one_slow_try_of_one_batch_size_charges_the_default_nothing_more(sim, tm
     assert "Slow recurrences" in text and f"{planted.recurrence} (2.0x; the default charged 1.0x)" in text
     assert f"without the slow recurrence(s) {planted.recurrence}" in text
     assert "against the default run as slow" not in text
+    from zeus_run.views.report import render_report
+
+    assert f"whole history without the slow recurrences ({planted.recurrence}): cost" in render_report(job)
 
 
 def test_two_batch_sizes_slow_in_one_night_charge_the_default_the_smaller_slowdown(sim, tmp_path):

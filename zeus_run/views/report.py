@@ -116,6 +116,14 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             for q, fmt in (("cost", _j), ("energy", _j), ("time", _s))
             if s.saved.get(q) is not None
         ],
+        *[
+            (
+                f"whole history without the slow recurrences ({', '.join(map(str, s.slow_left_out))}): {q}",
+                words(s.saved_without_slow.get(q), fmt),
+            )
+            for q, fmt in (("cost", _j), ("energy", _j), ("time", _s))
+            if s.saved_without_slow.get(q) is not None
+        ],
         *(
             [
                 (
