@@ -23,6 +23,10 @@ the grid's wall time.
 drawn in [LO, HI] (time and energy alike; `zeus_run.sim.Noise`); regret is
 against the Oracle under the same noise, and each row also shows the tries per
 recurrence (mean, max) and the share of recurrences that needed more than one.
+``--life [SCALE]`` lives bad nights (`zeus_run.sim.Life`, drawn from the seed): out of memory at the
+largest batch sizes, a slow night or a slow try (multiplied or added), an interrupted try, one lost to
+the cluster, an environment error; the truth each run is judged against is what the default would have
+spent over the same life (`zeus_run.sim._life`). SCALE multiplies how often (default 1).
 ``--horizon N`` runs N recurrences instead of the paper's horizon (the
 optimizer is told N, as a spec's ``recurrences``).
 
@@ -48,6 +52,7 @@ Example:
     python scripts/bench_optimizer.py --traces ../shared/traces --policies zeus,zeus-plus --concurrency 1,2,4
     python scripts/bench_optimizer.py --traces ../shared/traces --noise 0.1:1.5-3
     python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24
+    python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24 --life
     python scripts/bench_optimizer.py --traces ../shared/traces --horizon 24 --warm-from other-gpu
     python scripts/bench_optimizer.py --traces ../shared/traces --revision 9     # the previous default
     python scripts/bench_optimizer.py --traces ../shared/traces --objective max-slowdown=1.05,max-slowdown=1.1
@@ -55,7 +60,7 @@ Example:
 Under each table, the calibration of the saving ``history`` states (`zeus_run.views.saving`):
 how often its 90% interval holds the true saving (1 - cost / Default, which only a simulation
 knows), its median width, and how many runs it tells of a saving where the truth is a loss of
-more than a point. ``--json`` records carry ``saved`` and ``saved_ci`` (each key of ``saved`` ->
+more than a point; the same for energy and time (1 - energy / Default's, 1 - time / Default's). ``--json`` records carry ``saved`` and ``saved_ci`` (each key of ``saved`` ->
 ``[low, high]``, fractions: the interval ``history`` states for that run).
 
 ``--objective A,B,...`` (`zeus_run.objective.parse_objective` forms) runs the grid once per
@@ -68,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import statistics
@@ -87,6 +93,7 @@ from zeus_run.objective import Objective, ObjectiveError, parse_objective
 from zeus_run.sim import (
     JOBS,
     JobTable,
+    Life,
     Noise,
     guided_walk,
     informed_start,
@@ -130,6 +137,9 @@ class Row:
     walk: float = math.nan
     #: Per seed: the true cost saving (1 - cost_vs_default) and the 90% interval `history` states (None: none yet).
     saved_ci: tuple[tuple[float, tuple[float, float] | None], ...] = ()
+    #: The same of energy and of time.
+    saved_energy_ci: tuple[tuple[float, tuple[float, float] | None], ...] = ()
+    saved_time_ci: tuple[tuple[float, tuple[float, float] | None], ...] = ()
 
     @property
     def mean_tries(self) -> float:
@@ -224,6 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         help="P:LO-HI: each recurrence runs LO-HI times slower with probability P, e.g. 0.1:1.5-3 (default: none)",
     )
     ap.add_argument(
+        "--life",
+        nargs="?",
+        const="1",
+        default=None,
+        help="[SCALE]: live bad nights (out of memory, slow nights and tries, interruptions, cluster losses, an "
+        "environment error), SCALE times as often as the default life (default: none; --life alone: 1)",
+    )
+    ap.add_argument(
         "--horizon",
         type=int,
         default=None,
@@ -273,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         args.noise = None if args.noise is None else Noise.parse(args.noise)
     except ValueError as exc:
         ap.error(f"--noise: {exc}")
+    try:
+        args.life = None if args.life is None else Life.parse(args.life)
+    except ValueError as exc:
+        ap.error(f"--life: {exc}")
     if args.horizon is not None and args.horizon < 1:
         ap.error(f"--horizon {args.horizon}: use a whole number >= 1")
     if args.warm_from is not None and len([g for g in args.gpus.split(",") if g]) != 2:
@@ -281,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(
             f"--warm-from needs {DEFAULT_POLICY} revision {WARM_REVISION} or later, not --revision {args.revision}"
         )
-    if args.noise is not None and args.max_early_stops is None:
+    if (args.noise is not None or args.life is not None) and args.max_early_stops is None:
         args.max_early_stops = 3  # a real run's default: the paper's semantics run out of tries under noise
     unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
     if unknown:
@@ -390,7 +412,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     if tables is None:
         return 2
     # The reference was measured at eta 0.5, beta 2, the paper's horizon, without noise.
-    quiet_paper = args.noise is None and args.horizon is None
+    quiet_paper = args.noise is None and args.horizon is None and args.life is None
     reference = (
         load_reference(args.traces / REFERENCE_FILE) if quiet_paper and (args.eta, beta) == REFERENCE_KNOBS else {}
     )
@@ -412,6 +434,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                     args.horizon,
                     args.revision,
                     warm_source(tables, t) if args.warm_from and policy == DEFAULT_POLICY else None,
+                    args.life,
                 )
                 for t in tables
             ]
@@ -431,6 +454,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     fallback = "" if args.max_early_stops is None else f", max_early_stops {args.max_early_stops}"
     overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
     noise = "" if args.noise is None else f", noise {args.noise.describe()}"
+    noise += "" if args.life is None else f", life {args.life.describe()}"
     horizon = "" if args.horizon is None else f", horizon {args.horizon}"
     horizon += "" if args.revision is None else f", zeus-voi revision {args.revision}"
     horizon += "" if args.warm_from is None else f", {DEFAULT_POLICY} warm from the other GPU's run (paper horizon)"
@@ -451,9 +475,13 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
 
 def simulate_row(task: tuple) -> Row:
     """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision, source = task
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision, source, life = task
+    if life is not None:  # a life's failed nights are expected: not one warning each
+        logging.getLogger("zeus_run.engine").setLevel(logging.ERROR)
     settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
     regrets, ratios, summaries, tries, saved_ci = [], [], [], [], []
+    saved_energy_ci: list[tuple[float, tuple[float, float] | None]] = []
+    saved_time_ci: list[tuple[float, tuple[float, float] | None]] = []
     default_vs_oracle = math.nan
     for seed in seeds:
         warm = None
@@ -473,6 +501,7 @@ def simulate_row(task: tuple) -> Row:
                 noise=noise,
                 horizon=horizon,
                 warm=warm,
+                life=life,
             )
         except ZeusRunError as exc:
             raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
@@ -480,8 +509,11 @@ def simulate_row(task: tuple) -> Row:
         ratios.append(r.cost / r.default_cost)
         default_vs_oracle = r.default.cost / r.oracle.cost
         tries.extend(r.tries)
-        cost = r.saved()["cost"]
+        saved = r.saved()
+        cost, energy, spent_time = saved["cost"], saved["energy"], saved["time"]
         saved_ci.append((1.0 - r.cost / r.default_cost, cost.ci if cost is not None else None))
+        saved_energy_ci.append((1.0 - r.energy / r.default_energy, energy.ci if energy is not None else None))
+        saved_time_ci.append((1.0 - r.time / r.default_time, spent_time.ci if spent_time is not None else None))
         if keep:
             summary = r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {})
             if warm is not None:
@@ -503,6 +535,8 @@ def simulate_row(task: tuple) -> Row:
         floor,
         walk,
         tuple(saved_ci),
+        tuple(saved_energy_ci),
+        tuple(saved_time_ci),
     )
 
 
@@ -631,6 +665,8 @@ def print_table(
             f"{', '.join(worse_zeus) or 'none'}"
         )
     print(calibrate(x for r in rows for x in r.saved_ci).line())
+    print(calibrate(x for r in rows for x in r.saved_energy_ci).line("energy"))
+    print(calibrate(x for r in rows for x in r.saved_time_ci).line("time"))
     print(f"wall time: {wall:.2f} s ({sum(len(r.regrets) for r in rows)} simulations)")
     print()
 

@@ -3,6 +3,7 @@
 
     python scripts/job_life.py --nights 60     # the long form (10-20 minutes)
     python scripts/job_life.py --nights 10     # the short form (.ci/run): every fault kind once, then 2 plain nights
+    python scripts/job_life.py --lives 10 --nights 30 -q   # the saving's coverage over 10 lives (seeds 1-10)
 
 Exit code 0 only when every invariant held on every night; the last line is the summary.
 
@@ -78,6 +79,16 @@ out (zeus-run's work, as ``run``'s decision before its script starts) and ends a
     busy       the busy trigger exits 75 within 30 s and starts no script
     clean      every command ends (none hangs for 240 s) and prints no traceback from zeus-run's code
 
+**The true saving.** The training script has a known cost per batch size (its start-up, its seconds per
+epoch, its epochs to the target, its save), so the harness knows what always running the default batch size
+would have spent, from its own ledger (`true_sides`): one run of the default for each recurrence that reached
+the target, at its known cost plus what a launch adds (the median over the reached runs) at the night's draw;
+a try no batch size caused (unobserved, or without a record) and every try of a recurrence that never reached
+(an out-of-memory night fails every batch size) on both sides, as it ran. zeus-run's side is every script's
+span times its night's draw. After every night it checks that the 90% interval ``history --format json``
+states for the energy and time saving holds the truth (`check_saving`); a miss is not a violation (a 90%
+interval misses one time in ten): the summary gives how often it held, and ``--lives N`` the same over N lives.
+
 Everything runs without PYTHONUNBUFFERED (and without the caller's ZEUS_* variables). ``--keep``
 keeps the work directory (the run directory, the ledger, every command's output) for inspection.
 """
@@ -137,6 +148,8 @@ FAULT_SHARE = 0.35
 #: so a larger forward step would expire leases that a real step does not.
 CLOCK_STEPS = (15.0, -3 * 3600.0)
 DISK_SIZE = "16M"
+#: The spec's default batch size.
+DEFAULT_BATCH_SIZE = 64
 COMMAND_TIMEOUT = 240.0
 BUSY_TIMEOUT = 30.0
 SERVER_TIMEOUT = 60  # ZEUS_SERVER_TIMEOUT of the server's client (unit: s)
@@ -712,7 +725,7 @@ class Life:
 name: {JOB}
 command: [{json.dumps(self.python)}, {json.dumps(str(TRAIN))}]
 batch_sizes: [16, 32, 64, 128]
-default_batch_size: 64
+default_batch_size: {DEFAULT_BATCH_SIZE}
 target_metric: 0.9
 max_epochs: 6
 recurrences: null
@@ -1295,6 +1308,130 @@ export:
         self.disk.unmount(self.work / "run-dir" if keep else None)
 
 
+# -- the true saving, from the harness's own ledger ----------------------------------------------------------
+#: Stop reasons no batch size caused: what their scripts spent, the default would have spent too.
+UNOBSERVED = ("interrupted", "infrastructure", "environment_error", "config_error")
+
+
+def _train_constants() -> tuple[float, float, dict[int, float], dict[int, int]]:
+    """The training script's known cost: start-up, save, seconds per epoch and epochs to the target per batch size."""
+    spec = importlib.util.spec_from_file_location("job_life_train", TRAIN)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.STARTUP, mod.SAVE, dict(mod.EPOCH_S), dict(mod.REACH)
+
+
+def true_sides(
+    records: Sequence[dict], runs: Sequence[Run], draws: dict[int, float], b0: int
+) -> dict[str, tuple[float, float]] | None:
+    """What zeus-run really spent and what always running ``b0`` would have, ``{energy, time: (spent, default)}``.
+
+    From the harness's ledger alone: zeus-run's side is every script's span (times the night's draw for
+    energy). The default's side: for each recurrence that reached the target, one run of ``b0`` at its known
+    cost (the script's start-up and ``b0``'s epochs to the target at its seconds per epoch; a reached run's save,
+    after the target, is out of both sides as ``after_time`` is out of zeus-run's totals), plus what a
+    launch adds beyond the script's own time (the median over the reached runs), at the draw of the night it
+    reached on; a try no batch size caused (its record unobserved, or none) and every try of a recurrence that
+    never reached (an out-of-memory fault fails every batch size) on both sides, as it ran. None before the
+    default's cost can be stated (no reached run yet).
+    """
+    startup, save, epoch_s, reach = _train_constants()
+
+    def model(bs: int) -> float:  # to the point a run is judged at: its save comes after (``after_time``)
+        return startup + reach.get(bs, 0) * epoch_s.get(bs, 0.0)
+
+    pairs, lost, _ = pair(records, runs)
+    by_run = {id(run): records[i] for i, run in pairs}
+    done = [run for run in runs if run.span is not None]
+    extra = sorted(
+        run.span - save - model(int(run.batch_size))  # type: ignore[operator]
+        for run in done
+        if run.reached and run.batch_size in reach and reach[int(run.batch_size)] > 0
+    )
+    if not extra:
+        return None
+    overhead = extra[len(extra) // 2]
+    reached_on: dict[int, int] = {}
+    for run in done:
+        if run.reached and run.recurrence is not None:
+            reached_on.setdefault(int(run.recurrence), run.night)
+    spent_e = spent_t = default_e = default_t = 0.0
+    for run in done:
+        # A reached run's save is after the point it was judged at: out of the saving, as zeus-run counts it.
+        span, draw = float(run.span or 0.0) - (save if run.reached else 0.0), draws.get(run.night, 0.0)
+        spent_e, spent_t = spent_e + span * draw, spent_t + span
+        record = by_run.get(id(run))
+        unobserved = record is None or record.get("stop_reason") in UNOBSERVED
+        never = run.recurrence is not None and int(run.recurrence) not in reached_on
+        if unobserved or never:
+            default_e, default_t = default_e + span * draw, default_t + span
+    one = model(b0) + overhead
+    for _, night in reached_on.items():
+        default_e, default_t = default_e + one * draws.get(night, 0.0), default_t + one
+    del lost
+    return {"energy": (spent_e, default_e), "time": (spent_t, default_t)}
+
+
+@dataclass
+class Coverage:
+    """How often ``history``'s stated 90% interval held the true saving, night by night."""
+
+    held: Counter = field(default_factory=Counter)
+    judged: Counter = field(default_factory=Counter)
+    unbounded: Counter = field(default_factory=Counter)
+    misses: list[str] = field(default_factory=list)
+
+    def add(self, other: Coverage) -> None:
+        self.held.update(other.held)
+        self.judged.update(other.judged)
+        self.unbounded.update(other.unbounded)
+        self.misses += other.misses
+
+    def line(self) -> str:
+        parts = []
+        for q in ("energy", "time"):
+            n, k = self.judged[q], self.held[q]
+            share = f"{k / n * 100:.1f}%" if n else "-"
+            parts.append(f"{q} {k}/{n} ({share}; {self.unbounded[q]} nights without an interval yet)")
+        return "saving: the stated 90% interval held the true saving (the ledger's) on " + ", ".join(parts)
+
+
+def check_saving(life: Life, night: int, records: Sequence[dict], cov: Coverage) -> None:
+    """After a night: does ``history``'s stated 90% interval of the energy and time saving hold the true one?"""
+    draws = {lg.night.n: float(lg.night.draw_w) for lg in life.nights}
+    sides = true_sides(records, life.ledger.snapshot(), draws, DEFAULT_BATCH_SIZE)
+    if sides is None:
+        return
+    out = subprocess.run(
+        [life.zr, "history", str(life.run_dir), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=life.env(life.nights[-1].night, "history"),
+        timeout=COMMAND_TIMEOUT,
+    )
+    if out.returncode != 0:
+        return
+    saved = json.loads(out.stdout).get("summary", {}).get("saved", {})
+    for q, (spent, default) in sides.items():
+        stated = saved.get(q)
+        if not stated or default <= 0:
+            continue
+        truth = 1.0 - spent / default
+        ci = stated.get("ci")
+        if ci is None:
+            cov.unbounded[q] += 1
+            continue
+        cov.judged[q] += 1
+        if ci[0] - 1e-9 <= truth <= ci[1] + 1e-9:
+            cov.held[q] += 1
+        else:
+            cov.misses.append(
+                f"night {night}: {q} true saving {truth * 100:.1f}% outside the stated {ci[0] * 100:.1f}% to "
+                f"{ci[1] * 100:.1f}% (stated {stated.get('value', 0) * 100:.1f}%)"
+            )
+
+
 def pair(records: Sequence[dict], runs: Sequence[Run]) -> tuple[list[tuple[int, Run]], list[Run], list[int]]:
     """Records matched with the scripts that ran them, by (recurrence, try), each in order; the scripts that got a
     trial and have no record; the records no script ran."""
@@ -1448,31 +1585,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--workdir", type=Path, default=None, help="Work directory (default: a new temporary one).")
     ap.add_argument("-q", "--quiet", action="store_true", help="Print the violations and the summary only.")
+    ap.add_argument(
+        "--lives",
+        type=int,
+        default=1,
+        help="Lives to live, seeds --seed, --seed + 1, ... (default 1); the last line then gives how often "
+        "history's stated 90%% interval held the true saving over all of them.",
+    )
     args = ap.parse_args(argv)
     doors = tuple(d for d in args.doors.split(",") if d)
     skip = tuple(s for s in args.skip.split(",") if s)
     unknown = [d for d in doors if d not in DOORS] + [s for s in skip if s not in FAULTS]
-    if unknown or args.nights < 1 or not doors:
+    if unknown or args.nights < 1 or not doors or args.lives < 1:
         ap.error(f"unknown door or fault {unknown}, or no night: doors are {DOORS}, faults {FAULTS}")
     if not Path(sys.executable).with_name("zeus-run").exists():
         ap.error(f"no zeus-run beside {sys.executable}: run with the virtual environment's python (pip install -e .)")
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="job_life-"))
+    total = Coverage()
+    failed = False
+    for k in range(args.lives):
+        seed = args.seed + k
+        if args.lives > 1:
+            print(f"job_life: life {k + 1} of {args.lives} (seed {seed})", flush=True)
+        rc, cov = one_life(args, seed, doors, skip)
+        failed = failed or rc != 0
+        total.add(cov)
+        if args.lives > 1:
+            print(f"life {k + 1}: {cov.line()}", flush=True)
+    if args.lives > 1:
+        print(f"job_life: {args.lives} lives of {args.nights} nights: {total.line()}", flush=True)
+    return 1 if failed else 0
+
+
+def one_life(
+    args: argparse.Namespace, seed: int, doors: tuple[str, ...], skip: tuple[str, ...]
+) -> tuple[int, Coverage]:
+    """Live one life of ``args.nights`` nights from ``seed``: its exit code (0: every invariant held) and how often
+    the stated saving's interval held the true one."""
+    cov = Coverage()
+    work = args.workdir / f"life-{seed}" if args.workdir and args.lives > 1 else args.workdir
+    work = work or Path(tempfile.mkdtemp(prefix="job_life-"))
     work.mkdir(parents=True, exist_ok=True)
-    plan = schedule(args.nights, args.seed, doors, skip)
-    life = Life(work, args.seed, args.quiet)
-    print(f"job_life: {args.nights} nights, seed {args.seed}, work directory {work}", flush=True)
+    plan = schedule(args.nights, seed, doors, skip)
+    life = Life(work, seed, args.quiet)
+    print(f"job_life: {args.nights} nights, seed {seed}, work directory {work}", flush=True)
     interrupted = False
     problem = life.start_server()
     if problem:
         print(f"job_life: {problem}", flush=True)
         life.close(keep=True)
-        return 1
+        return 1, cov
     try:
         for night in plan:
             log = life.live(night)
             life.nights.append(log)
             life.check(log)
             records = read_history(life.run_dir / "history.jsonl")[0]
+            check_saving(life, night.n, records, cov)
             if not args.quiet or log.violations:
                 print(night_line(log, records), flush=True)
                 for note in log.injected:
@@ -1486,6 +1654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = read_history(life.run_dir / "history.jsonl")[0]
         life.close(keep=args.keep)
     lines = list(summary(life, life.nights, records, args.nights))
+    lines.insert(-1, cov.line())
+    lines[-1:-1] = [f"  {m}" for m in cov.misses[:10]]
     if args.keep:
         lines.insert(
             -1, f"kept: {work} (run directory copy: {work / 'run-dir'}; each command's output: {work / 'logs'})"
@@ -1494,7 +1664,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(lines), flush=True)
     failed = interrupted or len(life.nights) < args.nights or any(lg.violations for lg in life.nights)
-    return 1 if failed else 0
+    return (1 if failed else 0), cov
 
 
 if __name__ == "__main__":

@@ -234,3 +234,46 @@ def test_an_unmeasured_record_is_held_to_its_time_and_a_positive_energy():
     assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=0.0, time=2.0, **imputed), r, 200)] == ["energy"]
     assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=330.0, time=1.0, **imputed), r, 200)] == ["time"]
     assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=330.0, time=2.0), r, 200)] == ["energy"]
+
+
+# -- the true saving -----------------------------------------------------------------------------------------
+
+
+def test_true_sides_charge_the_default_its_known_cost_and_both_sides_a_night_with_no_model():
+    over = 0.2  # what a launch adds beyond the script's own time
+    known = {bs: train.STARTUP + train.REACH[bs] * train.EPOCH_S[bs] for bs in (32, 64)}
+    b0 = jl.DEFAULT_BATCH_SIZE
+    records = [
+        record(1, 1, 0, batch_size=b0),
+        record(2, 1, 1, batch_size=32),
+        record(3, 1, 2, batch_size=32, stop_reason="crashed", reached=False),
+        record(3, 2, 3, batch_size=16, stop_reason="crashed", reached=False),
+        record(4, 1, 4, batch_size=32, stop_reason="infrastructure", reached=False, observed=False),
+        record(4, 2, 5, batch_size=32),
+    ]
+    spans = [known[b0] + over + train.SAVE, known[32] + over + train.SAVE, 1.6, 1.7, 0.9, known[32] + over + train.SAVE]
+    nights = [1, 2, 3, 3, 4, 4]
+    runs = [
+        run(r["recurrence"], r["attempt"], start=100.0 * i, span=spans[i], pid=i + 1, night=nights[i])
+        for i, r in enumerate(records)
+    ]
+    for r, x in zip(records, runs, strict=True):
+        x.batch_size, x.reached = r["batch_size"], r["reached"]
+    draws = {1: 200.0, 2: 150.0, 3: 250.0, 4: 100.0}
+    sides = jl.true_sides(records, runs, draws, b0)
+    assert sides is not None
+    spent_t = sum(s - (train.SAVE if r["reached"] else 0.0) for s, r in zip(spans, records, strict=True))
+    default_t = 3 * (known[b0] + over) + 1.6 + 1.7 + 0.9  # three nights with a model; the OOM night and the loss as ran
+    assert sides["time"] == pytest.approx((spent_t, default_t))
+    default_e = (known[b0] + over) * (200 + 150 + 100) + 1.6 * 250 + 1.7 * 250 + 0.9 * 100
+    assert sides["energy"][1] == pytest.approx(default_e)
+    assert jl.true_sides(records[2:4], runs[2:4], draws, b0) is None  # nothing reached yet: no default's cost
+
+
+def test_coverage_counts_what_held():
+    cov, other = jl.Coverage(), jl.Coverage()
+    cov.judged.update(energy=3, time=3)
+    cov.held.update(energy=3, time=2)
+    other.judged.update(energy=1)
+    cov.add(other)
+    assert "energy 3/4 (75.0%" in cov.line() and "time 2/3 (66.7%" in cov.line()

@@ -14,10 +14,11 @@ from your provider's data.
 
 What a run's carbon and money are, against the default's, is `zeus_run.views.money.account`;
 the saving against the default follows the one rule of every saving (`zeus_run.views.saving`):
-every try is charged as it ran, at the rate in force when it started; each recurrence a batch
-size ran in would have cost the default's energy (the default batch size at the default power
-limit; times the slowdown of a slow recurrence), charged at the rate in force when that
-recurrence started; a try no batch size caused counts on both sides. Its 90% interval is the
+every try is charged as it ran, at the rate in force when it started; the default's side holds
+what `zeus_run.views.nights` says each night adds (the default's energy for each recurrence that
+reached the target, the default batch size at the default power limit, times the machine's
+slowdown where the evidence shows one; the tries counted on both sides as they ran), charged at
+the rate in force when that recurrence started. Its 90% interval is the
 energy saving's. Carbon is in grams of CO2e (unit: gCO2e), shown with a prefix
 (`zeus_run._units.carbon`).
 

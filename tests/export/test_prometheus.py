@@ -64,7 +64,15 @@ def test_metric_names_follow_prometheus_conventions():
         assert name.startswith("zeus_run_") and re.fullmatch(r"[a-z_]+", name), name
         assert (m.type == "counter") == name.endswith("_total"), name
         assert not re.search(r"_(kilo|mega)?(joule|second|watt)(_|$)", name), f"{name}: plural base units"
-        unitless = ("_batch_size", "_exploring", "_recurrences_total", "_recurrences_open", "_trials_total", "_ratio")
+        unitless = (
+            "_batch_size",
+            "_exploring",
+            "_recurrences",
+            "_recurrences_total",
+            "_recurrences_open",
+            "_trials_total",
+            "_ratio",
+        )
         money = name == "zeus_run_cost_total"  # the unit is the label `currency`
         assert re.search(r"_(joules|seconds|watts|grams)(_total)?$", name) or name.endswith(unitless) or money, name
 

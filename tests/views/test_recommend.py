@@ -30,7 +30,7 @@ def test_says_why_the_optimizer_favours_another_batch_size():
     s = summarize([*recs, rec(5, 512, 90.5)], 256, belief=Belief(256, {3: 2.1}))
     text = "\n".join(summary_lines(s, ascii_only=True))
     assert "the optimizer now favours batch size 256" in text
-    assert "Slow recurrences" in text and "3 (2.1x)" in text
+    assert "Slow recurrences" in text and "3 (2.1x; the default charged 1.0x)" in text
 
 
 def test_a_default_that_rests_on_one_run_gives_every_saving_a_wider_interval():

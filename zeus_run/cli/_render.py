@@ -296,7 +296,8 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     est = " (estimated: no GPU was measured)" if s.estimated else ""
     lines = [
         f"Recurrences converged: {s.recurrences}   trials: {s.trials}"
-        + (f"   interrupted: {s.interrupted}" if s.interrupted else ""),
+        + (f"   interrupted: {s.interrupted}" if s.interrupted else "")
+        + f"   ({_counted(s)})",
     ]
     if s.recurrence_costs:
         spark = sparkline(s.recurrence_costs, ascii_only=ascii_only)
@@ -305,7 +306,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         lines.append(
             f"Cost per recurrence: {spark}  ({fmt_energy(lo)} to {fmt_energy(hi)}, recurrences 1-{len(s.recurrence_costs)}{default})"
         )
-    lines.append(f"Batch size chosen over time: {' '.join(str(b) for b in s.chosen) or '-'}")
+    lines.append(f"Batch size chosen over time: {_chosen(s)}")
     lines.append(_exploration_line(s))
     lines.append(_default_line(s))
     if s.steady is not None:
@@ -337,12 +338,17 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             f"energy {fmt_energy(s.after_energy)}"
         )
     if s.saved and s.savings_cost is not None:
-        slow = f"; {len(s.slow)} slow, against the default run as slow" if s.slow else ""
+        charged = s.charged_slow
+        slow = f"; {len(charged)} slow, against the default run as slow" if charged else ""
         lines.append(
-            f"Whole history ({_compared(s)}{slow}; exploration and every try included) against always running "
-            "the default:"
+            f"Whole history ({_compared(s)}{slow}{_no_model(s)}; exploration and every try included) against "
+            "always running the default:"
         )
         lines.extend(_saving_lines(s.saved))
+        if s.saved_without_slow:
+            left = ", ".join(str(n) for n in s.slow_left_out)
+            lines.append(f"Whole history without the slow recurrence(s) {left} (left out of both sides):")
+            lines.extend(_saving_lines(s.saved_without_slow))
     else:
         lines.append("Savings against the default: unknown (the default batch size never converged in this history)")
     if s.recommendation is not None:
@@ -360,11 +366,16 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         lines.append(f"Recommended: {', '.join(parts)} ({vs}){provisional}")
         if r.note:
             lines.append(f"  ({escape(r.note)})")
-    if s.slow:
-        shown = ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items()))
+    if s.slow or s.charged_slow:
+        charged = s.charged_slow
+        shown = ", ".join(
+            f"{n} ({f:.1f}x; the default charged {charged.get(n, 1.0):.1f}x)"
+            for n, f in sorted({**s.slow, **charged}.items())
+        )
         lines.append(
-            "Slow recurrences (every batch size ran slower; out of every mean and the recommendation, in every "
-            "total, against the default run as slow): " + shown
+            "Slow recurrences (a try ran slower than its batch size's usual pace; out of every mean and the "
+            "recommendation, in every total; the default is charged a slowdown only where two batch sizes or more "
+            "ran slow that night): " + shown
         )
     lines.append(
         f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
@@ -377,6 +388,28 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
 def _compared(s: Summary) -> str:
     n = s.compared_recurrences
     return "1 recurrence" if n == 1 else f"{n} recurrences"
+
+
+def _counted(s: Summary) -> str:
+    """``21 recurrences, 28 trials; 2 failed, 1 lost``: what every view counts."""
+    extra = [f"{s.failed_recurrences} failed"] if s.failed_recurrences else []
+    extra += [f"{s.lost_recurrences} lost to errors no batch size caused"] if s.lost_recurrences else []
+    return s.counted + (f"; {', '.join(extra)}" if extra else "")
+
+
+def _no_model(s: Summary) -> str:
+    n = s.failed_recurrences
+    if not n:
+        return ""
+    return f"; {n} without a model, charged to zeus-run with no default run against them"
+
+
+def _chosen(s: Summary) -> str:
+    """Each recurrence's final batch size a batch size ran in, a failed one as ``32(failed)``."""
+    if not s.chosen:
+        return "-"
+    reached = s.chosen_reached or (True,) * len(s.chosen)
+    return " ".join(str(b) if ok else f"{b}(failed)" for b, ok in zip(s.chosen, reached, strict=True))
 
 
 def _saving_lines(saved: dict, per: str = "") -> list[str]:
@@ -424,8 +457,18 @@ def summary_json(summary: Summary) -> dict[str, Any]:
     fractions; null where none can be stated yet); ``saved`` holds each with the figures it is
     computed from (`zeus_run.views.saving.Saved.to_json`).
     """
-    out = dataclasses.asdict(summary)
+    out = dataclasses.asdict(dataclasses.replace(summary, nights=()))
     out["saved"] = {q: v.to_json() if v else None for q, v in summary.saved.items()}
+    out["nights"] = [
+        {"recurrence": n.recurrence, "kind": n.kind.value, "default_runs": n.default_runs, "slowdown": n.slowdown}
+        for n in summary.nights
+    ]
+    calm = summary.saved_without_slow
+    out["saved_without_slow"] = {q: v.to_json() if v else None for q, v in calm.items()}
+    for q in ("cost", "energy", "time"):
+        v = calm.get(q)
+        out[f"savings_{q}_without_slow"] = v.value if v else None
+        out[f"savings_{q}_without_slow_ci"] = list(v.ci) if v and v.ci else None
     if summary.steady is not None:
         steady = out["steady"]
         steady["saved"] = {q: v.to_json() if v else None for q, v in summary.steady.saved.items()}

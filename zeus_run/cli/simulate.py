@@ -30,7 +30,7 @@ from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
     from zeus_run.cli._render import Grid
-    from zeus_run.sim import SimResult, TraceJob
+    from zeus_run.sim import Life, SimResult, TraceJob
 
 #: The Zeus paper's jobs (`zeus_run.sim.JOBS`), named here so ``--help`` need not load the traces module.
 PAPER_JOBS = ("cifar100", "imagenet", "squad", "librispeech", "movielens-1m", "sentiment140")
@@ -74,6 +74,22 @@ def parse_horizon(text: str) -> int | None:
     raise UsageError(f"--horizon {text!r} must be a positive number of recurrences or `paper` (2 x |B| x |P|).")
 
 
+def parse_life(text: str | None) -> Life | None:
+    """``--life SCALE`` as a `zeus_run.sim.Life` (None: a quiet life).
+
+    Raises:
+        UsageError: Not a scale in range.
+    """
+    if text is None:
+        return None
+    from zeus_run.sim import Life
+
+    try:
+        return Life.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--{exc}.") from None
+
+
 def resolve_job(ref: str) -> TraceJob:
     """A paper job by name, or a job spec YAML path."""
     from zeus_run.sim import JOBS, find_job, load_trace_job
@@ -114,6 +130,14 @@ def simulate_command(
         help="Recurrences in flight at once: each starts the moment one ends and sees only the trials that "
         "ended before it (trials end in order of simulated time).",
     ),
+    life: str | None = typer.Option(
+        None,
+        "--life",
+        help="Live bad nights, SCALE times as often as the default life (1): out of memory at the largest batch "
+        "sizes, slow nights and slow tries (multiplied or added), interruptions, cluster losses, an environment "
+        "error; seeded. The truth (cost_vs_default) is what the default would have spent over the same life.",
+        metavar="SCALE",
+    ),
     run_dir: Path | None = typer.Option(
         None,
         "--run-dir",
@@ -132,6 +156,8 @@ def simulate_command(
         zeus-run simulate squad --traces ../shared/traces --concurrency 4 --seeds 1-10
 
         zeus-run simulate cifar100 --traces ../shared/traces --objective max-slowdown=1.1 --run-dir runs/sim
+
+        zeus-run simulate cifar100 --traces ../shared/traces --horizon 30 --life 1 --run-dir runs/life
     """
     from zeus_run.cli._render import print_grid
     from zeus_run.sim import job_table, load_traces, simulate
@@ -146,6 +172,7 @@ def simulate_command(
     if train_csv is None or power_csv is None:
         raise UsageError("pass --traces DIR (with --gpu), or both --train and --power.")
     seed_list, n = parse_seeds(seeds), parse_horizon(horizon)
+    bad_nights = parse_life(life)
     loaded = load_traces(train_csv, power_csv)
     settings = OptimizerSettings.for_policy(policy.value)
     rows: list[dict] = []
@@ -161,6 +188,8 @@ def simulate_command(
                 settings=settings,
                 concurrency=concurrency,
                 objective=goal,
+                life=bad_nights,
+                max_early_stops=3 if bad_nights is not None else None,
             )
             for s in seed_list
         ]

@@ -49,6 +49,16 @@ METRICS = {
         Metric("zeus_run_trials_total", "counter", "Trials run, by outcome (stop reason)."),
         Metric("zeus_run_recurrences_total", "counter", "Recurrences that ended, by outcome (reached)."),
         Metric("zeus_run_recurrences_open", "gauge", "Recurrences started that have not reached the target (yet)."),
+        Metric(
+            "zeus_run_recurrences",
+            "gauge",
+            "Recurrences in the history, reached, failed or lost (what `history`, the plot and the report count).",
+        ),
+        Metric(
+            "zeus_run_batch_size_trials_total",
+            "counter",
+            "Trials run with each batch size (every try: failed, interrupted and slow ones included).",
+        ),
         Metric("zeus_run_energy_joules_total", "counter", "Energy of every trial."),
         Metric("zeus_run_time_seconds_total", "counter", "Training time of every trial."),
         Metric(
@@ -160,6 +170,9 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     reached = sum(1 for row in rows if row.reached)
     add("zeus_run_recurrences_total", reached, outcome="reached")
     add("zeus_run_recurrences_open", len(rows) - reached)
+    add("zeus_run_recurrences", s.all_recurrences)
+    for b in s.by_batch_size:
+        add("zeus_run_batch_size_trials_total", b.trials, batch_size=str(b.batch_size))
     add("zeus_run_energy_joules_total", s.total_energy)
     add("zeus_run_time_seconds_total", s.total_time)
     add("zeus_run_cost_joules_total", s.total_cost)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from zeus_run.sim._baselines import Expected, default_baseline, epoch_costs, expected, grid_search_cost, oracle_baseline
+from zeus_run.sim._life import Life, NightLife
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._simulator import SimResult, TraceExecutor, guided_walk, informed_start, simulate
 from zeus_run.sim._traces import (
@@ -21,6 +22,8 @@ __all__ = [
     "JOBS",
     "Expected",
     "JobTable",
+    "Life",
+    "NightLife",
     "Noise",
     "SimResult",
     "TraceExecutor",

@@ -38,6 +38,7 @@ from zeus_run.sim._baselines import (
     grid_search_cost,
     oracle_baseline,
 )
+from zeus_run.sim._life import IDLE_SHARE, OOM_MESSAGE, OOM_SHARE, Life, NightLife
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
@@ -56,6 +57,7 @@ class TraceExecutor:
         objective: What trials are charged and limits chosen by (default: ``cost`` with ``eta``).
         slowdowns: Slowdown factor of each recurrence (`zeus_run.sim.Noise`; empty: none):
             every try of recurrence ``n`` takes ``slowdowns[n - 1]`` times the time and energy.
+        life: What goes wrong on each night (`zeus_run.sim.Life`; empty: nothing).
     """
 
     def __init__(
@@ -65,8 +67,11 @@ class TraceExecutor:
         seed: int,
         slowdowns: tuple[float, ...] = (),
         objective: Objective | None = None,
+        life: tuple[NightLife, ...] = (),
     ) -> None:
         self.table = table
+        self.life = life
+        self._tries: dict[int, int] = {}
         self.objective = objective or Objective("cost", eta=eta)
         self.eta = eta = self.objective.cost_eta
         self.slowdowns = slowdowns
@@ -118,12 +123,22 @@ class TraceExecutor:
         runs = self.table.target_epochs[row]
         return float(runs[self.rng.integers(len(runs))])
 
+    def night(self, recurrence: int) -> NightLife:
+        """What goes wrong on ``recurrence`` (nothing without a life or past the drawn nights)."""
+        return self.life[recurrence - 1] if recurrence <= len(self.life) else NightLife()
+
     def __call__(self, req: TrialRequest) -> TrialRecord:
         t = self.table
         bs = req.decision.batch_size
         row = t.index(bs)
+        night, k = self.night(req.recurrence), self._tries.get(req.recurrence, 0)
+        self._tries[req.recurrence] = k + 1
+        fault = self._fault(req, row, night, k == 0)
+        if fault is not None:
+            return fault
         col, profiled = self.power_limit(row, req.recurrence, req.horizon)
-        slow = self.slowdown(req.recurrence)
+        slow = self.slowdown(req.recurrence) * night.factor(k == 0)
+        stall = night.stall(k == 0)
         per_epoch = float(self._epoch_cost[row, col]) * slow
         limit, cut_by_threshold = epochs_under_threshold(req.cost_threshold, per_epoch, t.job.max_epochs)
         if limit <= 0:
@@ -148,7 +163,7 @@ class TraceExecutor:
         if math.isnan(target) and curve_after is not None and curve_after < epochs:
             epochs, cut_by_threshold = curve_after, False
         energy, time = self._charge(row, col, epochs, profiled)
-        energy, time = energy * slow, time * slow
+        energy, time = energy * slow + stall * IDLE_SHARE * t.max_power, time * slow + stall
         overhead = None  # the sweep beyond the same work at the chosen limit, as the launcher prices it
         if profiled and epochs > 0:
             steady_e, steady_t = self._charge(row, col, epochs, False)
@@ -166,6 +181,52 @@ class TraceExecutor:
             message=self._profile_message(row) if profiled else None,
             overhead=overhead,
         )
+
+    def _fault(self, req: TrialRequest, row: int, night: NightLife, first: bool) -> TrialRecord | None:
+        """The record of a try tonight's bad luck ends before it trains (None: it runs)."""
+        t = self.table
+        pl = self.pl_state.predict(t.batch_sizes[row])
+        col = t.power_limits.index(pl) if pl in t.power_limits else t.power_limits.index(max(t.power_limits))
+        slow = self.slowdown(req.recurrence) * night.factor(first)
+
+        def cut(share: float, reason: StopReason, message: str, cause: str | None = None) -> TrialRecord:
+            epochs = share * (t.mean_epochs[row] if not math.isnan(t.mean_epochs[row]) else t.job.max_epochs)
+            energy, time = self._charge(row, col, float(epochs), False)
+            energy, time = energy * slow, time * slow
+            return self._record(
+                req,
+                col,
+                epochs=int(epochs),
+                time=time,
+                energy=energy,
+                cost=self.objective.trial_cost(energy, time, t.max_power),
+                reached=False,
+                stop_reason=reason,
+                message=message,
+                cause=cause,
+            )
+
+        if first and night.environment:
+            return cut(0.0, StopReason.ENVIRONMENT_ERROR, "ModuleNotFoundError: No module named 'torch'")
+        if first and night.lost is not None:
+            return cut(night.lost, StopReason.INFRASTRUCTURE, "Slurm NODE_FAIL")
+        if first and night.interrupted is not None:
+            return cut(night.interrupted, StopReason.INTERRUPTED, "the launcher was interrupted")
+        if night.ooms(t.batch_sizes[row]):
+            energy, time = self._charge(row, col, OOM_SHARE, False)
+            return self._record(
+                req,
+                col,
+                epochs=0,
+                time=time,
+                energy=energy,
+                cost=self.objective.trial_cost(energy, time, t.max_power),
+                reached=False,
+                stop_reason=StopReason.CRASHED,
+                message=OOM_MESSAGE,
+                cause=OOM_MESSAGE,
+            )
+        return None
 
     @staticmethod
     def _reason(reached: bool, cut_by_threshold: bool, epochs: int, max_epochs: int) -> StopReason:
@@ -188,6 +249,7 @@ class TraceExecutor:
         stop_reason: StopReason,
         message: str | None,
         overhead: float | None = None,
+        cause: str | None = None,
     ) -> TrialRecord:
         t = self.table
         outcome = TrialOutcome.of(
@@ -198,12 +260,18 @@ class TraceExecutor:
             max_power=t.max_power,
             cost=cost,
             reached=reached,
-            cause=None,
+            cause=cause,
             power_limit=t.power_limits[col],
             profile_overhead=overhead,
         )
         return trial_record(
-            t.job.name, req, outcome, Measurement("trace"), kind="simulated", observed=True, message=message
+            t.job.name,
+            req,
+            outcome,
+            Measurement("trace"),
+            kind="simulated",
+            observed=stop_reason.observed,
+            message=message,
         )
 
     def _profile_message(self, row: int) -> str:
@@ -242,6 +310,9 @@ class SimResult:
         knobs: The settings it ran with (what its run directory's ``spec.yaml`` records).
         slowdowns: Each recurrence's slowdown factor (empty: no noise); Default and Oracle
             run under the same noise.
+        life: Each night's bad luck (`zeus_run.sim.Life`; empty: none).
+        truth: What the default would have spent over the same life, ``(cost, energy, time)``
+            (`zeus_run.sim._life`; None without a life: ``load`` times its expected run).
     """
 
     table: JobTable
@@ -258,6 +329,8 @@ class SimResult:
     final: tuple[int, float | None] = field(default=(0, None))
     knobs: Knobs | None = None
     slowdowns: tuple[float, ...] = ()
+    life: tuple[NightLife, ...] = ()
+    truth: tuple[float, float, float] | None = None
     _saved: dict[str, Saved | None] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -267,8 +340,18 @@ class SimResult:
 
     @property
     def default_cost(self) -> float:
-        """Default's cumulative expected cost under the same noise (unit: J)."""
-        return self.load * self.default.cost
+        """Default's cumulative expected cost under the same noise and life (unit: J)."""
+        return self.truth[0] if self.truth is not None else self.load * self.default.cost
+
+    @property
+    def default_energy(self) -> float:
+        """Default's cumulative expected energy under the same noise and life (unit: J)."""
+        return self.truth[1] if self.truth is not None else self.load * self.default.energy
+
+    @property
+    def default_time(self) -> float:
+        """Default's cumulative expected time under the same noise and life (unit: s)."""
+        return self.truth[2] if self.truth is not None else self.load * self.default.time
 
     @property
     def oracle_cost(self) -> float:
@@ -314,8 +397,8 @@ class SimResult:
             "grid_cost": self.grid_cost if math.isfinite(self.grid_cost) else None,
             "regret": self.regret,
             "cost_vs_default": self.cost / self.default_cost,
-            "energy_vs_default": self.energy / (self.load * self.default.energy),
-            "time_vs_default": self.time / (self.load * self.default.time),
+            "energy_vs_default": self.energy / self.default_energy,
+            "time_vs_default": self.time / self.default_time,
             **saved_json(self.saved()),
             "oracle": {"batch_size": self.oracle.batch_size, "power_limit": self.oracle.power_limit},
             "final_batch_size": self.final[0],
@@ -345,6 +428,7 @@ def simulate(
     plan_horizon: bool = True,
     objective: Objective | None = None,
     warm: WarmStart | None = None,
+    life: Life | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -369,6 +453,9 @@ def simulate(
             when given, ``eta`` is ignored). Grid search is charged the objective's energy-time
             cost without the ``max-slowdown`` penalty.
         warm: A warm start (`zeus_run.engine.warm.warm_start` of the job's records elsewhere); None: cold.
+        life: Bad nights (`zeus_run.sim.Life`), drawn from ``seed``; None: none. An interrupted try or an
+            environment error ends the engine's run as it ends a real one; the simulation resumes it, as
+            the next trigger would.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -394,11 +481,17 @@ def simulate(
         objective=given,
         warm=warm,
     )
-    executor = TraceExecutor(table, eta, seed, slowdowns, objective)
+    default = default_baseline(table, eta, objective)
+    nights = life.nights(seed, horizon, table.batch_sizes, table.default_batch_size, default.time) if life else ()
+    executor = TraceExecutor(table, eta, seed, slowdowns, objective, nights)
     runs = Clocked(executor) if concurrency > 1 else executor
     b0 = executor._profiles[table.index(table.default_batch_size)]
     knobs = dataclasses.replace(knobs, default_profile=tuple(b0))
-    records = knobs.engine(horizon, lambda: b0).run([], runs, on_record)
+    records = (
+        _live(knobs, horizon, b0, runs, on_record)
+        if nights
+        else knobs.engine(horizon, lambda: b0).run([], runs, on_record)
+    )
     cost = sum(r.spent_cost for r in records)
     energy = sum(r.energy for r in records)
     time = sum(r.time for r in records)
@@ -412,13 +505,77 @@ def simulate(
         cost=cost,
         energy=energy,
         time=time,
-        default=default_baseline(table, eta, objective),
+        default=default,
         oracle=oracle_baseline(table, eta, objective),
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
         knobs=knobs,
         slowdowns=slowdowns,
+        life=nights,
+        truth=default_truth(table, executor, default, nights, records) if nights else None,
     )
+
+
+def _live(
+    knobs: Knobs,
+    horizon: int,
+    b0: list[PowerLimitMeasurement],
+    runs: Callable[[TrialRequest], TrialRecord] | Clocked,
+    on_record: Callable[[TrialRecord], None],
+) -> list[TrialRecord]:
+    """The engine's run through a life: resumed after an interruption or an environment error, as a trigger would."""
+    from zeus_run.trial.classify import ConfigurationError
+
+    records: list[TrialRecord] = []
+
+    def keep(record: TrialRecord) -> None:
+        records.append(record)
+        on_record(record)
+
+    for _ in range(4 * horizon + 1):  # each resume follows a fault of one night's first try: at most one a night
+        try:
+            knobs.engine(horizon, lambda: b0).run(list(records), runs, keep)
+        except ConfigurationError:
+            continue
+        if not records or records[-1].stop_reason is not StopReason.INTERRUPTED:
+            break
+    return records
+
+
+def default_truth(
+    table: JobTable,
+    executor: TraceExecutor,
+    default: Expected,
+    nights: tuple[NightLife, ...],
+    records: list[TrialRecord],
+) -> tuple[float, float, float]:
+    """What the default would have spent over ``nights`` (``(cost, energy, time)``; `zeus_run.sim._life`).
+
+    To deliver the same models: one run each night zeus-run delivered one, at that night's slowdown and stalls
+    (its run is the night's first try; none on a night without a model); a night the default runs out of memory,
+    one crash besides (its job runs again once it fits); and what the tries no batch size caused spent (it meets
+    them too).
+    """
+    from zeus_run.sim._baselines import reference_time
+
+    row, col = table.index(table.default_batch_size), table.power_limits.index(max(table.power_limits))
+    ref = reference_time(table)
+    delivered = {r.recurrence for r in records if r.reached}
+    cost = energy = time = 0.0
+    for n, night in enumerate(nights, start=1):
+        parts: list[tuple[float, float]] = []
+        if night.ooms(table.default_batch_size):
+            parts.append(executor._charge(row, col, OOM_SHARE, False))
+        if n in delivered:
+            f, stall = executor.slowdown(n) * night.factor(True), night.stall(True)
+            parts.append((default.energy * f + stall * IDLE_SHARE * table.max_power, default.time * f + stall))
+        for e, t in parts:
+            cost += executor.objective.trial_cost(e, t, table.max_power, ref)
+            energy, time = energy + e, time + t
+    for r in records:
+        if not r.stop_reason.observed:
+            cost, energy, time = cost + r.spent_cost, energy + r.energy, time + r.time
+    return cost, energy, time
 
 
 def informed_start(table: JobTable, eta: float = 0.5, horizon: int | None = None) -> float:

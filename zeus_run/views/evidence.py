@@ -2,11 +2,10 @@
 
 * `Evidence`: each (batch size, power limit)'s converged runs outside slow recurrences, without a
   first run's sweep; the default's runs as it would have run them; and their `Spread`;
-* `history_savings`: the whole history's cost, energy and time savings by the rule of
-  `zeus_run.views.saving` (every try spent; the default's mean for each recurrence a batch size
-  ran in, times its slowdown; tries no batch size caused on both sides);
-* `compared_recurrences`, `unattributed`, `only_default`: the pieces of that rule the other views
-  (carbon and money, the plot of many jobs) use too.
+* `history_savings`: the whole history's cost, energy and time savings, each night adding to
+  each side what `zeus_run.views.nights` (the one accounting of a life) says, with the interval of
+  `zeus_run.views.saving`; `without_slow`: the same nights less the slow ones;
+* `compared_recurrences`, `unattributed`, `only_default`: pieces of that rule other views name.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from zeus_run.views.baseline import Baseline, default_samples
+from zeus_run.views.nights import Kind, Night, charges, sides
 from zeus_run.views.saving import Group, Saved, rate, whole_history
 
 if TYPE_CHECKING:
@@ -196,7 +196,9 @@ class Evidence:
         mean = sum(r.values[k] for r in runs) / len(runs)
         return Group(key[0], mean, len(runs), key[0] == self.default_batch_size, key[1])
 
-    def whole(self, quantity: str, spent: float, certain: float, expected: float, same: bool = False) -> Saved | None:
+    def whole(
+        self, quantity: str, spent: float, certain: float, expected: float, same: bool = False, extra: float = 0.0
+    ) -> Saved | None:
         """The whole history's saving of ``quantity`` (`whole_history`); ``expected``: the default's part, estimated.
 
         ``same``: only b0 ran, at the default limit: the default's cost over these recurrences is what they
@@ -215,6 +217,7 @@ class Evidence:
             self.spread.df_of(quantity),
             self.default_batch_size,
             same,
+            0.0 if same else extra,
         )
 
     def rate(self, keys: Sequence[Key], quantity: str) -> Saved | None:
@@ -244,9 +247,10 @@ def totals(records: Sequence[TrialRecord]) -> dict[str, float]:
     }
 
 
-def compared_recurrences(records: Sequence[TrialRecord]) -> list[int]:
-    """The recurrences the default would have run: those in which a batch size ran (a try the optimizer observes)."""
-    return sorted({r.recurrence for r in records if r.stop_reason.observed})
+def compared_recurrences(records: Sequence[TrialRecord], default_batch_size: int | None = None) -> list[int]:
+    """The recurrences the default would have run: those a batch size reached the target in (`zeus_run.views.nights`)."""
+    b0 = default_batch_size if default_batch_size is not None else (records[0].batch_size if records else None)
+    return [n.recurrence for n in charges(records, b0) if n.compared]
 
 
 def unattributed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
@@ -265,15 +269,34 @@ def only_default(records: Sequence[TrialRecord], base: Baseline | None) -> bool:
 
 
 def history_savings(
-    records: Sequence[TrialRecord], evidence: Evidence, base: Baseline | None, slow: Mapping[int, float]
+    records: Sequence[TrialRecord],
+    evidence: Evidence,
+    base: Baseline | None,
+    slow: Collection[int] = (),
+    nights: Sequence[Night] | None = None,
 ) -> dict[str, Saved | None]:
-    """Cost, energy and time saved over the whole history (`zeus_run.views.saving`: the rule, the interval)."""
+    """Cost, energy and time saved over ``nights`` (default: all of ``records``'): the sides of `zeus_run.views.nights`.
+
+    ``slow``: the recurrences left out of every mean (the usual pace a slowdown is measured against
+    is taken outside them).
+    """
     if base is None:
         return {}
-    factor = sum(slow.get(n, 1.0) for n in compared_recurrences(records))
-    spent, certain = totals(records), totals(unattributed(records))
-    same = only_default(records, base)
-    return {q: evidence.whole(q, spent[q], certain[q], getattr(base, q) * factor, same) for q in QUANTITIES}
+    if nights is None:
+        nights = charges(records, base.batch_size, slow, base.cost)
+    ran = [r for n in nights for r in n.records]
+    same = only_default(ran, base)
+    out: dict[str, Saved | None] = {}
+    for q in QUANTITIES:
+        side = sides(nights, q)
+        mean = getattr(base, q)
+        out[q] = evidence.whole(q, side.spent, side.certain, mean * side.runs, same, mean * (side.most - side.runs))
+    return out
+
+
+def without_slow(nights: Sequence[Night], slow: Collection[int]) -> list[Night]:
+    """``nights`` without the slow ones (those in ``slow``, and those the evidence charged a slowdown)."""
+    return [n for n in nights if n.recurrence not in slow and n.kind is not Kind.SLOW]
 
 
 def with_interval(rec: Recommendation | None, evidence: Evidence) -> Recommendation | None:

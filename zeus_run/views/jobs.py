@@ -315,7 +315,7 @@ def job_rows(jobs: Sequence[JobView]) -> list[dict[str, Any]]:
             {
                 "job": j.name,
                 "kind": j.kind,
-                "recurrences": s.recurrences,
+                "recurrences": s.all_recurrences,
                 "trials": s.trials,
                 "last_run": j.last_ended.isoformat(timespec="seconds"),
                 "outcome": outcome_text(j),
@@ -381,7 +381,7 @@ def total_row(jobs: Sequence[JobView]) -> dict[str, Any]:
     return {
         "job": "total",
         "kind": "",
-        "recurrences": sum(x.recurrences for x in s),
+        "recurrences": sum(x.all_recurrences for x in s),
         "trials": sum(x.trials for x in s),
         "last_run": max(j.last_ended for j in jobs).isoformat(timespec="seconds") if jobs else None,
         "outcome": "",

@@ -185,14 +185,19 @@ def account(
         if spent is None or summary is None or summary.baseline is None:
             return None
         from zeus_run.views import saving as est
-        from zeus_run.views.evidence import compared_recurrences, unattributed
 
         energy = summary.saved.get("energy")
         b0 = summary.baseline
-        certain = sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at) for r in unattributed(records))
+        nights = summary.nights  # the one accounting of each night (`zeus_run.views.nights`)
+        certain = sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at) for n in nights for r in n.both)
         expected = sum(
-            summary.slow.get(n, 1.0) * b0.energy / J_PER_KWH * _at(rates, n, starts.get(n))
-            for n in compared_recurrences(records)
+            n.default_runs * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence))
+            for n in nights
+            if n.compared
+        )
+        extra = sum(
+            (n.most - n.default_runs) * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence))
+            for n in nights
         )
         spread = summary.spread
         return est.whole_history(
@@ -204,6 +209,7 @@ def account(
             spread.df_of("energy"),
             b0.batch_size,
             energy.same if energy is not None else False,
+            extra,
         )
 
     carbon_g, money = total(carbon), total(price)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,7 +134,7 @@ def plot_history(
 def _title(records: Sequence[TrialRecord], s: Summary) -> str:
     kind = records[0].kind
     head = f"{records[0].job}" + (f" ({kind})" if kind != "real" else "")
-    head += f": {s.recurrences} recurrences, {s.trials} trials"
+    head += f": {s.counted}"
     if s.steady is not None and s.steady.saved.get("cost") is not None:
         head += f"; steady state {short(s.steady.saved.get('cost'))} vs default"
     elif s.exploration is not None and s.exploration.exploring:
@@ -259,7 +259,8 @@ def _integer_ticks(ax: Any) -> None:
 def _distribution_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, unit: str, scale: float) -> None:
     stats = list(s.by_batch_size)
     positions = list(range(len(stats)))
-    costs = [[r.cost / scale for r in records if r.reached and r.batch_size == b.batch_size] for b in stats]
+    # The runs each batch size's mean is over (`batch_size_stats`): observed, converged, outside slow recurrences.
+    costs = [[r.cost / scale for r in records if r.batch_size == b.batch_size and _in_means(r, s.slow)] for b in stats]
     with_data = [(p, c) for p, c in zip(positions, costs, strict=True) if c]
     if with_data:
         box = ax.boxplot(
@@ -310,3 +311,7 @@ def _distribution_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, uni
     ax.set_ylabel(f"cost per converged run ({unit})")
     ax.set_title("Cost distribution per batch size", fontsize=10, loc="left")
     ax.grid(axis="y", alpha=0.3)
+
+
+def _in_means(r: TrialRecord, slow: Collection[int]) -> bool:
+    return r.reached and r.observed and r.stop_reason.observed and r.recurrence not in slow

@@ -24,23 +24,16 @@ FIGSIZE = (9.0, 8.0)
 def cumulative_savings(job: JobView) -> list[float]:
     """The whole history's cost saving after each recurrence, as fractions (empty without a default baseline).
 
-    The rule of `zeus_run.views.saving`: what every try spent so far against the default's mean for each
-    recurrence a batch size ran in (times its slowdown), tries no batch size caused on both sides.
+    The sides of `zeus_run.views.nights` (the one accounting of a life), night by night.
     """
-    from zeus_run.views.evidence import unattributed
-
     s = job.summary
     if s.baseline is None:
         return []
     spent: dict[int, float] = {}
     default: dict[int, float] = {}
-    for r in job.records:
-        spent[r.recurrence] = spent.get(r.recurrence, 0.0) + r.spent_cost
-        default.setdefault(r.recurrence, 0.0)
-        if r.stop_reason.observed:
-            default[r.recurrence] = s.baseline.cost * s.slow.get(r.recurrence, 1.0)
-    for r in unattributed(job.records):
-        default[r.recurrence] += r.spent_cost
+    for night in s.nights:
+        spent[night.recurrence] = sum(r.spent_cost for r in night.records)
+        default[night.recurrence] = sum(r.spent_cost for r in night.both) + s.baseline.cost * night.default_runs
     out, total, base = [], 0.0, 0.0
     for n in sorted(spent):
         total, base = total + spent[n], base + default[n]

@@ -96,7 +96,8 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
     rec = s.recommendation
     rows = [
         ("job", f"{job.name} ({job.kind})"),
-        ("recurrences converged / trials", f"{s.recurrences} / {s.trials}"),
+        ("recurrences, trials", s.counted),
+        ("recurrences converged / failed", f"{s.recurrences} / {s.failed_recurrences}"),
         ("last trial", f"{job.last_ended.isoformat(timespec='seconds')}: {reason_text(outcome_text(job))}"),
         ("current batch size", str(job.batch_size) + (f" at {job.power_limit:g} W" if job.power_limit else "")),
         (
@@ -114,6 +115,14 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             (f"whole history against the default: {q}", words(s.saved.get(q), fmt))
             for q, fmt in (("cost", _j), ("energy", _j), ("time", _s))
             if s.saved.get(q) is not None
+        ],
+        *[
+            (
+                f"whole history without the slow recurrences ({', '.join(map(str, s.slow_left_out))}): {q}",
+                words(s.saved_without_slow.get(q), fmt),
+            )
+            for q, fmt in (("cost", _j), ("energy", _j), ("time", _s))
+            if s.saved_without_slow.get(q) is not None
         ],
         *(
             [
@@ -146,8 +155,12 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
     if s.slow:
         rows.append(
             (
-                "slow recurrences (out of every mean; in every total, against the default run as slow)",
-                ", ".join(f"{n} ({f:.1f}x)" for n, f in sorted(s.slow.items())),
+                "slow recurrences (out of every mean; in every total; the default charged a slowdown only where "
+                "two batch sizes or more ran slow that night)",
+                ", ".join(
+                    f"{n} ({f:.1f}x; the default charged {s.charged_slow.get(n, 1.0):.1f}x)"
+                    for n, f in sorted(s.slow.items())
+                ),
             )
         )
     acc = job.accounting

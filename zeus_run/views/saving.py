@@ -9,10 +9,9 @@ would tell.
 spent always counts) against what always running the default would be expected to cost over
 the same recurrences (`zeus_run.views.baseline`: b0 at the default power limit):
 
-* each recurrence in which a batch size ran (a try the optimizer observes) would have run the
-  default once: ``mean x slowdown``, the slowdown being the one the machine had that night
-  (1 but for a slow recurrence, `zeus_run.optimizer.early_stop`: the default would have run
-  slow too);
+* what each night adds to each side is `zeus_run.views.nights` (the one accounting of a life):
+  a recurrence that reached the target would have run the default once (times the machine's
+  slowdown where two batch sizes or more show one); a night with no model adds no default run;
 * a try the optimizer does not observe (an environment, spec or infrastructure error, an
   interruption) is no batch size's doing: what it spent counts on both sides.
 
@@ -76,6 +75,7 @@ class Saved:
         se: Standard error of ``log`` of the default's estimated part (0: none).
         df: Degrees of freedom of ``se``.
         expected: The default's estimated part (the rest, ``default - expected``, is known).
+        extra: What the default's side may hold beyond ``expected`` (the interval's upper end only).
     """
 
     spent: float
@@ -89,6 +89,7 @@ class Saved:
     se: float = 0.0
     df: int = 0
     expected: float = 0.0
+    extra: float = 0.0
 
     @property
     def value(self) -> float:
@@ -137,6 +138,7 @@ def whole_history(
     df: int,
     default_batch_size: int,
     same: bool = False,
+    extra: float = 0.0,
 ) -> Saved | None:
     """The whole history's saving: ``1 - spent / (certain + expected)``, with its interval.
 
@@ -150,6 +152,9 @@ def whole_history(
         df: The spread's degrees of freedom.
         default_batch_size: b0 (named by the hint).
         same: Only b0 ran (the comparison is of the default with itself).
+        extra: What the default's side may hold beyond ``expected`` where the evidence allows more
+            (a slow try of one batch size: the machine may have been slow, `zeus_run.views.nights`);
+            it widens the interval's upper end only.
 
     Returns:
         None without a positive default to compare with.
@@ -161,13 +166,13 @@ def whole_history(
     if df <= 0:
         return Saved(spent, default, None, None, None, same, expected=expected)
     half = quantile(df) * se
-    d_low, d_high = certain + expected * math.exp(-half), certain + expected * math.exp(half)
+    d_low, d_high = certain + expected * math.exp(-half), certain + (expected + extra) * math.exp(half)
     low, high = _zero(1.0 - spent / d_low), _zero(1.0 - spent / d_high)
     hint = None
     if not (low > 0 or high < 0) and not same:
         gap = abs(math.log(spent - certain) - math.log(expected)) if spent > certain else 0.0
         hint = Hint(default_batch_size, _more(gap, spread_of, runs, df))
-    return Saved(spent, default, low, high, hint, same, d_low, d_high, se, df, expected)
+    return Saved(spent, default, low, high, hint, same, d_low, d_high, se, df, expected, extra)
 
 
 def pooled(items: Sequence[Saved | None]) -> Saved | None:
@@ -190,10 +195,10 @@ def pooled(items: Sequence[Saved | None]) -> Saved | None:
     se = math.sqrt(sum((x.expected * x.se) ** 2 for x in known)) / expected
     df = min(x.df for x in known)
     half = quantile(df) * se
-    certain = default - expected
-    d_low, d_high = certain + expected * math.exp(-half), certain + expected * math.exp(half)
+    certain, extra = default - expected, sum(x.extra for x in known)
+    d_low, d_high = certain + expected * math.exp(-half), certain + (expected + extra) * math.exp(half)
     low, high = _zero(1.0 - spent / d_low), _zero(1.0 - spent / d_high)
-    return Saved(spent, default, low, high, None, all(x.same for x in known), d_low, d_high, se, df, expected)
+    return Saved(spent, default, low, high, None, all(x.same for x in known), d_low, d_high, se, df, expected, extra)
 
 
 def _more(gap: float, s: float, runs: int, df: int) -> int | None:
@@ -398,11 +403,11 @@ class Calibration:
     worst: float | None
     measurable: float
 
-    def line(self) -> str:
-        """One line for a benchmark's output."""
+    def line(self, quantity: str = "cost") -> str:
+        """One line for a benchmark's output (``quantity``: what the saving is of)."""
         worst = "none claimed" if self.worst is None else f"{self.worst * 100:+.1f}%"
         return (
-            f"90% interval of the cost saving: holds the true saving in {self.covered * 100:.1f}% of {self.runs} "
+            f"90% interval of the {quantity} saving: holds the true saving in {self.covered * 100:.1f}% of {self.runs} "
             f"runs, median width {self.median_width * 100:.1f} pt, measurable in {self.measurable * 100:.1f}%; "
             f"claims a saving where the truth is a loss of more than {LOSS_TOLERANCE * 100:.0f} point: "
             f"{self.false_claims} (lowest true saving among the claims: {worst})"

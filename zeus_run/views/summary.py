@@ -17,7 +17,8 @@ replayed alike), so the CLI only renders and tests call these directly:
 
 One rule for slow recurrences (`zeus_run.optimizer.early_stop`; `Summary.slow` lists them): out of
 every *mean* (they say nothing about a batch size), in every *total* and the whole history's saving,
-against the default run as slow (its mean times the slowdown).
+against the default run as slow only as far as the evidence shows the machine was slow
+(`zeus_run.views.nights`, the one accounting of each night).
 """
 
 from __future__ import annotations
@@ -37,14 +38,15 @@ from zeus_run.views.evidence import (
     Evidence,
     Spread,
     baseline_of,
-    compared_recurrences,
     default_of,
     history_savings,
     totals,
     value_of,
     window_mean,
     with_interval,
+    without_slow,
 )
+from zeus_run.views.nights import Kind, Night, charges
 from zeus_run.views.provenance import provenance, started
 from zeus_run.views.recommend import Belief, Recommendation, recommend
 
@@ -107,8 +109,8 @@ class BatchSizeStats:
 
     Attributes:
         batch_size: The batch size.
-        trials: Trials run with it (interrupted ones excluded).
-        converged: Trials that reached the target.
+        trials: Every try run with it (failed, interrupted, slow ones included: they sum to the history's trials).
+        converged: Trials in its means that reached the target.
         mean_cost: Mean cost of the converged trials (unit: J), None if none converged.
         std_cost: Sample standard deviation of those costs (unit: J), None below two.
         mean_epochs: Mean epochs of the converged trials.
@@ -116,6 +118,8 @@ class BatchSizeStats:
         mean_energy: Mean energy of the converged trials (unit: J).
         learning_rate: Learning rate it ran with (the latest trial's), if any.
         power_limit: Power limit of its latest converged trial (unit: W), if one was set.
+        left_out: Tries out of its means: not observed (interrupted, environment, spec or
+            infrastructure errors) or in a slow recurrence.
     """
 
     batch_size: int
@@ -128,6 +132,12 @@ class BatchSizeStats:
     mean_energy: float | None
     learning_rate: float | None = None
     power_limit: float | None = None
+    left_out: int = 0
+
+    @property
+    def counted(self) -> int:
+        """Tries its means and its ``converged`` count are taken over (``trials - left_out``)."""
+        return self.trials - self.left_out
 
 
 @dataclass(frozen=True)
@@ -192,18 +202,20 @@ class Summary:
         default_mean_cost/energy/time: A recurrence as the job ran before zeus-run (`baseline`: b0
             at the default power limit, over b0's converged runs outside slow recurrences).
         default_runs: How many converged runs of b0 those means rest on.
-        baseline_cost/energy/time: What always running the default would be expected to cost
-            over the same recurrences (`zeus_run.views.saving`: each recurrence a batch size ran
-            in, at its slowdown, plus what the tries no batch size caused spent).
+        baseline_cost/energy/time: The default's side: what always running the default would be
+            expected to cost over the same recurrences (`zeus_run.views.nights`: its mean for each
+            recurrence that reached the target, times the machine's slowdown where two batch sizes
+            or more show one; plus the tries counted on both sides).
         compared_cost/energy/time: What every try cost: the totals the savings compare (units: J, J, s).
         savings_cost/energy/time: ``1 - compared / baseline`` (None without a baseline).
         savings_cost_ci/energy_ci/time_ci: Their 90% intervals (None: unbounded yet).
         saved: The same savings as `zeus_run.views.saving.Saved` (interval, hint), by quantity.
         spread: The run-to-run spread the intervals rest on (`zeus_run.views.saving.Spread`).
-        compared_recurrences: Recurrences the whole history's saving compares: those a batch size ran in.
+        compared_recurrences: Recurrences the default's side holds a run of: those that reached the target.
         baseline: The `Baseline` itself (None before b0 converged).
         estimated: Whether energy figures are estimates.
-        chosen: Batch size of the final trial of each converged recurrence, in order.
+        chosen: Batch size of the final trial of each recurrence a batch size ran in, failed ones
+            included (``chosen_reached`` tells them), in order.
         interrupted: Trials cut short by the launcher's own interruption.
         recurrence_costs: Cost of each recurrence, all tries included (unit: J), in order.
         by_batch_size: `BatchSizeStats` of every batch size tried, ascending.
@@ -218,6 +230,15 @@ class Summary:
         sweeps: Trials that completed a power-limit sweep and priced it (``profile_overhead``).
         sweep_cost: What those sweeps cost beyond the same work at the limits they chose (unit: J;
             part of ``total_cost``).
+        all_recurrences: Every recurrence in the history (converged, failed or lost): what every view counts.
+        failed_recurrences: Recurrences in which a batch size ran and none reached the target (no model).
+        lost_recurrences: Recurrences in which no batch size ran (only environment, spec or
+            infrastructure errors, or interruptions).
+        chosen_reached: For each of ``chosen``, whether its recurrence reached the target.
+        chosen_recurrences: The recurrence of each of ``chosen``.
+        nights: Each recurrence as the comparison with the default counts it (`zeus_run.views.nights`).
+        saved_without_slow: The whole history's savings with the slow recurrences left out of both sides.
+        slow_left_out: The recurrences ``saved_without_slow`` leaves out.
     """
 
     trials: int
@@ -261,6 +282,25 @@ class Summary:
     slow: dict[int, float] = field(default_factory=dict)
     sweeps: int = 0
     sweep_cost: float = 0.0
+    all_recurrences: int = 0
+    failed_recurrences: int = 0
+    lost_recurrences: int = 0
+    chosen_reached: tuple[bool, ...] = ()
+    chosen_recurrences: tuple[int, ...] = ()
+    nights: tuple[Night, ...] = ()
+    saved_without_slow: dict[str, est.Saved | None] = field(default_factory=dict)
+    slow_left_out: tuple[int, ...] = ()
+
+    @property
+    def counted(self) -> str:
+        """``N recurrences, M trials``: how every view names what the history holds (failed nights included)."""
+        rec = "1 recurrence" if self.all_recurrences == 1 else f"{self.all_recurrences} recurrences"
+        return f"{rec}, {'1 trial' if self.trials == 1 else f'{self.trials} trials'}"
+
+    @property
+    def charged_slow(self) -> dict[int, float]:
+        """Nights whose slowdown the default is charged (the evidence: `zeus_run.views.nights`)."""
+        return {n.recurrence: n.slowdown for n in self.nights if n.kind is Kind.SLOW}
 
 
 def failure_reason(record: TrialRecord) -> str | None:
@@ -307,22 +347,26 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
 def batch_size_stats(records: Sequence[TrialRecord], slow: Collection[int] = ()) -> list[BatchSizeStats]:
     """Per batch size tried, ascending: trials, converged runs, and their means and spread.
 
-    Trials not observed, and trials of the recurrences in ``slow``, are left out.
+    Every try counts in ``trials``; trials not observed, and trials of the recurrences in ``slow``,
+    are left out of the rest (``left_out`` says how many).
     """
     by_bs: dict[int, list[TrialRecord]] = defaultdict(list)
+    every: dict[int, int] = defaultdict(int)
     for r in records:
+        every[r.batch_size] += 1
         if r.stop_reason.observed and r.observed and r.recurrence not in slow:
             by_bs[r.batch_size].append(r)
     out = []
-    for bs in sorted(by_bs):
-        rs = by_bs[bs]
+    for bs in sorted(every):
+        rs = by_bs.get(bs, [])
         ok = [r for r in rs if r.reached]
         limits = [r.power_limit for r in ok if r.power_limit is not None]
         lrs = [r.learning_rate for r in rs if r.learning_rate is not None]
         out.append(
             BatchSizeStats(
                 batch_size=bs,
-                trials=len(rs),
+                trials=every[bs],
+                left_out=every[bs] - len(rs),
                 converged=len(ok),
                 mean_cost=_mean([r.cost for r in ok]),
                 std_cost=_std([r.cost for r in ok]),
@@ -429,7 +473,12 @@ def summarize(
     evidence = Evidence.of(records, default_batch_size, objective=objective, profile=profile, slow=slow)
     base = baseline_of(records, default_batch_size, objective, profile, slow, evidence)
     spent = totals(records)
-    whole = history_savings(records, evidence, base, slow)
+    nights = charges(records, default_batch_size, slow, base.cost if base else None)
+    whole = history_savings(records, evidence, base, slow, nights)
+    quiet = without_slow(nights, slow)
+    left_out = tuple(n.recurrence for n in nights if n not in quiet)
+    calm = history_savings(records, evidence, base, slow, quiet) if left_out else {}
+    ran_rows = [row for row in rows if any(StopReason(o).observed for o in row.outcomes)]
     with_cost = [s for s in stats if s.mean_cost is not None]
     best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
     exploration = exploration_status(records)
@@ -461,10 +510,18 @@ def summarize(
         savings_time_ci=saved["time"].ci if saved["time"] else None,
         saved=saved,
         spread=evidence.spread,
-        compared_recurrences=len(compared_recurrences(records)),
+        compared_recurrences=sum(1 for n in nights if n.compared),
         baseline=base,
         estimated=any(r.estimated for r in records),
-        chosen=tuple(row.final_batch_size for row in converged_rows),
+        chosen=tuple(row.final_batch_size for row in ran_rows),
+        chosen_reached=tuple(row.reached for row in ran_rows),
+        chosen_recurrences=tuple(row.recurrence for row in ran_rows),
+        all_recurrences=len(rows),
+        failed_recurrences=sum(1 for n in nights if n.kind is Kind.FAILED),
+        lost_recurrences=sum(1 for n in nights if n.kind is Kind.LOST),
+        nights=tuple(nights),
+        saved_without_slow={q: calm.get(q) for q in QUANTITIES} if calm else {},
+        slow_left_out=left_out,
         interrupted=sum(1 for r in records if r.stop_reason is StopReason.INTERRUPTED),
         recurrence_costs=tuple(row.cost for row in rows),
         by_batch_size=tuple(stats),

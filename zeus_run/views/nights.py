@@ -1,0 +1,212 @@
+"""The accounting of a life: what each night adds to each side of "saved against the default".
+
+This is the one place that says it; every view that states a whole history's saving (``history``
+text, JSON and CSV, ``run``'s summary, the report, the plots, the exports, carbon and money,
+``simulate``) takes its sides from `charges` (docs/savings.md, "What each night adds").
+
+zeus-run's side is always what every try really spent. The default's side, night by night:
+
+* **reached** (a try reached the target): the default's mean once, plus what the tries no batch
+  size caused spent (an environment, spec or infrastructure error, an interruption: the default
+  would have met them too);
+* **slow** (reached, and the machine ran slow): the default's mean times the night's slowdown,
+  but only in proportion to evidence that the machine, not a batch size, was slow: two batch
+  sizes or more ran their epochs slower than their usual pace that night (`MACHINE_EVIDENCE`),
+  and the default is charged the smallest of their slowdowns. One slow try of one batch size is
+  no such evidence: the default is charged its usual mean, and zeus-run pays the slow try; the
+  interval's upper end allows the default that slowdown (the machine may have been slow);
+* **failed** (a batch size ran, none reached the target: the night produced no model): no
+  default run (a night without a model earns nothing against the default); the default's own
+  tries that night count on both sides (the default met that failure as it ran), with the tries no
+  batch size caused. A failed night never raises a saving;
+* **lost** (no batch size ran: every try was an environment, spec or infrastructure error, or
+  interrupted): what it spent, on both sides;
+* **estimated** energy (no GPU measured) counts like measured energy on both sides; the views
+  say the figures are estimates.
+
+A night's kind is a pure function of its records and of the pace the history knows
+(`machine_slowdown`), so every view of one history computes the same sides.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zeus_run.records import TrialRecord
+
+#: A try whose epochs ran this many times slower than its batch size's usual pace ran slow
+#: (the optimizer's threshold: `zeus_run.optimizer.early_stop.SLOWDOWN`).
+SLOW_PACE = 1.3
+#: Distinct batch sizes that must have run slow in one night before the default is charged a slowdown.
+MACHINE_EVIDENCE = 2
+
+
+class Kind(str, enum.Enum):
+    """What kind of night a recurrence was (see the module's docstring)."""
+
+    REACHED = "reached"
+    SLOW = "slow"
+    FAILED = "failed"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Night:
+    """One recurrence as the comparison with the default sees it.
+
+    Attributes:
+        recurrence: Its number.
+        kind: `Kind`.
+        records: Every try of the night (all on zeus-run's side).
+        both: The tries counted on the default's side too, as they ran.
+        default_runs: How many of the default's mean runs the default's side gets (0 or 1, or the
+            machine's slowdown where the evidence shows one).
+        slowdown: The machine's slowdown the evidence supports (1.0: none).
+        most: The most default runs the evidence allows (``default_runs`` times the slowest try's
+            slowdown where one try ran slow: the interval's upper end reaches it).
+    """
+
+    recurrence: int
+    kind: Kind
+    records: tuple[TrialRecord, ...]
+    both: tuple[TrialRecord, ...]
+    default_runs: float
+    slowdown: float = 1.0
+    most: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.most < self.default_runs:
+            object.__setattr__(self, "most", self.default_runs)
+
+    @property
+    def compared(self) -> bool:
+        """Whether the default would have run this night (a batch size ran and reached the target)."""
+        return self.default_runs > 0
+
+
+def pace_of(record: TrialRecord) -> float | None:
+    """Cost per epoch of a try whose epochs were timed (None: no pace)."""
+    if record.epochs <= 0 or not record.epochs_timed or not (record.cost > 0 and math.isfinite(record.cost)):
+        return None
+    return record.cost / record.epochs
+
+
+def usual_pace(records: Iterable[TrialRecord], slow: Collection[int] = ()) -> dict[int, float]:
+    """Each batch size's median cost per epoch over its converged tries outside ``slow`` recurrences."""
+    seen: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        p = pace_of(r)
+        if p is not None and r.reached and r.observed and r.recurrence not in slow:
+            seen[r.batch_size].append(p)
+    return {bs: _median(v) for bs, v in seen.items()}
+
+
+def machine_slowdown(
+    night: Sequence[TrialRecord], usual: Mapping[int, float], default_cost: float | None = None
+) -> tuple[float, float]:
+    """The slowdown of the machine one night's tries give evidence of, and the most they allow (1.0: none).
+
+    Each batch size that ran that night with a known usual pace gives its slowest try's ratio and what
+    that try cost beyond its usual pace; where at least `MACHINE_EVIDENCE` batch sizes ran and all ran
+    slower than `SLOW_PACE`, the machine ran slow by at least the smallest of their ratios, or, as a
+    stall that adds the same to every try, by the smallest of their excesses: the default
+    (``default_cost``, its mean run) is charged the lesser. Fewer batch sizes, or one at its usual pace:
+    1.0; the most is the largest ratio above `SLOW_PACE` (the machine may have been that slow).
+    """
+    ratios: dict[int, float] = {}
+    excess: dict[int, float] = {}
+    for r in night:
+        p, u = pace_of(r), usual.get(r.batch_size)
+        if p is None or not u or not r.stop_reason.observed:
+            continue
+        ratios[r.batch_size] = max(ratios.get(r.batch_size, 0.0), p / u)
+        excess[r.batch_size] = max(excess.get(r.batch_size, 0.0), r.cost - u * r.epochs)
+    most = max([v for v in ratios.values() if v >= SLOW_PACE], default=1.0)
+    if len(ratios) < MACHINE_EVIDENCE or min(ratios.values()) < SLOW_PACE:
+        return 1.0, most
+    factor = min(ratios.values())
+    if default_cost:
+        factor = max(1.0, min(factor, 1.0 + min(excess.values()) / default_cost))
+    return factor, max(most, factor)
+
+
+def charges(
+    records: Sequence[TrialRecord],
+    default_batch_size: int | None,
+    slow: Collection[int] = (),
+    default_cost: float | None = None,
+) -> list[Night]:
+    """Each recurrence of ``records`` as a `Night`, in order.
+
+    Args:
+        records: The history.
+        default_batch_size: b0 (its own tries on a failed night count on both sides).
+        slow: Recurrences left out of every mean (the usual pace is taken outside them).
+        default_cost: The default's mean run cost (unit: J), where known: a slowdown is charged to it
+            as the lesser of a ratio and a stall (`machine_slowdown`).
+    """
+    by_night: dict[int, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        by_night[r.recurrence].append(r)
+    usual = usual_pace(records, slow)
+    out = []
+    for n in sorted(by_night):
+        rs = by_night[n]
+        ran = [r for r in rs if r.stop_reason.observed]
+        others = tuple(r for r in rs if not r.stop_reason.observed)
+        if not ran:
+            out.append(Night(n, Kind.LOST, tuple(rs), others, 0.0))
+        elif not any(r.reached for r in rs):
+            own = tuple(r for r in ran if r.batch_size == default_batch_size)
+            out.append(Night(n, Kind.FAILED, tuple(rs), others + own, 0.0))
+        else:
+            factor, most = machine_slowdown(rs, usual, default_cost)
+            kind = Kind.SLOW if factor > 1.0 else Kind.REACHED
+            out.append(Night(n, kind, tuple(rs), others, factor, factor, most))
+    return out
+
+
+@dataclass(frozen=True)
+class Sides:
+    """One quantity's two sides over some nights.
+
+    Attributes:
+        spent: What every try spent (zeus-run's side).
+        certain: What the default's side holds as it ran (tries counted on both sides).
+        runs: Default runs the default's side holds (the multiplier of its mean).
+        most: The most default runs the evidence allows (the interval's upper end).
+    """
+
+    spent: float
+    certain: float
+    runs: float
+    most: float = 0.0
+
+
+def _quantity(record: TrialRecord, quantity: str) -> float:
+    if quantity == "cost":
+        return record.spent_cost
+    return float(getattr(record, quantity))
+
+
+def sides(nights: Iterable[Night], quantity: str) -> Sides:
+    """``quantity``'s (``cost``, ``energy``, ``time``) `Sides` over ``nights``."""
+    spent = certain = runs = most = 0.0
+    for night in nights:
+        spent += sum(_quantity(r, quantity) for r in night.records)
+        certain += sum(_quantity(r, quantity) for r in night.both)
+        runs += night.default_runs
+        most += night.most
+    return Sides(spent, certain, runs, most)
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2.0
