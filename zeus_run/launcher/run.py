@@ -179,8 +179,7 @@ def run_job(
         ):
             logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
         adopted = [request_of(m, spec) for m in job.adopted]
-        if rd.stored_spec() is None:
-            rd.save_spec(spec)
+        rd.keep_spec(spec)  # the spec in force; one it replaces is kept as spec.<n>.yaml
         resumed = resumed and bool(history)
         where_now = position(history, spec.max_tries)
         done = where_now.ended

@@ -3,7 +3,8 @@
 Layout::
 
     runs/<job>/
-      spec.yaml          the resolved spec the run was started with
+      spec.yaml          the resolved spec in force (the one the last run was started with)
+      spec.N.yaml        the specs it replaced, oldest first (a resumable change: metric, command, ...)
       history.jsonl      one JSON record per trial (append-only)
       trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
       running.json       present only while a trial runs (crash marker)
@@ -157,6 +158,38 @@ class RunDir:
 
         header = "# Resolved job spec zeus-run started this run with (every default filled in).\n"
         atomic_write(self.spec_path, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
+
+    def keep_spec(self, spec: JobSpec) -> Path | None:
+        """Make ``spec`` the spec in force (``spec.yaml``), keeping the one it replaces as ``spec.<n>.yaml``.
+
+        The caller has checked that ``spec`` may continue this history (a resumable change: a new
+        ``metric``, ``command`` or ``accounting``, never a decision setting). Where it was started from
+        (``source``) is no setting: a spec that differs only there leaves ``spec.yaml`` as it is.
+
+        Returns:
+            The kept old spec's path, None when nothing was replaced (a new job, or no change).
+
+        Raises:
+            RunDirError: The stored spec is damaged (`stored_spec`).
+            OSError: A file could not be written.
+        """
+        import yaml
+
+        stored = self.stored_spec()
+        if stored is None:
+            self.save_spec(spec)
+            return None
+        now = yaml.safe_load(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+        if {k: v for k, v in stored.items() if k != "source"} == {k: v for k, v in now.items() if k != "source"}:
+            return None
+        n = 1
+        while os.path.lexists(self.path / f"spec.{n}.yaml"):
+            n += 1
+        kept = self.path / f"spec.{n}.yaml"
+        _fs.atomic_write(kept, self.spec_path.read_bytes())  # the old one, as it was
+        self.save_spec(spec)
+        logger.info("the spec changed: %s is the spec in force, the one before it is kept as %s", SPEC_NAME, kept)
+        return kept
 
     # -- the in-flight marker ----------------------------------------------------
     def mark_running(self, marker: RunningMarker) -> None:
