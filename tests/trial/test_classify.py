@@ -295,3 +295,14 @@ def test_the_new_fields_round_trip_and_old_records_read_as_before():
     old = BASE.to_json()
     assert "after_metrics" not in old  # written only when set: older readers see the same line
     assert TrialRecord.from_json(old) == BASE
+
+
+def test_a_trial_reading_no_metric_after_the_metric_section_changed_is_a_spec_error():
+    silent = dataclasses.replace(BASE, message="the script exited after 0 epoch(s) without reaching the target")
+    assert classify(silent, [CONVERGED]).verdict is Verdict.NOT_REACHED  # no change, no line: the batch size's
+    found = classify(silent, [CONVERGED], changed="metric.source, metric.path")
+    assert found.verdict is Verdict.SPEC_ERROR and "metric.source, metric.path changed" in (found.cause or "")
+    assert "`metric.source`" in (found.fix or "")
+    read = dataclasses.replace(silent, metrics=(0.3,), epochs=1)
+    assert classify(read, [CONVERGED], changed="metric.regex").verdict is Verdict.NOT_REACHED  # it reads: fine
+    assert classify(silent, [], changed="metric.regex").verdict is Verdict.SPEC_ERROR  # as ever, on a first trial

@@ -115,6 +115,9 @@ class Engine:
         self.beta = beta
         self.max_early_stops = max_early_stops
         self.concurrency = concurrency
+        #: The spec's ``metric`` fields that changed since the history's trials ran (``metric.regex``; the
+        #: launcher finds them against the stored spec): a trial then reading no metric is the spec's error.
+        self.metric_changed: str | None = None
         #: Recomputes an ended trial's cost from the history before it (the ``max-slowdown``
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
@@ -181,7 +184,7 @@ class Engine:
             record = dataclasses.replace(record, lifetime=request.lifetime)
         if self.charge is not None:
             record = self.charge(before, record)
-        record, fault = judge(record, before)
+        record, fault = judge(record, before, changed=self.metric_changed)
         if record.oom is None and record.kind == "real" and out_of_memory(record):
             record = dataclasses.replace(record, oom=True)  # its retry, and every decision after, goes smaller
         record = self._gave_up(record, before, ledger)

@@ -50,7 +50,7 @@ from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import lock
 from zeus_run.rundir.rates import note_change
-from zeus_run.rundir.store import RunDir, first_missing, remove_if_unused
+from zeus_run.rundir.store import RunDir, changed_fields, first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -179,6 +179,7 @@ def run_job(
         ):
             logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
         adopted = [request_of(m, spec) for m in job.adopted]
+        metric_changed = changed_fields(rd.stored_spec(), spec, "metric")
         rd.keep_spec(spec)  # the spec in force; one it replaces is kept as spec.<n>.yaml
         resumed = resumed and bool(history)
         where_now = position(history, spec.max_tries)
@@ -207,6 +208,7 @@ def run_job(
         b0 = spec.default_batch_size
         profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
         engine = knobs.engine(total, profile)
+        engine.metric_changed = metric_changed if history else None  # a trial then reading none: the spec's error
         desk = JoinDesk(rd.path, total + 1, lst.on_more_recurrences) if spec.concurrency > 1 else None
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:

@@ -461,3 +461,24 @@ def atomic_write(path: Path, text: str) -> None:
             f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
             "space or fix permissions, then run the same command again to resume."
         ) from None
+
+
+def changed_fields(stored: dict[str, Any] | None, spec: JobSpec, section: str) -> str | None:
+    """The fields of ``spec``'s ``section`` that differ from the stored spec's, e.g. ``metric.regex, metric.source``.
+
+    Args:
+        stored: The stored ``spec.yaml`` (`RunDir.stored_spec`); None: a new job (nothing changed).
+        spec: The spec the run goes on with.
+        section: A section of the spec (``metric``).
+
+    Returns:
+        The changed fields, comma-separated; None when none changed.
+    """
+    import yaml
+
+    if stored is None or not isinstance(stored.get(section), dict):
+        return None
+    now = yaml.safe_load(yaml.safe_dump(spec.to_dict()[section], sort_keys=False)) or {}
+    before = stored[section]
+    keys = [k for k in now if now.get(k) != before.get(k)] + [k for k in before if k not in now]
+    return ", ".join(f"{section}.{k}" for k in keys) or None

@@ -221,7 +221,9 @@ def read_a_metric(record: TrialRecord) -> bool:
     return bool(record.metrics) or bool(record.after_metrics)
 
 
-def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str | None = None) -> Finding:
+def classify(
+    record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str | None = None, changed: str | None = None
+) -> Finding:
     """What ``record``'s trial was, on its evidence (see the module docstring).
 
     Args:
@@ -229,6 +231,8 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
         history: The records before it, in order.
         tail: The last lines of the script's output; default: the record's ``message`` (the
             launcher keeps the log's tail there for a crash).
+        changed: The fields of the spec's ``metric`` section that changed since the history's trials ran
+            (``metric.regex``), as the launcher found them against the stored spec; None: none did.
     """
     reason = record.stop_reason
     if reason in (CONFIG_ERROR, ENVIRONMENT_ERROR):  # judged already (a record read back)
@@ -269,11 +273,13 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
             )
         return _failure(record, reason)
     if reason is StopReason.EXITED and not read_a_metric(record):
-        return _unread_metric(record, history, record.message if tail is None else tail)
+        return _unread_metric(record, history, record.message if tail is None else tail, changed)
     return _failure(record, reason)
 
 
-def _unread_metric(record: TrialRecord, history: Iterable[TrialRecord], tail: str | None) -> Finding:
+def _unread_metric(
+    record: TrialRecord, history: Iterable[TrialRecord], tail: str | None, changed: str | None
+) -> Finding:
     """What a trial that exited 0 without a metric was: a spec error when no trial ever read one, or when its
     script wrote lines and none held the metric although earlier trials' did (the metric section, or the
     script's output, changed since: a typo on night 2 is the spec's, never the batch size's)."""
@@ -287,6 +293,15 @@ def _unread_metric(record: TrialRecord, history: Iterable[TrialRecord], tail: st
             f"{note['what']}, although earlier trials of this job read their metric",
             f"Fix `{field}` in the job spec (or the script's output) so that it reads the metric the script writes "
             "each epoch",
+        )
+    if read_before and changed is not None:
+        return Finding(
+            Verdict.SPEC_ERROR,
+            CONFIG_ERROR,
+            f"{changed} changed since earlier trials of this job read their metric, and this trial read none"
+            + (f" ({note['what']})" if note is not None else ""),
+            f"Fix `{changed.split(', ')[0]}` in the job spec (the spec before the change is kept beside spec.yaml as "
+            "spec.<n>.yaml)",
         )
     if not read_before:
         return Finding(
@@ -308,7 +323,7 @@ def _failure(record: TrialRecord, reason: StopReason) -> Finding:
 
 
 def judge(
-    record: TrialRecord, *history: Sequence[TrialRecord], tail: str | None = None
+    record: TrialRecord, *history: Sequence[TrialRecord], tail: str | None = None, changed: str | None = None
 ) -> tuple[TrialRecord, ConfigurationError | None]:
     """``record`` as the history keeps it, and the error that stops the run if the spec or the environment failed.
 
@@ -319,8 +334,9 @@ def judge(
         record: A trial that just ended.
         history: The records before it (one or more sequences, in order).
         tail: The script's output tail, if the record's ``message`` does not hold it.
+        changed: The ``metric`` fields changed since the history's trials ran (`classify`).
     """
-    finding = classify(record, itertools.chain(*history), tail)  # read only where the evidence needs it
+    finding = classify(record, itertools.chain(*history), tail, changed)  # read only where the evidence needs it
     if not finding.stops_the_run:
         return record, None
     cause, fix = finding.cause or str(finding.stop_reason), finding.fix or ""
