@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zeus_run import _fs
 from zeus_run.contract import Env, RunningMarker, StopReason, TrialFiles, TrialOutcome
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine.concurrent import slot_devices
@@ -267,7 +268,7 @@ class LocalExecutor(RealExecutor):
                 logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
                 if info.trial_dir:  # where its span ends (its record charges it: energy spent always counts)
                     with contextlib.suppress(OSError):
-                        (Path(info.trial_dir) / TrialFiles.KILLED).write_text(f"{time.time():.3f}\n")
+                        _fs.atomic_write(Path(info.trial_dir) / TrialFiles.KILLED, f"{time.time():.3f}\n")
             if may_adopt and exited and info.trial_dir and _reached_alone(info):
                 adopted.add(info.trial)
         for info in infos:

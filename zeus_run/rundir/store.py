@@ -93,7 +93,7 @@ class RunDir:
         """
         p = Path(path)
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            _fs.make_dirs(p)  # 0755 whatever the umask (`umask 000` would make it writable by everyone)
         except OSError as exc:
             raise RunDirError(
                 f"Cannot create run directory {str(p)!r}: {exc.strerror or exc}. "

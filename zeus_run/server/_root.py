@@ -67,7 +67,7 @@ class ServerRoot:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).absolute()
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            _fs.make_dirs(self.path)  # 0755 whatever the umask
         except OSError as exc:
             raise UsageError(f"Cannot create the server root {str(self.path)!r}: {exc.strerror or exc}.") from None
         self._fd = _lock(self.path / LOCK_NAME)
