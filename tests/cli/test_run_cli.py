@@ -299,3 +299,12 @@ def test_a_run_directory_runs_as_the_job_with_its_own_spec(write_spec, tmp_path)
     recs = history(spec)
     assert [x["recurrence"] for x in recs if x["reached"]] == [1, 2, 3]
     assert not list(run_dir.glob("spec.*.yaml"))  # the same spec each time: nothing replaced
+
+
+def test_warm_from_a_symlink_loop_is_a_usage_error_not_an_internal_one(write_spec, tmp_path):
+    spec = write_spec(spec_text(body="optimizer: {policy: zeus-voi}\n"))
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    r = zeus("run", str(spec), "--no-output", "--warm-from", str(tmp_path / "a"))
+    assert r.returncode == 2, r.stderr
+    assert "--warm-from" in r.stderr and "not a usable path" in r.stderr and "internal error" not in r.stderr

@@ -73,3 +73,17 @@ def test_serve_under_umask_000_works_and_leaves_nothing_world_writable(tmp_path)
     finally:
         server.stop()
     assert world_writable(tmp_path / "srv") == []
+
+
+def test_a_server_root_every_user_may_write_is_refused_naming_the_fix(tmp_path):
+    pytest.importorskip("fastapi")
+    from tests.server.helpers import ServerProcess
+
+    root = tmp_path / "root"
+    root.mkdir()
+    root.chmod(0o777)  # as zeus-run made it under umask 000 before it set modes itself
+    server = ServerProcess(root)
+    assert server.exit_code() == 2
+    said = "".join(server.lines)
+    assert "writable by every user" in said and "chmod o-w" in said and "Traceback" not in said, said
+    assert not (root / ".serve.tokens.json").exists()

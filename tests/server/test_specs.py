@@ -201,3 +201,22 @@ def test_a_pods_refused_registration_is_one_line_not_a_traceback(server, tmp_pat
     spec.write_text("not: [valid")  # unreadable as a spec: the server says so, in one line too
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+
+
+def test_a_warm_start_outside_the_servers_root_is_refused_and_another_job_of_it_is_not(server, tmp_path):
+    client = server.client()
+    client.register("job", BASE)
+    one_trial(client)
+    outside = tmp_path / "elsewhere" / "job"  # a run directory of the same job, outside the root
+    outside.mkdir(parents=True)
+    for name in ("spec.yaml", "history.jsonl"):
+        (outside / name).write_bytes((server.root / "job" / name).read_bytes())
+    for warm in (str(outside), "../../elsewhere/job", "../.deleted"):
+        with pytest.raises(ServerError) as refused:
+            client.register("job2", {**BASE, "name": "job2", "optimizer": {"warm_from": warm}})
+        assert refused.value.status == 422 and refused.value.code == "path_not_allowed", warm
+        assert refused.value.field == "body.spec.optimizer.warm_from"
+        assert not (server.root / "job2" / "spec.yaml").exists()
+    answer = client.register("job2", {**BASE, "name": "job2", "optimizer": {"warm_from": "../job"}})
+    stored = yaml.safe_load((server.root / "job2" / SPEC_NAME).read_text())
+    assert answer["created"] is True and stored["optimizer"]["warm_from"] == str(server.root / "job")
