@@ -52,6 +52,7 @@ from zeus_run.rundir.opener import lock
 from zeus_run.rundir.rates import note_change
 from zeus_run.rundir.store import RunDir, changed_fields, first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
+from zeus_run.trial.launch import launch_error
 from zeus_run.trial.run import preflight, trial_environment
 
 logger = logging.getLogger(__name__)
@@ -296,9 +297,18 @@ def _run_concurrent(
             # Marked before the trial's thread starts, so that trials are marked in the order
             # they start: a launcher killed now leaves every started trial to be recorded.
             # An adopted trial keeps the marker that finds it again (its job).
-            if req.trial not in adopted_trials:
-                executor.rd.mark_running(marker(executor.spec, req, executor.energy))
-            target.start(req)
+            marked = req.trial not in adopted_trials
+            if marked:
+                try:
+                    executor.rd.mark_running(marker(executor.spec, req, executor.energy))
+                except OSError as exc:  # too many open files, disk full: nothing started, no marker left
+                    raise launch_error(executor.spec.command[0], exc) from exc
+            try:
+                target.start(req)
+            except BaseException:
+                if marked:  # its thread did not start: no try was used, and no marker may name it
+                    executor.rd.clear_running(req.trial)
+                raise
 
         def wait_any(self) -> TrialRecord:
             return target.wait_any()

@@ -199,8 +199,16 @@ class RunDir:
         is ``{"in_flight": [marker, ...]}`` in start order. Safe from several threads.
         """
         with self._marker_lock:
+            before = self._in_flight.get(marker.trial)
             self._in_flight[marker.trial] = marker
-            self._write_markers()
+            try:
+                self._write_markers()
+            except BaseException:  # not written (too many open files, disk full): not in flight either, so that
+                if before is None:  # the next trial's write does not name a trial that never started
+                    self._in_flight.pop(marker.trial, None)
+                else:
+                    self._in_flight[marker.trial] = before
+                raise
 
     def replace_running(self, markers: list[RunningMarker]) -> None:
         """Make ``markers`` the trials in flight, in one atomic write of ``running.json`` (none: it is removed)."""
