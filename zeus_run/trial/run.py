@@ -225,12 +225,9 @@ class _TrialRun:
         if tree is not None:
             self.energy.track(tree.cpu_seconds)
         try:
-            try:
-                if self.profiler is not None:
-                    self.profiler.start()
-                meter = Meter(self.energy, p.eta, self.profiler)
-            except OSError as exc:  # before the command started (too many open files): nothing ran
-                raise launch_error(p.argv[0], exc) from exc
+            if self.profiler is not None:
+                self.profiler.start()
+            meter = Meter(self.energy, p.eta, self.profiler)
             with subreaper():  # the script's orphans come to this process, not to init (`zeus_run.trial.proctree`)
                 try:
                     proc = subprocess.Popen(
