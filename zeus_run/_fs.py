@@ -201,7 +201,8 @@ def make_dirs(path: str | os.PathLike[str], mode: int = DIR_MODE) -> None:
             os.mkdir(d, mode)
         except FileExistsError:
             if not os.path.isdir(d):
-                raise
+                why = "it exists but is not a directory (a file, or a symbolic link that leads to none: a loop?)"
+                raise NotADirectoryError(errno.ENOTDIR, why, os.fspath(d)) from None
 
 
 def make_dir(path: str | os.PathLike[str]) -> None:

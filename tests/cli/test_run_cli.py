@@ -308,3 +308,5 @@ def test_warm_from_a_symlink_loop_is_a_usage_error_not_an_internal_one(write_spe
     r = zeus("run", str(spec), "--no-output", "--warm-from", str(tmp_path / "a"))
     assert r.returncode == 2, r.stderr
     assert "--warm-from" in r.stderr and "not a usable path" in r.stderr and "internal error" not in r.stderr
+    r = zeus("run", str(spec), "--no-output", "--run-dir", str(tmp_path / "a" / "runs"))  # the loop as a run directory
+    assert r.returncode == 2 and "is not a directory" in r.stderr and "internal error" not in r.stderr, r.stderr
