@@ -176,6 +176,35 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+#: Modes zeus-run creates its directories and files with (the umask may only take more away): never writable by
+#: others, whatever the umask (``umask 000`` included).
+DIR_MODE, FILE_MODE = 0o755, 0o644
+
+
+def make_dirs(path: str | os.PathLike[str], mode: int = DIR_MODE) -> None:
+    """``mkdir -p`` with an explicit mode for every directory it creates (``Path.mkdir(parents=True)`` creates the
+    parents with 0777 less the umask: under ``umask 000``, writable by every user). Existing ones are left as they
+    are.
+
+    Raises:
+        OSError: One cannot be created, or a part of ``path`` is not a directory.
+    """
+    p = Path(os.path.abspath(path))
+    missing: list[Path] = []
+    while not os.path.isdir(p):
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                why = "it exists but is not a directory (a file, or a symbolic link that leads to none: a loop?)"
+                raise NotADirectoryError(errno.ENOTDIR, why, os.fspath(d)) from None
+
+
 def make_dir(path: str | os.PathLike[str]) -> None:
     """Create a directory (its parent must exist) or check an existing one is a real directory.
 
@@ -184,7 +213,7 @@ def make_dir(path: str | os.PathLike[str]) -> None:
         OSError: It cannot be created.
     """
     try:
-        os.mkdir(path, 0o755)
+        os.mkdir(path, DIR_MODE)
         return
     except FileExistsError:
         pass

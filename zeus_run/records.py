@@ -31,6 +31,7 @@ OPTIONAL_FIELDS = (
     *("horizon", "reported", "epoch_timing", "after_metrics", "profile_overhead", "lifetime", "recurrence_failed"),
     "window",
     "warm",
+    "oom",
 )
 
 #: How a real trial's process ended (``TrialRecord.ended``).
@@ -129,6 +130,10 @@ class TrialRecord:
         warm: The fingerprint (``sha256:...``) of the warm start's source its decision was taken with
             (``optimizer.warm_from``; the run directory keeps a copy: `zeus_run.engine.warm`); None: a
             cold start.
+        oom: True on a crash classed as out of memory (CUDA, the CPU's ``MemoryError``, Slurm's
+            OUT_OF_MEMORY): the job's batch sizes at least this large run out of memory, so its retry
+            and every later decision take a smaller one (`zeus_run.engine.ledger.Ledger`). None: not
+            such a crash, or recorded before out-of-memory crashes were marked (they steer nothing).
     """
 
     job: str
@@ -180,6 +185,7 @@ class TrialRecord:
     recurrence_failed: str | None = None
     window: dict[str, Any] | None = None
     warm: str | None = None
+    oom: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)

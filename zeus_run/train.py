@@ -100,7 +100,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from zeus_run._process_trials import PROCESS, report_uncaught, write_end
 from zeus_run.contract import (
@@ -199,7 +199,7 @@ class Trial:
         self.last_metric: float | None = None
         self._steps = 0
         # Held for the trial's life and closed in close(), so no context manager.
-        self._fh = open(event_log, "a", encoding="utf-8") if event_log else None  # noqa: SIM115
+        self._fh = _open_append(event_log) if event_log else None
         self._profiling = bool(profile) and self._fh is not None
         self._profile_stop_file = profile_stop_file
         self._last_step_emit = -1.0
@@ -483,3 +483,8 @@ class Trial:
                 self._fh.close()
                 self._fh = None
         PROCESS.closed(self, carry, None if m is None else (m[0], m[1]))
+
+
+def _open_append(path: str) -> TextIO:
+    """The event log, opened to append (created 0644 whatever the umask: never writable by others)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644), "a", encoding="utf-8")

@@ -284,3 +284,29 @@ def test_relative_run_dir_from_another_directory(write_spec, tmp_path):
     (line,) = (caller / "rel-runs" / "history.jsonl").read_text().splitlines()
     rec = json.loads(line)
     assert rec["reached"] is True and rec["stop_reason"] == "target_reached"
+
+
+def test_a_run_directory_runs_as_the_job_with_its_own_spec(write_spec, tmp_path):
+    spec = write_spec(spec_text(body="recurrences: null\n").replace("recurrences: 1\n", ""))
+    r = zeus("run", str(spec), "--no-output", "--next")
+    assert r.returncode == 0, r.stderr
+    run_dir = spec.parent / "runs"
+    spec.unlink()  # the run directory is the job now
+    r = zeus("run", str(run_dir), "--no-output", "--next", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = zeus("run", str(run_dir / "spec.yaml"), "--no-output", "--next", cwd=tmp_path)  # the stored spec as it is
+    assert r.returncode == 0, r.stderr
+    recs = history(spec)
+    assert [x["recurrence"] for x in recs if x["reached"]] == [1, 2, 3]
+    assert not list(run_dir.glob("spec.*.yaml"))  # the same spec each time: nothing replaced
+
+
+def test_warm_from_a_symlink_loop_is_a_usage_error_not_an_internal_one(write_spec, tmp_path):
+    spec = write_spec(spec_text(body="optimizer: {policy: zeus-voi}\n"))
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    r = zeus("run", str(spec), "--no-output", "--warm-from", str(tmp_path / "a"))
+    assert r.returncode == 2, r.stderr
+    assert "--warm-from" in r.stderr and "not a usable path" in r.stderr and "internal error" not in r.stderr
+    r = zeus("run", str(spec), "--no-output", "--run-dir", str(tmp_path / "a" / "runs"))  # the loop as a run directory
+    assert r.returncode == 2 and "is not a directory" in r.stderr and "internal error" not in r.stderr, r.stderr

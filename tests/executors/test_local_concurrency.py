@@ -179,3 +179,39 @@ run_dir: runs
     store = json.loads((result.run_dir / "power_profiles.json").read_text())
     assert list(store["models"]) == ["1 x NVIDIA A40"]  # one slot's model, shared by both slots
     check_audit(result.run_dir)
+
+
+def test_a_try_that_never_started_uses_no_try_and_leaves_no_marker(write_spec, monkeypatch):
+    """Too many open files as a trial's marker is written (concurrency 2): nothing started, so the try is not
+    used, no running.json names it (the next launch would record it interrupted, "the launcher died"), and the
+    same command then runs the job from there."""
+    import errno
+
+    from zeus_run.errors import LaunchEnvironmentError
+    from zeus_run.rundir.store import RunDir
+
+    spec = write_spec(spec_text(recurrences=3, epoch_time=0.05))
+    real = RunDir.mark_running
+    calls = []
+
+    def flaky(self, marker):
+        calls.append(marker)
+        if len(calls) == 2:  # the second slot's trial: no file descriptor left for running.json's temporary
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(self, marker)
+
+    monkeypatch.setattr(RunDir, "mark_running", flaky)
+    with pytest.raises(LaunchEnvironmentError, match="Too many open files"):
+        run_job(load_spec(spec))
+    never = calls[1]
+    run_dir = spec.parent / "runs"
+    assert not (run_dir / "running.json").exists()
+    records = read_history(run_dir)
+    assert never.trial not in {r.trial for r in records}  # no record, and no marker to make one later
+    assert all(r.recurrence != never.recurrence for r in records)
+    monkeypatch.setattr(RunDir, "mark_running", real)
+    result = run_job(load_spec(spec))
+    records = check_audit(result.run_dir)
+    assert {r.recurrence for r in records if r.reached} == {1, 2, 3}
+    (again,) = [r for r in records if r.recurrence == never.recurrence]
+    assert again.attempt == 1 and again.reached  # its recurrence's first try: none was used

@@ -143,3 +143,16 @@ def test_the_fast_field_checks_decide_as_the_full_check(values):
     for key, value in values.items():
         fast = outcome(lambda k, v: _checked({k: v})[k], key, value)
         assert fast == outcome(_check_field, key, value), (key, value)
+
+
+def test_a_history_that_starts_with_a_byte_order_mark_reads_as_it_did_before_626ffc0(tmp_path):
+    path = tmp_path / "history.jsonl"
+    records = [rec(0), rec(1)]
+    text = "".join(json.dumps(r.to_json()) + "\n" for r in records)
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # as an editor that saves "UTF-8 with BOM" writes it
+    # What the reader did before 626ffc0: json.loads of each line's bytes, which skips the mark.
+    assert [TrialRecord.from_json(json.loads(line)) for line in path.read_bytes().splitlines()] == records
+    store = HistoryStore(path)
+    assert list(store.read()) == records
+    store.append(rec(2))
+    assert list(store.read()) == [*records, rec(2)]

@@ -21,7 +21,14 @@ START_TIMEOUT_S = 120
 class ServerProcess:
     """``zeus-run serve --root ROOT`` in a child process; its stderr is kept in `lines`."""
 
-    def __init__(self, root: Path, port: int = 0, extra: tuple[str, ...] = (), env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        port: int = 0,
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        umask: int = -1,
+    ):
         self.root = root
         cmd = [sys.executable, "-m", "zeus_run", "serve", "--root", str(root), "--port", str(port), "-v", *extra]
         self.proc = subprocess.Popen(
@@ -32,6 +39,7 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+            umask=umask,  # -1: the test's own
         )
         self.lines: list[str] = []
         self._url: list[str] = []

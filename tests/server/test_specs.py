@@ -137,3 +137,86 @@ def test_allow_path_lets_a_spec_name_files_in_that_directory(tmp_path):
         assert exc.value.code == "path_not_allowed"
     finally:
         proc.stop()
+
+
+def test_a_spec_that_runs_registers_as_it_is_and_leaves_a_launchers_stored_spec_alone(server, tmp_path):
+    client = server.client()
+    runnable = {**BASE, "workdir": ".", "run_dir": "runs/elsewhere"}
+    answer = client.register("job", runnable)  # a new job: `workdir` and `run_dir` are ignored, not refused
+    assert answer["created"] is True
+    assert not (server.root / "runs").exists() and not (server.root / "job" / "runs").exists()
+    # A job whose run directory a launcher (`run`) also uses: its stored spec is not rewritten.
+    stored = server.root / "job" / SPEC_NAME
+    mine = yaml.safe_load(stored.read_text())
+    mine["workdir"] = str(tmp_path)
+    stored.write_text(yaml.safe_dump(mine, sort_keys=False))
+    before = stored.read_bytes()
+    again = client.register("job", {**runnable, "workdir": "/somewhere/else"})
+    assert again["changed"] == [] and stored.read_bytes() == before
+    # A setting that does change is applied; the launcher's workdir stays, the spec it replaces is kept.
+    changed = client.register("job", {**runnable, "recurrences": 4})
+    assert changed["changed"] == ["recurrences"]
+    now = yaml.safe_load(stored.read_text())
+    assert now["workdir"] == str(tmp_path) and now["recurrences"] == 4
+    assert (server.root / "job" / "spec.1.yaml").read_bytes() == before
+
+
+def test_serve_register_sends_the_spec_file_as_written(server, tmp_path):
+    from tests.cli.test_run_cli import zeus
+
+    spec = tmp_path / "mnist.yaml"
+    spec.write_text(yaml.safe_dump({**BASE, "name": "mnist", "workdir": "."}, sort_keys=False))
+    token = tmp_path / "operator.token"
+    token.write_text(server.token)
+    r = zeus("serve", "register", str(spec), "--server", server.url, "--token-file", str(token))
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["job"] == "mnist" and answer["created"] is True and answer["job_token"].startswith("zrj_")
+    client = server.client()
+    asked = client.ask("mnist")
+    client.report("mnist", asked["token"], 1, 0.95, 1.0, 10.0)
+    client.finish("mnist", asked["token"], 1.0, 10.0)
+    spec.write_text(yaml.safe_dump({**BASE, "name": "mnist", "eta": 0.9}, sort_keys=False))
+    r = zeus("serve", "register", str(spec), "--server", server.url, "--token-file", str(token))
+    assert r.returncode == 2 and "HTTP 409 (spec_conflict" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) <= 3, r.stderr
+
+
+def test_a_pods_refused_registration_is_one_line_not_a_traceback(server, tmp_path):
+    import subprocess
+    import sys
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**BASE, "eta": 7}, sort_keys=False))  # invalid: eta is in [0, 1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_") and k != "PYTHONUNBUFFERED"}
+    env.update(
+        ZEUS_SERVER=server.url, ZEUS_SERVER_TOKEN=server.token, ZEUS_SERVER_JOB="job", ZEUS_SERVER_SPEC=str(spec)
+    )
+    code = "from zeus_run.train import Trial; Trial.from_env(); print('asked')"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "asked" not in r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "refused job 'job' from ZEUS_SERVER_SPEC" in lines[0] and "HTTP 422" in lines[0] and "eta" in lines[0]
+    spec.write_text("not: [valid")  # unreadable as a spec: the server says so, in one line too
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+
+
+def test_a_warm_start_outside_the_servers_root_is_refused_and_another_job_of_it_is_not(server, tmp_path):
+    client = server.client()
+    client.register("job", BASE)
+    one_trial(client)
+    outside = tmp_path / "elsewhere" / "job"  # a run directory of the same job, outside the root
+    outside.mkdir(parents=True)
+    for name in ("spec.yaml", "history.jsonl"):
+        (outside / name).write_bytes((server.root / "job" / name).read_bytes())
+    for warm in (str(outside), "../../elsewhere/job", "../.deleted"):
+        with pytest.raises(ServerError) as refused:
+            client.register("job2", {**BASE, "name": "job2", "optimizer": {"warm_from": warm}})
+        assert refused.value.status == 422 and refused.value.code == "path_not_allowed", warm
+        assert refused.value.field == "body.spec.optimizer.warm_from"
+        assert not (server.root / "job2" / "spec.yaml").exists()
+    answer = client.register("job2", {**BASE, "name": "job2", "optimizer": {"warm_from": "../job"}})
+    stored = yaml.safe_load((server.root / "job2" / SPEC_NAME).read_text())
+    assert answer["created"] is True and stored["optimizer"]["warm_from"] == str(server.root / "job")

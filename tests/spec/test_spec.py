@@ -366,3 +366,18 @@ def _laughs_in_command_block() -> str:
 def test_a_hostile_value_names_its_field(text, field):
     found = problems(text)
     assert [p.field for p in found] == [field], [p.render() for p in found]
+
+
+def test_a_stored_spec_reads_as_it_is_written_and_a_stray_source_key_is_still_refused(tmp_path):
+    import yaml
+
+    spec = parse_spec(GOOD, source=tmp_path / "job.yaml")
+    stored = tmp_path / "runs" / "spec.yaml"
+    stored.parent.mkdir()
+    stored.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))  # as a run directory keeps it
+    assert "source:" in stored.read_text()
+    again = load_spec(stored)
+    assert again.to_dict() | {"source": None} == spec.to_dict() | {"source": None}
+    # In a spec a person writes, `source` at the top is a misplaced metric.source or energy.source: refused.
+    p = one(GOOD + "source: events\n", "source")
+    assert "unknown key" in p.why

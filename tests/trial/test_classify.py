@@ -31,6 +31,11 @@ HF_METRIC = TRACEBACK.format(
     error="zeus_run.integrations._driver.MetricNotFound: the evaluation logged no metric 'eval_f1' "
     "(it logged: eval_accuracy, eval_loss). Set metric.name in the job spec to one of these",
 )
+NO_MATCH = (
+    "metric.regex 'val_accuracy=([0-9.]+)' matched none of the script's {n} output line(s); its last lines:\n"
+    "  | epoch 1 val_acc=0.5; the script exited after 0 epoch(s) without reaching the target"
+)
+NO_LINE_IN_FILE = "metric.path '/tmp/m.txt': none of the 3 line(s) appended to it held a metric"
 
 ROWS = [
     # (tail, exit code, stop reason, metrics, history) -> verdict
@@ -83,6 +88,12 @@ ROWS = [
     (None, 0, "exited", (), [], Verdict.SPEC_ERROR),  # exited 0, no reading, none ever
     (None, 0, "exited", (), [CONVERGED], Verdict.NOT_REACHED),  # the metric worked before: not the spec
     (None, 0, "exited", (), [CUT_LATE], Verdict.NOT_REACHED),  # read after a stop: it works
+    # lines came, none held the metric, where earlier trials' did: the metric section (or the output) changed
+    (NO_MATCH.format(n=20), 0, "exited", (), [CONVERGED], Verdict.SPEC_ERROR),
+    (NO_MATCH.format(n=20), 0, "exited", (), [], Verdict.SPEC_ERROR),
+    (NO_MATCH.format(n=0), 0, "exited", (), [CONVERGED], Verdict.NOT_REACHED),  # no line came: nothing to judge
+    (NO_LINE_IN_FILE, 0, "exited", (), [CONVERGED], Verdict.SPEC_ERROR),
+    (NO_MATCH.format(n=20), 0, "max_epochs", (0.1, 0.2), [CONVERGED], Verdict.NOT_REACHED),
     (ARGPARSE, 2, "crashed", (), [], Verdict.SPEC_ERROR),
     (ARGPARSE, 2, "crashed", (), [CONVERGED], Verdict.SPEC_ERROR),  # on evidence, not only the first trial
     (None, 2, "crashed", (), [], Verdict.SPEC_ERROR),  # no output to read: exit 2 on the first trial
@@ -209,6 +220,31 @@ def test_a_wrong_regex_stops_with_exit_2_and_a_fixed_spec_resumes_without_force(
     assert audit(records, knobs).divergence is None
 
 
+def test_a_regex_typo_on_the_second_night_is_a_spec_error_never_an_observation(write_spec):
+    body = "recurrences: 3\nmax_tries: 2\nmetric: {regex: 'val_acc=([0-9.]+)'}\n"
+    spec = write_spec(spec_text("--mode print", body).replace("recurrences: 1\n", ""))
+    r = zeus("run", str(spec), "--no-output", "--next")
+    assert r.returncode == 0, r.stderr
+    (night1,) = history(spec)
+    assert night1["reached"] is True
+    spec.write_text(spec.read_text().replace("val_acc=", "val_accuracy="))  # the typo, on night 2
+    r = zeus("run", str(spec), "--no-output", "--next")
+    assert r.returncode == 2, r.stderr
+    assert "metric.regex 'val_accuracy=([0-9.]+)' matched none of the script's" in r.stderr, r.stderr
+    recs = history(spec)
+    assert [x["stop_reason"] for x in recs] == ["target_reached", "config_error"]
+    assert not any(x["observed"] for x in recs[1:]) and recs[1].get("recurrence_failed") is None
+    # The run directory's spec.yaml is the spec in force; the one before is kept beside it.
+    stored = (spec.parent / "runs" / "spec.yaml").read_text()
+    assert "val_accuracy=" in stored and "val_acc=" in (spec.parent / "runs" / "spec.1.yaml").read_text()
+    # Fixed, the same trigger runs night 2 from its first observed try.
+    spec.write_text(spec.read_text().replace("val_accuracy=", "val_acc="))
+    r = zeus("run", str(spec), "--no-output", "--next")
+    assert r.returncode == 0, r.stderr
+    last = history(spec)[-1]
+    assert (last["recurrence"], last["reached"]) == (2, True)
+
+
 def test_a_placeholder_the_script_rejects_is_a_configuration_error(write_spec):
     spec = write_spec(spec_text("--epochs {epochs}"))  # fake_train.py has no --epochs: argparse exits 2
     r = zeus("run", str(spec), "--no-output")
@@ -259,3 +295,14 @@ def test_the_new_fields_round_trip_and_old_records_read_as_before():
     old = BASE.to_json()
     assert "after_metrics" not in old  # written only when set: older readers see the same line
     assert TrialRecord.from_json(old) == BASE
+
+
+def test_a_trial_reading_no_metric_after_the_metric_section_changed_is_a_spec_error():
+    silent = dataclasses.replace(BASE, message="the script exited after 0 epoch(s) without reaching the target")
+    assert classify(silent, [CONVERGED]).verdict is Verdict.NOT_REACHED  # no change, no line: the batch size's
+    found = classify(silent, [CONVERGED], changed="metric.source, metric.path")
+    assert found.verdict is Verdict.SPEC_ERROR and "metric.source, metric.path changed" in (found.cause or "")
+    assert "`metric.source`" in (found.fix or "")
+    read = dataclasses.replace(silent, metrics=(0.3,), epochs=1)
+    assert classify(read, [CONVERGED], changed="metric.regex").verdict is Verdict.NOT_REACHED  # it reads: fine
+    assert classify(silent, [], changed="metric.regex").verdict is Verdict.SPEC_ERROR  # as ever, on a first trial

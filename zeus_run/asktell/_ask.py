@@ -138,12 +138,11 @@ def ask(
         # As `run` refuses before any trial: the spec's live exports must be usable (MLflow installed), since this
         # trial's tell will export it (`zeus_run.engine.save`).
         s.saver = TrialSaver(s.rd, spec.export, live_exports(spec.export, s.rd))
-        if not os.path.lexists(s.rd.spec_path):  # a new job: keep the spec it starts with
-            s.rd.save_spec(spec)
         for notice in note_change(
             s.rd.path, s.rd.stored_spec(), spec.accounting, lambda: position(s.history, spec.max_tries).recurrence
         ):
             logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
+        s.rd.keep_spec(spec)  # the spec in force (a new job's first); one it replaces is kept as spec.<n>.yaml
         s.expire()  # first: a retry of an ask whose lease ran out asks anew
         again = next((m for m in s.asks if same_key(m.request_key, stamped, "an ask")), None)
         if again is not None:

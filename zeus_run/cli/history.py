@@ -96,6 +96,7 @@ def history_command(
     from zeus_run.rundir.history import read_history
     from zeus_run.views.in_flight import in_flight_lines
     from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
+    from zeus_run.views.story import story_lines
     from zeus_run.views.summary import failure_reason
 
     setup_logging()
@@ -137,6 +138,8 @@ def history_command(
         out.print(line, markup=False)
     for line in in_flight_lines(hist.parent, settings=settings):
         out.print(line, markup=False)
+    for line in story_lines(hist.parent, records):  # a warm start, why it did not explore, a launcher's trials
+        out.print(line, markup=False)
 
 
 def _nothing_recorded_yet(path: Path) -> bool:
@@ -149,7 +152,12 @@ def _nothing_recorded_yet(path: Path) -> bool:
         return False
     out = out_console()
     out.print(f"No trial recorded yet in {path}.", markup=False)
-    for line in in_flight_lines(path) or ["No ask in flight either."]:
+    from zeus_run.views.story import story_lines
+
+    story = story_lines(path, [])
+    for line in in_flight_lines(path) or ([] if story else ["No ask in flight either."]):
+        out.print(line, markup=False)
+    for line in story:  # a warm start, the first trial in flight (or orphaned)
         out.print(line, markup=False)
     return True
 

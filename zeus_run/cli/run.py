@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 @handle_errors
 def run_command(
-    spec_path: Path = typer.Argument(..., metavar="JOB.yaml", help="The job spec (YAML)."),
+    spec_path: Path = typer.Argument(
+        ...,
+        metavar="JOB.yaml|RUN_DIR",
+        help="The job spec (YAML), or a run directory: it runs with its spec.yaml, the spec in force.",
+    ),
     run_dir: Path | None = typer.Option(
         None, "--run-dir", "-d", help="Run directory (default: the spec's run_dir, runs/<name>)."
     ),
@@ -84,6 +88,8 @@ def run_command(
 
         zeus-run run job.yaml --next    # one recurrence per cron trigger
 
+        zeus-run run runs/job --next    # the same, with the run directory's spec.yaml (the spec in force)
+
         zeus-run run job-a100.yaml --warm-from runs/job-v100    # start from what the V100 runs learnt
 
     A recurrence whose every try (max_tries) missed the target is recorded as
@@ -104,7 +110,13 @@ def run_command(
     from zeus_run.spec import load_spec
 
     setup_logging(verbose, quiet)
-    spec = load_spec(spec_path)
+    if spec_path.is_dir():  # a run directory: its own spec.yaml, and itself as the run directory
+        from zeus_run.rundir.opener import stored_spec
+
+        spec = stored_spec(spec_path)
+        run_dir = run_dir if run_dir is not None else spec_path
+    else:
+        spec = load_spec(spec_path)
     if warm_from is not None:
         spec = spec.with_warm_start(warm_from)
     if recurrences is not None and next_k is not None:

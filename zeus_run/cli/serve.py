@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,61 @@ def tokens_revoke(job: str = JobArgument, root: Path = RootOption) -> None:
     typer.echo(f"revoked job {job!r}'s token (id {gone.id})", err=True)
 
 
+@handle_errors
+def register_command(
+    spec_path: Path = typer.Argument(..., metavar="JOB.yaml", help="The job spec (YAML), as `zeus-run run` takes it."),
+    server: str | None = typer.Option(
+        None, "--server", help="The server's URL (default: ZEUS_SERVER), e.g. https://zeus.example.org."
+    ),
+    job: str | None = typer.Option(None, "--job", help="The job's name on the server (default: the spec's name)."),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help="File holding the token: the operator's (a new job), or the job's own (default: ZEUS_SERVER_TOKEN, "
+        "else ZEUS_SERVER_TOKEN_FILE).",
+    ),
+) -> None:
+    """Register a job on a running server from its spec file, and print the server's answer (JSON) on stdout.
+
+    The spec is sent as it is written: `workdir` and `run_dir` do not apply on the server and are ignored.
+    With the operator's token, a new job's answer carries its own token (`job_token`), shown only there.
+    The same spec again changes nothing. Exit code 2 when the server refuses the spec (invalid, a changed
+    decision setting: 409, a file outside the job), with its answer in one line.
+
+    Example:
+
+        zeus-run serve register mnist.yaml --server https://zeus.example.org --token-file /etc/zeus-run/operator.token
+    """
+    from zeus_run.errors import UsageError
+    from zeus_run.remote import ServerClient, ServerError, read_token
+    from zeus_run.spec._yaml import YamlLimitError, load_yaml
+
+    try:
+        text = spec_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read the job spec {str(spec_path)!r}: {exc}.") from None
+    if job is None:
+        try:
+            data = load_yaml(text).data
+        except YamlLimitError as exc:
+            raise UsageError(f"{spec_path}: {exc.why}. Fix the file, or check it with zeus-run check.") from None
+        name = data.get("name") if isinstance(data, dict) else None
+        job = str(name) if name else spec_path.stem
+    url = server or os.environ.get("ZEUS_SERVER", "").strip()
+    if not url:
+        raise UsageError("No server: pass --server URL, or set ZEUS_SERVER (e.g. https://zeus.example.org).")
+    try:
+        client = ServerClient(url, read_token(None, str(token_file) if token_file else None), retry_s=30.0)
+        answer = client.register(job, text)
+    except ServerError as exc:
+        said = " ".join(str(exc).split())
+        if exc.status == 0:
+            raise UsageError(f"Cannot register job {job!r} on {url}: {said}") from None
+        where = f" ({exc.code}" + (f", {exc.field}" if exc.field else "") + ")" if exc.code else ""
+        raise UsageError(f"{spec_path}: the server refused job {job!r}: HTTP {exc.status}{where}: {said}") from None
+    typer.echo(json.dumps(answer, indent=1))
+
+
 def _store(root: Path) -> Any:
     from zeus_run.errors import UsageError
     from zeus_run.server._tokens import TokenStore
@@ -213,6 +269,14 @@ class ServeGroup(TyperGroup):
         attrs.pop("no_args_is_help", None)
         super().__init__(invoke_without_command=True, **attrs)
         self.add_command(typer.main.get_command(tokens_app), "tokens")
+        self.add_command(_register_app_command(), "register")
+
+
+def _register_app_command() -> Any:
+    """``serve register`` as a click command."""
+    app = typer.Typer(rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+    app.command("register")(register_command)
+    return typer.main.get_command(app)
 
 
 #: The click class `zeus_run.cli._app.LazyGroup` builds ``serve`` with (``serve`` serves; ``serve tokens`` ...).

@@ -45,7 +45,7 @@ from zeus_run.engine.request import Horizon, TrialRequest
 from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer
 from zeus_run.records import TrialRecord
-from zeus_run.trial.classify import judge
+from zeus_run.trial.classify import judge, out_of_memory
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +115,9 @@ class Engine:
         self.beta = beta
         self.max_early_stops = max_early_stops
         self.concurrency = concurrency
+        #: The spec's ``metric`` fields that changed since the history's trials ran (``metric.regex``; the
+        #: launcher finds them against the stored spec): a trial then reading no metric is the spec's error.
+        self.metric_changed: str | None = None
         #: Recomputes an ended trial's cost from the history before it (the ``max-slowdown``
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
@@ -181,7 +184,9 @@ class Engine:
             record = dataclasses.replace(record, lifetime=request.lifetime)
         if self.charge is not None:
             record = self.charge(before, record)
-        record, fault = judge(record, before)
+        record, fault = judge(record, before, changed=self.metric_changed)
+        if record.oom is None and record.kind == "real" and out_of_memory(record):
+            record = dataclasses.replace(record, oom=True)  # its retry, and every decision after, goes smaller
         record = self._gave_up(record, before, ledger)
         return record, fault or self._failure(record)
 
@@ -211,6 +216,8 @@ class Engine:
             return None
         if record.batch_size != self.optimizer.default_batch_size:
             return None  # a retry after a crash with several in flight may run another one: it is just a try
+        if record.oom and record.recurrence_failed is None and record.batch_size > min(self.optimizer.batch_sizes):
+            return None  # out of memory: its retry runs a smaller batch size (`Ledger`), which may fit
         return ConvergenceError(
             f"The first recurrence ran batch size {record.batch_size} and it did not reach the target "
             f"({record.stop_reason}: {record.message or 'see its log'}). zeus-run needs the default batch "

@@ -42,6 +42,8 @@ class _Recurrence:
     failed: bool = False
     #: Early stops not yet folded into the optimizer (robust rule: until the recurrence ends).
     pending: list = field(default_factory=list)
+    #: The smallest batch size that ran out of memory in this recurrence (its retries go below it).
+    ceiling: int | None = None
 
 
 class Ledger:
@@ -78,6 +80,11 @@ class Ledger:
         self.slow: dict[int, float] = {}
         self._branched = False  # a `branch`: shares its tallies with the ledger it came from
         self._planned: dict[Horizon, BatchSizeOptimizer] = {}  # the optimizer under other horizons (an audit's)
+        #: The smallest batch size that ran out of memory (a record marked ``oom``) in a recurrence that then
+        #: reached the target below it: on this job it and every larger one do not fit, and are never decided
+        #: again. A night whose every try ran out of memory sets none (the machine, not the batch size, is the
+        #: likelier cause), though its own retries went smaller. None: none did.
+        self.memory_ceiling: int | None = None
 
     @classmethod
     def from_history(
@@ -134,6 +141,10 @@ class Ledger:
         self.folded += 1
         self.in_flight.pop(record.trial if trial is None else trial, None)
         r = self._recurrence(record.recurrence)
+        if record.oom and (r.ceiling is None or record.batch_size < r.ceiling):
+            r.ceiling = record.batch_size
+        if record.reached and r.ceiling is not None and record.batch_size < r.ceiling:
+            self.memory_ceiling = r.ceiling if self.memory_ceiling is None else min(self.memory_ceiling, r.ceiling)
         if record.attempt >= r.attempt:
             r.attempt = record.attempt + 1
         self._open.add(record.recurrence)
@@ -305,7 +316,32 @@ class Ledger:
             logger.debug("trial %d: %s -> batch size %d", self.started, decision.detail, bs)
         else:
             decision = choice
+        decision = self._fitting(decision, r)
         probe = waiting is None and decision.batch_size == expecting
         if decision.stage == "fallback":
             return decision, math.inf, probe
         return decision, rule.threshold(eng.beta, self.min_cost, decision.batch_size, self.converged), probe
+
+    def _fitting(self, decision: Decision, r: _Recurrence) -> Decision:
+        """``decision``, or a smaller batch size where it is at least one that ran out of memory: in this
+        recurrence (its retry), or on this job (`memory_ceiling`).
+
+        The smaller one is the cheapest that converged below the ceiling, else the largest allowed below it
+        (one step down). Where none is smaller, ``decision`` stands (the job has no batch size that fits).
+        """
+        ceilings = [c for c in (self.memory_ceiling, r.ceiling) if c is not None]
+        ceiling = min(ceilings) if ceilings else None
+        if ceiling is None or decision.batch_size < ceiling:
+            return decision
+        below = [b for b in self.engine.optimizer.batch_sizes if b < ceiling]
+        if not below:
+            return decision
+        fitted = {b: v for b, v in self.converged.items() if b < ceiling}
+        bs = min(fitted, key=lambda b: fitted[b][0] / fitted[b][1]) if fitted else max(below)
+        return Decision(
+            bs,
+            decision.stage,
+            f"batch size {decision.batch_size} is at least {ceiling}, which ran out of memory"
+            + (" in this recurrence" if ceiling == r.ceiling else " on this job")
+            + f": batch size {bs} instead",
+        )

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zeus_run import _fs
 from zeus_run.contract import Env, RunningMarker, StopReason, TrialFiles, TrialOutcome
 from zeus_run.energy import EnergySource, EstimatedEnergy, NvmlEnergy, gpu_source, open_energy_source
 from zeus_run.engine.concurrent import slot_devices
@@ -32,6 +33,7 @@ from zeus_run.records import TrialRecord
 from zeus_run.rundir.settings import read_settings
 from zeus_run.rundir.store import check_writable
 from zeus_run.trial.agent import read_outcome, run_agent
+from zeus_run.trial.launch import launch_error
 from zeus_run.trial.orphan import finished_orphan
 from zeus_run.trial.proctree import ProcessTree
 from zeus_run.trial.run import preflight, trial_environment
@@ -146,10 +148,13 @@ class LocalExecutor(RealExecutor):
         plan = prepared.plan.trial
         preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
         check_writable(self.rd.path)
-        self.rd.mark_running(prepared.running)
-        self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
+        try:
+            self.rd.mark_running(prepared.running)
+        except OSError as exc:  # too many open files, disk full: nothing started, no marker left
+            raise launch_error(plan.argv[0], exc) from exc
         invalid_before = energy.invalid_windows
         try:
+            self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
             out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
         except (LaunchError, LaunchEnvironmentError):
             self.rd.clear_running(req.trial)  # nothing started: no try of the recurrence was used
@@ -267,7 +272,7 @@ class LocalExecutor(RealExecutor):
                 logger.warning("killed %d training process(es) left running by the previous launcher", len(set(killed)))
                 if info.trial_dir:  # where its span ends (its record charges it: energy spent always counts)
                     with contextlib.suppress(OSError):
-                        (Path(info.trial_dir) / TrialFiles.KILLED).write_text(f"{time.time():.3f}\n")
+                        _fs.atomic_write(Path(info.trial_dir) / TrialFiles.KILLED, f"{time.time():.3f}\n")
             if may_adopt and exited and info.trial_dir and _reached_alone(info):
                 adopted.add(info.trial)
         for info in infos:

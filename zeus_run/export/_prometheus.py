@@ -230,7 +230,7 @@ def exposition(jobs: Sequence[JobView]) -> str:
 
 def write_textfile(text: str, path: Path) -> None:
     """Write ``text`` atomically (a temporary file, then rename), as the textfile collector needs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _fs.make_dirs(path.parent)
     _fs.atomic_write(path, text)
 
 

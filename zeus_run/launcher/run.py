@@ -50,8 +50,9 @@ from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import lock
 from zeus_run.rundir.rates import note_change
-from zeus_run.rundir.store import RunDir, first_missing, remove_if_unused
+from zeus_run.rundir.store import RunDir, changed_fields, first_missing, remove_if_unused
 from zeus_run.spec import JobSpec
+from zeus_run.trial.launch import launch_error
 from zeus_run.trial.run import preflight, trial_environment
 
 logger = logging.getLogger(__name__)
@@ -179,8 +180,8 @@ def run_job(
         ):
             logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
         adopted = [request_of(m, spec) for m in job.adopted]
-        if rd.stored_spec() is None:
-            rd.save_spec(spec)
+        metric_changed = changed_fields(rd.stored_spec(), spec, "metric")
+        rd.keep_spec(spec)  # the spec in force; one it replaces is kept as spec.<n>.yaml
         resumed = resumed and bool(history)
         where_now = position(history, spec.max_tries)
         done = where_now.ended
@@ -208,6 +209,7 @@ def run_job(
         b0 = spec.default_batch_size
         profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
         engine = knobs.engine(total, profile)
+        engine.metric_changed = metric_changed if history else None  # a trial then reading none: the spec's error
         desk = JoinDesk(rd.path, total + 1, lst.on_more_recurrences) if spec.concurrency > 1 else None
         signum = stack.enter_context(_signals_to(cancel))
         if spec.concurrency > 1:
@@ -295,9 +297,18 @@ def _run_concurrent(
             # Marked before the trial's thread starts, so that trials are marked in the order
             # they start: a launcher killed now leaves every started trial to be recorded.
             # An adopted trial keeps the marker that finds it again (its job).
-            if req.trial not in adopted_trials:
-                executor.rd.mark_running(marker(executor.spec, req, executor.energy))
-            target.start(req)
+            marked = req.trial not in adopted_trials
+            if marked:
+                try:
+                    executor.rd.mark_running(marker(executor.spec, req, executor.energy))
+                except OSError as exc:  # too many open files, disk full: nothing started, no marker left
+                    raise launch_error(executor.spec.command[0], exc) from exc
+            try:
+                target.start(req)
+            except BaseException:
+                if marked:  # its thread did not start: no try was used, and no marker may name it
+                    executor.rd.clear_running(req.trial)
+                raise
 
         def wait_any(self) -> TrialRecord:
             return target.wait_any()

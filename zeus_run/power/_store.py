@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,7 @@ class ProfileStore:
         ``partial``: the sweep is not over (the next trial of the batch size continues it).
         """
         lock = self.path.with_name(PROFILES_NAME + ".lock")
-        with open(lock, "a") as held:
+        with os.fdopen(os.open(lock, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644), "a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)
             self._load()
             self.by_model.setdefault(self.key, {})[batch_size] = list(profile)

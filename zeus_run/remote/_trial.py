@@ -78,11 +78,7 @@ class RemoteTrial:
             return cls(client, job, token, None, _env_lease())
         spec = os.environ.get(Env.SERVER_SPEC, "").strip()
         if spec:
-            try:
-                with open(spec, encoding="utf-8") as f:
-                    client.register(job, f.read())
-            except OSError as exc:
-                raise ServerError(0, f"Cannot read {Env.SERVER_SPEC} = {spec!r}: {exc.strerror or exc}.") from None
+            _register(client, job, spec)
         decision = client.ask(job, host=host)
         shown = f"{str(decision.get('token'))[:6]}~"  # a short id: no token in a log line
         logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), shown)
@@ -206,3 +202,33 @@ class RemoteTrial:
 
 def _env_lease() -> float:
     return DEFAULT_LEASE_S
+
+
+class RegistrationRefused(SystemExit):
+    """The job could not be registered from ``ZEUS_SERVER_SPEC``: the process ends with one line on stderr (exit
+    code 1), not a traceback; nothing was asked, so nothing runs."""
+
+
+def _register(client: ServerClient, job: str, path: str) -> None:
+    """Register ``job`` from the spec file ``path`` (a pod's ``ZEUS_SERVER_SPEC``).
+
+    Raises:
+        RegistrationRefused: The file cannot be read, or the server refused the spec (its answer in one line).
+        ServerError: The server could not be reached in time (the platform's restart tries again).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise RegistrationRefused(f"zeus-run: cannot read {Env.SERVER_SPEC} = {path!r}: {why}.") from None
+    try:
+        client.register(job, text)
+    except ServerError as exc:
+        if exc.status == 0:
+            raise
+        where = f" ({exc.code}" + (f", {exc.field}" if exc.field else "") + ")" if exc.code else ""
+        said = " ".join(str(exc).split())  # the server's answer (a spec's problems span lines) on one line
+        raise RegistrationRefused(
+            f"zeus-run: the server refused job {job!r} from {Env.SERVER_SPEC} = {path!r}: HTTP {exc.status}{where}: {said}"
+        ) from None

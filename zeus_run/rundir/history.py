@@ -101,6 +101,8 @@ def _parse(raw: bytes, label: str, warn: bool, order: TrialOrder | None) -> Hist
     lines: list[Any]  # str, or bytes where the file is not valid UTF-8
     try:  # decoded once, not line by line (a torn write may cut a character: then each line is decoded alone)
         lines = raw.decode("utf-8").split("\n")
+        if lines[0].startswith("\ufeff"):  # a byte-order mark an editor wrote: read as json.loads of bytes reads it
+            lines[0] = lines[0][1:]
     except UnicodeDecodeError:
         lines = raw.split(b"\n")
     complete_end = raw.endswith(b"\n")

@@ -3,7 +3,8 @@
 Layout::
 
     runs/<job>/
-      spec.yaml          the resolved spec the run was started with
+      spec.yaml          the resolved spec in force (the one the last run was started with)
+      spec.N.yaml        the specs it replaced, oldest first (a resumable change: metric, command, ...)
       history.jsonl      one JSON record per trial (append-only)
       trials/r0003-t01/  per trial: output.log (stdout+stderr), events.jsonl
       running.json       present only while a trial runs (crash marker)
@@ -92,7 +93,7 @@ class RunDir:
         """
         p = Path(path)
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            _fs.make_dirs(p)  # 0755 whatever the umask (`umask 000` would make it writable by everyone)
         except OSError as exc:
             raise RunDirError(
                 f"Cannot create run directory {str(p)!r}: {exc.strerror or exc}. "
@@ -158,6 +159,38 @@ class RunDir:
         header = "# Resolved job spec zeus-run started this run with (every default filled in).\n"
         atomic_write(self.spec_path, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
 
+    def keep_spec(self, spec: JobSpec) -> Path | None:
+        """Make ``spec`` the spec in force (``spec.yaml``), keeping the one it replaces as ``spec.<n>.yaml``.
+
+        The caller has checked that ``spec`` may continue this history (a resumable change: a new
+        ``metric``, ``command`` or ``accounting``, never a decision setting). Where it was started from
+        (``source``) is no setting: a spec that differs only there leaves ``spec.yaml`` as it is.
+
+        Returns:
+            The kept old spec's path, None when nothing was replaced (a new job, or no change).
+
+        Raises:
+            RunDirError: The stored spec is damaged (`stored_spec`).
+            OSError: A file could not be written.
+        """
+        import yaml
+
+        stored = self.stored_spec()
+        if stored is None:
+            self.save_spec(spec)
+            return None
+        now = yaml.safe_load(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+        if {k: v for k, v in stored.items() if k != "source"} == {k: v for k, v in now.items() if k != "source"}:
+            return None
+        n = 1
+        while os.path.lexists(self.path / f"spec.{n}.yaml"):
+            n += 1
+        kept = self.path / f"spec.{n}.yaml"
+        _fs.atomic_write(kept, self.spec_path.read_bytes())  # the old one, as it was
+        self.save_spec(spec)
+        logger.info("the spec changed: %s is the spec in force, the one before it is kept as %s", SPEC_NAME, kept)
+        return kept
+
     # -- the in-flight marker ----------------------------------------------------
     def mark_running(self, marker: RunningMarker) -> None:
         """Record (or update) a trial in flight in ``running.json``, atomically.
@@ -166,8 +199,16 @@ class RunDir:
         is ``{"in_flight": [marker, ...]}`` in start order. Safe from several threads.
         """
         with self._marker_lock:
+            before = self._in_flight.get(marker.trial)
             self._in_flight[marker.trial] = marker
-            self._write_markers()
+            try:
+                self._write_markers()
+            except BaseException:  # not written (too many open files, disk full): not in flight either, so that
+                if before is None:  # the next trial's write does not name a trial that never started
+                    self._in_flight.pop(marker.trial, None)
+                else:
+                    self._in_flight[marker.trial] = before
+                raise
 
     def replace_running(self, markers: list[RunningMarker]) -> None:
         """Make ``markers`` the trials in flight, in one atomic write of ``running.json`` (none: it is removed)."""
@@ -428,3 +469,24 @@ def atomic_write(path: Path, text: str) -> None:
             f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
             "space or fix permissions, then run the same command again to resume."
         ) from None
+
+
+def changed_fields(stored: dict[str, Any] | None, spec: JobSpec, section: str) -> str | None:
+    """The fields of ``spec``'s ``section`` that differ from the stored spec's, e.g. ``metric.regex, metric.source``.
+
+    Args:
+        stored: The stored ``spec.yaml`` (`RunDir.stored_spec`); None: a new job (nothing changed).
+        spec: The spec the run goes on with.
+        section: A section of the spec (``metric``).
+
+    Returns:
+        The changed fields, comma-separated; None when none changed.
+    """
+    import yaml
+
+    if stored is None or not isinstance(stored.get(section), dict):
+        return None
+    now = yaml.safe_load(yaml.safe_dump(spec.to_dict()[section], sort_keys=False)) or {}
+    before = stored[section]
+    keys = [k for k in now if now.get(k) != before.get(k)] + [k for k in before if k not in now]
+    return ", ".join(f"{section}.{k}" for k in keys) or None

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from zeus_run import _fs
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
 from zeus_run.rundir.lock import WouldWait, first_lock_without_waiting
@@ -142,7 +143,7 @@ class JobService:
                     "their lease expire) and delete it then.",
                     "busy",
                 )
-            dest_dir.mkdir(exist_ok=True)
+            _fs.make_dirs(dest_dir)
             os.rename(path, dest_dir / f"{name}.{int(time.time())}")
         self.tokens.revoke(name)
 

@@ -31,7 +31,8 @@ class RegisterJob(_Request):
     spec: str | dict[str, Any] = Field(
         description="The job spec: its YAML text, or the same settings as a JSON object. Validated as by "
         "`zeus-run check`. `command`, `workdir` and `run_dir` do not apply on the server (the run directory "
-        "is ROOT/JOB) and may be omitted."
+        "is ROOT/JOB): `command` may be omitted, `workdir` and `run_dir` are ignored (a spec that runs registers "
+        "as it is). `zeus-run serve register JOB.yaml` sends a spec file."
     )
 
 

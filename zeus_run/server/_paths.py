@@ -15,8 +15,11 @@ its answer would tell a client which files exist). Checked:
   ``.ipynb``, and any argument with a ``..`` part (an interpreter such as
   ``/usr/bin/python3`` is not a file the spec brings, and is left alone).
 
-``workdir`` is not checked: it does not apply on the server (the client runs
-the script where it is).
+``optimizer.warm_from`` (a run directory a warm start reads whole) must be another job of the
+server's root (``../other-job``; not a hidden entry of the root) or inside an allowed directory.
+
+``workdir`` and ``run_dir`` are not checked: they do not apply on the server (the client runs
+the script where it is) and are ignored.
 
 An accounting series must also be one (`check_series`): a CSV of
 ``timestamp,value`` rows, read at registration, and never one of the files
@@ -54,6 +57,11 @@ def check_paths(spec: Mapping[str, Any], job_dir: Path, allowed: Sequence[Path] 
         why = outside(value, job_dir, allowed)
         if why is not None:
             problems.append((field, f"{field} = {value[:200]!r}: {why}"))
+    warm = _section(spec, "optimizer").get("warm_from")
+    if isinstance(warm, str):
+        why = _outside_root(warm, job_dir, allowed)
+        if why is not None:
+            problems.append(("optimizer.warm_from", f"optimizer.warm_from = {warm[:200]!r}: {why}"))
     if problems:
         raise ApiError(
             422,
@@ -110,6 +118,20 @@ def outside(value: str, base: Path, allowed: Sequence[Path]) -> str | None:
                 return f"{here.relative_to(top)} is a symbolic link, which the server does not follow"
         return None
     return "outside the job's run directory and every --allow-path directory"
+
+
+def _outside_root(value: str, job_dir: Path, allowed: Sequence[Path]) -> str | None:
+    """Why the run directory ``value`` (relative to ``job_dir``) is not another job of the server's root (or inside
+    an allowed directory); None if it is. A warm start reads a run directory whole: another job's on this server
+    (``../other-job``), never one outside the root, nor the root's own hidden files (``.deleted/``, tokens)."""
+    if "\0" in value:
+        return "not a usable path"
+    full = os.path.normpath(value if os.path.isabs(value) else job_dir / os.path.expanduser(value))
+    root = job_dir.parent
+    inside = Path(full) != root and root in Path(full).parents
+    if inside and any(part.startswith(".") for part in Path(full).relative_to(root).parts):
+        return "is one of the server's own files, not a job"
+    return outside(full, root, allowed) if inside else outside(full, job_dir, allowed)
 
 
 def _local_store(uri: str) -> str | None:

@@ -4,6 +4,8 @@
 
 * a new job: the spec is validated (as ``zeus-run check``) and saved in ``ROOT/JOB``;
 * the same spec again: nothing changes;
+* ``workdir`` and ``run_dir`` do not apply on the server and are ignored (the run directory is
+  ``ROOT/JOB``; a stored spec's ``workdir``, a launcher's that runs the same directory, is kept);
 * a changed spec: `zeus_run.engine.opening.compatibility` decides, the rule ``zeus-run
   run`` resumes a run directory by. Where ``run`` would resume (``recurrences``,
   ``lease``, ``command``, ``accounting``, ``export:`` ...), the new spec is saved
@@ -36,8 +38,11 @@ from zeus_run.spec._yaml import YamlLimitError, load_yaml
 
 logger = logging.getLogger(__name__)
 
-#: Stored-spec keys that say where the spec came from, not what it sets.
-_NOT_SETTINGS = frozenset({"source", "run_dir"})
+#: Stored-spec keys that say where the spec came from or where a launcher runs it, not what it sets: the server
+#: ignores them in a registered spec (the run directory is ROOT/JOB; the client runs the script where it is).
+_NOT_SETTINGS = frozenset({"source", "run_dir", "workdir"})
+#: Keys of a registered spec that do not apply on the server, dropped before validation.
+_IGNORED = ("workdir", "run_dir")
 
 
 def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Sequence[Path] = ()) -> dict[str, Any]:
@@ -57,8 +62,11 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
     from zeus_run.server._specdoc import with_command
 
     spec_doc = with_command(spec_doc)  # the server launches nothing: `command` may be left out
-    text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
     settings = _settings(spec_doc)
+    if any(k in settings for k in _IGNORED):  # a spec that runs registers as it is (`workdir: .` included)
+        settings = {k: v for k, v in settings.items() if k not in _IGNORED}
+        spec_doc = settings
+    text = spec_doc if isinstance(spec_doc, str) else yaml.safe_dump(spec_doc, sort_keys=False)
     check_paths(settings, path, allowed)  # first: validation would look for the files
     check_series(settings, path)
     # SpecError: the same problems, in the same words, as `zeus-run check`; relative paths start at the job
@@ -88,13 +96,15 @@ def register(path: Path, name: str, spec_doc: str | dict[str, Any], allowed: Seq
                 "body.spec." + diffs[0].split(":", 1)[0].split(" ", 1)[0],
             )
         stored = rd.stored_spec()
+        if stored is not None and isinstance(stored.get("workdir"), str):
+            spec = dataclasses.replace(spec, workdir=Path(stored["workdir"]))  # a launcher's (`run`) stays its own
         changed = [] if stored is None else changed_settings(stored, spec.to_dict())
         for notice in note_change(
             rd.path, stored, spec.accounting, lambda: position(rd.history.read(), spec.max_tries).recurrence
         ):
             logger.warning("job %s: %s", name, notice)  # a changed rate applies from the next recurrence
         if stored is None or changed:
-            rd.save_spec(spec)
+            rd.keep_spec(spec)  # the spec in force; the one it replaces is kept as spec.<n>.yaml
     return {"job": name, "spec": spec.to_dict(), "created": stored is None, "changed": changed}
 
 

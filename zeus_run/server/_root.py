@@ -53,6 +53,24 @@ def check_job_name(name: str) -> str:
     return name
 
 
+def _refuse_world_writable(path: Path) -> None:
+    """Refuse a root every user may write: anyone could replace its tokens file or plant files in its jobs.
+
+    Raises:
+        UsageError: It is writable by others (made so by hand, or by zeus-run before it set modes itself).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UsageError(f"Cannot read the server root {str(path)!r}: {exc.strerror or exc}.") from None
+    if mode & stat.S_IWOTH:
+        raise UsageError(
+            f"The server root {str(path)!r} is writable by every user (mode {stat.filemode(mode)}): anyone could "
+            "replace its tokens file or plant files in its jobs. Run `chmod o-w` on it (and on any job directory "
+            "in it that is writable by others), then start the server again."
+        )
+
+
 class ServerRoot:
     """The locked root directory of one server.
 
@@ -67,9 +85,10 @@ class ServerRoot:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).absolute()
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            _fs.make_dirs(self.path)  # 0755 whatever the umask
         except OSError as exc:
             raise UsageError(f"Cannot create the server root {str(self.path)!r}: {exc.strerror or exc}.") from None
+        _refuse_world_writable(self.path)
         self._fd = _lock(self.path / LOCK_NAME)
 
     def job_dir(self, name: str) -> Path:

@@ -140,7 +140,9 @@ class _Validator(Sections):
 
     def build(self) -> JobSpec:
         d = self.data
-        self.unknown_keys(d, _TOP_KEYS, "")
+        # A run directory's spec.yaml names the file it was resolved from (`JobSpec.source`): read as it is written.
+        stored = d.get("source") is None or str(d["source"]).endswith((".yaml", ".yml"))
+        self.unknown_keys(d, (*_TOP_KEYS, "source") if stored else _TOP_KEYS, "")
         g = self.get
         default_name = self.source.stem if self.source else "job"
         name = g(d, "name", "", default_name, self.str_())

@@ -406,7 +406,8 @@ class JobSpec:
         """A copy that starts warm from the run directory ``source`` (``run --warm-from``: ``optimizer.warm_from``).
 
         Raises:
-            UsageError: The policy has no warm start (``zeus-voi`` revision `WARM_REVISION` or later has).
+            UsageError: The policy has no warm start (``zeus-voi`` revision `WARM_REVISION` or later has), or
+                ``source`` is not a usable path (a symbolic link loop).
         """
         from zeus_run.errors import UsageError
 
@@ -417,7 +418,13 @@ class JobSpec:
                 f"optimizer.policy {opt.policy}, revision {opt.revision}. Set optimizer: {{policy: zeus-voi, "
                 f"revision: {WARM_REVISION}}} in the spec, or leave --warm-from out."
             )
-        path = str(Path(source).expanduser().resolve())
+        try:
+            path = str(Path(source).expanduser().resolve())
+        except (ValueError, OSError, RuntimeError) as exc:  # a symlink loop, a NUL byte, an unknown ~user
+            raise UsageError(
+                f"--warm-from {str(source)!r} is not a usable path ({exc}). Name the run directory of this job "
+                "elsewhere (it holds spec.yaml and history.jsonl)."
+            ) from None
         return dataclasses.replace(self, optimizer=dataclasses.replace(opt, warm_from=path))
 
 

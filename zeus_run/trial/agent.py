@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zeus_run import _fs
 from zeus_run.contract import StopReason, TrialFiles, TrialOutcome, TrialPlan, write_heartbeat
 from zeus_run.energy import EnergySource
 from zeus_run.errors import LaunchError, ZeusRunError
@@ -195,7 +196,8 @@ class _AgentListener:
         self.dir = trial_dir
         self._epochs: Any = None
         try:
-            self._epochs = open(trial_dir / EPOCHS_NAME, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            fd = _fs.open_fd(trial_dir / EPOCHS_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # 0644 whatever the umask
+            self._epochs = os.fdopen(fd, "a", encoding="utf-8")  # closed in close()
         except OSError as exc:
             logger.warning("cannot write %s (%s); per-epoch measurements are not kept", trial_dir / EPOCHS_NAME, exc)
         # NOTE: a thread, not the trial's ticks: the trial stops calling back while it

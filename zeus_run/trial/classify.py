@@ -9,7 +9,9 @@ A trial that ended is one of
 * **crashed**: the batch size's fault: out of memory (CUDA or CPU), a NaN, any other
   non-zero exit (an observation);
 * **a spec error**: no metric was ever readable (the regex matched no line, the events
-  file was never written, a callback found no metric of the spec's ``metric.name``), or
+  file was never written, a callback found no metric of the spec's ``metric.name``), or a
+  script that exited 0 wrote lines of which none held the metric where earlier trials' did
+  (``metric.regex`` edited to a typo on the second night: the spec's, never the batch size's), or
   the script rejected its arguments (``argparse``: ``usage: ...`` / ``error: ...``);
 * **an environment error**: the script could not start (``ModuleNotFoundError``,
   ``ImportError``, ``SyntaxError``, a missing script or interpreter);
@@ -123,6 +125,12 @@ _ERROR_LINE = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b|(?:ERROR|Error|FATAL|Fatal)\b|"
     r"(?:[\w.]*\.)?MetricNotFound\b|Killed\b|Segmentation fault|CUDA error)"
 )
+#: The launcher's note that the metric's source read nothing although the script wrote lines
+#: (`zeus_run.trial.metric_regex.BoundedRegex.no_match_note`, `zeus_run.trial.events.FileMetricTail.no_metric_note`).
+_NO_MATCH = re.compile(
+    r"(?P<what>(?P<field>metric\.(?:regex|key|path))\b.*?(?:matched none of the script's (?P<lines>\d+) output line\(s\)"
+    r"|: none of the (?P<appended>\d+) line\(s\) appended to it held a metric))"
+)
 #: Last lines of the output where a start failure without an exception (a shell's ``not found``,
 #: ``python: can't open file``) is looked for: such a message is the last thing the program says.
 LAST_WORDS = 3
@@ -182,6 +190,29 @@ def _spec_in_tail(lines: Sequence[str], exit_code: int | None) -> tuple[str, str
     return None
 
 
+#: A crash out of memory: CUDA's (``torch.OutOfMemoryError``, ``CUDA out of memory``, cuBLAS's failed
+#: allocation), the CPU's (``MemoryError``), XLA's (``RESOURCE_EXHAUSTED``), Slurm's ``OUT_OF_MEMORY``.
+_OOM = re.compile(
+    r"out of memory|OutOfMemory|\bMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED|RESOURCE_EXHAUSTED|OUT_OF_MEMORY",
+    re.IGNORECASE,
+)
+
+
+def out_of_memory(record: TrialRecord, tail: str | None = None) -> bool:
+    """Whether ``record`` is a crash out of memory: its cause, or the last error of its output's tail, says so.
+
+    Args:
+        record: A trial that ended.
+        tail: The last lines of its output; default: the record's ``message``.
+    """
+    if record.stop_reason is not StopReason.CRASHED:
+        return False
+    if record.cause is not None and _OOM.search(record.cause):
+        return True
+    last = _last_error(_tail_lines(record.message if tail is None else tail))
+    return last is not None and _OOM.search(last) is not None
+
+
 # -- the one classifier --------------------------------------------------------------------
 
 
@@ -190,7 +221,9 @@ def read_a_metric(record: TrialRecord) -> bool:
     return bool(record.metrics) or bool(record.after_metrics)
 
 
-def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str | None = None) -> Finding:
+def classify(
+    record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str | None = None, changed: str | None = None
+) -> Finding:
     """What ``record``'s trial was, on its evidence (see the module docstring).
 
     Args:
@@ -198,6 +231,8 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
         history: The records before it, in order.
         tail: The last lines of the script's output; default: the record's ``message`` (the
             launcher keeps the log's tail there for a crash).
+        changed: The fields of the spec's ``metric`` section that changed since the history's trials ran
+            (``metric.regex``), as the launcher found them against the stored spec; None: none did.
     """
     reason = record.stop_reason
     if reason in (CONFIG_ERROR, ENVIRONMENT_ERROR):  # judged already (a record read back)
@@ -237,11 +272,38 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
                 "Check `command` in the job spec: every {placeholder} must be an option the script accepts",
             )
         return _failure(record, reason)
-    if (
-        reason is StopReason.EXITED
-        and not read_a_metric(record)
-        and not any(read_a_metric(r) for r in history if r.kind == "real")
-    ):
+    if reason is StopReason.EXITED and not read_a_metric(record):
+        return _unread_metric(record, history, record.message if tail is None else tail, changed)
+    return _failure(record, reason)
+
+
+def _unread_metric(
+    record: TrialRecord, history: Iterable[TrialRecord], tail: str | None, changed: str | None
+) -> Finding:
+    """What a trial that exited 0 without a metric was: a spec error when no trial ever read one, or when its
+    script wrote lines and none held the metric although earlier trials' did (the metric section, or the
+    script's output, changed since: a typo on night 2 is the spec's, never the batch size's)."""
+    read_before = any(read_a_metric(r) for r in history if r.kind == "real")
+    note = _NO_MATCH.search(tail or "")
+    if read_before and note is not None and int(note["lines"] or note["appended"] or 0) > 0:
+        field = note["field"]
+        return Finding(
+            Verdict.SPEC_ERROR,
+            CONFIG_ERROR,
+            f"{note['what']}, although earlier trials of this job read their metric",
+            f"Fix `{field}` in the job spec (or the script's output) so that it reads the metric the script writes "
+            "each epoch",
+        )
+    if read_before and changed is not None:
+        return Finding(
+            Verdict.SPEC_ERROR,
+            CONFIG_ERROR,
+            f"{changed} changed since earlier trials of this job read their metric, and this trial read none"
+            + (f" ({note['what']})" if note is not None else ""),
+            f"Fix `{changed.split(', ')[0]}` in the job spec (the spec before the change is kept beside spec.yaml as "
+            "spec.<n>.yaml)",
+        )
+    if not read_before:
         return Finding(
             Verdict.SPEC_ERROR,
             CONFIG_ERROR,
@@ -251,7 +313,7 @@ def classify(record: TrialRecord, history: Iterable[TrialRecord] = (), tail: str
             "file: metric.path, the file it appends to; events: the script reports through zeus_run.train or a "
             "zeus_run callback)",
         )
-    return _failure(record, reason)
+    return _failure(record, record.stop_reason)
 
 
 def _failure(record: TrialRecord, reason: StopReason) -> Finding:
@@ -261,7 +323,7 @@ def _failure(record: TrialRecord, reason: StopReason) -> Finding:
 
 
 def judge(
-    record: TrialRecord, *history: Sequence[TrialRecord], tail: str | None = None
+    record: TrialRecord, *history: Sequence[TrialRecord], tail: str | None = None, changed: str | None = None
 ) -> tuple[TrialRecord, ConfigurationError | None]:
     """``record`` as the history keeps it, and the error that stops the run if the spec or the environment failed.
 
@@ -272,8 +334,9 @@ def judge(
         record: A trial that just ended.
         history: The records before it (one or more sequences, in order).
         tail: The script's output tail, if the record's ``message`` does not hold it.
+        changed: The ``metric`` fields changed since the history's trials ran (`classify`).
     """
-    finding = classify(record, itertools.chain(*history), tail)  # read only where the evidence needs it
+    finding = classify(record, itertools.chain(*history), tail, changed)  # read only where the evidence needs it
     if not finding.stops_the_run:
         return record, None
     cause, fix = finding.cause or str(finding.stop_reason), finding.fix or ""

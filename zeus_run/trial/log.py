@@ -19,7 +19,7 @@ class TrialLog:
         self.error: str | None = None
         self._fd = -1
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _fs.make_dirs(path.parent)
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             self._fail(exc)

@@ -421,7 +421,7 @@ class _TrialRun:
             if os.path.lexists(path) or path.parent.exists():
                 break
             try:  # the script removed its own log directory
-                path.parent.mkdir(parents=True, exist_ok=True)
+                _fs.make_dirs(path.parent)
             except OSError:
                 break
         logger.warning("could not create the stop file %s; the script will be stopped by signal", path)
