@@ -1,4 +1,5 @@
-"""The one record factory of the tests: a valid `TrialRecord` with every field overridable.
+"""The tests' shared builders: the one record factory (a valid `TrialRecord` with every field overridable) and the
+one ``zeus-run`` command runner (`zeus_run_cli` in-process, `zeus_run_process` in a process of its own).
 
 `make_record` builds a record by its place in the history; `record_for` builds the
 record of an engine's request (what executors in the tests return).
@@ -6,7 +7,13 @@ record of an engine's request (what executors in the tests return).
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
 from typing import Any
 
 from zeus_run.contract import StopReason
@@ -55,3 +62,66 @@ def record_for(req: TrialRequest, **fields: Any) -> TrialRecord:
     )
     base.update(fields)
     return make_record(**base)
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What a ``zeus-run`` command gave: its exit status and its output (the fields of `subprocess.CompletedProcess`
+    the tests read)."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def zeus_run_cli(
+    *args: str | os.PathLike[str], input: str | None = None, env: dict[str, str | None] | None = None
+) -> CliResult:
+    """``zeus-run ARGS`` in this process (`zeus_run.cli.main`, stdin, stdout and stderr captured): the tests' one
+    CLI runner where no process behaviour is under test. ``env`` sets (or, with None, unsets) variables for the
+    call. The logging set-up the command makes is undone after it, as a process's end would.
+
+    An exception that escapes the command is a traceback on stderr and exit 1, as Python's own exit would be.
+    """
+    from click.testing import CliRunner
+
+    from zeus_run.cli import main
+
+    argv = [os.fspath(a) for a in args]
+    logger = logging.getLogger("zeus_run")
+    kept = (list(logger.handlers), logger.level, logger.propagate)
+    with CliRunner().isolation(input=input, env=env) as (out, err, _):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if isinstance(exc.code, str):
+                sys.stderr.write(exc.code + "\n")
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logger.handlers[:], logger.level, logger.propagate = kept[0], kept[1], kept[2]
+        return CliResult(tuple(argv), code, out.getvalue().decode(), err.getvalue().decode())
+
+
+def zeus_run_process(
+    *args: str | os.PathLike[str],
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m zeus_run ARGS`` in a process of its own, for what is process behaviour (exit on a signal,
+    buffering, a lock held across processes, the interpreter's start)."""
+    return subprocess.run(
+        [sys.executable, "-m", "zeus_run", *map(os.fspath, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
