@@ -76,11 +76,15 @@ class CliResult:
 
 
 def zeus_run_cli(
-    *args: str | os.PathLike[str], input: str | None = None, env: dict[str, str | None] | None = None
+    *args: str | os.PathLike[str],
+    input: str | None = None,
+    env: dict[str, str | None] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> CliResult:
     """``zeus-run ARGS`` in this process (`zeus_run.cli.main`, stdin, stdout and stderr captured): the tests' one
     CLI runner where no process behaviour is under test. ``env`` sets (or, with None, unsets) variables for the
-    call. The logging set-up the command makes is undone after it, as a process's end would.
+    call; ``cwd``: the working directory during the call. The logging set-up the command makes is undone after it,
+    as a process's end would.
 
     An exception that escapes the command is a traceback on stderr and exit 1, as Python's own exit would be.
     """
@@ -91,8 +95,11 @@ def zeus_run_cli(
     argv = [os.fspath(a) for a in args]
     logger = logging.getLogger("zeus_run")
     kept = (list(logger.handlers), logger.level, logger.propagate)
+    here = os.getcwd()
     with CliRunner().isolation(input=input, env=env) as (out, err, _):
         try:
+            if cwd is not None:
+                os.chdir(cwd)
             main(argv)
             code = 0
         except SystemExit as exc:
@@ -103,6 +110,7 @@ def zeus_run_cli(
             traceback.print_exc()
             code = 1
         finally:
+            os.chdir(here)
             sys.stdout.flush()
             sys.stderr.flush()
             logger.handlers[:], logger.level, logger.propagate = kept[0], kept[1], kept[2]
