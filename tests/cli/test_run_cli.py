@@ -1,19 +1,17 @@
-"""End-to-end: the real CLI launching small scripts as subprocesses."""
+"""End-to-end: the real CLI (called in-process) launching small scripts as subprocesses."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PYTHON, SCRIPTS
+from tests.factories import CliResult, zeus_run_cli
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
@@ -35,15 +33,9 @@ run_dir: runs
 """
 
 
-def zeus(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+def zeus(*args: str, cwd: Path | None = None) -> CliResult:
+    """``zeus-run ARGS`` in-process; the trials it launches are processes."""
+    return zeus_run_cli(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
 def history(spec: Path) -> list[dict]:
