@@ -18,6 +18,7 @@ import pytest
 
 from tests import fake_slurm
 from tests.conftest import PYTHON, SCRIPTS
+from tests.factories import make_record
 from tests.launcher.test_faults import launch
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.replay import Knobs, audit
@@ -346,7 +347,7 @@ def test_recover_adopts_a_live_agent_and_cancels_every_other_job_of_the_run(
 
 def test_infra_streak_counts_only_the_trailing_failures():
     def rec(reason: str, state: str = "TIMEOUT") -> TrialRecord:
-        return TrialRecord(
+        return make_record(
             job="k",
             recurrence=1,
             attempt=1,
