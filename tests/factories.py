@@ -1,5 +1,6 @@
 """The tests' shared builders: the one record factory (a valid `TrialRecord` with every field overridable) and the
-one ``zeus-run`` command runner (`zeus_run_cli` in-process, `zeus_run_process` in a process of its own).
+one ``zeus-run`` command runner (`zeus_run_cli` in-process, `zeus_run_process` in a process of its own) and the
+one spec builder (`job_spec`).
 
 `make_record` builds a record by its place in the history; `record_for` builds the
 record of an engine's request (what executors in the tests return).
@@ -7,13 +8,16 @@ record of an engine's request (what executors in the tests return).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from zeus_run.contract import StopReason
@@ -133,3 +137,47 @@ def zeus_run_process(
         env=env,
         timeout=timeout,
     )
+
+
+#: The tests' training script double (tests/scripts/fake_train.py): it reaches the target at the epoch ``--needs``
+#: gives for its batch size.
+FAKE_TRAIN = str(Path(__file__).resolve().parent / "scripts" / "fake_train.py")
+
+
+def _yaml_value(value: Any) -> str:
+    """A spec value as the tests write it: a string as given (raw YAML), a list in flow style (JSON, which YAML
+    reads), a mapping in flow style with bare keys."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value))
+    return repr(value)
+
+
+def job_spec(body: str = "", *, args: Sequence[str] = (), **fields: Any) -> str:
+    """The tests' one spec builder: the YAML of a small job of `FAKE_TRAIN` (batch sizes 1, 2 and 4, default 2;
+    2 reaches the target at epoch 2, 4 at epoch 3, 1 never), with ``fields`` set over the defaults (in their order,
+    new ones after), ``args`` added to its command line and ``body`` (raw YAML) appended.
+
+    A string value is written as given (raw YAML: ``energy="{source: nvml}"``); None is ``null``.
+    """
+    spec: dict[str, Any] = {
+        "name": "t",
+        "command": [sys.executable, FAKE_TRAIN, "--batch-size", "{batch_size}", "--needs", "1:0,2:2,4:3", *args],
+        "batch_sizes": [1, 2, 4],
+        "default_batch_size": 2,
+        "target_metric": 0.9,
+        "max_epochs": 5,
+        "recurrences": 1,
+        "energy": "{source: estimate, watts: 100, basis: wall-time}",
+        "run_dir": "runs",
+    }
+    spec.update(fields)
+    lines = "".join(f"{key}: {_yaml_value(value)}\n" for key, value in spec.items())
+    return f"\n{lines}{body}\n"

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import PYTHON, SCRIPTS
-from tests.factories import zeus_run_cli, zeus_run_process
+from tests.factories import job_spec, zeus_run_cli, zeus_run_process
 from zeus_run import __version__
 from zeus_run.cli import COMMANDS, LAZY, app, command_function, main, unknown_command_message
 
@@ -21,18 +21,8 @@ runner = CliRunner()
 
 
 def spec_text(body: str = "", energy: str = "{source: estimate, watts: 100}") -> str:
-    return f"""
-name: t
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"]
-batch_sizes: [1, 2, 4]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 5
-recurrences: 1
-energy: {energy}
-run_dir: runs
-{body}
-"""
+    """`tests.factories.job_spec` with ``energy`` (raw YAML)."""
+    return job_spec(body, energy=energy)
 
 
 def zeus(*args: str, cwd: Path | None = None, env: dict | None = None):
