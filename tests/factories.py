@@ -160,16 +160,17 @@ def _yaml_value(value: Any) -> str:
     return repr(value)
 
 
-def job_spec(body: str = "", *, args: Sequence[str] = (), **fields: Any) -> str:
+def job_spec(body: str = "", *, needs: str = "1:0,2:2,4:3", args: Sequence[str] = (), **fields: Any) -> str:
     """The tests' one spec builder: the YAML of a small job of `FAKE_TRAIN` (batch sizes 1, 2 and 4, default 2;
     2 reaches the target at epoch 2, 4 at epoch 3, 1 never), with ``fields`` set over the defaults (in their order,
-    new ones after), ``args`` added to its command line and ``body`` (raw YAML) appended.
+    new ones after), ``needs`` (the script's ``--needs``: batch size:epoch it reaches the target at, 0 never) and
+    ``args`` on its command line, and ``body`` (raw YAML) appended.
 
     A string value is written as given (raw YAML: ``energy="{source: nvml}"``); None is ``null``.
     """
     spec: dict[str, Any] = {
         "name": "t",
-        "command": [sys.executable, FAKE_TRAIN, "--batch-size", "{batch_size}", "--needs", "1:0,2:2,4:3", *args],
+        "command": [sys.executable, FAKE_TRAIN, "--batch-size", "{batch_size}", "--needs", needs, *args],
         "batch_sizes": [1, 2, 4],
         "default_batch_size": 2,
         "target_metric": 0.9,
