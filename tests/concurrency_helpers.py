@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.factories import make_record
 from zeus_run.contract import RunningMarker, markers_from_json
 from zeus_run.cost import SKIP_PENALTY, cost_threshold
 from zeus_run.engine.core import TrialRequest
@@ -63,7 +64,7 @@ def make_execute(
             detail=req.decision.detail,
         )
         if interrupt(req):
-            return TrialRecord(
+            return make_record(
                 epochs=0,
                 time=0.0,
                 energy=0.0,
@@ -75,11 +76,11 @@ def make_execute(
             )
         if crash(req):
             t = 0.5 * tpe
-            return TrialRecord(
+            return make_record(
                 epochs=0, time=t, energy=100 * t, cost=COST_PER_S * t, reached=False, stop_reason="crashed", **fields
             )
         if limit <= 0:
-            return TrialRecord(
+            return make_record(
                 epochs=0,
                 time=0.0,
                 energy=0.0,
@@ -92,7 +93,7 @@ def make_execute(
         epochs = need if reached else limit
         t = epochs * tpe
         reason = "target_reached" if reached else ("cost_threshold" if cut else "max_epochs")
-        return TrialRecord(
+        return make_record(
             epochs=epochs, time=t, energy=100 * t, cost=COST_PER_S * t, reached=reached, stop_reason=reason, **fields
         )
 

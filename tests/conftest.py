@@ -29,6 +29,32 @@ os.environ["ZEUS_RUN_POWERCAP_ROOT"] = str(Path(tempfile.mkdtemp(prefix="zeus-ru
 os.environ.pop("PYTHONUNBUFFERED", None)
 
 
+def _start_reaper() -> None:
+    """Mark every process of this run (``ZEUS_RUN_TEST_SESSION``, inherited) and start `tests/reaper.py`, which ends
+    the marked ones once this pytest process is gone, however it ended: an interrupted run leaves no process behind.
+    Once per run: xdist's workers inherit the mark (and are among what is ended)."""
+    import subprocess
+    import uuid
+
+    from tests.reaper import MARK_VAR
+
+    if os.environ.get(MARK_VAR) or not sys.platform.startswith("linux"):
+        return
+    mark = uuid.uuid4().hex
+    subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "reaper.py"), str(os.getpid()), mark],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C or a kill of the run's process group leaves it to do its work
+        env={k: v for k, v in os.environ.items() if k != MARK_VAR},
+    )
+    os.environ[MARK_VAR] = mark
+
+
+_start_reaper()
+
+
 @pytest.fixture
 def traces_dir() -> Path:
     """The Zeus paper's traces (../shared/traces); skip if this checkout has none beside it."""

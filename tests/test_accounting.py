@@ -8,6 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.factories import make_record
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.accounting import J_PER_KWH, AccountingError, AccountingSettings, Rate, read_series
 from zeus_run.cli import app
@@ -20,7 +21,7 @@ from zeus_run.views.summary import summarize
 
 
 def _rec(trial: int, recurrence: int, bs: int, energy: float, reached: bool, started: str | None) -> TrialRecord:
-    return TrialRecord(
+    return make_record(
         job="j",
         recurrence=recurrence,
         attempt=1,

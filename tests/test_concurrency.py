@@ -25,6 +25,7 @@ from tests.concurrency_helpers import (
     run_to_end,
     serial_reference,
 )
+from tests.factories import make_record
 from zeus_run.engine.concurrent import Clocked, InOrder, SlotPool, slot_devices
 from zeus_run.engine.core import Ledger, TrialRequest
 from zeus_run.engine.position import best_known, observation_of
@@ -427,8 +428,20 @@ def test_clocked_ends_trials_in_order_of_simulated_time():
     durations = {0: 5.0, 1: 1.0, 2: 3.0, 3: 0.5}
 
     def execute(req):
-        return TrialRecord(
-            "j", 1, 1, req.trial, 8, "pruning", 1, durations[req.trial], 1.0, 1.0, 1.0, True, "target_reached"
+        return make_record(
+            job="j",
+            recurrence=1,
+            attempt=1,
+            trial=req.trial,
+            batch_size=8,
+            stage="pruning",
+            epochs=1,
+            time=durations[req.trial],
+            energy=1.0,
+            max_power=1.0,
+            cost=1.0,
+            reached=True,
+            stop_reason="target_reached",
         )
 
     clock = Clocked(execute)
@@ -553,7 +566,21 @@ def test_slot_devices_split_the_visible_gpus_into_groups():
 
 
 def test_concurrency_fields_round_trip_and_are_checked():
-    rec = TrialRecord("j", 2, 1, 5, 32, "pruning", 3, 3.0, 300.0, 300.0, 600.0, True, "target_reached")
+    rec = make_record(
+        job="j",
+        recurrence=2,
+        attempt=1,
+        trial=5,
+        batch_size=32,
+        stage="pruning",
+        epochs=3,
+        time=3.0,
+        energy=300.0,
+        max_power=300.0,
+        cost=600.0,
+        reached=True,
+        stop_reason="target_reached",
+    )
     assert not set(CONCURRENCY_FIELDS) & set(rec.to_json())  # a serial record is written as before
     stamped = TrialRequest(2, 1, 5, 3, Decision(32, "pruning"), math.inf, 4, (3, 4), 1, False).stamp(rec)
     data = json.loads(json.dumps(stamped.to_json()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from tests.factories import make_record
 from zeus_run.engine.core import Engine, TrialRequest
 from zeus_run.engine.position import best_known, position
 from zeus_run.engine.replay import Knobs, audit
@@ -31,7 +32,7 @@ class LoadedMachine:
         cost = COST[bs] * (1.0 if self.n < self.quiet else self.load)
         self.n += 1
         cut = cost > req.cost_threshold
-        return TrialRecord(
+        return make_record(
             job="t",
             recurrence=req.recurrence,
             attempt=req.attempt,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import make_record
 from tests.fake_nvml import FakeGpu, FakeNvml
 from zeus_run.cost import zeus_cost
 from zeus_run.energy import NvmlEnergy
@@ -45,7 +46,7 @@ def rec(bs: int, time: float, reached: bool = True, limit: float | None = 300.0,
         power_limit=limit,
     )
     fields.update(kw)
-    return TrialRecord(**fields)  # type: ignore[arg-type]
+    return make_record(**fields)  # type: ignore[arg-type]
 
 
 def test_reference_is_b0s_converged_time_scaled_to_the_max_limit():

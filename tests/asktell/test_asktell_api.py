@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, SCRIPTS
+from tests.conftest import SCRIPTS
+from tests.factories import job_spec
 from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import AlreadyTold, LeaseExpired, UnknownToken, ask, expire, heartbeat, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
@@ -23,20 +24,8 @@ FAKE = str(SCRIPTS / "fake_train.py")
 
 
 def spec_text(concurrency: int = 1, lease: float = 600, extra: str = "") -> str:
-    return f"""
-name: at
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"]
-batch_sizes: [1, 2, 4]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 4
-recurrences: 6
-concurrency: {concurrency}
-lease: {lease}
-energy: {{source: estimate, watts: 100, basis: wall-time}}
-run_dir: runs
-{extra}
-"""
+    """`tests.factories.job_spec` for job ``at``: six recurrences, ``concurrency`` trials at once."""
+    return job_spec(extra, name="at", max_epochs=4, recurrences=6, concurrency=concurrency, lease=lease)
 
 
 def audited(run_dir: Path, spec: Path) -> list:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import PYTHON, SCRIPTS
+from tests.factories import job_spec, zeus_run_cli, zeus_run_process
 from zeus_run import __version__
 from zeus_run.cli import COMMANDS, LAZY, app, command_function, main, unknown_command_message
 
@@ -20,29 +21,13 @@ runner = CliRunner()
 
 
 def spec_text(body: str = "", energy: str = "{source: estimate, watts: 100}") -> str:
-    return f"""
-name: t
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"]
-batch_sizes: [1, 2, 4]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 5
-recurrences: 1
-energy: {energy}
-run_dir: runs
-{body}
-"""
+    """`tests.factories.job_spec` with ``energy`` (raw YAML)."""
+    return job_spec(body, energy=energy)
 
 
-def zeus(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120):
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
+def zeus(*args: str, cwd: Path | None = None, env: dict | None = None):
+    """``zeus-run ARGS`` in-process (no process behaviour is under test in this module but the root help's)."""
+    return zeus_run_cli(*args, cwd=cwd, env=env)
 
 
 # --- help and commands ---------------------------------------------------------------------------
@@ -84,7 +69,7 @@ def test_commands_tuple_lists_every_command_module_and_its_summary():
 def test_root_help_without_typer_is_typers_own(columns):
     """``zeus-run --help`` is answered without loading typer; typer writes the same text at every width."""
     env = {"COLUMNS": str(columns)}
-    fast = zeus("--help", env=env)
+    fast = zeus_run_process("--help", env={**os.environ, **env})
     via_typer = subprocess.run(
         [sys.executable, "-c", "from zeus_run.cli._app import app; app(args=['--help'], prog_name='zeus-run')"],
         capture_output=True,
@@ -94,7 +79,7 @@ def test_root_help_without_typer_is_typers_own(columns):
     )
     assert fast.returncode == via_typer.returncode == 0, fast.stderr + via_typer.stderr
     assert fast.stdout == via_typer.stdout
-    assert zeus("-h", env=env).stdout == fast.stdout
+    assert zeus_run_process("-h", env={**os.environ, **env}).stdout == fast.stdout
     assert zeus("--version").stdout == f"zeus-run {__version__}\n"
 
 

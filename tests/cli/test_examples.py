@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.factories import CliResult, zeus_run_cli
 from zeus_run.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,14 +39,9 @@ def small_copy(config: str, tmp_path: Path, recurrences: int, extra_args: list[s
     return out
 
 
-def run(spec: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+def run(spec: Path) -> CliResult:
+    """``zeus-run run SPEC`` in-process; the example's training script runs as a process."""
+    return zeus_run_cli("run", spec, "--no-output", env={"COLUMNS": "200"})
 
 
 def records(tmp_path: Path) -> list[dict]:
@@ -102,7 +96,7 @@ def test_pytorch_ddp_example_stops_every_rank(tmp_path):
     text = spec.read_text().replace("- '4'\n", "- '2'\n")  # --nproc_per_node 2
     assert "- '2'\n" in text
     spec.write_text(text)
-    r = run(spec, timeout=600)
+    r = run(spec)
     assert r.returncode == 0, r.stderr
     (rec,) = records(tmp_path)
     assert rec["reached"] and rec["batch_size"] == 1024 and rec["exit_code"] is not None

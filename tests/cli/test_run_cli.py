@@ -1,49 +1,29 @@
-"""End-to-end: the real CLI launching small scripts as subprocesses."""
+"""End-to-end: the real CLI (called in-process) launching small scripts as subprocesses."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, SCRIPTS
+from tests.conftest import SCRIPTS
+from tests.factories import CliResult, job_spec, zeus_run_cli
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
 
 def spec_text(extra_args: str = "", body: str = "") -> str:
-    args = ", ".join(f'"{a}"' for a in extra_args.split()) if extra_args else ""
-    comma = ", " if args else ""
-    return f"""
-name: t
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"{comma}{args}]
-batch_sizes: [1, 2, 4]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 5
-recurrences: 1
-energy: {{source: estimate, watts: 100, basis: wall-time}}
-run_dir: runs
-{body}
-"""
+    """`tests.factories.job_spec`, ``extra_args`` added to the script's command line."""
+    return job_spec(body, args=extra_args.split())
 
 
-def zeus(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+def zeus(*args: str, cwd: Path | None = None) -> CliResult:
+    """``zeus-run ARGS`` in-process; the trials it launches are processes."""
+    return zeus_run_cli(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
 def history(spec: Path) -> list[dict]:

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.factories import CliResult, zeus_run_cli
 from tests.sim_helpers import write_tiny_traces
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def zr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+def zr(*args: str) -> CliResult:
+    return zeus_run_cli(*args, cwd=REPO)
 
 
 def test_simulate_json_run_dir_and_history(tmp_path):

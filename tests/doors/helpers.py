@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.doors import door_train
 from zeus_run.contract import Env
@@ -161,20 +162,37 @@ def door_hf(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
     return history(run_dir)[:trials]
 
 
-def door_server(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
-    """``zeus-run serve`` on a free loopback port; the script asks, reports and tells through the client."""
+_SERVERS: list[Any] = []  # the one server of the door, started at its first use, stopped at the session's end
+
+
+def _door_server() -> Any:
+    """``zeus-run serve`` on a free loopback port and a temporary root, one for the test process: each use of the
+    door registers a job of its own there."""
+    import atexit
+    import tempfile
+
     from tests.server.helpers import ServerProcess
 
+    if not _SERVERS:
+        root = Path(tempfile.mkdtemp(prefix="zeus-run-door-server-")) / "root"
+        # The spec names the door's script, outside the job: the operator allows its directory.
+        server = ServerProcess(root, extra=("--allow-path", str(SCRIPT.parent)))
+        server.wait_ready()
+        atexit.register(server.stop)
+        _SERVERS.append(server)
+    return _SERVERS[0]
+
+
+def door_server(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]:
+    """``zeus-run serve`` (one for the session, a job of its own per use); the script asks, reports and tells
+    through the client."""
+    server = _door_server()
     spec, _ = write_spec(tmp, fail)
-    # The spec names the door's script, outside the job: the operator allows its directory.
-    server = ServerProcess(tmp / "root", extra=("--allow-path", str(SCRIPT.parent)))
-    try:
-        client = server.client()
-        client.register("doors", spec.read_text())
-        args = f" --fail {fail}" if fail else ""
-        env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: "doors"}
-        for _ in range(trials):
-            sh(f"{PYTHON} {SCRIPT}{args}", tmp, **env)
-        return [TrialRecord.from_json(r) for r in client.history("doors")]
-    finally:
-        server.stop()
+    job = f"doors-{len(list(server.root.iterdir()))}-{os.getpid()}"
+    client = server.client()
+    client.register(job, spec.read_text().replace("name: doors\n", f"name: {job}\n"))
+    args = f" --fail {fail}" if fail else ""
+    env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: job}
+    for _ in range(trials):
+        sh(f"{PYTHON} {SCRIPT}{args}", tmp, **env)
+    return [TrialRecord.from_json(r) for r in client.history(job)]

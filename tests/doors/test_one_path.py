@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import PYTHON, SCRIPTS
+from tests.factories import make_record
 from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import ask, report_epoch, tell
 from zeus_run.asktell._lease import expires_at
@@ -118,8 +119,21 @@ def test_one_record_builder_takes_the_decision_the_outcome_and_how_it_was_measur
 
 def test_an_unmeasured_trial_is_imputed_from_the_measured_ones():
     def rec(bs: int, time: float, energy: float, source: str = "nvml") -> TrialRecord:
-        return TrialRecord(
-            "j", 1, 1, 0, bs, "s", 1, time, energy, 300.0, 0.0, True, "target_reached", energy_source=source
+        return make_record(
+            job="j",
+            recurrence=1,
+            attempt=1,
+            trial=0,
+            batch_size=bs,
+            stage="s",
+            epochs=1,
+            time=time,
+            energy=energy,
+            max_power=300.0,
+            cost=0.0,
+            reached=True,
+            stop_reason="target_reached",
+            energy_source=source,
         )
 
     history = [rec(8, 10.0, 1000.0), rec(16, 10.0, 2000.0), rec(8, 5.0, 999.0, "unmeasured")]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.cli.test_run_cli import zeus
+from tests.factories import make_record
 from zeus_run.engine.core import Engine, TrialRequest
 from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
 from zeus_run.optimizer import make_optimizer
@@ -27,7 +28,7 @@ def execute(req: TrialRequest) -> TrialRecord:
     reached = 0 < need <= KNOBS.max_epochs
     epochs = need if reached else KNOBS.max_epochs
     t = epochs * tpe
-    return TrialRecord(
+    return make_record(
         job="t",
         recurrence=req.recurrence,
         attempt=req.attempt,
@@ -161,7 +162,7 @@ def live(req: TrialRequest) -> TrialRecord:
     )
     if crash:
         t = 0.7  # imports, then an OOM
-        return TrialRecord(**base, epochs=0, time=t, energy=100 * t, cost=100 * t, reached=False, stop_reason="crashed")
+        return make_record(**base, epochs=0, time=t, energy=100 * t, cost=100 * t, reached=False, stop_reason="crashed")
     metrics: list[float] = []
     prev = 0.0
     for epoch in range(1, RICH_KNOBS.max_epochs + 1):
@@ -177,7 +178,7 @@ def live(req: TrialRequest) -> TrialRecord:
         else:
             prev = cost
             continue
-        return TrialRecord(
+        return make_record(
             **base,
             epochs=epoch,
             time=t,

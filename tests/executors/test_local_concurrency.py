@@ -16,6 +16,7 @@ import pytest
 from tests.concurrency_helpers import in_flight, overlapping
 from tests.conftest import PYTHON, SCRIPTS
 from tests.executors.test_slurm_executor import check_audit, wait_for
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.launcher.test_faults import launch
 from zeus_run.energy import NvmlEnergy
@@ -28,19 +29,17 @@ FAKE = str(SCRIPTS / "fake_train.py")
 
 
 def spec_text(recurrences: int = 6, epoch_time: float = 0.3, concurrency: int = 2, extra: str = "") -> str:
-    return f"""
-name: c
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3,8:2", "--epoch-time", "{epoch_time}"]
-batch_sizes: [1, 2, 4, 8]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 4
-recurrences: {recurrences}
-concurrency: {concurrency}
-energy: {{source: estimate, watts: 100, basis: wall-time}}
-run_dir: runs
-{extra}
-"""
+    """`tests.factories.job_spec` for job ``c``: batch sizes up to 8, ``concurrency`` trials at once."""
+    return job_spec(
+        extra,
+        needs="1:0,2:2,4:3,8:2",
+        args=["--epoch-time", str(epoch_time)],
+        name="c",
+        batch_sizes=[1, 2, 4, 8],
+        max_epochs=4,
+        recurrences=recurrences,
+        concurrency=concurrency,
+    )
 
 
 def test_two_cpu_slots_overlap_and_the_run_audits(write_spec):

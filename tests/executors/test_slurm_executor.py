@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests import fake_slurm
-from tests.conftest import PYTHON, SCRIPTS
+from tests.conftest import SCRIPTS
+from tests.factories import job_spec, make_record
 from tests.launcher.test_faults import launch
 from zeus_run.contract import RunningMarker
 from zeus_run.engine.replay import Knobs, audit
@@ -36,20 +37,18 @@ WAIT = 60.0
 
 
 def spec_text(needs: str = "1:0,2:2,4:3,8:2", epoch_time: float = 0.05, recurrences: int = 3, **executor: Any) -> str:
+    """`tests.factories.job_spec` for job ``k`` on the Slurm executor (``executor`` over its settings)."""
     settings = {"kind": "slurm", "heartbeat_timeout": 30, **executor}
-    return f"""
-name: k
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "{needs}", "--epoch-time", "{epoch_time}"]
-batch_sizes: [1, 2, 4, 8]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 4
-recurrences: {recurrences}
-energy: {{source: estimate, watts: 100, basis: wall-time}}
-run_dir: runs
-stop: {{term_grace: 1, kill_grace: 2}}
-executor: {json.dumps(settings)}
-"""
+    return job_spec(
+        needs=needs,
+        args=["--epoch-time", str(epoch_time)],
+        name="k",
+        batch_sizes=[1, 2, 4, 8],
+        max_epochs=4,
+        recurrences=recurrences,
+        stop="{term_grace: 1, kill_grace: 2}",
+        executor=json.dumps(settings),
+    )
 
 
 @pytest.fixture
@@ -346,7 +345,7 @@ def test_recover_adopts_a_live_agent_and_cancels_every_other_job_of_the_run(
 
 def test_infra_streak_counts_only_the_trailing_failures():
     def rec(reason: str, state: str = "TIMEOUT") -> TrialRecord:
-        return TrialRecord(
+        return make_record(
             job="k",
             recurrence=1,
             attempt=1,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import PYTHON, REPO, SCRIPTS
+from tests.factories import CliResult, zeus_run_cli
 from tests.sim_helpers import write_tiny_traces
 
 FAKE = str(SCRIPTS / "fake_train.py")
@@ -81,15 +82,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def zeus(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``zeus-run ARGS`` in a subprocess."""
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd or REPO,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+def zeus(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
+    """``zeus-run ARGS``, in-process (`tests.factories.zeus_run_cli`)."""
+    return zeus_run_cli(*args, cwd=cwd or REPO, env={"COLUMNS": "200", **(env or {})})

@@ -15,26 +15,16 @@ import pytest
 
 from tests.cli.test_run_cli import alive, history, zeus
 from tests.conftest import PYTHON, SCRIPTS
+from tests.factories import job_spec
 from zeus_run.errors import BUSY_EXIT_CODE
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
 
 def spec_text(args: str = "", body: str = "") -> str:
-    extra = "".join(f', "{a}"' for a in args.split())
-    return f"""
-name: f
-command: ["{PYTHON}", "{FAKE}", "--batch-size", "{{batch_size}}", "--needs", "1:0,2:2,4:3"{extra}]
-batch_sizes: [1, 2, 4]
-default_batch_size: 2
-target_metric: 0.9
-max_epochs: 6
-recurrences: 1
-beta: null
-energy: {{source: estimate, watts: 100}}
-run_dir: runs
-{body}
-"""
+    """`tests.factories.job_spec` for job ``f`` (6 epochs at most, no early stop), ``args`` added to the script's
+    command line."""
+    return job_spec(body, args=args.split(), name="f", max_epochs=6, beta=None, energy="{source: estimate, watts: 100}")
 
 
 def launch(spec: Path, *args: str) -> subprocess.Popen:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import make_record
 from zeus_run.cost import epochs_under_threshold
 from zeus_run.engine.core import Engine, Ledger, TrialRequest
 from zeus_run.engine.replay import Knobs, audit
@@ -34,7 +35,7 @@ class SlowMachine:
         per_epoch = self.cost[bs] / EPOCHS * self.slow.get(req.recurrence, 1.0)
         limit, cut = epochs_under_threshold(req.cost_threshold, per_epoch, EPOCHS)
         epochs = limit if cut else EPOCHS
-        return TrialRecord(
+        return make_record(
             job="t",
             recurrence=req.recurrence,
             attempt=req.attempt,
@@ -91,7 +92,21 @@ def test_fallback_after():
 
 def test_pace_is_the_median_cost_per_epoch_of_the_batch_sizes_own_converged_tries():
     def rec(bs, cost, epochs=10):
-        return TrialRecord("t", 1, 1, 0, bs, "thompson", epochs, 1.0, cost, 100.0, cost, True, "target_reached")
+        return make_record(
+            job="t",
+            recurrence=1,
+            attempt=1,
+            trial=0,
+            batch_size=bs,
+            stage="thompson",
+            epochs=epochs,
+            time=1.0,
+            energy=cost,
+            max_power=100.0,
+            cost=cost,
+            reached=True,
+            stop_reason="target_reached",
+        )
 
     pace = Pace()
     assert pace.slowdown(rec(8, 100.0)) == 1.0  # no history: no judgement

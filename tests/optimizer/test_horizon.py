@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tests.factories import make_record
 from tests.optimizer.revisions import voi
 from zeus_run.engine.core import Engine
 from zeus_run.engine.replay import Knobs, audit
@@ -51,20 +52,20 @@ def _machine(req) -> TrialRecord:
     bs = req.decision.batch_size
     cost = {8: 30.0, 16: 20.0, 32: 10.0, 64: 14.0}[bs]
     threshold = req.cost_threshold if math.isfinite(req.cost_threshold) else None
-    return TrialRecord(
-        "t",
-        req.recurrence,
-        req.attempt,
-        req.trial,
-        bs,
-        req.decision.stage,
-        3,
-        cost / 100,
-        cost,
-        100.0,
-        cost,
-        True,
-        "target_reached",
+    return make_record(
+        job="t",
+        recurrence=req.recurrence,
+        attempt=req.attempt,
+        trial=req.trial,
+        batch_size=bs,
+        stage=req.decision.stage,
+        epochs=3,
+        time=cost / 100,
+        energy=cost,
+        max_power=100.0,
+        cost=cost,
+        reached=True,
+        stop_reason="target_reached",
         detail=req.decision.detail,
         cost_threshold=threshold,
     )
@@ -80,5 +81,5 @@ def test_records_carry_the_horizon_so_raising_recurrences_later_still_audits():
     knobs = Knobs(BS, 16, 0.5, 2.0, 1, settings, 0.9, True, 10, 20, horizon=40)
     assert audit(history, knobs).divergence is None
     # Without the record's horizon, the first decisions would not re-derive.
-    stripped = [TrialRecord(**{**r.__dict__, "horizon": None}) for r in history]
+    stripped = [make_record(**{**r.__dict__, "horizon": None}) for r in history]
     assert audit(stripped, knobs).divergence is not None

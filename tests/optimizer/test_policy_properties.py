@@ -26,6 +26,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.factories import make_record
 from zeus_run.engine.core import Engine, TrialRequest
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import ConvergenceError
@@ -157,7 +158,7 @@ def execute_with(model, rng: random.Random):
         cost, reached = obs.cost, obs.reached
         if cost > req.cost_threshold:
             cost, reached = req.cost_threshold, False
-        return TrialRecord(
+        return make_record(
             job="prop",
             recurrence=req.recurrence,
             attempt=req.attempt,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.helpers import REPO, ServerProcess
+from tests.server.helpers import REPO, AppServer
 from tests.server.test_server_jobs import demo_spec
 from zeus_run.errors import RunDirBusy
 from zeus_run.rundir.lock import WouldWait, first_lock_without_waiting
@@ -69,7 +69,7 @@ def test_the_first_lock_of_a_call_that_must_not_wait_raises_would_wait_before_an
             pass
 
 
-def test_a_held_job_is_answered_once_free_while_other_jobs_and_health_are_answered_meanwhile(server: ServerProcess):
+def test_a_held_job_is_answered_once_free_while_other_jobs_and_health_are_answered_meanwhile(server: AppServer):
     client = server.client()
     for name in ("held", "free"):
         client.register(name, demo_spec(5).replace("name: demo", f"name: {name}"))

@@ -1,15 +1,13 @@
-"""Per-job credentials against a real server: a job's token acts on its own job only; the operator's on every job."""
+"""Per-job credentials against the server (its application in-process; `zeus-run serve tokens` beside it): a job's token acts on its own job only; the operator's on every job."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.server.helpers import REPO, ServerProcess
+from tests.factories import zeus_run_cli
+from tests.server.helpers import AppServer, http_request
 from tests.server.test_security import TRIAL_SPEC
 from tests.slurm_helpers import wait_for
 from zeus_run.remote import ServerClient, ServerError
@@ -27,15 +25,11 @@ def refused(call) -> ServerError:
     return exc.value
 
 
-def zeus(server: ServerProcess, token: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+def zeus(server: AppServer, token: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     """One request on Zeus's route (the token in the path, as Zeus's client sends it)."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     data = None if body is None else json.dumps(body).encode()
-    conn.request(method, f"/zeus/{token}{path}", body=data, headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    raw = resp.read()
-    conn.close()
-    return resp.status, json.loads(raw) if raw else {}
+    status, raw = http_request(server, method, f"/zeus/{token}{path}", data, [("Content-Type", "application/json")])
+    return status, json.loads(raw) if raw else {}
 
 
 def test_each_job_token_acts_on_its_own_job_and_gets_403_on_the_other(server):
@@ -90,33 +84,27 @@ def test_each_job_token_acts_on_its_own_job_and_gets_403_on_the_other(server):
     assert oct((server.root / ".serve.tokens.json").stat().st_mode & 0o777) == "0o600"
 
 
-def zeus_run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-
-
 def test_serve_tokens_lists_rotates_and_revokes_on_a_running_server(server):
     operator = server.client()
     first = operator.register("job-a", spec_of("job-a"))["job_token"]
     old = server.client(first)
     assert old.request("GET", "/v1/jobs") == {"jobs": ["job-a"]}
-    listed = zeus_run("serve", "tokens", "list", "--root", str(server.root), "--format", "json")
+    listed = zeus_run_cli("serve", "tokens", "list", "--root", str(server.root), "--format", "json")
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert [r["job"] for r in rows] == ["job-a"] and first not in listed.stdout
 
-    rotated = zeus_run("serve", "tokens", "rotate", "--root", str(server.root), "job-a")
+    rotated = zeus_run_cli("serve", "tokens", "rotate", "--root", str(server.root), "job-a")
     assert rotated.returncode == 0, rotated.stderr
     new = rotated.stdout.strip()
     assert new.startswith("zrj_") and new != first and "old token no longer works" in rotated.stderr
     assert server.client(new).request("GET", "/v1/jobs") == {"jobs": ["job-a"]}  # at once
     wait_for(lambda: _status(old) == 401, what="the rotated-out token refused")
 
-    revoked = zeus_run("serve", "tokens", "revoke", "--root", str(server.root), "job-a")
+    revoked = zeus_run_cli("serve", "tokens", "revoke", "--root", str(server.root), "job-a")
     assert revoked.returncode == 0, revoked.stderr
     wait_for(lambda: _status(server.client(new)) == 401, what="the revoked token refused")
-    again = zeus_run("serve", "tokens", "revoke", "--root", str(server.root), "job-a")
+    again = zeus_run_cli("serve", "tokens", "revoke", "--root", str(server.root), "job-a")
     assert again.returncode == 2 and "has no token" in again.stderr
     # the operator's next registration of a job without a token makes one
     assert operator.register("job-a", spec_of("job-a"))["job_token"].startswith("zrj_")
@@ -125,7 +113,7 @@ def test_serve_tokens_lists_rotates_and_revokes_on_a_running_server(server):
 
 
 def test_a_token_made_for_a_name_registers_that_job_only(server):
-    made = zeus_run("serve", "tokens", "rotate", "--root", str(server.root), "zeus-job")
+    made = zeus_run_cli("serve", "tokens", "rotate", "--root", str(server.root), "zeus-job")
     assert made.returncode == 0 and "not registered yet" in made.stderr
     token = made.stdout.strip()
     spec = {

@@ -3,7 +3,6 @@ requests, and answers in the job's terms (no path or interpreter of the server's
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import sys
@@ -11,7 +10,7 @@ import time
 
 import pytest
 
-from tests.server.helpers import ServerProcess
+from tests.server.helpers import AppServer, ServerProcess, http_request
 from tests.server.test_security import TRIAL_SPEC
 from tests.slurm_helpers import wait_for
 from zeus_run.remote import ServerError
@@ -22,22 +21,15 @@ SPEC = TRIAL_SPEC.replace("lease: 1", "lease: 600").replace("recurrences: 1", "r
 CLOSED_WITHIN_S = 20.0
 
 
-def send(server: ServerProcess, method: str, path: str, body: bytes | None = None, headers=(), token=None):
+def send(server: AppServer | ServerProcess, method: str, path: str, body: bytes | None = None, headers=(), token=None):
     """One request with the headers exactly as given (repeats allowed); (status, JSON answer)."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.putrequest(method, path, skip_accept_encoding=True)
-    conn.putheader("Authorization", f"Bearer {token or server.token}")
-    for name, value in headers:
-        conn.putheader(name, value)
-    conn.putheader("Content-Length", str(len(body or b"")))
-    conn.endheaders(body)
-    resp = conn.getresponse()
-    raw = resp.read()
-    conn.close()
-    return resp.status, json.loads(raw) if raw else {}
+    given = [("Authorization", f"Bearer {token or server.token}"), *headers]
+    status, raw = http_request(server, method, path, body or b"", given)
+    return status, json.loads(raw) if raw else {}
 
 
-def test_a_forged_line_or_escape_in_the_path_reaches_the_log_escaped(server):
+def test_a_forged_line_or_escape_in_the_path_reaches_the_log_escaped(real_server):
+    server = real_server  # the request line as sent on a socket, the log as the process writes it
     forged = "/v1/jobs/x%0A2026-01-01%2000:00:00%20INFO%20forged%20line%1B%5B31mred%E2%80%A8sep"
     for token in ("wrong-token", None):  # refused without a token, and answered with one
         conn = socket.create_connection(("127.0.0.1", server.port), timeout=60)
@@ -120,7 +112,8 @@ def test_unphysical_tells_get_422_and_two_idempotency_keys_400(server):
     assert record["energy"] == 200.0 and record["epochs"] == 0
 
 
-def test_a_connection_that_never_finishes_its_headers_is_closed(server):
+def test_a_connection_that_never_finishes_its_headers_is_closed(real_server):
+    server = real_server  # the protocol: a socket
     opened = []
     for first in (b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ", b""):  # half a request, and nothing at all
         conn = socket.create_connection(("127.0.0.1", server.port), timeout=CLOSED_WITHIN_S)
@@ -167,9 +160,8 @@ def test_an_accounting_series_is_checked_at_registration(tmp_path):
     allowed.mkdir()
     (allowed / "carbon.csv").write_text("time,value\n2026-01-01T00:00:00Z,350\n")
     (allowed / "notes.txt").write_text('{"not": "a series"}\n')
-    server = ServerProcess(tmp_path / "root", extra=("--allow-path", str(allowed)))
+    server = AppServer(tmp_path / "root", allow_paths=(allowed,))
     try:
-        server.wait_ready()
         client = server.client()
         client.register("leases", SPEC)
         assert (server.root / "leases").is_dir()

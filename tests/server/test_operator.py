@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from tests.server.helpers import ServerProcess
+from tests.server.helpers import ServerProcess, http_exchange, http_request
 from tests.server.test_security import TRIAL_SPEC
 from tests.slurm_helpers import wait_for
 from zeus_run.remote import ServerClient, ServerError
@@ -26,7 +26,8 @@ def request(conn: http.client.HTTPConnection, token: str, method: str, path: str
     return resp.status, json.loads(data) if data else {}
 
 
-def test_every_4xx_keeps_the_connection_and_logs_no_traceback(server):
+def test_every_4xx_keeps_the_connection_and_logs_no_traceback(real_server):
+    server = real_server  # a kept-alive connection: a socket (the one test of this module on the real server)
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
     token = server.token
     spec = json.dumps({"spec": TRIAL_SPEC.replace("lease: 1", "lease: 600")}).encode()
@@ -87,9 +88,9 @@ def test_error_texts_speak_http_and_name_no_server_path(server):
 
 
 def test_the_openapi_document_declares_the_bearer_scheme_and_the_answers(server):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    status, schema = request(conn, server.token, "GET", "/v1/openapi.json")
+    status, raw = http_request(server, "GET", "/v1/openapi.json", headers=[("Authorization", f"Bearer {server.token}")])
     assert status == 200
+    schema = json.loads(raw)
     assert schema["components"]["securitySchemes"]["bearer"] == {
         "type": "http",
         "scheme": "bearer",
@@ -108,10 +109,9 @@ def test_the_openapi_document_declares_the_bearer_scheme_and_the_answers(server)
     params = schema["paths"]["/v1/jobs/{job}/trials/{token}/finish"]["post"]["parameters"]
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in params)
     # /docs: one page from the package, no script or style from elsewhere, readable without the token
-    conn.request("GET", "/docs")
-    resp = conn.getresponse()
-    page = resp.read().decode()
-    assert resp.status == 200 and resp.headers["content-type"].startswith("text/html")
+    status, headers, body = http_exchange(server, "GET", "/docs")
+    page = body.decode()
+    assert status == 200 and headers["content-type"].startswith("text/html")
     assert "/v1/openapi.json" in page and "<script" in page
     assert not re.search(r"<(script|link)[^>]+(src|href)=", page) and "cdn" not in page.lower()
     assert "http://" not in page and "https://" not in page

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.helpers import ServerProcess
+from tests.server.helpers import AppServer, ServerProcess, http_request
 from zeus_run.errors import BUSY_EXIT_CODE
 from zeus_run.remote import ServerClient, ServerError
 
 
 def raw(
-    server: ServerProcess,
+    server: AppServer | ServerProcess,
     method: str,
     path: str,
     body: bytes | None = None,
@@ -23,15 +23,11 @@ def raw(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict]:
     """One request as sent, no client-side checks; the status and the JSON answer."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     h = dict(headers or {})
     if token is not None:
         h["Authorization"] = f"Bearer {server.token if token == '' else token}"
-    conn.request(method, path, body=body, headers=h)
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp.status, json.loads(data) if data else {}
+    status, data = http_request(server, method, path, body, list(h.items()))
+    return status, json.loads(data) if data else {}
 
 
 def test_no_token_and_wrong_token_get_401_and_health_needs_none(server):
@@ -55,19 +51,24 @@ def test_a_body_over_the_limit_gets_413(server):
     big = b'{"spec": "' + b"a" * 70_000 + b'"}'
     status, body = raw(server, "PUT", "/v1/jobs/demo", big)
     assert status == 413 and body["code"] == "body_too_large"
-    # a chunked body (no Content-Length) is counted as it comes
+    assert not (server.root / "demo").exists()
+
+
+def test_a_chunked_body_over_the_limit_gets_413_as_it_comes(real_server):
+    """A chunked body (no Content-Length) is counted as it comes: over a socket, as a client sends it."""
+    server = real_server
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     chunks = (b"x" * 8192 for _ in range(20))
     conn.request(
         "PUT",
-        "/v1/jobs/demo",
+        "/v1/jobs/chunked",
         body=chunks,
         encode_chunked=True,
         headers={"Authorization": f"Bearer {server.token}", "Transfer-Encoding": "chunked"},
     )
     assert conn.getresponse().status == 413
     conn.close()
-    assert not (server.root / "demo").exists()
+    assert not (server.root / "chunked").exists()
 
 
 def test_malformed_json_unknown_fields_and_out_of_range_values_get_4xx_naming_the_field(server):
@@ -120,7 +121,8 @@ def test_a_job_name_that_is_a_link_is_refused(server, tmp_path):
     assert not list((tmp_path / "elsewhere").iterdir())
 
 
-def test_a_second_server_on_the_same_root_is_refused(server):
+def test_a_second_server_on_the_same_root_is_refused(real_server):
+    server = real_server
     second = ServerProcess(server.root)
     assert second.exit_code() == BUSY_EXIT_CODE
     log = "".join(second.lines)

@@ -1,4 +1,4 @@
-"""The seeds' client flow end to end through a real server, with the stdlib client.
+"""The seeds' client flow end to end through the server, with the stdlib client.
 
 Seed 001 (``zeus.optimizer.batch_size.client``): the training script calls
 ``get_batch_size`` (an ask), ``on_train_begin``, then ``on_evaluate`` after each
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import zeus_run_cli
 from zeus_run.contract import Env
 
 SPEC = """
@@ -30,10 +31,13 @@ energy: {source: estimate, watts: 100, basis: wall-time}
 """
 
 
-def test_seed_flow_with_the_stdlib_trial_helper(server, monkeypatch):
-    """get_batch_size -> on_train_begin -> on_evaluate per epoch -> stop when the server says (target reached)."""
+def test_seed_flow_with_the_stdlib_trial_helper(real_server, monkeypatch):
+    """get_batch_size -> on_train_begin -> on_evaluate per epoch -> stop when the server says (target reached).
+
+    The server is a process: the trial reaches it by its URL (``ZEUS_SERVER``), as a training script does."""
     from zeus_run.train import Trial
 
+    server = real_server
     client = server.client()
     client.register("seed", SPEC)
     monkeypatch.setenv(Env.SERVER, server.url)
@@ -91,9 +95,6 @@ def test_seed_behaviour_the_concurrent_job_rule(server):
 
     The spec allows two trials in flight (``concurrency: 2``): asks beyond it are refused (409, busy).
     """
-    import subprocess
-    import sys
-
     client = server.client()
     client.register("seed", SPEC + "concurrency: 2\n")
     first = client.ask("seed")
@@ -108,7 +109,5 @@ def test_seed_behaviour_the_concurrent_job_rule(server):
         client.finish("seed", ask["token"], time_s=9.0, energy_j=900.0)
     recs = client.history("seed")
     assert [r["batch_size"] for r in recs] == [16, 16, 8]  # folded in the order they came back
-    audit = subprocess.run(
-        [sys.executable, "-m", "zeus_run", "replay", str(server.root / "seed")], capture_output=True, text=True
-    )
+    audit = zeus_run_cli("replay", server.root / "seed")
     assert audit.returncode == 0, audit.stdout + audit.stderr

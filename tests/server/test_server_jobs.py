@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.factories import zeus_run_cli
 from tests.server.helpers import REPO, ServerProcess
 from zeus_run.contract import StopReason
 
@@ -68,12 +69,6 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def zeus(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, timeout=300, cwd=REPO
-    )
-
-
 def check_complete(run_dir: Path, recurrences: int) -> list[dict]:
     """Every recurrence ended once, no trial is recorded twice, every epoch once, and the audit passes."""
     recs = records(run_dir)
@@ -85,7 +80,7 @@ def check_complete(run_dir: Path, recurrences: int) -> list[dict]:
     for r in recs:
         assert len(r["metrics"]) == r["epochs"] or r["stop_reason"] == "infrastructure", r
     assert {r["recurrence"] for r in final} == set(range(1, recurrences + 1))
-    audit = zeus("replay", str(run_dir))
+    audit = zeus_run_cli("replay", run_dir)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     return recs
 
@@ -106,7 +101,7 @@ def test_three_clients_run_the_demo_job_through_the_server_to_ten_recurrences_an
         recs = check_complete(run_dir, 10)
         assert client.history("demo") == recs
         # the run directory is zeus-run's own: `history` reads it as any other
-        shown = zeus("history", str(run_dir), "--format", "json")
+        shown = zeus_run_cli("history", run_dir, "--format", "json")
         assert shown.returncode == 0, shown.stderr
     finally:
         server.stop()

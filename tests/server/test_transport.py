@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from tests.server.helpers import ServerProcess
+from tests.slurm_helpers import wait_for
 
 
 def test_a_client_retries_while_the_server_is_down_and_goes_on_after_a_restart(tmp_path):
@@ -27,11 +28,15 @@ def test_a_client_retries_while_the_server_is_down_and_goes_on_after_a_restart(t
         second.stop()
 
 
-def test_the_log_has_one_line_per_request_with_v(server):
+def test_the_log_has_one_line_per_request_with_v(real_server):
+    server = real_server  # the log a process writes (its stderr is no terminal)
     client = server.client()
     client.request("GET", "/v1/jobs")
     client.request("GET", "/v1/health")
-    server.stop()
-    lines = [ln for ln in server.lines if "/v1/" in ln]
-    assert any("GET /v1/jobs 200" in ln for ln in lines) and any("GET /v1/health 200" in ln for ln in lines)
+
+    def logged() -> bool:
+        lines = [ln for ln in server.lines if "/v1/" in ln]
+        return any("GET /v1/jobs 200" in ln for ln in lines) and any("GET /v1/health 200" in ln for ln in lines)
+
+    wait_for(logged, what="the two access lines")
     assert all("\x1b[" not in ln for ln in server.lines)  # plain text: no colour codes in a log file

@@ -26,7 +26,8 @@ def _session(url: str, metrics: str) -> str:
     return done.stdout
 
 
-def test_three_sessions_of_zeus_batch_size_optimizer(server: ServerProcess):
+def test_three_sessions_of_zeus_batch_size_optimizer(real_server: ServerProcess):
+    server = real_server  # Zeus's client reaches it by its URL
     pytest.importorskip(
         "zeus.optimizer.batch_size.client",
         reason="Zeus is not installed: scripts/install_integrations.sh installs zeus==0.16.0 into .venv",

@@ -1,20 +1,19 @@
 """Zeus 0.16's batch-size protocol on ``zeus-run serve`` (``/zeus/<token>/...``), spoken with the stdlib.
 
 The bodies are the ones Zeus's client sends (``zeus.optimizer.batch_size.common``);
-`tests/server/test_zeus_client.py` drives the real client. Also here: what a
+`tests/server/test_zeus_client.py` drives the real client over a socket; here the server's application is
+driven in-process. Also here: what a
 server trial leaves on disk, and a job registered without ``command``.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import subprocess
-import sys
 import urllib.parse
 from typing import Any
 
-from tests.server.helpers import ServerProcess
+from tests.factories import zeus_run_cli
+from tests.server.helpers import AppServer, http_request
 
 JOB = {
     "job_id": "mnist-nightly",
@@ -41,15 +40,14 @@ JOB = {
 class Zeus:
     """Zeus's client's requests, on one connection, under ``/zeus/<token>``."""
 
-    def __init__(self, server: ServerProcess, token: str | None = None) -> None:
+    def __init__(self, server: AppServer, token: str | None = None) -> None:
         self.base = f"/zeus/{server.token if token is None else token}"
-        self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        self.server = server
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        self.conn.request(method, self.base + path, body=data)  # no header: as Zeus's client
-        resp = self.conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"null")
+        status, answer = http_request(self.server, method, self.base + path, data)  # no header: as Zeus's client
+        return status, json.loads(answer or b"null")
 
     def batch_size(self, job_id: str) -> tuple[int, Any]:
         return self.call("GET", "/jobs/batch_size?" + urllib.parse.urlencode({"job_id": job_id}))
@@ -61,7 +59,7 @@ class Zeus:
         return answer
 
 
-def test_zeus_protocol_end_to_end(server: ServerProcess):
+def test_zeus_protocol_end_to_end(server: AppServer):
     """register (201, then 200) -> batch size -> reports -> stop and record -> PATCH; the token never logged."""
     zeus = Zeus(server)
     status, job = zeus.call("POST", "/jobs", JOB)
@@ -90,7 +88,7 @@ def test_zeus_protocol_end_to_end(server: ServerProcess):
     assert any("/zeus/report" in line for line in server.lines)
 
 
-def test_zeus_patch_before_a_stop_is_a_failure_and_unknowns_are_refused(server: ServerProcess):
+def test_zeus_patch_before_a_stop_is_a_failure_and_unknowns_are_refused(server: AppServer):
     zeus = Zeus(server)
     assert zeus.call("POST", "/jobs", JOB)[0] == 201
     _, trial = zeus.batch_size("mnist-nightly")
@@ -109,7 +107,7 @@ def test_zeus_patch_before_a_stop_is_a_failure_and_unknowns_are_refused(server: 
     assert Zeus(server, token="not-the-token").call("POST", "/jobs", JOB)[0] == 401
 
 
-def test_zeus_register_without_an_id_makes_one_and_delete_keeps_the_history(server: ServerProcess):
+def test_zeus_register_without_an_id_makes_one_and_delete_keeps_the_history(server: AppServer):
     zeus = Zeus(server)
     status, job = zeus.call("POST", "/jobs", {**JOB, "job_id": None})
     name = job["job_id"]
@@ -120,7 +118,7 @@ def test_zeus_register_without_an_id_makes_one_and_delete_keeps_the_history(serv
     assert zeus.call("DELETE", "/jobs?job_id=" + name)[0] == 404
 
 
-def test_a_server_trial_leaves_one_history_line_and_replay_passes(server: ServerProcess):
+def test_a_server_trial_leaves_one_history_line_and_replay_passes(server: AppServer):
     """No trial directory stays behind a told server trial (its record has it all); replay is exact."""
     client = server.client()
     spec = "name: lean\nbatch_sizes: [8, 16, 32]\ndefault_batch_size: 16\ntarget_metric: 0.9\nmax_epochs: 4\nseed: 1\n"
@@ -143,6 +141,6 @@ def test_a_server_trial_leaves_one_history_line_and_replay_passes(server: Server
     ]
     assert list((job / "trials").iterdir()) == []
     assert (job / "history.jsonl").stat().st_size < 4 * 4096
-    audit = subprocess.run([sys.executable, "-m", "zeus_run", "replay", str(job)], capture_output=True, text=True)
+    audit = zeus_run_cli("replay", job)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "registered on a zeus-run server without a command" in (job / "spec.yaml").read_text()

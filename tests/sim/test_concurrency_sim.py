@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TRACES
+from tests.factories import CliResult, zeus_run_cli
 from tests.sim_helpers import write_tiny_traces
 from zeus_run.optimizer import PruningState
 from zeus_run.sim import JOBS, job_table, load_traces, simulate
@@ -20,10 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 ZEUS = OptimizerSettings.for_policy("zeus")
 
 
-def zr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zeus_run", *args], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
+def zr(*args: str) -> CliResult:
+    return zeus_run_cli(*args, cwd=REPO)
 
 
 # One xdist worker runs the whole module and its module-scoped fixture (`.ci/run`: -n 2 --dist loadgroup).

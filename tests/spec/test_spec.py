@@ -317,11 +317,11 @@ def test_a_shell_command_passes_each_value_as_its_own_text_wherever_it_is_quoted
     ],
 )
 def test_check_refuses_a_hostile_spec_with_exit_2_and_a_sentence(tmp_path: Path, name: str):
-    from tests.cli.test_run_cli import zeus
+    from tests.factories import zeus_run_process
 
     f = tmp_path / "job.yaml"
     f.write_text(HOSTILE_SPECS[name])
-    r = zeus("check", str(f), timeout=60)  # a hang (the old billion laughs) fails here
+    r = zeus_run_process("check", f, timeout=60)  # a process: a hang (the old billion laughs) fails here
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("Error:") and "problem" in r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr

@@ -8,13 +8,29 @@ import pytest
 
 from tests.cli.test_run_cli import FAKE, history, spec_text, zeus
 from tests.conftest import PYTHON
+from tests.factories import make_record
 from zeus_run.engine.core import Ledger
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import read_history
 from zeus_run.trial.classify import Verdict, classify, judge
 
-BASE = TrialRecord("t", 1, 1, 0, 2, "pruning", 0, 2.0, 200.0, 100.0, 200.0, False, "exited", exit_code=0)
+BASE = make_record(
+    job="t",
+    recurrence=1,
+    attempt=1,
+    trial=0,
+    batch_size=2,
+    stage="pruning",
+    epochs=0,
+    time=2.0,
+    energy=200.0,
+    max_power=100.0,
+    cost=200.0,
+    reached=False,
+    stop_reason="exited",
+    exit_code=0,
+)
 CONVERGED = dataclasses.replace(
     BASE, epochs=4, time=4.0, reached=True, stop_reason="target_reached", metrics=(0.5, 0.6, 0.7, 0.95)
 )

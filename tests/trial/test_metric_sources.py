@@ -7,13 +7,12 @@ Each end-to-end test runs an unmodified script (no zeus_run import, no event log
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.factories import zeus_run_cli
 from zeus_run.errors import SpecError
 from zeus_run.spec import parse_spec
 from zeus_run.trial.events import NUMBER, FileMetricTail, JsonLinesMetricReader, NumberLineReader
@@ -58,15 +57,8 @@ run_dir: runs
 
 
 def _run(spec: Path) -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    done = subprocess.run(
-        [sys.executable, "-m", "zeus_run", "run", str(spec)],
-        capture_output=True,
-        text=True,
-        cwd=spec.parent,
-        env=env,
-        timeout=300,
-    )
+    # in-process; the trial scripts are processes, without PYTHONUNBUFFERED (tests/conftest.py drops it)
+    done = zeus_run_cli("run", spec, cwd=spec.parent, env={"PYTHONUNBUFFERED": None})
     assert done.returncode == 0, done.stdout + done.stderr
     return [json.loads(line) for line in (spec.parent / "runs" / "history.jsonl").read_text().splitlines()]
 
@@ -111,7 +103,7 @@ def test_a_metric_path_with_placeholders_is_each_trials_own_file(tmp_path):
     """``path: "{log_dir}/metrics.jsonl"`` used to pass `check`, never be read, and end in an error about
     metric.regex."""
     spec = _spec(tmp_path, LOG_DIR_SCRIPT, '{source: jsonl, key: val_acc, path: "{log_dir}/metrics.jsonl"}')
-    check = subprocess.run([sys.executable, "-m", "zeus_run", "check", str(spec)], capture_output=True, text=True)
+    check = zeus_run_cli("check", spec)
     assert check.returncode == 0, check.stderr
     records = _run(spec)
     assert len(records) >= 2 and all(r["reached"] for r in records)
@@ -122,7 +114,7 @@ def test_a_metric_path_with_placeholders_is_each_trials_own_file(tmp_path):
 
 def test_an_unknown_placeholder_in_metric_path_is_refused_naming_the_field(tmp_path):
     spec = _spec(tmp_path, LOG_DIR_SCRIPT, '{source: jsonl, key: val_acc, path: "{logdir}/metrics.jsonl"}')
-    r = subprocess.run([sys.executable, "-m", "zeus_run", "check", str(spec)], capture_output=True, text=True)
+    r = zeus_run_cli("check", spec)
     assert r.returncode == 2
     assert "metric.path = '{logdir}/metrics.jsonl': uses unknown placeholder {logdir}. Did you mean {log_dir}?" in (
         r.stderr
@@ -131,10 +123,7 @@ def test_an_unknown_placeholder_in_metric_path_is_refused_naming_the_field(tmp_p
 
 def test_a_metric_file_never_written_is_named_and_the_error_names_the_fields_each_source_reads(tmp_path):
     spec = _spec(tmp_path, LOG_DIR_SCRIPT, "{source: jsonl, key: val_acc, path: elsewhere/metrics.jsonl}")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    r = subprocess.run(
-        [sys.executable, "-m", "zeus_run", "run", str(spec), "--no-output"], capture_output=True, text=True, env=env
-    )
+    r = zeus_run_cli("run", spec, "--no-output", env={"PYTHONUNBUFFERED": None})
     assert r.returncode == 2, r.stderr
     assert "metric.regex must match" not in r.stderr
     assert "jsonl: metric.key" in r.stderr and "file: metric.path" in r.stderr, r.stderr
@@ -190,7 +179,5 @@ def test_bad_metric_sections_name_field_value_and_fix(metric, field, words):
 
 def test_a_bad_metric_section_exits_2_without_a_traceback(tmp_path):
     spec = _spec(tmp_path, JSONL_SCRIPT, "{source: jsonl}")
-    done = subprocess.run(
-        [sys.executable, "-m", "zeus_run", "run", str(spec)], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
+    done = zeus_run_cli("run", spec, cwd=tmp_path)
     assert done.returncode == 2 and "metric.key" in done.stderr and "Traceback" not in done.stderr
