@@ -21,6 +21,10 @@ from zeus_run.records import TrialRecord
 
 #: Largest relative difference between a door's record and its ledger.
 AGREE = 0.05
+#: Largest relative difference between a record's energy and its own time x the double's constant draw: the
+#: counter (continuous here) and the record's clock count one span, so only their reading moments differ (a
+#: door that under-charges its energy 5% is off by 5%).
+RATIO = 0.01
 
 pytestmark = pytest.mark.xdist_group("test_window")
 
@@ -51,7 +55,7 @@ def test_every_door_charges_the_trials_whole_span_at_what_the_gpu_drew(door_ener
     t, e = whole(record)
     assert record.after_time is not None and record.after_time > 0.4, record  # the save after the target
     assert record.after_energy is not None and record.after_energy > 0.4 * DRAW_W, record
-    assert e == pytest.approx(DRAW_W * t, rel=AGREE), record  # never less energy than its own time allows
+    assert e == pytest.approx(DRAW_W * t, rel=RATIO), record  # never less energy than its own time allows
     if door in LAUNCHED:  # measured from before the launch to after the exit: never less than the process
         assert e >= ledger * (1 - AGREE), (door, e, ledger, record)
     else:
