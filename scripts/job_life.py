@@ -72,8 +72,9 @@ out (zeus-run's work, as ``run``'s decision before its script starts) and ends a
                plus the counter's honest slack (an update period x (the largest power + each change of
                power in the span)); a record that says no meter read it (``energy_source: unmeasured``: a
                trial its dead launcher left unwatched, a lease that expired when a full disk lost its tell)
-               is imputed: its time is checked, and its power (energy / time) must lie within the range
-               of the job's measured trials' powers (+-5%): an imputation at a tenth fails
+               is imputed: its time is checked (an expired lease's from its ask to its last sign of life:
+               above 0 and within its process's span), and its power (energy / time) must lie within the
+               range of the job's measured trials' powers (+-5%): an imputation at a tenth fails
     time       each record's time + after_time within 5% of the ledger's span
     exports    the last push to the Pushgateway double (in this process; the spec's live export) and
                ``zeus-run export prometheus`` equal the history: trials by outcome, recurrences reached
@@ -843,7 +844,7 @@ export:
             k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith(("ZEUS_", "MLFLOW_"))
         }
         env["PATH"] = f"{Path(self.python).parent}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
-        env["PYTHONPATH"] = str(FAKE_PYNVML)
+        env["PYTHONPATH"] = os.pathsep.join((str(FAKE_PYNVML), str(REPO)))  # this tree's zeus-run (check_the_checks)
         env["FAKE_NVML_NODES"] = str(self.nvml)
         env["JOB_LIFE_GPU_MARKS"] = str(self.marks.path)
         env["JOB_LIFE_PHASES"] = json.dumps(night.phases)
@@ -1549,7 +1550,21 @@ def measure(record: dict, run: Run, truth: float | Draw, powers: Sequence[float]
                 f"{seen_e:.1f} J ({parts}; {how}): {100 * (seen_e / want_e - 1):+.1f}%",
             )
         )
-    if abs(seen_t - span) > TOLERANCE * span:
+    # A lease that expired (a tell a full disk lost) is charged what zeus-run saw of it: from the ask to its
+    # last sign of life, which a script that asks for itself starts after its start-up, and a full disk ends early.
+    expired = bool((r.get("provenance") or {}).get("lease_expired"))
+    if expired and not 0 < seen_t <= span * (1 + TOLERANCE):
+        out.append(
+            Violation(
+                "time",
+                run.night,
+                run.door,
+                name,
+                f"an expired lease charged a span above 0 s and within its process's {span:.2f} s",
+                f"{seen_t:.2f} s ({r.get('stop_reason')})",
+            )
+        )
+    elif not expired and abs(seen_t - span) > TOLERANCE * span:
         parts = f"time {float(r.get('time') or 0):.2f} + after {float(r.get('after_time') or 0):.2f}"
         out.append(
             Violation(

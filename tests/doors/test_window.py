@@ -14,6 +14,8 @@ fast each process imports and starts on a busy machine: ``scripts/bench_window.p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.doors.window import DOORS, DRAW_W, LAUNCHED, run_door, whole
@@ -29,28 +31,47 @@ RATIO = 0.01
 pytestmark = pytest.mark.xdist_group("test_window")
 
 
+class _Doors(dict):
+    """Each door's first record and its ledger, run when first asked for (a test of one door runs that door only)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.factory = factory
+        self.unavailable: set[str] = set()
+
+    def get_door(self, name: str) -> tuple[TrialRecord, float] | None:
+        if name not in self and name not in self.unavailable:
+            try:
+                self[name] = run_door(name, self.factory.mktemp(name.replace(" ", "_").replace("/", "_")))
+            except pytest.skip.Exception:
+                self.unavailable.add(name)
+        return self.get(name)
+
+    def table(self) -> None:
+        run = self.get("run")
+        run_e = whole(run[0])[1] if run is not None else None
+        print(f"\n{'door':<26}{'time s':>8}{'energy J':>10}{'ledger J':>10}{'vs ledger':>11}{'vs run':>9}  window")
+        for name, (r, ledger) in self.items():
+            t, e = whole(r)
+            vs_run = f"{e / run_e - 1:>+9.1%}" if run_e else f"{'-':>9}"
+            print(f"{name:<26}{t:>8.2f}{e:>10.1f}{ledger:>10.1f}{e / ledger - 1:>+11.1%}{vs_run}  {r.window}")
+
+
 @pytest.fixture(scope="session")
-def door_energies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[TrialRecord, float]]:
-    """Each door's first record and its ledger (run once for the session); prints the table."""
-    out = {}
-    for name in DOORS:
-        try:
-            out[name] = run_door(name, tmp_path_factory.mktemp(name.replace(" ", "_").replace("/", "_")))
-        except pytest.skip.Exception:
-            continue
-    run_e = whole(out["run"][0])[1]
-    print(f"\n{'door':<26}{'time s':>8}{'energy J':>10}{'ledger J':>10}{'vs ledger':>11}{'vs run':>9}  window")
-    for name, (r, ledger) in out.items():
-        t, e = whole(r)
-        print(f"{name:<26}{t:>8.2f}{e:>10.1f}{ledger:>10.1f}{e / ledger - 1:>+11.1%}{e / run_e - 1:>+9.1%}  {r.window}")
-    return out
+def door_energies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Doors]:
+    """The doors' records and ledgers (each door run once for the session, when a test first needs it); prints
+    the table at the end (``pytest -s``)."""
+    doors = _Doors(tmp_path_factory)
+    yield doors
+    doors.table()
 
 
 @pytest.mark.parametrize("door", list(DOORS))
 def test_every_door_charges_the_trials_whole_span_at_what_the_gpu_drew(door_energies, door):
-    if door not in door_energies:
+    got = door_energies.get_door(door)
+    if got is None:
         pytest.skip(f"the {door} door is not available here")
-    record, ledger = door_energies[door]
+    record, ledger = got
     assert record.reached and record.energy_source == "nvml" and not record.estimated, record
     t, e = whole(record)
     assert record.after_time is not None and record.after_time > 0.4, record  # the save after the target
@@ -63,6 +84,8 @@ def test_every_door_charges_the_trials_whole_span_at_what_the_gpu_drew(door_ener
 
 
 def test_the_record_says_how_its_window_was_measured(door_energies):
+    for door in DOORS:
+        door_energies.get_door(door)
     windows = {door: r.window for door, (r, _) in door_energies.items()}
     assert windows["run"] == windows["callbacks under run"] == {"by": "launcher", "from": "launch", "to": "exit"}
     assert windows["exec"] == {"by": "agent", "from": "launch", "to": "exit"}
