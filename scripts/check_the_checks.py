@@ -41,7 +41,6 @@ _WINDOW = "tests/doors/test_window.py::test_every_door_charges_the_trials_whole_
 CHECKS: dict[str, str] = {
     "window[Job API]": f"{_WINDOW}[Job API]",
     "window[ask/tell]": f"{_WINDOW}[ask/tell]",
-    "window[run]": f"{_WINDOW}[run]",
     "expired lease charged": (
         "tests/asktell/test_asktell_api.py::test_an_expired_ask_is_charged_its_span_at_the_jobs_measured_power"
     ),
@@ -239,8 +238,19 @@ def run_check(name: str, tree: Path) -> Result:
             passed, out = False, out + "\n(it ran no test)"
     except subprocess.TimeoutExpired:
         passed, out = False, f"(ran past {CHECK_TIMEOUT.get(name, DEFAULT_TIMEOUT):.0f} s)"
-    tail = "\n".join(ln for ln in out.strip().splitlines()[-6:])
+    lines = out.strip().splitlines()
+    tail = "\n".join([ln for ln in lines if ln.startswith(("E ", "  ✗"))][:3] + lines[-3:])
     return Result(name, passed, time.monotonic() - t0, tail)
+
+
+def why(tail: str) -> str:
+    """The line of a failed check's output that says what it saw (an assertion, a violation, a summary)."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for mark in ("E ", "✗", "FAILED", "job_life: FAIL"):
+        hits = [ln for ln in lines if ln.startswith(mark)]
+        if hits:
+            return hits[0][:150]
+    return (lines or ["(no output)"])[-1][:150]
 
 
 def try_plant(plant: Plant | None, checks: Sequence[str], work: Path) -> list[Result]:
@@ -291,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ok = ok and bool(caught)
         by = ", ".join(caught) if caught else f"nothing ({', '.join(missed)} passed)"
         print(f"{p.bug[:70]:<72}{'yes' if caught else 'NO':<8}{by}")
+        for r in results[p.key]:
+            if not r.passed:
+                print(f"{'':<4}{r.check}: {why(r.tail)}")
         if p.note:
             print(f"{'':<4}({p.note})")
     verdict = "every planted bug caught" if ok else "a planted bug went uncaught, or a check fails unplanted"

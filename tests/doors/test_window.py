@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.doors.window import DOORS, DRAW_W, LAUNCHED, run_door, whole
+from tests.doors.window import DOORS, DRAW_W, LAUNCHED, PHASES, run_door, run_door_on_a_hard_double, whole
 from zeus_run.records import TrialRecord
 
 #: Largest relative difference between a door's record and its ledger.
@@ -81,6 +81,34 @@ def test_every_door_charges_the_trials_whole_span_at_what_the_gpu_drew(door_ener
         assert e >= ledger * (1 - AGREE), (door, e, ledger, record)
     else:
         assert abs(e / ledger - 1) <= AGREE, (door, e, ledger, record)
+
+
+@pytest.mark.parametrize("door", ["run", "exec"])
+def test_a_launched_door_charges_what_a_gpu_with_phases_drew(tmp_path, door):
+    """On a GPU as hard as a real one (idle through the imports, waking for data, training, a lower draw while
+    saving; one counter for every process, 50 ms updates, 25% sampled), a door that reads the counter from before
+    the launch to after the exit charges what it drew over the process, within 5% and the counter's slack: never
+    less, and more only by the idle draw of the moments around the process it also holds."""
+    record, led = run_door_on_a_hard_double(door, tmp_path)
+    t, e = whole(record)
+    assert record.reached and record.energy_source == "nvml" and not record.estimated, record
+    assert e >= led.truth * (1 - AGREE) - led.slack, (e, led, record)
+    assert e <= led.truth * (1 + AGREE) + led.slack + PHASES["idle"] * max(t - led.span, 0.0), (e, led, record)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 46 item 2 (branch energy-doors): a self-measuring door's start-up is extrapolated at the power "
+    "read when its meter opens and called measured; remove this mark once it is measured or labelled estimated",
+)
+@pytest.mark.parametrize("door", ["ask/tell", "Job API"])
+def test_a_self_measuring_door_measures_a_start_up_of_another_draw_or_says_it_estimated(tmp_path, door):
+    """The start-up idles, then wakes (data, CUDA) before the script reads its trial: the power read when its meter
+    opens is not the start-up's. The record is within 5% of what the GPU drew, or says that it estimated."""
+    record, led = run_door_on_a_hard_double(door, tmp_path)
+    _, e = whole(record)
+    assert record.reached, record
+    assert abs(e - led.truth) <= AGREE * led.truth + led.slack or record.estimated, (e, led, record)
 
 
 def test_the_record_says_how_its_window_was_measured(door_energies):
