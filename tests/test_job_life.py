@@ -279,3 +279,24 @@ def test_an_unmeasured_record_is_held_to_its_time_and_a_positive_energy():
     assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=0.0, time=2.0, **imputed), r, 200)] == ["energy"]
     assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=330.0, time=1.0, **imputed), r, 200)] == ["time"]
     assert [v.invariant for v in jl.measure(record(1, 1, 0, energy=330.0, time=2.0), r, 200)] == ["energy"]
+
+
+def test_an_orphan_that_died_or_was_run_again_breaks_the_orphan_invariant():
+    """A kill-launcher night: the orphan must run to its end (exit 0), and its record say what it reached, with no
+    script running its recurrence again."""
+    night = jl.Night(5, "cron", faults=("kill-launcher",))
+
+    def check(orphan, records, more=()):
+        log = jl.NightLog(night, orphan_pid=orphan.pid)
+        v: list = []
+        jl.Life._check_orphan(None, log, records, [orphan, *more], v)  # type: ignore[arg-type]  # uses no state
+        return v
+
+    good = run(4, 2, pid=7, night=5, exit_code=0, reached=True)
+    assert check(good, [record(4, 2, 3)]) == []
+    died = run(4, 2, pid=7, night=5, exit_code=1, error="BrokenPipeError: [Errno 32] Broken pipe")
+    (v,) = check(died, [record(4, 2, 3, stop_reason="interrupted", reached=False)])
+    assert v.invariant == "orphan" and "BrokenPipeError" in v.seen
+    again = run(4, 3, pid=8, night=5, start=200.0, exit_code=0, reached=True)
+    ignored = check(good, [record(4, 2, 3, stop_reason="interrupted", reached=False), record(4, 3, 4)], [again])
+    assert sorted(x.expected[:20] for x in ignored) == ["its record to say re", "no script to run a r"]
