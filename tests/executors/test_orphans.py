@@ -118,6 +118,8 @@ def test_an_orphan_that_prints_every_epoch_survives_its_launcher_and_is_adopted(
     assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
     assert rec["epochs"] == 3 and rec["metrics"] == [0.5, 0.7, 0.95]
     assert "taken over from its event log" in rec["message"], rec["message"]
+    # Charged to its exit (its print and close after the target), the part after the target at the same power.
+    assert rec["after_time"] > 0 and rec["after_energy"] == pytest.approx(100.0 * rec["after_time"], rel=0.01), rec
 
 
 def test_an_orphan_that_did_not_reach_the_target_is_still_interrupted_and_run_again(tmp_path):
