@@ -47,12 +47,17 @@ then about one night in three takes one at random):
                    (libfaketime 0.9.10 moves the monotonic clock, or breaks Python's sleep)
 
 **Energy** comes from the NVML double (tests/fake_pynvml, through PYTHONPATH and FAKE_NVML_NODES) in
-every process that measures: its GPU draws a constant power each night (150-290 W, seeded). The
-harness keeps its own **ledger**: each script process's span, from its start (the kernel's
-``/proc/PID/stat``, which the script writes to the ledger file first thing) to its exit (seen by the
-harness through a pidfd), times the night's draw. No zeus-run code takes part in it. A script that
-asks and tells zeus-run from inside its own process (the Job API, the server's client) also writes
-when its ask began and ended and when its tell returned, by its own clock: its span leaves the ask
+every process that measures, as hard as a GPU (tests/fake_nvml.py, ``GpuTruth``): one counter shared by every
+process on the GPU (its origin the life's start), updated every 20-100 ms (seeded per night), power sampled
+25% of each update period (as A100/H100 do), and a power that follows what the script does: it appends a
+mark to the GPU's marks file (``$JOB_LIFE_GPU_MARKS``) as it starts (the idle draw, 50-110 W: its imports do
+not drive the GPU), gets its trial (the night's training draw, 150-290 W), saves after its last epoch (a tail
+draw, 90-160 W) and exits (idle again; the harness marks idle before each night). The harness keeps its own
+**ledger**: each script process's span, from its start (the kernel's ``/proc/PID/stat``, which the script
+writes to the ledger file first thing) to its exit (seen by the harness through a pidfd), and what the GPU
+drew over it, the marks integrated by the harness's own code (`Marks`; neither zeus-run's nor the double's).
+A script that asks and tells zeus-run from inside its own process (the Job API, the server's client) also
+writes when its ask began and ended and when its tell returned, by its own clock: its span leaves the ask
 out (zeus-run's work, as ``run``'s decision before its script starts) and ends at the tell.
 
 **Invariants**, checked after every night (each violation: night, door, trial, expected, seen):
@@ -64,11 +69,13 @@ out (zeus-run's work, as ``run``'s decision before its script starts) and ends a
                exactly one record (by the end of the next night after a kill or a full disk) and every
                record without a script claims no energy
     audit      zeus-run replay RUN_DIR exits 0
-    energy     each record's energy + after_energy within 5% of the ledger's (span x draw); a trial whose
-               tell a full disk lost (its lease expired: no measurement reached zeus-run) is listed instead;
-               a record that says no meter read it (``energy_source: unmeasured``: a trial its dead
-               launcher left unwatched) is imputed from other nights' trials: its time is checked, its
-               energy must be above 0
+    energy     each record's energy + after_energy within 5% of the ledger's (the marks over the span),
+               plus the counter's honest slack (an update period x (the largest power + each change of
+               power in the span)); a record that says no meter read it (``energy_source: unmeasured``: a
+               trial its dead launcher left unwatched, a lease that expired when a full disk lost its tell)
+               is imputed: its time is checked (an expired lease's from its ask to its last sign of life:
+               above 0 and within its process's span), and its power (energy / time) must lie within the
+               range of the job's measured trials' powers (+-5%): an imputation at a tenth fails
     time       each record's time + after_time within 5% of the ledger's span
     exports    the last push to the Pushgateway double (in this process; the spec's live export) and
                ``zeus-run export prometheus`` equal the history: trials by outcome, recurrences reached
@@ -76,8 +83,14 @@ out (zeus-run's work, as ``run``'s decision before its script starts) and ends a
     verdicts   every try of an oom night is an observed crash with exit code 1 naming the OOM; no try is
                recorded as an observed crash of its batch size because of a full disk, a killed launcher
                or a killed server
+    orphan     the script whose launcher a kill-launcher night killed runs to its end (exit 0: it prints every
+               epoch, and its output must not need the dead launcher's pipe), and the next trigger records
+               its epochs as reached (its record says what its script's last line says), without running
+               that recurrence again
     busy       the busy trigger exits 75 within 30 s and starts no script
-    clean      every command ends (none hangs for 240 s) and prints no traceback from zeus-run's code
+    clean      every command ends (none hangs for 240 s) and prints no traceback from zeus-run's code; the
+               server's log holds no traceback through zeus-run's code (indented, as it logs them) and no
+               answer 500
 
 **The true saving.** The training script has a known cost per batch size (its start-up, its seconds per
 epoch, its epochs to the target, its save), so the harness knows what always running the default batch size
@@ -134,9 +147,11 @@ FAULT_DOOR = {"kill-launcher": "cron", "kill-server": "server", "restart": "serv
 BUSY_DOORS = ("cron", "ask", "exec")
 #: Faults after which a night is not expected to reach its recurrence.
 NO_REACH = ("oom", "full-disk")
-INVARIANTS = ("wedge", "accounted", "audit", "energy", "time", "exports", "verdicts", "busy", "clean")
+INVARIANTS = ("wedge", "accounted", "audit", "energy", "time", "exports", "verdicts", "orphan", "busy", "clean")
 
 TOLERANCE = 0.05  # energy and time: the ledger's +-5%
+#: Share of each counter update period in which the double samples power (A100/H100: 25%).
+SAMPLE_SHARE = 0.25
 MAX_TRIES = 3
 #: The spec's lease (unit: s). A night takes seconds here, not a day: where a night leaves an ask in flight
 #: (``running.json``), the harness lets "the day pass" by waiting this long before the next night.
@@ -171,6 +186,14 @@ class Night:
     clock_step: float = 0.0
     busy_door: str = ""
     oom_exit: bool = False  # the OOM printed and sys.exit(1), not raised
+    idle_w: int = 70  # the GPU's draw while no script trains on it, the script's start-up included (unit: W)
+    tail_w: int = 120  # its draw while the script saves after its last epoch (unit: W)
+    update_ms: int = 50  # the double's counter update period (unit: ms)
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """The GPU's draw in each phase of a script (unit: W): ``draw_w`` is the training draw."""
+        return {"idle": self.idle_w, "startup": self.idle_w, "train": self.draw_w, "tail": self.tail_w}
 
     @property
     def expects_reach(self) -> bool:
@@ -191,6 +214,7 @@ def schedule(nights: int, seed: int, doors: Sequence[str] = DOORS, skip: Sequenc
     oom_exits = itertools.cycle((True, False))
     pool: list[str] = []  # the doors in a seeded order, round after round: every door takes its share of nights
     out = []
+    gpu = random.Random(seed * 7919 + 1)  # the GPU's other draws: apart, so the schedule of old seeds holds
     for n, faults in enumerate(plan[:nights], 1):
         need = {FAULT_DOOR[f] for f in faults if f in FAULT_DOOR}
         if not pool:
@@ -205,6 +229,9 @@ def schedule(nights: int, seed: int, doors: Sequence[str] = DOORS, skip: Sequenc
                 clock_step=next(steps) if "clock-jump" in faults else 0.0,
                 busy_door=rng.choice(BUSY_DOORS) if "busy" in faults else "",
                 oom_exit=next(oom_exits) if "oom" in faults else False,
+                idle_w=gpu.randrange(50, 111),
+                tail_w=gpu.randrange(90, 161),
+                update_ms=gpu.randrange(20, 101),
             )
         )
     return out
@@ -253,6 +280,74 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+class Marks:
+    """The GPU's true power, integrated here from the marks file the scripts write (``{"t": seconds since boot,
+    "w": watts}`` lines, ``$JOB_LIFE_GPU_MARKS``): the same file the NVML double reads its power from, integrated
+    by this code alone (no zeus-run code, nor the double's). Before the first mark the GPU draws ``idle_w``."""
+
+    def __init__(self, path: Path, idle_w: float) -> None:
+        self.path = path
+        self.idle_w = idle_w
+        self._pos = 0
+        self._buf = b""
+        self.points: list[tuple[float, float]] = []
+
+    def read(self) -> list[tuple[float, float]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.points
+        self._pos += len(chunk)
+        *lines, self._buf = (self._buf + chunk).split(b"\n")
+        fresh = []
+        for raw in lines:
+            try:
+                m = json.loads(raw)
+                fresh.append((float(m["t"]), float(m["w"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+        if fresh:
+            self.points = sorted(self.points + fresh)
+        return self.points
+
+    def pieces(self, a: float, b: float) -> list[tuple[float, float, float]]:
+        """(from, to, watts) of constant power over [a, b)."""
+        out, t, w = [], a, self.idle_w
+        for tm, pw in self.read():
+            if tm <= a:
+                w = pw
+            elif tm < b:
+                out.append((t, tm, w))
+                t, w = tm, pw
+        if b > t:
+            out.append((t, b, w))
+        return out
+
+    def energy(self, a: float, b: float) -> float:
+        """What the GPU drew over [a, b) (unit: J)."""
+        return sum((e - s) * w for s, e, w in self.pieces(a, b)) if b > a else 0.0
+
+    def slack(self, a: float, b: float, update_ms: float) -> float:
+        """How far a counter updated every ``update_ms`` and sampled part of the time may honestly be from
+        `energy` over [a, b) (unit: J): each reading lags by up to a period (at most a period of the largest power
+        between the two), and a change of power is seen up to a period late (a period x the change, each)."""
+        ws = [w for _, _, w in self.pieces(a, b)]
+        changes = sum(abs(y - x) for x, y in itertools.pairwise(ws))
+        return update_ms / 1000.0 * (max(ws, default=0.0) + changes)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What the GPU drew over a script's span by the ledger (unit: J), the counter's honest slack (unit: J) and
+    how it was reckoned (for the violation's text)."""
+
+    joules: float
+    slack: float
+    how: str
+
+
 @dataclass
 class Run:
     """One process of the training script, as the harness saw it."""
@@ -271,6 +366,7 @@ class Run:
     reached: bool | None = None
     error: str | None = None
     ask_s: float = 0.0  # an ask made inside this process (the Job API, the server's client): zeus-run's work
+    ask_at: tuple[float, float] | None = None  # that ask's start and end (seconds since boot)
     told: float | None = None  # a tell made inside this process returned (seconds since boot)
 
     @property
@@ -295,6 +391,18 @@ class Run:
     @property
     def alive(self) -> bool:
         return self.ended is None
+
+    def drew(self, marks: Marks, update_ms: float) -> Draw | None:
+        """What the GPU drew over `span` (the marks integrated over the process, less its own ask)."""
+        if self.ended is None:
+            return None
+        end = self.told if self.told is not None else self.ended
+        joules = marks.energy(self.start, end)
+        slack = marks.slack(self.start, end, update_ms)
+        if self.ask_at is not None:
+            joules -= marks.energy(*self.ask_at)
+        watts = "/".join(f"{w:.0f}" for w in dict.fromkeys(w for _, _, w in marks.pieces(self.start, end)))
+        return Draw(joules, slack, f"the marks ({watts} W) over {end - self.start - self.ask_s:.2f} s")
 
 
 class Ledger:
@@ -370,6 +478,7 @@ class Ledger:
             run.batch_size, run.trial_at = ev.get("batch_size"), float(ev["t"])
         elif ev["event"] == "asked":
             run.ask_s = max(float(ev["t"]) - float(ev["t0"]), 0.0)
+            run.ask_at = (float(ev["t0"]), float(ev["t"]))
         elif ev["event"] == "told":
             run.told = float(ev["t"])
         elif ev["event"] == "exit":
@@ -677,6 +786,7 @@ class NightLog:
     not_injected: list[str] = field(default_factory=list)
     busy: Command | None = None
     busy_started: bool = False
+    orphan_pid: int | None = None  # the script a kill-launcher fault left running
     before: int = 0  # records before the night
     violations: list[Violation] = field(default_factory=list)
 
@@ -701,6 +811,8 @@ class Life:
         self.run_dir = self.root / JOB
         self.clock = Clock(work / "clock")
         self.nvml = work / "nvml.json"
+        self.t0 = boot_now()  # the double's counter starts here, one for every process
+        self.marks = Marks(work / "gpu-marks.jsonl", idle_w=0.0)
         self.ledger = Ledger(work / "ledger.jsonl")
         self.gateway = Pushgateway()
         self.token_file = work / "secrets" / "zeus-token"
@@ -745,8 +857,10 @@ export:
             k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith(("ZEUS_", "MLFLOW_"))
         }
         env["PATH"] = f"{Path(self.python).parent}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
-        env["PYTHONPATH"] = str(FAKE_PYNVML)
+        env["PYTHONPATH"] = os.pathsep.join((str(FAKE_PYNVML), str(REPO)))  # this tree's zeus-run (check_the_checks)
         env["FAKE_NVML_NODES"] = str(self.nvml)
+        env["JOB_LIFE_GPU_MARKS"] = str(self.marks.path)
+        env["JOB_LIFE_PHASES"] = json.dumps(night.phases)
         env["JOB_LIFE_LEDGER"] = str(self.ledger.path)
         env["JOB_LIFE_STATE"] = str(self.state)
         env["JOB_LIFE_NIGHT"] = str(night.n)
@@ -841,8 +955,12 @@ export:
         log = NightLog(night)
         log.before = len(read_history(self.run_dir / "history.jsonl")[0])
         tmp = self.nvml.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"local": {"gpus": [{"draw_w": night.draw_w}]}}))
+        gpu = {"draw_w": night.draw_w, "marks": str(self.marks.path), "t0": self.t0}
+        gpu.update(update_ms=night.update_ms, sample_share=SAMPLE_SHARE)
+        tmp.write_text(json.dumps({"local": {"gpus": [gpu]}}))
         os.replace(tmp, self.nvml)
+        with open(self.marks.path, "a", encoding="utf-8") as f:  # the GPU idles until the night's script starts
+            f.write(json.dumps({"t": boot_now(), "w": night.idle_w, "by": "harness"}) + "\n")
         oom = self.state / "oom"
         if "oom" in night.faults:
             oom.write_text("exit" if night.oom_exit else "raise")
@@ -961,6 +1079,7 @@ export:
                 else:
                     log.not_injected.append(f"full-disk: {self.disk.why_not}")
             elif fault == "kill-launcher":
+                log.orphan_pid = run.pid
                 os.kill(proc.pid, signal.SIGKILL)
                 log.injected.append(f"kill-launcher (kill -9 {proc.pid}; its script {run.pid} runs on)")
                 proc.wait()
@@ -1006,6 +1125,7 @@ export:
         self._check_accounted(log, records, runs, v)
         self._check_measurements(log, records, runs, v)
         self._check_verdicts(log, records, runs, v)
+        self._check_orphan(log, records, runs, v)
         self._check_busy(log, v)
         self._check_clean(log, v)
         # The audit and the offline export read the run directory side by side (two processes).
@@ -1118,22 +1238,33 @@ export:
         return next((log.night.faults for log in self.nights if log.night.n == n), ())
 
     def _check_measurements(self, log: NightLog, records: list[dict], runs: list[Run], v: list[Violation]) -> None:
-        draws = {lg.night.n: lg.night.draw_w for lg in self.nights}
-        draws[log.night.n] = log.night.draw_w
+        nights = {lg.night.n: lg.night for lg in self.nights}
+        nights[log.night.n] = log.night
         pairs, _, _ = pair(records, runs)
+        powers = measured_powers(records)
         for i, run in pairs:
             if i in self.checked or run.span is None:
                 continue
             self.checked.add(i)
             r = records[i]
-            if lost_to_full_disk(r, self.night_faults(run.night)):  # no measurement ever reached zeus-run: said
+            night = nights.get(run.night, log.night)
+            drew = run.drew(self.marks, night.update_ms)
+            if drew is None:
+                continue
+            if lost_to_full_disk(r, self.night_faults(run.night)) and r.get("energy_source") != "unmeasured":
                 name = trial_name(r["recurrence"], r["attempt"])
-                log.injected.append(
-                    f"full-disk: {name}'s tell could not be written; recorded {r['stop_reason']} when its lease "
-                    f"expired, its {draws.get(run.night, 0) * run.span:.0f} J (ledger) not charged"
+                v.append(
+                    Violation(
+                        "energy",
+                        run.night,
+                        run.door,
+                        name,
+                        f"a lease expired on a full disk charged its span, imputed ({drew.joules:.0f} J by the ledger)",
+                        f"{total(r, 'energy'):.1f} J over {total(r, 'time'):.2f} s ({r.get('energy_source')})",
+                    )
                 )
                 continue
-            v += measure(r, run, draws.get(run.night, 0))
+            v += measure(r, run, drew, powers)
 
     def _check_verdicts(self, log: NightLog, records: list[dict], runs: list[Run], v: list[Violation]) -> None:
         night = log.night
@@ -1169,6 +1300,41 @@ export:
                         f"crashed, observed, exit code {r.get('exit_code')}, cause {cause.strip()[:160]!r}",
                     )
                 )
+
+    def _check_orphan(self, log: NightLog, records: list[dict], runs: list[Run], v: list[Violation]) -> None:
+        night = log.night
+        if "kill-launcher" not in night.faults or not log.orphan_pid:
+            return
+        orphan = next((r for r in runs if r.pid == log.orphan_pid and r.night == night.n), None)
+        if orphan is None or orphan.alive:
+            return  # the clean invariant says it ran on
+        name = trial_name(orphan.recurrence, orphan.attempt)
+
+        def bad(expected: str, seen: str) -> None:
+            v.append(Violation("orphan", night.n, orphan.door, name, expected, seen))
+
+        if orphan.exit_code != 0:
+            bad("the orphan to run to its end (exit 0)", f"exit {orphan.exit_code}: {orphan.error or 'no exit line'}")
+            return
+        mine = [r for r in records if (r.get("recurrence"), r.get("attempt")) == (orphan.recurrence, orphan.attempt)]
+        if not mine:
+            return  # the accounted invariant names it
+        rec = mine[-1]
+        if bool(rec.get("reached")) != bool(orphan.reached):
+            bad(
+                f"its record to say reached {bool(orphan.reached)} (as its script's last line does: adopted)",
+                f"{rec.get('stop_reason')}, reached {rec.get('reached')}",
+            )
+        again = [
+            r
+            for r in runs
+            if r.pid != orphan.pid
+            and r.night == night.n
+            and r.recurrence == orphan.recurrence
+            and r.start > orphan.start
+        ]
+        if orphan.reached and again:
+            bad("no script to run a recurrence its orphan reached again", f"{len(again)} more script(s) ran it")
 
     def _check_busy(self, log: NightLog, v: list[Violation]) -> None:
         if log.busy is None:
@@ -1210,6 +1376,9 @@ export:
         tb = zeus_traceback(text)
         if tb:
             v.append(Violation("clean", log.night.n, "server", "-", "no traceback in the server's log", tb))
+        answered = server_errors(text)
+        if answered:
+            v.append(Violation("clean", log.night.n, "server", "-", "no answer 500 in the server's log", answered))
 
     def _start_audit(self, log: NightLog) -> tuple[subprocess.Popen, Path, float] | None:
         if not (self.run_dir / "history.jsonl").exists():
@@ -1458,40 +1627,81 @@ def lost_to_full_disk(record: dict, faults: Sequence[str]) -> bool:
     return "full-disk" in faults and record.get("stop_reason") == "infrastructure" and lease
 
 
-def measure(record: dict, run: Run, draw_w: float) -> list[Violation]:
-    """The energy and time invariants of one record against its script's span in the ledger (``run``), at the
-    double's draw that night: both within `TOLERANCE` of the span, the part after the judged point included."""
+def measured_powers(records: Sequence[dict]) -> list[float]:
+    """The power (energy / time, unit: W) of each record a meter measured: what an imputed energy is held to."""
+    out = []
+    for r in records:
+        t, e = total(r, "time"), total(r, "energy")
+        if r.get("energy_source") != "unmeasured" and t > 0 and e > 0:
+            out.append(e / t)
+    return out
+
+
+def measure(record: dict, run: Run, truth: float | Draw, powers: Sequence[float] = ()) -> list[Violation]:
+    """The energy and time invariants of one record against its script's span in the ledger (``run``) and what the
+    GPU drew over it (``truth``: a `Draw` by the marks, or a constant draw in W): both within `TOLERANCE` of the
+    ledger (plus the counter's honest slack), the part after the judged point included. A record no meter read
+    (``energy_source: unmeasured``: imputed) is held to its time, and its power (energy / time) to the range of
+    the job's measured trials' ``powers`` (unit: W), within `TOLERANCE`: an imputation from them lies there."""
     out: list[Violation] = []
     span = run.span
     if span is None:
         return out
+    if not isinstance(truth, Draw):
+        truth = Draw(truth * span, 0.0, f"{truth:g} W x {span:.2f} s")
     r = record
     name = trial_name(r["recurrence"], r["attempt"])
-    want_e, seen_e = draw_w * span, total(r, "energy")
+    want_e, seen_e = truth.joules, total(r, "energy")
     tail = run.exit_seen - run.exit_line if run.exit_seen is not None and run.exit_line is not None else None
     of = f", {tail:.2f} s of it after the script's last statement" if tail is not None else ""
     if run.told is not None:  # asked and told from inside the process
         of = f", less its ask ({run.ask_s:.2f} s), to its tell"
     how = f"{r.get('stop_reason')}, {r.get('energy_source')}/{r.get('energy_method')}"
-    # A record that says no meter read it (a trial its launcher's death left unwatched) has an imputed energy, from
-    # the job's other trials, on nights the double drew otherwise: its time is checked, and its energy is positive.
     imputed = r.get("energy_source") == "unmeasured"
-    if imputed and seen_e <= 0:
-        out.append(Violation("energy", run.night, run.door, name, "an imputed energy above 0", f"{seen_e:.1f} J"))
-    if not imputed and abs(seen_e - want_e) > TOLERANCE * want_e:
+    seen_t = total(r, "time")
+    if imputed:
+        watts = seen_e / seen_t if seen_t > 0 else 0.0
+        lo, hi = (min(powers), max(powers)) if powers else (0.0, float("inf"))
+        if seen_e <= 0 or not lo * (1 - TOLERANCE) <= watts <= hi * (1 + TOLERANCE):
+            out.append(
+                Violation(
+                    "energy",
+                    run.night,
+                    run.door,
+                    name,
+                    "an imputed energy above 0 at a power the job's measured trials drew"
+                    + (f" ({lo:.0f}-{hi:.0f} W)" if powers else ""),
+                    f"{seen_e:.1f} J over {seen_t:.2f} s: {watts:.1f} W ({how})",
+                )
+            )
+    if not imputed and abs(seen_e - want_e) > TOLERANCE * want_e + truth.slack:
         parts = f"energy {float(r.get('energy') or 0):.1f} + after {float(r.get('after_energy') or 0):.1f}"
+        slack = f", +-{truth.slack:.1f} J for the counter's updates" if truth.slack else ""
         out.append(
             Violation(
                 "energy",
                 run.night,
                 run.door,
                 name,
-                f"{want_e:.1f} J (ledger: {draw_w} W x {span:.2f} s{of})",
+                f"{want_e:.1f} J (ledger: {truth.how}{of}{slack})",
                 f"{seen_e:.1f} J ({parts}; {how}): {100 * (seen_e / want_e - 1):+.1f}%",
             )
         )
-    seen_t = total(r, "time")
-    if abs(seen_t - span) > TOLERANCE * span:
+    # A lease that expired (a tell a full disk lost) is charged what zeus-run saw of it: from the ask to its
+    # last sign of life, which a script that asks for itself starts after its start-up, and a full disk ends early.
+    expired = bool((r.get("provenance") or {}).get("lease_expired"))
+    if expired and not 0 < seen_t <= span * (1 + TOLERANCE):
+        out.append(
+            Violation(
+                "time",
+                run.night,
+                run.door,
+                name,
+                f"an expired lease charged a span above 0 s and within its process's {span:.2f} s",
+                f"{seen_t:.2f} s ({r.get('stop_reason')})",
+            )
+        )
+    elif not expired and abs(seen_t - span) > TOLERANCE * span:
         parts = f"time {float(r.get('time') or 0):.2f} + after {float(r.get('after_time') or 0):.2f}"
         out.append(
             Violation(
@@ -1506,16 +1716,36 @@ def measure(record: dict, run: Run, draw_w: float) -> list[Violation]:
     return out
 
 
+_TRACEBACK = re.compile(r"(?m)^([ \t]*)Traceback \(most recent call last\):[ \t]*$")
+#: A server's answer 500 in its log (zeus-run's: ``POST /v1/... 500 2.3 ms``; uvicorn's: ``"POST /v1/... HTTP/1.1" 500``).
+_HTTP_500 = re.compile(r'\b(?:GET|POST|PUT|PATCH|DELETE) (/\S*?)(?: HTTP/[\d.]+")? 500\b')
+
+
 def zeus_traceback(text: str) -> str:
-    """The last line of a Python traceback whose frames include zeus-run's own code, if ``text`` has one."""
-    blocks = re.split(r"(?m)^(?=Traceback \(most recent call last\):)", text)
-    for block in blocks[1:]:
-        lines = block.splitlines()
-        frames = [ln for ln in lines if ln.strip().startswith("File ")]
-        if any("/zeus_run/" in f for f in frames):
-            tail = next((ln for ln in lines[1:] if ln and not ln.startswith((" ", "Traceback"))), lines[-1])
-            return f"{tail.strip()[:200]} (in {next(f for f in frames if '/zeus_run/' in f).strip()[:160]})"
+    """The last line of a Python traceback whose frames include zeus-run's own code, if ``text`` has one. A
+    traceback may be indented (a server's log indents its exceptions, chained ones included): its frames are the
+    lines indented past its ``Traceback`` line, and its error the first line after them indented as it is."""
+    for m in _TRACEBACK.finditer(text):
+        indent = len(m.group(1).expandtabs())
+        lines = text[m.end() :].splitlines()[1:]
+        frames, tail = [], ""
+        for ln in lines:
+            depth = len(ln.expandtabs()) - len(ln.expandtabs().lstrip())
+            if ln.strip() and depth <= indent:
+                tail = ln.strip()
+                break
+            if ln.strip().startswith("File "):
+                frames.append(ln.strip())
+        ours = [f for f in frames if "/zeus_run/" in f]
+        if ours:
+            return f"{(tail or lines[-1].strip())[:200]} (in {ours[-1][:160]})"
     return ""
+
+
+def server_errors(text: str) -> str:
+    """The requests a server's log shows it answered 500 (an answer no fault excuses), if any."""
+    paths = _HTTP_500.findall(text)
+    return f"{len(paths)} answer(s) 500: {', '.join(sorted(set(paths)))[:200]}" if paths else ""
 
 
 def audit_line(text: str) -> str:

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The training script of `scripts/job_life.py`: one job's trials, whichever door runs them.
 
-It trains nothing: each epoch sleeps a batch size's time (so that the NVML double's GPU, which draws
-a constant power, charges wall time), and the metric reaches the target after a batch size's epochs.
+It trains nothing: each epoch sleeps a batch size's time, and the metric reaches the target after a batch
+size's epochs. It drives the NVML double's power as a real script drives its GPU's (`mark`): it marks the
+start-up, training, the save after its last epoch (the tail) and its exit (idle) in ``$JOB_LIFE_GPU_MARKS`` at
+the night's draws (``$JOB_LIFE_PHASES``); the double and the harness's ledger both read that file.
 Like a real script it spends `STARTUP` seconds before it asks for its trial (``import torch``, CUDA,
 data) and `SAVE` seconds after its last epoch (saving the model), both inside the span every door
 must charge.
@@ -15,7 +17,7 @@ and tells zeus-run from inside its own process (the ``Job`` API, the server's cl
 ``asked`` (the ask's start and end) and ``told`` (once the tell returned): the harness leaves the ask out
 (zeus-run's work, as ``run``'s decision, made before its script starts, is not charged either) and ends
 the span at the tell (a record cannot hold what happens after it is written). Neither
-clock moves when the wall clock jumps. The harness multiplies the span by the double's draw.
+clock moves when the wall clock jumps. The harness integrates the marks over the span.
 
 Modes:
     (default)        ``zeus_run.train.Trial.from_env()``: under ``run --next``, ``exec``, a shell
@@ -90,7 +92,22 @@ class Ledger:
     def exit(self, code: int, **fields: object) -> None:
         if not self.closed:
             self.closed = True
+            mark("idle")
             self.write("exit", t=_now(), exit_code=code, **fields)
+
+
+def mark(phase: str) -> None:
+    """The GPU's power from now on (the NVML double's marks, ``$JOB_LIFE_GPU_MARKS``): this phase's draw
+    (``$JOB_LIFE_PHASES``), as a real GPU's power follows what its process does. Nothing when unset."""
+    path, phases = os.environ.get("JOB_LIFE_GPU_MARKS"), os.environ.get("JOB_LIFE_PHASES")
+    if not path or not phases:
+        return
+    line = json.dumps({"t": _now(), "w": json.loads(phases)[phase], "phase": phase, "pid": os.getpid()}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def _fault(name: str) -> bool:
@@ -109,6 +126,7 @@ def _fault_text(name: str) -> str:
 def _train(trial, ledger: Ledger, ident: dict) -> dict:
     """The epochs of one trial; returns what happened (for the ledger's exit line)."""
     ledger.write("trial", t=_now(), batch_size=trial.batch_size, **ident)
+    mark("train")
     if _fault("oom"):
         if _fault_text("oom") == "exit":  # a script that catches the error, prints it and exits 1
             print(f"RuntimeError: {OOM}", file=sys.stderr)
@@ -126,6 +144,7 @@ def _train(trial, ledger: Ledger, ident: dict) -> dict:
         epochs = epoch
         if not trial.report(metric):
             break
+    mark("tail")
     time.sleep(SAVE)
     return {"epochs": epochs, "reached": bool(trial.reached)}
 
@@ -141,6 +160,7 @@ def _ident_from_env() -> dict:
 def main() -> int:
     ledger = Ledger()
     ledger.write("start", t=_boot_seconds_at_start(), first_line=_now())
+    mark("startup")
 
     def on_term(signum: int, _frame: object) -> None:
         ledger.exit(128 + signum, signal=signum)

@@ -113,7 +113,7 @@ def test_a_tried_again_trial_pairs_in_order():
 )
 def test_energy_within_five_percent_of_the_span_times_the_draw(energy, after, broken):
     r = record(1, 1, 0, energy=energy, after_energy=after, time=2.0, after_time=0.5)
-    got = jl.measure(r, run(1, 1, span=2.5), draw_w=200)  # the ledger: 200 W x 2.5 s = 500 J
+    got = jl.measure(r, run(1, 1, span=2.5), 200)  # the ledger: 200 W x 2.5 s = 500 J
     assert [v.invariant for v in got] == (["energy"] if broken else [])
     if broken:
         assert got[0].trial == "r0001-t01" and got[0].expected.startswith("500.0 J (ledger: 200 W x 2.50 s)")
@@ -227,6 +227,51 @@ def test_only_a_lease_expired_on_a_full_disk_night_counts_as_a_measurement_the_d
     assert not jl.lost_to_full_disk(record(4, 1, 5, stop_reason="infrastructure"), ("full-disk",))
 
 
+def test_the_ledger_integrates_the_marks_itself_and_allows_the_counters_slack(tmp_path):
+    """The truth of a span with a start-up, training and a tail, by hand; the slack is what a counter updated every
+    50 ms may honestly miss (a period of the largest power, and of each change)."""
+    path = tmp_path / "marks.jsonl"
+    lines = [(100.0, 60), (101.0, 250), (104.0, 120), (105.0, 60)]
+    path.write_text("".join(json.dumps({"t": t, "w": w}) + "\n" for t, w in lines))
+    marks = jl.Marks(path, idle_w=0.0)
+    assert marks.energy(100.5, 105.5) == pytest.approx(0.5 * 60 + 3 * 250 + 1 * 120 + 0.5 * 60)
+    assert marks.slack(100.5, 105.5, 50) == pytest.approx(0.05 * (250 + 190 + 130 + 60))
+    r = run(1, 1, start=100.5, span=5.0)
+    r.ask_at, r.ask_s = (100.6, 100.8), 0.2  # an ask in the process, at the start-up's 60 W: left out
+    drew = r.drew(marks, 50)
+    assert drew is not None and drew.joules == pytest.approx(930 - 0.2 * 60)
+    good = jl.measure(record(1, 1, 0, energy=drew.joules * 1.06, time=4.8), r, drew)  # within 5% + the slack
+    bad = jl.measure(record(1, 1, 0, energy=drew.joules * 0.88, time=4.8), r, drew)
+    assert good == [] and [v.invariant for v in bad] == ["energy"]
+
+
+def test_an_imputed_energy_at_a_tenth_of_the_jobs_measured_power_is_caught():
+    r = run(1, 1, span=2.0)
+    imputed = {"energy_source": "unmeasured", "stop_reason": "interrupted"}
+    powers = jl.measured_powers([record(1, 1, 0, energy=500.0, time=2.0), record(2, 1, 1, energy=560.0, time=2.0)])
+    assert powers == [250.0, 280.0]
+    assert jl.measure(record(1, 1, 0, energy=530.0, time=2.0, **imputed), r, 200, powers) == []
+    tenth = jl.measure(record(1, 1, 0, energy=53.0, time=2.0, **imputed), r, 200, powers)
+    assert [v.invariant for v in tenth] == ["energy"] and "26.5 W" in tenth[0].seen
+
+
+def test_an_indented_server_traceback_and_an_answer_500_are_flagged():
+    log = (
+        'INFO:     127.0.0.1:4242 - "POST /v1/jobs/nightly/trials/3/epochs HTTP/1.1" 500 Internal Server Error\n'
+        "ERROR:    Exception in ASGI application\n"
+        "  Traceback (most recent call last):\n"
+        '    File "/repo/zeus_run/server/_jobs.py", line 40, in epochs\n'
+        "      store.append(x)\n"
+        "  OSError: [Errno 28] No space left on device\n"
+    )
+    found = jl.zeus_traceback(log)
+    assert found.startswith("OSError: [Errno 28]") and "_jobs.py" in found
+    assert "/v1/jobs/nightly/trials/3/epochs" in jl.server_errors(log)
+    ours = "2026-11-28 11:53:38 INFO 127.0.0.1 operator POST /v1/jobs/nightly/trials/47a4f8~/epochs 500 2.3 ms\n"
+    assert "/v1/jobs/nightly/trials/47a4f8~/epochs" in jl.server_errors(ours)
+    assert jl.server_errors('"POST /v1/x HTTP/1.1" 409 Conflict\n') == ""
+
+
 def test_an_unmeasured_record_is_held_to_its_time_and_a_positive_energy():
     r = run(1, 1, span=2.0)
     imputed = {"energy_source": "unmeasured", "stop_reason": "interrupted"}
@@ -277,3 +322,24 @@ def test_coverage_counts_what_held():
     other.judged.update(energy=1)
     cov.add(other)
     assert "energy 3/4 (75.0%" in cov.line() and "time 2/3 (66.7%" in cov.line()
+
+
+def test_an_orphan_that_died_or_was_run_again_breaks_the_orphan_invariant():
+    """A kill-launcher night: the orphan must run to its end (exit 0), and its record say what it reached, with no
+    script running its recurrence again."""
+    night = jl.Night(5, "cron", faults=("kill-launcher",))
+
+    def check(orphan, records, more=()):
+        log = jl.NightLog(night, orphan_pid=orphan.pid)
+        v: list = []
+        jl.Life._check_orphan(None, log, records, [orphan, *more], v)  # type: ignore[arg-type]  # uses no state
+        return v
+
+    good = run(4, 2, pid=7, night=5, exit_code=0, reached=True)
+    assert check(good, [record(4, 2, 3)]) == []
+    died = run(4, 2, pid=7, night=5, exit_code=1, error="BrokenPipeError: [Errno 32] Broken pipe")
+    (v,) = check(died, [record(4, 2, 3, stop_reason="interrupted", reached=False)])
+    assert v.invariant == "orphan" and "BrokenPipeError" in v.seen
+    again = run(4, 3, pid=8, night=5, start=200.0, exit_code=0, reached=True)
+    ignored = check(good, [record(4, 2, 3, stop_reason="interrupted", reached=False), record(4, 3, 4)], [again])
+    assert sorted(x.expected[:20] for x in ignored) == ["its record to say re", "no script to run a r"]

@@ -114,6 +114,30 @@ def test_an_expired_ask_is_infrastructure_and_its_late_tell_is_refused(write_spe
     audited(a.run_dir, spec)
 
 
+def test_an_expired_ask_is_charged_its_span_at_the_jobs_measured_power(write_spec):
+    """An evicted pod, a lost client, a tell a full disk lost: no measurement reached zeus-run, yet the trial ran.
+    It is charged its span, from the ask to its last sign of life, at the job's measured power (labelled
+    unmeasured), as a dead launcher's trial is; never 0 s and 0 J (issue 46, item 3)."""
+    import os
+
+    spec = write_spec(spec_text(lease=1))
+    first = ask(spec)
+    train_by_reports(first)
+    tell(first.run_dir, first.token, exit_code=0, energy=2_500.0, time=10.0)  # measured: 250 W
+    a = ask(spec)
+    report_epoch(a.run_dir, a.token, 1, 0.5)
+    events = a.trial_dir / "events.jsonl"
+    asked_at = a.expires_at - 1  # the lease is 1 s past the ask
+    os.utime(events, (asked_at + 40.0, asked_at + 40.0))  # its last sign of life: 40 s after the ask
+    (expired,) = expire(a.run_dir, now=asked_at + 3600)
+    assert expired.stop_reason == "infrastructure" and not expired.observed
+    assert expired.energy_source == "unmeasured" and expired.estimated, expired  # imputed, and says so
+    assert expired.time == pytest.approx(40.0, abs=1.0), expired
+    assert expired.energy == pytest.approx(250.0 * expired.time, rel=0.10), expired
+    assert "charged" in expired.message and expired.provenance["lease_expired"]
+    audited(a.run_dir, spec)
+
+
 def test_asks_beyond_concurrency_are_busy_and_concurrent_asks_audit(write_spec):
     spec = write_spec(spec_text(concurrency=2))
     a = ask(spec)

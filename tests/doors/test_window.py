@@ -14,51 +14,106 @@ fast each process imports and starts on a busy machine: ``scripts/bench_window.p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from tests.doors.window import DOORS, DRAW_W, LAUNCHED, run_door, whole
+from tests.doors.window import DOORS, DRAW_W, LAUNCHED, PHASES, run_door, run_door_on_a_hard_double, whole
 from zeus_run.records import TrialRecord
 
 #: Largest relative difference between a door's record and its ledger.
 AGREE = 0.05
+#: Largest relative difference between a record's energy and its own time x the double's constant draw: the
+#: counter (continuous here) and the record's clock count one span, so only their reading moments differ (a
+#: door that under-charges its energy 5% is off by 5%).
+RATIO = 0.01
 
 pytestmark = pytest.mark.xdist_group("test_window")
 
 
+class _Doors(dict):
+    """Each door's first record and its ledger, run when first asked for (a test of one door runs that door only)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.factory = factory
+        self.unavailable: set[str] = set()
+
+    def get_door(self, name: str) -> tuple[TrialRecord, float] | None:
+        if name not in self and name not in self.unavailable:
+            try:
+                self[name] = run_door(name, self.factory.mktemp(name.replace(" ", "_").replace("/", "_")))
+            except pytest.skip.Exception:
+                self.unavailable.add(name)
+        return self.get(name)
+
+    def table(self) -> None:
+        run = self.get("run")
+        run_e = whole(run[0])[1] if run is not None else None
+        print(f"\n{'door':<26}{'time s':>8}{'energy J':>10}{'ledger J':>10}{'vs ledger':>11}{'vs run':>9}  window")
+        for name, (r, ledger) in self.items():
+            t, e = whole(r)
+            vs_run = f"{e / run_e - 1:>+9.1%}" if run_e else f"{'-':>9}"
+            print(f"{name:<26}{t:>8.2f}{e:>10.1f}{ledger:>10.1f}{e / ledger - 1:>+11.1%}{vs_run}  {r.window}")
+
+
 @pytest.fixture(scope="session")
-def door_energies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[TrialRecord, float]]:
-    """Each door's first record and its ledger (run once for the session); prints the table."""
-    out = {}
-    for name in DOORS:
-        try:
-            out[name] = run_door(name, tmp_path_factory.mktemp(name.replace(" ", "_").replace("/", "_")))
-        except pytest.skip.Exception:
-            continue
-    run_e = whole(out["run"][0])[1]
-    print(f"\n{'door':<26}{'time s':>8}{'energy J':>10}{'ledger J':>10}{'vs ledger':>11}{'vs run':>9}  window")
-    for name, (r, ledger) in out.items():
-        t, e = whole(r)
-        print(f"{name:<26}{t:>8.2f}{e:>10.1f}{ledger:>10.1f}{e / ledger - 1:>+11.1%}{e / run_e - 1:>+9.1%}  {r.window}")
-    return out
+def door_energies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Doors]:
+    """The doors' records and ledgers (each door run once for the session, when a test first needs it); prints
+    the table at the end (``pytest -s``)."""
+    doors = _Doors(tmp_path_factory)
+    yield doors
+    doors.table()
 
 
 @pytest.mark.parametrize("door", list(DOORS))
 def test_every_door_charges_the_trials_whole_span_at_what_the_gpu_drew(door_energies, door):
-    if door not in door_energies:
+    got = door_energies.get_door(door)
+    if got is None:
         pytest.skip(f"the {door} door is not available here")
-    record, ledger = door_energies[door]
+    record, ledger = got
     assert record.reached and record.energy_source == "nvml" and not record.estimated, record
     t, e = whole(record)
     assert record.after_time is not None and record.after_time > 0.4, record  # the save after the target
     assert record.after_energy is not None and record.after_energy > 0.4 * DRAW_W, record
-    assert e == pytest.approx(DRAW_W * t, rel=AGREE), record  # never less energy than its own time allows
+    assert e == pytest.approx(DRAW_W * t, rel=RATIO), record  # never less energy than its own time allows
     if door in LAUNCHED:  # measured from before the launch to after the exit: never less than the process
         assert e >= ledger * (1 - AGREE), (door, e, ledger, record)
     else:
         assert abs(e / ledger - 1) <= AGREE, (door, e, ledger, record)
 
 
+@pytest.mark.parametrize("door", ["run", "exec"])
+def test_a_launched_door_charges_what_a_gpu_with_phases_drew(tmp_path, door):
+    """On a GPU as hard as a real one (idle through the imports, waking for data, training, a lower draw while
+    saving; one counter for every process, 50 ms updates, 25% sampled), a door that reads the counter from before
+    the launch to after the exit charges what it drew over the process, within 5% and the counter's slack: never
+    less, and more only by the idle draw of the moments around the process it also holds."""
+    record, led = run_door_on_a_hard_double(door, tmp_path)
+    t, e = whole(record)
+    assert record.reached and record.energy_source == "nvml" and not record.estimated, record
+    assert e >= led.truth * (1 - AGREE) - led.slack, (e, led, record)
+    assert e <= led.truth * (1 + AGREE) + led.slack + PHASES["idle"] * max(t - led.span, 0.0), (e, led, record)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 46 item 2 (branch energy-doors): a self-measuring door's start-up is extrapolated at the power "
+    "read when its meter opens and called measured; remove this mark once it is measured or labelled estimated",
+)
+@pytest.mark.parametrize("door", ["ask/tell", "Job API"])
+def test_a_self_measuring_door_measures_a_start_up_of_another_draw_or_says_it_estimated(tmp_path, door):
+    """The start-up idles, then wakes (data, CUDA) before the script reads its trial: the power read when its meter
+    opens is not the start-up's. The record is within 5% of what the GPU drew, or says that it estimated."""
+    record, led = run_door_on_a_hard_double(door, tmp_path)
+    _, e = whole(record)
+    assert record.reached, record
+    assert abs(e - led.truth) <= AGREE * led.truth + led.slack or record.estimated, (e, led, record)
+
+
 def test_the_record_says_how_its_window_was_measured(door_energies):
+    for door in DOORS:
+        door_energies.get_door(door)
     windows = {door: r.window for door, (r, _) in door_energies.items()}
     assert windows["run"] == windows["callbacks under run"] == {"by": "launcher", "from": "launch", "to": "exit"}
     assert windows["exec"] == {"by": "agent", "from": "launch", "to": "exit"}

@@ -8,6 +8,7 @@ first record with the ledger of what the double drew over the trial's span (`led
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -33,6 +34,7 @@ class Room:
     tmp: Path
     spec_extra: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    gpu: dict[str, object] = field(default_factory=dict)  # more FAKE_NVML_NODES settings of its GPU
 
 
 def _spec(room: Room, door: str = "trial") -> str:
@@ -53,7 +55,8 @@ run_dir: {room.tmp / "runs"}
 
 def _env(room: Room, **extra: str) -> dict[str, str]:
     nodes = room.tmp / "nodes.json"
-    nodes.write_text(json.dumps({"local": {"gpus": [{"uuid": "GPU-w", "max_mw": 300_000, "draw_w": DRAW_W}]}}))
+    gpu = {"uuid": "GPU-w", "max_mw": 300_000, "draw_w": DRAW_W, **room.gpu}
+    nodes.write_text(json.dumps({"local": {"gpus": [gpu]}}))
     path = os.pathsep.join([*filter(None, [room.env.get("PYTHONPATH")]), str(FAKE_PYNVML), str(helpers.REPO)])
     return {
         **room.env,
@@ -169,3 +172,46 @@ def run_door(name: str, tmp: Path) -> tuple[TrialRecord, float]:
     """The door's first record and its ledger (unit: J)."""
     record = DOORS[name](Room(tmp))
     return record, ledger(tmp, record)
+
+
+#: The hard double's draws (unit: W): idle (imports included), waking for data and CUDA, training, saving.
+PHASES = {"idle": 60.0, "startup": 60.0, "load": 220.0, "train": 250.0, "tail": 120.0}
+#: Its counter's update period (unit: ms) and the share of it sampled (A100/H100: 25%).
+UPDATE_MS, SAMPLE_SHARE = 50.0, 0.25
+
+
+@dataclass(frozen=True)
+class HardLedger:
+    """What a GPU with phases drew over the script's span (`truth`, unit: J; the marks integrated by the double's
+    truth, not by zeus-run), the counter's honest slack (unit: J) and the span (unit: s)."""
+
+    truth: float
+    slack: float
+    span: float
+
+
+def run_door_on_a_hard_double(name: str, tmp: Path) -> tuple[TrialRecord, HardLedger]:
+    """The door's first record on a GPU as hard as a real one (`tests.fake_nvml.GpuTruth`: power by phase from the
+    script's marks, one counter for every process, 50 ms updates, 25% sampled), and its ledger."""
+    import time
+
+    from tests.fake_nvml import GpuTruth
+
+    marks = tmp / "marks.jsonl"
+    boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
+    gpu = {"marks": str(marks), "phases": PHASES, "t0": boot_now - 10.0, "update_ms": UPDATE_MS}
+    gpu["sample_share"] = SAMPLE_SHARE
+    env = {"WINDOW_MARKS": str(marks), "WINDOW_PHASES": json.dumps(PHASES)}
+    record = DOORS[name](Room(tmp, env=env, gpu=gpu))
+    (line,) = (tmp / "ledger.jsonl").read_text().splitlines()
+    span = json.loads(line)
+    exited = tmp / "exited.txt"
+    end = float(exited.read_text()) if exited.exists() else span["end"]
+    to_boot = time.clock_gettime(time.CLOCK_BOOTTIME) - time.time()  # the ledger's Unix times on the marks' clock
+    a, b = span["start"] + to_boot, end + to_boot
+    truth = GpuTruth(marks=str(marks), idle_w=PHASES["idle"])
+    ask_s = (record.window or {}).get("ask_s", 0.0)
+    joules = truth.true_energy(a, b) - ask_s * PHASES["load"]  # an ask in the process is made after the start-up
+    pieces = [w for _, _, w in truth.segments(a, b)]
+    slack = UPDATE_MS / 1000.0 * (max(pieces) + sum(abs(y - x) for x, y in itertools.pairwise(pieces)))
+    return record, HardLedger(joules, slack, b - a - ask_s)

@@ -37,14 +37,22 @@ for epoch in trial.epochs():
     while not os.path.exists({go!r}):
         time.sleep(0.02)
     trial.report(metrics[epoch - 1])
+    if {prints!r}:
+        print(f"epoch {{epoch}} val_acc={{metrics[epoch - 1]}}", flush=True)  # into the launcher's output
 trial.close()
+if {prints!r}:
+    print("saved", flush=True)
+with open({done!r}, "w") as f:
+    f.write("ran to its end")
 """
 
 
-def _spec(tmp_path: Path, metrics: list[float]) -> Path:
+def _spec(tmp_path: Path, metrics: list[float], prints: bool = False) -> Path:
     script = tmp_path / "train.py"
-    pid, go = tmp_path / "pid", tmp_path / "go"
-    script.write_text(SCRIPT.format(repo=str(REPO), pid=str(pid), go=str(go), metrics=metrics))
+    pid, go, done = tmp_path / "pid", tmp_path / "go", tmp_path / "done"
+    script.write_text(
+        SCRIPT.format(repo=str(REPO), pid=str(pid), go=str(go), done=str(done), metrics=metrics, prints=prints)
+    )
     spec = tmp_path / "job.yaml"
     spec.write_text(
         textwrap.dedent(
@@ -95,6 +103,23 @@ def test_a_trial_that_reached_its_target_while_the_launcher_was_dead_is_recorded
     assert "taken over from its event log" in rec["message"], rec["message"]
     audit = zeus("replay", str(tmp_path / "runs"))
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_an_orphan_that_prints_every_epoch_survives_its_launcher_and_is_adopted(tmp_path):
+    """Issue 46, item 4: the script prints each epoch (flushed, as logging to stderr is) into its output; its
+    launcher is killed with SIGKILL in its first epoch. It runs to its end all the same (its output does not
+    need the dead launcher's pipe), and the next trigger records its epochs as reached without running it again."""
+    spec = _spec(tmp_path, [0.5, 0.7, 0.95], prints=True)
+    _orphaned(tmp_path, spec)
+    assert (tmp_path / "done").read_text() == "ran to its end"  # not killed by a broken pipe at its first print
+    r = zeus("run", str(spec), "--no-output")
+    assert r.returncode == 0, r.stderr
+    (rec,) = _records(tmp_path)  # adopted: one record, not an interrupted one and a re-run
+    assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
+    assert rec["epochs"] == 3 and rec["metrics"] == [0.5, 0.7, 0.95]
+    assert "taken over from its event log" in rec["message"], rec["message"]
+    # Charged to its exit (its print and close after the target), the part after the target at the same power.
+    assert rec["after_time"] > 0 and rec["after_energy"] == pytest.approx(100.0 * rec["after_time"], rel=0.01), rec
 
 
 def test_an_orphan_that_did_not_reach_the_target_is_still_interrupted_and_run_again(tmp_path):

@@ -3,7 +3,10 @@
 Put this folder first on ``PYTHONPATH`` and set ``FAKE_NVML_NODES`` to a JSON file
 ``{"<node>": {"gpus": [FakeGpu fields...], "root": bool}}``; the node is ``SLURMD_NODENAME``
 (the fake Slurm sets it), else ``local``. Power follows the limit up to ``draw_w`` (default
-220 W). Every set call is appended to ``FAKE_NVML_LOG`` with the node's name:
+220 W), constant, on a counter of this process's own; a GPU with any of `tests.fake_nvml.TRUTH_FIELDS`
+(``marks``, ``phases``, ``idle_w``, ``t0``, ``sample_share``; ``update_ms`` goes with them) is a
+`tests.fake_nvml.GpuTruth` one instead: one counter shared by every process, power that changes with the
+marks, an update period and power sampled part of the time (the settings: tests/fake_nvml.py's docstring). Every set call is appended to ``FAKE_NVML_LOG`` with the node's name:
 ``["<node>", "limit", index, mW]``.
 """
 
@@ -12,11 +15,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.fake_nvml import TRUTH_FIELDS, FakeGpu, FakeNvml, GpuTruth, boot_clock
 
 _NODE = os.environ.get("SLURMD_NODENAME", "local")
 _CONF = json.loads(Path(os.environ["FAKE_NVML_NODES"]).read_text())[_NODE]
@@ -24,10 +28,16 @@ _CONF = json.loads(Path(os.environ["FAKE_NVML_NODES"]).read_text())[_NODE]
 
 def _gpu(fields: dict) -> FakeGpu:
     draw = float(fields.pop("draw_w", 220.0))
+    if any(k in fields for k in TRUTH_FIELDS):
+        truth = GpuTruth.from_fields(fields, draw)  # takes its settings out of fields
+        return FakeGpu(**fields, truth=truth)
     return FakeGpu(**fields, power_fn=lambda t, limit: min(limit, draw))
 
 
-_FAKE = FakeNvml([_gpu(dict(g)) for g in _CONF["gpus"]], root=bool(_CONF.get("root", True)))
+_GPUS = [_gpu(dict(g)) for g in _CONF["gpus"]]
+#: One clock for every process where a GPU has a shared truth (the boot clock its marks are written on).
+_CLOCK = boot_clock if any(g.truth is not None for g in _GPUS) else time.monotonic
+_FAKE = FakeNvml(_GPUS, root=bool(_CONF.get("root", True)), clock=_CLOCK)
 _LOG = os.environ.get("FAKE_NVML_LOG")
 
 

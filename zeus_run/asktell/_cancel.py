@@ -51,7 +51,7 @@ def cancel(run_dir: str | Path, token: str, reason: str | None = None) -> TrialR
             f"cancelled{f' ({reason})' if reason else ' by the operator'}: the ask from {marker.host or '?'} was "
             "released before its lease ended; an infrastructure failure, not fed to the optimizer and asked again"
         )
-        base = expired_record(s.spec, marker, now)
+        base = expired_record(s.spec, marker, now, s.power())
         provenance = {k: v for k, v in (base.provenance or {}).items() if k != "lease_expired"}
         record = dataclasses.replace(
             base,

@@ -10,7 +10,11 @@ with it (within a fraction of the lease).
 
 An expired ask is recorded as ``infrastructure``: the optimizer does not
 observe it and it does not count against ``max_tries``; the next ask runs its
-recurrence again. Whatever the trial measured stays in its directory.
+recurrence again. It is charged its span, from the ask to its last sign of
+life, as a dead launcher's trial is: the energy imputed from the job's measured
+trials and labelled so (``energy_source: unmeasured``,
+`zeus_run.engine.measure.lease_span`). Whatever the trial measured stays in its
+directory.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import datetime
 from pathlib import Path
 
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, heartbeat_time
+from zeus_run.engine.measure import PowerBasis, lease_span
 from zeus_run.engine.record import marker_record
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.store import read_running
@@ -51,29 +56,48 @@ def has_expired(marker: RunningMarker, default_lease: float, now: float) -> bool
     return last_sign_of_life(marker) + lease < now
 
 
-def expired_record(spec: JobSpec, marker: RunningMarker, now: float) -> TrialRecord:
-    """The record of an ask whose lease ran out: its decision, ``infrastructure``, not observed."""
-    return _expired(spec.name, spec.lease, marker, now)
+def expired_record(spec: JobSpec, marker: RunningMarker, now: float, power: PowerBasis) -> TrialRecord:
+    """The record of an ask whose lease ran out: its decision, ``infrastructure``, not observed, charged its span.
+
+    Args:
+        spec: The job's spec.
+        marker: The ask's marker.
+        now: Unix time (unit: s).
+        power: The job's measured trials' power (what the span's energy is imputed from).
+    """
+    return _expired(spec.name, spec.lease, marker, now, (power, spec.energy.watts, spec.eta))
 
 
-def expired_asks(path: Path, job: str, default_lease: float, now: float) -> list[TrialRecord]:
+def expired_asks(
+    path: Path, job: str, default_lease: float, now: float, charge: tuple[PowerBasis, float, float] | None = None
+) -> list[TrialRecord]:
     """The asks of run directory ``path`` whose lease ran out, as the records an expiry would append.
 
     Read-only (``zeus-run history`` shows them as expired without writing): the next ask, tell or
-    launcher records them.
+    launcher records them. ``charge``: the job's measured power, its spec's ``energy.watts`` and ``eta``, to
+    charge each its span (None: shown without a charge).
     """
     markers = sorted((m for m in read_running(path) or [] if m.asked), key=lambda m: m.trial)
-    return [_expired(job, default_lease, m, now) for m in markers if expires_at(m, default_lease) < now]
+    return [_expired(job, default_lease, m, now, charge) for m in markers if expires_at(m, default_lease) < now]
 
 
-def _expired(job: str, default_lease: float, marker: RunningMarker, now: float) -> TrialRecord:
+def _expired(
+    job: str,
+    default_lease: float,
+    marker: RunningMarker,
+    now: float,
+    charge: tuple[PowerBasis, float, float] | None,
+) -> TrialRecord:
     lease = marker.lease if marker.lease is not None else default_lease
-    quiet = now - last_sign_of_life(marker)
+    last = last_sign_of_life(marker)
+    quiet = now - last
+    spent = None if charge is None else lease_span(marker, *charge, end=last)
     why = (
         f"lease expired: no tell and no heartbeat for {quiet:.0f} s (lease {lease:g} s) after the ask from "
         f"{marker.host or 'an unknown host'}; an infrastructure failure, not fed to the optimizer and asked again"
+        + (spent[2] if spent is not None else "")
     )
-    record = marker_record(job, marker)
+    record = marker_record(job, marker, spent)
     return dataclasses.replace(
         record,
         stop_reason=StopReason.INFRASTRUCTURE,

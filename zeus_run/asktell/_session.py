@@ -133,7 +133,7 @@ class Session:
         out = []
         for m in list(self.asks):
             if has_expired(m, self.spec.lease, t):
-                record = expired_record(self.spec, m, t)
+                record = expired_record(self.spec, m, t, self.power())
                 logger.warning(
                     "recurrence %d try %d (ask from %s): %s", m.recurrence, m.attempt, m.host or "?", record.message
                 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ from zeus_run.asktell._session import Session, open_session, spec_of
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, exit_text, write_heartbeat
 from zeus_run.engine.measure import Measured, meter_of
 from zeus_run.engine.request import request_of
-from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
+from zeus_run.errors import AlreadyTold, LeaseExpired, RunDirError, UnknownToken
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.store import read_running
@@ -284,6 +285,23 @@ def _in_flight(path: Path, token: str) -> tuple[RunningMarker, float]:
 
 
 def _append_durably(path: Path, events: list[dict[str, object]]) -> None:
+    """Append ``events`` to a trial's event log, fsynced.
+
+    Raises:
+        RunDirError: The disk is full (answered as a refusal, as a tell on a full disk is: never a server error).
+    """
+    try:
+        _append(path, events)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise RunDirError(
+            f"Run directory {str(path.parent.parent.parent)!r} is full: {path.name} of {path.parent.name} could "
+            f"not be written ({exc.strerror}). Free some disk space, then report again."
+        ) from None
+
+
+def _append(path: Path, events: list[dict[str, object]]) -> None:
     data = "".join(json.dumps(ev) + "\n" for ev in events).encode()
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     try:

@@ -11,6 +11,7 @@ from zeus_run.cli._common import Format, FormatOption, handle_errors, out_consol
 from zeus_run.views.jobs import many_jobs
 
 if TYPE_CHECKING:
+    from zeus_run.engine.measure import PowerBasis
     from zeus_run.records import TrialRecord
     from zeus_run.rundir.settings import RunSettings
 
@@ -25,7 +26,21 @@ def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]
 
     lease = settings.lease if settings.lease is not None else DEFAULT_LEASE
     job = records[0].job if records else str((settings.raw or {}).get("name") or run_dir.name)
-    return expired_asks(run_dir, job, lease, time.time())
+    return expired_asks(run_dir, job, lease, time.time(), _charge(run_dir, records))
+
+
+def _charge(run_dir: Path, records: list[TrialRecord]) -> tuple[PowerBasis, float, float] | None:
+    """What an expired ask is charged from (the job's measured power, ``energy.watts``, ``eta``), as its expiry
+    will charge it; None where the run directory's spec cannot be read."""
+    from zeus_run.asktell._session import spec_of
+    from zeus_run.engine.measure import PowerBasis
+    from zeus_run.errors import ZeusRunError
+
+    try:
+        spec = spec_of(run_dir)
+    except (ZeusRunError, OSError):
+        return None
+    return PowerBasis.of(records), spec.energy.watts, spec.eta
 
 
 def profile_lines(run_dir: Path) -> list[str]:

@@ -193,3 +193,32 @@ def unwatched_span(
     )
     note = f"; its {span:.1f} s from its launch {how_end} are charged, energy not measured ({how.method})"
     return outcome, how, note
+
+
+def lease_span(
+    marker: RunningMarker, power: PowerBasis, watts: float, eta: float, end: float
+) -> tuple[TrialOutcome, Measurement, str] | None:
+    """What an ask whose lease ran out spent (an evicted pod, a lost client, a tell a full disk lost): its span,
+    from the ask to its trial's last sign of life (``end``), charged as a dead launcher's trial is: no meter's
+    figure reached zeus-run, so its energy is imputed from the job's measured trials (`PowerBasis`), labelled
+    ``unmeasured``. None: the span cannot be told.
+
+    Args:
+        marker: The ask's ``running.json`` marker.
+        power: The job's measured trials' power.
+        watts: The spec's ``energy.watts``.
+        eta: The job's ``eta`` (the outcome's cost).
+        end: Its last sign of life (Unix time, unit: s).
+    """
+    start = marker.asked_at if marker.asked_at is not None else iso_seconds(marker.started_at)
+    if start is None:
+        return None
+    span = end - start
+    if not math.isfinite(span) or span <= 0:
+        return None
+    energy, how, max_power = power.impute(marker.batch_size, span, watts)
+    outcome = TrialOutcome.of(
+        StopReason.INFRASTRUCTURE, max_power=max_power, time=span, energy=energy, eta=eta, cause=None
+    )
+    note = f"; its {span:.1f} s from the ask to its last sign of life are charged, energy not measured ({how.method})"
+    return outcome, how, note

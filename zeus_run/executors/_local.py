@@ -231,6 +231,7 @@ class LocalExecutor(RealExecutor):
             max_power=max_power,
             eta=self.spec.eta,
             after_time=run.after_time,
+            after_energy=basis.impute(req.decision.batch_size, run.after_time, self.spec.energy.watts)[0],
             metrics=run.metrics,
             after_metrics=run.after_metrics or None,
             message=note,

@@ -32,7 +32,9 @@ class OrphanRun:
         after_metrics: Epochs reported after it (none unless the script trains on).
         time: From the trial's start (its launch, else the script's ``start`` event) to the epoch that
             reached the target (unit: s).
-        after_time: From that epoch to the last event of the log (unit: s).
+        after_time: From that epoch to the script's exit: the log's last write (its ``exited`` event, which
+            `zeus_run.train` writes as the process ends), or its last event (unit: s). The save after the target
+            and the exit are the trial's, as under a live launcher.
     """
 
     metrics: tuple[float, ...]
@@ -67,6 +69,10 @@ def finished_orphan(
     if start is None or end is None or end < start:
         return None  # no time to charge
     last = max((ev.time for ev in epochs if ev.time is not None), default=end)
+    try:
+        last = max(last, event_log.stat().st_mtime)  # the exit (the ``exited`` event is the log's last write)
+    except OSError:
+        pass
     return OrphanRun(
         metrics=tuple(ev.metric for ev in epochs[: hit + 1]),
         after_metrics=tuple(ev.metric for ev in epochs[hit + 1 :]),

@@ -18,20 +18,36 @@ its input stays ``/dev/null``). Escape sequences a program sends because it sees
 a terminal (colours, cursor movement) are removed from what zeus-run logs and
 matches (`EscapeFilter`); ``TERM=dumb`` (`zeus_run.trial.launch.PTY_DEFAULTS`)
 asks for none in the first place.
+
+Under a pipe the script does not write into zeus-run's pipe itself but through a relay (GNU ``tee -p
+/dev/null``, a process of its own session that ignores ``SIGPIPE``): while the launcher lives it passes every
+byte on; once the launcher is gone (``kill -9``) it goes on reading and drops the output, so a script that
+prints every epoch runs to its end as one that prints nothing does (its epochs are in its event log, where
+the next trigger adopts them). Without the script's pipe tied to the launcher's life, an orphan does not die
+of ``BrokenPipeError`` at its next print. Where no such ``tee`` is found, the script writes into the pipe.
+A pseudo-terminal ends with the launcher (its other end closes), and so does a script that writes to it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import logging
 import os
 import re
+import shutil
 import struct
 import subprocess
 import termios
 from typing import IO
 
 from zeus_run.contract import STDOUT_MODES
+
+logger = logging.getLogger(__name__)
+
+#: Longest wait for the relay to end once the output ended (unit: s).
+RELAY_WAIT_S = 5.0
 
 #: The terminal's size as the script sees it (rows, columns): wide, so progress bars do not wrap.
 PTY_SIZE = (50, 200)
@@ -82,22 +98,27 @@ class OutputChannel:
         self._master = -1
         self._slave = -1
         self._pipe: IO[bytes] | None = None
+        self._relay: subprocess.Popen[bytes] | None = None
         self.filter = EscapeFilter() if mode == "pty" else None
         if mode == "pty":
             self._master, self._slave = os.openpty()  # both not inheritable; Popen dup2()s the slave
             _raw_output(self._slave)
+        elif (argv := relay_argv()) is not None:
+            self._relay, self._slave = _start_relay(argv)
 
     @property
     def child(self) -> int:
-        """What the script's stdout and stderr are: the pty's terminal end, or a new pipe."""
+        """What the script's stdout and stderr are: the pty's terminal end, the relay's input, or a new pipe."""
         return self._slave if self._slave >= 0 else subprocess.PIPE
 
     def started(self, proc: subprocess.Popen) -> int:
-        """The script started: close the terminal end here (only the script holds it now); the fd to read."""
+        """The script started: close its end here (only the script holds it now); the fd to read."""
         if self.mode == "pipe":
-            assert proc.stdout is not None
-            self._pipe = proc.stdout
-            return proc.stdout.fileno()
+            self._close_slave()
+            source = self._relay.stdout if self._relay is not None else proc.stdout
+            assert source is not None
+            self._pipe = source
+            return source.fileno()
         self._close_slave()
         return self._master
 
@@ -119,12 +140,58 @@ class OutputChannel:
         if self._pipe is not None:
             self._pipe.close()
             self._pipe = None
+        if self._relay is not None:
+            relay, self._relay = self._relay, None
+            if relay.stdout is not None:
+                relay.stdout.close()
+            try:
+                relay.wait(RELAY_WAIT_S)  # it ends at the end of the script's output
+            except subprocess.TimeoutExpired:
+                relay.kill()
+                relay.wait()
 
     def _close_slave(self) -> None:
         if self._slave >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._slave)
             self._slave = -1
+
+
+@functools.cache
+def relay_argv() -> tuple[str, ...] | None:
+    """The relay's command (GNU ``tee -p /dev/null``: it ignores SIGPIPE and goes on reading once its reader is
+    gone), or None where this ``tee`` does not take ``-p`` (BusyBox, BSD)."""
+    tee = shutil.which("tee", path=os.defpath + os.pathsep + os.environ.get("PATH", ""))
+    if tee is None:
+        return None
+    argv = (tee, "-p", os.devnull)
+    try:
+        ok = subprocess.run(argv, input=b"", capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    if not ok:
+        logger.info("no tee that takes -p here: a script's output is piped to zeus-run without a relay")
+    return argv if ok else None
+
+
+def _start_relay(argv: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], int]:
+    """The relay started; the write end of its input (for the script's stdout and stderr)."""
+    read, write = os.pipe()  # both not inheritable; Popen dup2()s the read end
+    try:
+        relay = subprocess.Popen(
+            list(argv),
+            stdin=read,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a signal to the launcher's group is not the relay's
+            bufsize=0,
+        )
+    except OSError:
+        os.close(write)
+        raise
+    finally:
+        os.close(read)
+    return relay, write
 
 
 def _raw_output(fd: int) -> None:
