@@ -215,6 +215,7 @@ class Trial:
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
+        self._count_startup = count_startup
         self._meter, began = PROCESS.open_meter(energy, count_startup)
         #: Told by `zeus-run tell` after this process exits (ask/tell, not the `Job` block nor the server): the
         #: process's exit gets the last reading, its exit code and its last output.
@@ -483,3 +484,7 @@ class Trial:
                 self._fh.close()
                 self._fh = None
         PROCESS.closed(self, carry, None if m is None else (m[0], m[1]))
+        if self.remote is not None and m is not None and self._count_startup:
+            # What the process spends after this close, up to its next ask or its exit, is this trial's too
+            # (`zeus_run.rundir.tails`), as a launcher charges a script to its exit.
+            PROCESS.tail_to(self.remote.tail)

@@ -5,6 +5,11 @@ Put this folder first on ``PYTHONPATH`` and set ``FAKE_NVML_NODES`` to a JSON fi
 (the fake Slurm sets it), else ``local``. Power follows the limit up to ``draw_w`` (default
 220 W). Every set call is appended to ``FAKE_NVML_LOG`` with the node's name:
 ``["<node>", "limit", index, mW]``.
+
+One device, one counter: a GPU's energy counter reads what it drew since ``counter_origin`` (a GPU field, Unix
+time; default: when the ``FAKE_NVML_NODES`` file was last written), so every process on the node reads the same
+counter (a reading ``zeus-run ask`` takes in its process compares with one the script takes in its own), as long
+as its power stays ``draw_w`` (no limit below it).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -22,9 +28,17 @@ _NODE = os.environ.get("SLURMD_NODENAME", "local")
 _CONF = json.loads(Path(os.environ["FAKE_NVML_NODES"]).read_text())[_NODE]
 
 
+_ORIGIN = os.stat(os.environ["FAKE_NVML_NODES"]).st_mtime
+
+
 def _gpu(fields: dict) -> FakeGpu:
     draw = float(fields.pop("draw_w", 220.0))
-    return FakeGpu(**fields, power_fn=lambda t, limit: min(limit, draw))
+    origin = float(fields.pop("counter_origin", _ORIGIN))
+    gpu = FakeGpu(**fields, power_fn=lambda t, limit: min(limit, draw))
+    if "energy_mj" not in fields:  # the device's counter since the origin: the same in every process
+        gpu._t = time.monotonic()  # the clock `FakeNvml` advances the counter on
+        gpu.energy_mj = min(gpu.limit_mw / 1000.0, draw) * max(time.time() - origin, 0.0) * 1000.0
+    return gpu
 
 
 _FAKE = FakeNvml([_gpu(dict(g)) for g in _CONF["gpus"]], root=bool(_CONF.get("root", True)))

@@ -50,6 +50,12 @@ METRICS = {
         Metric("zeus_run_recurrences_total", "counter", "Recurrences that ended, by outcome (reached)."),
         Metric("zeus_run_recurrences_open", "gauge", "Recurrences started that have not reached the target (yet)."),
         Metric("zeus_run_energy_joules_total", "counter", "Energy of every trial."),
+        Metric(
+            "zeus_run_estimated_energy_joules_total",
+            "counter",
+            "The part of zeus_run_energy_joules_total that is an estimate, not a measurement (the CPU estimate, an "
+            "imputed energy, a self-measuring script's estimated start-up).",
+        ),
         Metric("zeus_run_time_seconds_total", "counter", "Training time of every trial."),
         Metric(
             "zeus_run_cost_joules_total",
@@ -161,6 +167,7 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     add("zeus_run_recurrences_total", reached, outcome="reached")
     add("zeus_run_recurrences_open", len(rows) - reached)
     add("zeus_run_energy_joules_total", s.total_energy)
+    add("zeus_run_estimated_energy_joules_total", sum(r.estimated_joules for r in job.records))
     add("zeus_run_time_seconds_total", s.total_time)
     add("zeus_run_cost_joules_total", s.total_cost)
     acc = job.accounting

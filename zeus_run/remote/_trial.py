@@ -150,6 +150,11 @@ class RemoteTrial:
             lambda: self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
         )
 
+    def tail(self, time_s: float, energy_j: float, to: str) -> None:
+        """Tell the server what this process spent after the trial's finish, up to its next ask or its exit
+        (``to``): appended to the trial's record (`zeus_run.rundir.tails`)."""
+        self.client.tail(self.job, self.token, time_s, energy_j, to)
+
     def _tell(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         """Send the tell; None where the server already has it (a retry) or no longer knows the trial."""
         try:
