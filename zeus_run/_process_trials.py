@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from zeus_run.contract import Env, exit_watch, process_start_time, watch_exit
 
 if TYPE_CHECKING:
+    from zeus_run._tail_watch import Watcher
     from zeus_run.energy import EnergySource, SelfMeter
     from zeus_run.energy._self import Carry
     from zeus_run.train import Trial
@@ -115,6 +116,8 @@ class ProcessTrials:
         self.ask_cpu_s = 0.0
         #: Where the tail of the last trial told in this process goes (`tail_to`; None: no such trial).
         self.tail: Callable[[float, float, str], None] | None = None
+        #: The watcher that measures that tail to this process's exit, from outside it (None: none).
+        self.watcher: Watcher | None = None
         self._pid = os.getpid()  # a child forked from this process runs these hooks at its exit too: not its trials
         self._hooked = False
         self._lock = threading.Lock()
@@ -135,17 +138,45 @@ class ProcessTrials:
                 self.ask_s += time.monotonic() - t
                 self.ask_cpu_s += _cpu_seconds() - cpu
 
-    def tail_to(self, send: Callable[[float, float, str], None]) -> None:
+    def tail_to(
+        self, send: Callable[[float, float, str], None], orders: dict | None = None, env: dict | None = None
+    ) -> None:
         """The trial this process just told itself (closed, then told) has its tail sent by ``send(time s, energy J,
-        to)``, at this process's next ask (``to="next-ask"``) or its exit (``"exit"``), measured on the meter it
-        handed on."""
+        to)``: from now (the tell is zeus-run's work, not the trial's) to this process's next ask (``to="next-ask"``)
+        or its exit (``"exit"``), measured on the meter it handed on. Where the meter has a device counter and ``orders`` say where the tail goes (``run_dir`` and
+        ``token``, or ``server``, ``job`` and ``token``; ``env``: what the watcher needs besides), a watcher
+        outside the process measures it to the moment the process is gone (`zeus_run._tail_watch`)."""
         with self._lock:
-            self.tail = send if self.carry is not None else None
+            carry = self.carry
+            self.tail = send if carry is not None else None
+            self._stop_watcher()
+            if carry is None:
+                return
+            try:  # the tail starts now: the tell before it was zeus-run's own work, as a launcher's tell is
+                carry.at, carry.energy, carry.counter = time.time(), carry.source.read(), carry.source.counter()
+            except Exception as exc:  # a device error: the tail goes on from the close
+                logger.info("could not read the energy after the tell (%s); the tail counts from the close", exc)
+            if orders is None or carry.counter is None or os.getpid() != self._pid:
+                return
+            from zeus_run import _tail_watch
+
+            full = {**orders, "pid": os.getpid(), "fields": carry.fields, "at": carry.at, "counter": carry.counter}
+            self.watcher = _tail_watch.start(full, env)
+
+    def _stop_watcher(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
 
     def settle(self, to: str) -> None:
         """Send the last told trial's tail: from its close's last reading to now (`tail_to`); the carried meter
         then goes on from here, so the next trial starts where the tail ends."""
         with self._lock:
+            if to == "exit" and self.watcher is not None and self.watcher.ready():
+                self.watcher.leave()  # it measures the tail to the moment this process is gone, and sends it
+                self.watcher, self.tail = None, None
+                return
+            self._stop_watcher()
             send, carry, self.tail = self.tail, self.carry, None
             if send is None or carry is None:
                 return
@@ -222,6 +253,7 @@ class ProcessTrials:
             self.closed_at = time.time()
             self.ask_s = self.ask_cpu_s = 0.0
             self.tail = None  # its own tail is set once it is told (`tail_to`)
+            self._stop_watcher()
 
     def at_exit(self) -> None:
         """The process is exiting: each trial told after the exit gets its last reading, its exit code and, if it

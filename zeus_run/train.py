@@ -487,4 +487,6 @@ class Trial:
         if self.remote is not None and m is not None and self._count_startup:
             # What the process spends after this close, up to its next ask or its exit, is this trial's too
             # (`zeus_run.rundir.tails`), as a launcher charges a script to its exit.
-            PROCESS.tail_to(self.remote.tail)
+            client = self.remote.client
+            orders = {"server": client.url, "job": self.remote.job, "token": self.remote.token}
+            PROCESS.tail_to(self.remote.tail, orders, {Env.SERVER_TOKEN: client._token} if client._token else None)

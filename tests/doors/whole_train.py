@@ -9,7 +9,8 @@ exits. ``$WHOLE_TIMES`` is ``start,epoch,after`` in seconds.
 Its ledger (``$WHOLE_LEDGER``, one JSON line written by the last exit hook) is the test's own truth, taken
 without zeus-run: ``start``, the process's start from ``/proc/self/stat`` and ``/proc/uptime``; per trial,
 ``ask_begin`` and ``ask_end``, wall clocks around the calls that ask zeus-run for it in this process (none for
-a trial the environment names) and ``told``, the wall clock after its tell.
+a trial the environment names), ``tell_begin`` and ``told``, wall clocks before and after its tell (the end of
+the `Job` block, `Trial.close`).
 
 ``--door``: ``trial`` (`zeus_run.train.Trial.from_env`: run, exec, a shell's ask/tell, a server when
 ``ZEUS_SERVER`` is set), ``job`` (`zeus_run.Job` on ``--spec``), ``driver`` (what the framework callbacks do,
@@ -71,9 +72,7 @@ def main() -> None:
 
     time.sleep(max(LEDGER["start"] + start - time.time(), 0.0))  # start-up: imports, data, CUDA
     job = None
-    for k in range(args.trials):
-        if k:
-            time.sleep(0.3)  # the next trial's data
+    for _ in range(args.trials):
         entry: dict = {"ask_begin": time.time()}
         LEDGER["trials"].append(entry)
         if args.door == "job":
@@ -83,6 +82,7 @@ def main() -> None:
             entry["ask_end"] = time.time()
             with asked as trial:
                 train(trial, epoch_s, args.reach)
+                entry["tell_begin"] = time.time()  # the block's end tells
         elif args.door == "driver":
             driver = zeus_run.integrations._driver.Driver(default_metric="accuracy")
             entry["ask_end"] = time.time()
@@ -90,11 +90,13 @@ def main() -> None:
                 time.sleep(epoch_s)
                 if driver.evaluated({"accuracy": 0.95 if epoch >= args.reach else 0.5}):
                     break
+            entry["tell_begin"] = time.time()
             driver.close()  # on_train_end
         else:
             trial = zeus_run.train.Trial.from_env(batch_size=8, max_epochs=6, target_metric=0.9)
             entry["ask_end"] = time.time()
             train(trial, epoch_s, args.reach)
+            entry["tell_begin"] = time.time()
             trial.close()
         entry["told"] = time.time()
         time.sleep(after)  # saving, evaluating, tearing down: after the tell, still this trial's

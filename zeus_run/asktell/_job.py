@@ -133,7 +133,8 @@ class AskedTrial:
         if measured is not None and self.job.count_startup:
             # What this process spends after the block (saving, evaluating, tearing down), up to its next ask or
             # its exit, is this trial's too, as a launcher charges a script to its exit (`zeus_run.rundir.tails`).
-            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token))
+            orders = {"run_dir": str(Path(run_dir).absolute()), "token": token}
+            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token), orders)
         # None: an exception raised in the block goes on after it is recorded
 
 

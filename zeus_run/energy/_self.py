@@ -92,6 +92,8 @@ class Carry:
         at: When it was last read (Unix time, unit: s).
         energy: What it read then (its cumulative energy, unit: J).
         at_ask: Whether it was last read at this process's next ask (the previous trial's tail ended there).
+        counter: The device's own counter then (`EnergySource.counter`; None: the source has none), where a
+            watcher outside the process goes on from (`zeus_run._tail_watch`).
     """
 
     fields: dict[str, Any]
@@ -99,6 +101,7 @@ class Carry:
     at: float
     energy: float
     at_ask: bool = False
+    counter: float | None = None
 
     def close(self) -> None:
         self.source.track(None)
@@ -198,7 +201,8 @@ class SelfMeter:
 
     def handover(self) -> Carry:
         """End this trial's window and hand the open source to the process's next trial (`Carry`)."""
-        return Carry(self._fields, self.source, time.time(), self.source.read())
+        at, energy = time.time(), self.source.read()
+        return Carry(self._fields, self.source, at, energy, counter=self.source.counter())
 
     def close(self) -> None:
         self.source.track(None)
