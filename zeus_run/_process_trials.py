@@ -116,8 +116,10 @@ class ProcessTrials:
         self.ask_cpu_s = 0.0
         #: Where the tail of the last trial told in this process goes (`tail_to`; None: no such trial).
         self.tail: Callable[[float, float, str], None] | None = None
-        #: The watcher that measures that tail to this process's exit, from outside it (None: none).
+        #: The watcher that measures a tail to this process's exit, from outside it (None: none), and whether it
+        #: holds the last told trial's tail.
         self.watcher: Watcher | None = None
+        self.watched = False
         self._pid = os.getpid()  # a child forked from this process runs these hooks at its exit too: not its trials
         self._hooked = False
         self._lock = threading.Lock()
@@ -138,45 +140,41 @@ class ProcessTrials:
                 self.ask_s += time.monotonic() - t
                 self.ask_cpu_s += _cpu_seconds() - cpu
 
-    def tail_to(
-        self, send: Callable[[float, float, str], None], orders: dict | None = None, env: dict | None = None
-    ) -> None:
+    def tail_to(self, send: Callable[[float, float, str], None], orders: dict | None = None) -> None:
         """The trial this process just told itself (closed, then told) has its tail sent by ``send(time s, energy J,
         to)``: from now (the tell is zeus-run's work, not the trial's) to this process's next ask (``to="next-ask"``)
-        or its exit (``"exit"``), measured on the meter it handed on. Where the meter has a device counter and ``orders`` say where the tail goes (``run_dir`` and
-        ``token``, or ``server``, ``job`` and ``token``; ``env``: what the watcher needs besides), a watcher
-        outside the process measures it to the moment the process is gone (`zeus_run._tail_watch`)."""
+        or its exit (``"exit"``), measured on the meter it handed on. Where ``orders`` say where the tail goes
+        (``run_dir`` and ``token``, or ``server``, ``job`` and ``token``) and this process's watcher reads the same
+        device counter, the watcher measures a tail to the exit, to the moment the process is gone
+        (`zeus_run._tail_watch`)."""
         with self._lock:
             carry = self.carry
             self.tail = send if carry is not None else None
-            self._stop_watcher()
+            self._cancel_watch()
             if carry is None:
                 return
             try:  # the tail starts now: the tell before it was zeus-run's own work, as a launcher's tell is
                 carry.at, carry.energy, carry.counter = time.time(), carry.source.read(), carry.source.counter()
             except Exception as exc:  # a device error: the tail goes on from the close
                 logger.info("could not read the energy after the tell (%s); the tail counts from the close", exc)
-            if orders is None or carry.counter is None or os.getpid() != self._pid:
+            w = self.watcher
+            if orders is None or carry.counter is None or w is None or w.fields != carry.fields:
                 return
-            from zeus_run import _tail_watch
+            self.watched = w.order({**orders, "at": carry.at, "counter": carry.counter})
 
-            full = {**orders, "pid": os.getpid(), "fields": carry.fields, "at": carry.at, "counter": carry.counter}
-            self.watcher = _tail_watch.start(full, env)
-
-    def _stop_watcher(self) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
+    def _cancel_watch(self) -> None:
+        if self.watched and self.watcher is not None:
+            self.watcher.order({})
+        self.watched = False
 
     def settle(self, to: str) -> None:
         """Send the last told trial's tail: from its close's last reading to now (`tail_to`); the carried meter
         then goes on from here, so the next trial starts where the tail ends."""
         with self._lock:
-            if to == "exit" and self.watcher is not None and self.watcher.ready():
-                self.watcher.leave()  # it measures the tail to the moment this process is gone, and sends it
-                self.watcher, self.tail = None, None
+            if to == "exit" and self.watched and self.watcher is not None and self.watcher.ready():
+                self.tail = None  # the watcher measures it to the moment this process is gone, and sends it
                 return
-            self._stop_watcher()
+            self._cancel_watch()
             send, carry, self.tail = self.tail, self.carry, None
             if send is None or carry is None:
                 return
@@ -237,6 +235,11 @@ class ProcessTrials:
                 self.open.append(trial)
             elif trial.event_log:
                 self.launched.add(trial.event_log)
+            meter = trial._meter
+            if trial._tail_here and meter is not None and self.watcher is None and os.getpid() == self._pid:
+                from zeus_run import _tail_watch  # a process that tells its trials: its exit watched from outside
+
+                self.watcher = _tail_watch.start(meter._fields, trial._watch_env())
             if not self._hooked:
                 self._hooked = True
                 atexit.register(self.at_exit)
@@ -253,7 +256,7 @@ class ProcessTrials:
             self.closed_at = time.time()
             self.ask_s = self.ask_cpu_s = 0.0
             self.tail = None  # its own tail is set once it is told (`tail_to`)
-            self._stop_watcher()
+            self._cancel_watch()
 
     def at_exit(self) -> None:
         """The process is exiting: each trial told after the exit gets its last reading, its exit code and, if it

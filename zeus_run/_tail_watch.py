@@ -3,14 +3,17 @@
 A process that tells its trial itself (the `zeus_run.Job` block, the server's client) may exit after the tell; its
 interpreter's teardown after its last exit hook (freeing CUDA, joining threads, unloading modules: seconds with
 ``torch``) is the trial's, as a launcher charges a script to its exit, and no hook inside the process can read
-it. So, once the trial is told, the process starts this watcher (`start`), which opens the same energy source, says
-it is ready, waits for the process to be gone, reads the device's counter (`zeus_run.energy.EnergySource.counter`:
-the same in every process on the host) and appends the tail from the tell's last reading to then
-(`zeus_run.rundir.tails`: to the run directory, or to the server). Where the process asks for its next trial
-instead, it stops the watcher and records the tail itself (`zeus_run._process_trials.ProcessTrials.settle`).
+it. So when such a process opens its first trial it starts this watcher (`start`), which opens the same energy
+source and says it is ready. Once a trial is told, the process sends it the tail's start (`Watcher.order`: the
+time and the device's counter, `zeus_run.energy.EnergySource.counter`, the same in every process on the host)
+and where the tail goes; at the process's next ask it cancels the order and records the tail itself
+(`zeus_run._process_trials.ProcessTrials.settle`). When the process is gone (its end of the pipe closes, or its
+pid is gone), the watcher reads the counter and appends the tail of the order it holds
+(`zeus_run.rundir.tails`: to the run directory, or to the server).
 
-Run as ``python -m zeus_run._tail_watch`` with ``ZEUS_TAIL_WATCH`` (JSON: ``pid``, ``fields``, ``at``,
-``counter``, ``run_dir`` or ``server`` and ``job``, ``token``).
+Run as ``python -m zeus_run._tail_watch`` with ``ZEUS_TAIL_WATCH`` (JSON: ``pid``, ``fields``); orders on its
+standard input, one JSON line each (``at``, ``counter``, ``token``, and ``run_dir`` or ``server`` and ``job``;
+``{}``: none).
 """
 
 from __future__ import annotations
@@ -33,10 +36,15 @@ POLL_S = 0.01
 
 
 class Watcher:
-    """A started watcher: its process and the pipe on which it says it is ready."""
+    """A started watcher: its process, and the pipes on which it says it is ready and takes its orders.
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    Attributes:
+        fields: The energy settings it measures with.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], fields: dict[str, Any]) -> None:
         self.proc = proc
+        self.fields = fields
         self._ready = False
 
     def ready(self) -> bool:
@@ -53,36 +61,44 @@ class Watcher:
                 self._ready = out.readline().strip() == b"ready"
         return self._ready
 
-    def leave(self) -> None:
-        """Let it go on alone (the process exits now)."""
-        with contextlib.suppress(OSError):
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
+    def order(self, orders: dict[str, Any]) -> bool:
+        """Send the tail it measures at the exit (``{}``: none); False where it is gone."""
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(orders) + "\n").encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError, AssertionError):
+            return False
+        return True
 
     def stop(self) -> None:
-        """Stop it (the process records the tail itself)."""
+        """Stop it (the process records its tails itself from now on)."""
         with contextlib.suppress(OSError):
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             self.proc.wait(timeout=5)
-        self.leave()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
 
 
-def start(orders: dict[str, Any], env: dict[str, str] | None = None) -> Watcher | None:
-    """Start a watcher with ``orders`` (see the module docstring); None where it cannot be started."""
+def start(fields: dict[str, Any], env: dict[str, str] | None = None) -> Watcher | None:
+    """Start a watcher of this process measuring with ``fields`` (``env``: what it needs besides this process's
+    environment, e.g. the server's token); None where it cannot be started."""
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "zeus_run._tail_watch"],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, **(env or {}), ORDERS: json.dumps(orders)},
+            env={**os.environ, **(env or {}), ORDERS: json.dumps({"pid": os.getpid(), "fields": fields})},
             start_new_session=True,
         )
     except OSError as exc:
-        logger.info("could not start the watcher of this trial's exit (%s): its tail ends at the exit hook", exc)
+        logger.info("could not start the watcher of this process's exit (%s): a tail ends at its exit hook", exc)
         return None
-    return Watcher(proc)
+    return Watcher(proc, fields)
 
 
 def _alive(pid: int) -> bool:
@@ -112,22 +128,37 @@ def _deliver(orders: dict[str, Any], spent: tuple[float, float]) -> None:
 
 
 def main() -> int:
-    orders = json.loads(os.environ.pop(ORDERS))
+    import select
+
+    setup = json.loads(os.environ.pop(ORDERS))
     from zeus_run.energy import open_energy_source
     from zeus_run.energy._self import _fields, _settings
 
-    source = open_energy_source(_settings(_fields(orders["fields"])))
+    source = open_energy_source(_settings(_fields(setup["fields"])))
     if source.counter() is None:
         return 1
     sys.stdout.write("ready\n")
     sys.stdout.flush()
-    pid = int(orders["pid"])
-    while _alive(pid):
-        time.sleep(POLL_S)
+    pid, orders, pending = int(setup["pid"]), {}, b""
+    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    fd = stdin.fileno()
+    while True:
+        readable = select.select([fd], [], [], POLL_S)[0]
+        if readable:
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the process is gone (its end of the pipe closed)
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    orders = json.loads(line)
+        elif not _alive(pid):
+            break
     now, counter = time.time(), source.counter()
     source.close()
-    if counter is None:
-        return 1
+    if counter is None or not orders.get("token"):
+        return 0
     spent = (max(now - float(orders["at"]), 0.0), max(counter - float(orders["counter"]), 0.0))
     _deliver(orders, spent)
     return 0
