@@ -236,7 +236,13 @@ class ProcessTrials:
             elif trial.event_log:
                 self.launched.add(trial.event_log)
             meter = trial._meter
-            if trial._tail_here and meter is not None and self.watcher is None and os.getpid() == self._pid:
+            if (
+                trial._tail_here
+                and meter is not None
+                and self.watcher is None
+                and os.getpid() == self._pid
+                and _has_counter(meter.source)
+            ):
                 from zeus_run import _tail_watch  # a process that tells its trials: its exit watched from outside
 
                 self.watcher = _tail_watch.start(meter._fields, trial._watch_env())
@@ -303,6 +309,14 @@ def _power(source: EnergySource, reading: tuple[float, float, dict] | tuple[floa
     except Exception:  # a device error at exit
         watts = None
     return watts if watts is not None else (reading[1] / reading[0] if reading[0] > 0 else None)
+
+
+def _has_counter(source: EnergySource) -> bool:
+    """Whether ``source`` reads a device counter a watcher in another process can read too."""
+    try:
+        return source.counter() is not None
+    except Exception:  # a device error: no watcher
+        return False
 
 
 def _cpu_seconds() -> float:
