@@ -61,7 +61,7 @@ class Job:
     """
 
     def __init__(
-        self, spec: str | Path | None = None, *, run_dir: str | Path | None = None, count_startup: bool = True
+        self, spec: str | Path | None = None, *, run_dir: str | Path | None = None, count_startup: bool | None = None
     ) -> None:
         if spec is None and run_dir is None:
             raise UsageError("Job needs a job spec (Job('job.yaml')) or a run directory (Job(run_dir=...)).")
