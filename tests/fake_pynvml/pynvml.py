@@ -6,10 +6,10 @@ Put this folder first on ``PYTHONPATH`` and set ``FAKE_NVML_NODES`` to a JSON fi
 220 W). Every set call is appended to ``FAKE_NVML_LOG`` with the node's name:
 ``["<node>", "limit", index, mW]``.
 
-One device, one counter: a GPU's energy counter reads what it drew since ``counter_origin`` (a GPU field, Unix
-time; default: when the ``FAKE_NVML_NODES`` file was last written), so every process on the node reads the same
-counter (a reading ``zeus-run ask`` takes in its process compares with one the script takes in its own), as long
-as its power stays ``draw_w`` (no limit below it).
+One device, one counter: a GPU's energy counter reads what it drew since ``counter_origin`` (a GPU field, in
+``CLOCK_MONOTONIC`` seconds, the same in every process and unmoved when the wall clock jumps; default 0: since
+boot), so every process on the node reads the same counter (a reading ``zeus-run ask`` takes in its process
+compares with one the script takes in its own), as long as its power stays ``draw_w`` (no limit below it).
 """
 
 from __future__ import annotations
@@ -28,16 +28,13 @@ _NODE = os.environ.get("SLURMD_NODENAME", "local")
 _CONF = json.loads(Path(os.environ["FAKE_NVML_NODES"]).read_text())[_NODE]
 
 
-_ORIGIN = os.stat(os.environ["FAKE_NVML_NODES"]).st_mtime
-
-
 def _gpu(fields: dict) -> FakeGpu:
     draw = float(fields.pop("draw_w", 220.0))
-    origin = float(fields.pop("counter_origin", _ORIGIN))
+    origin = float(fields.pop("counter_origin", 0.0))
     gpu = FakeGpu(**fields, power_fn=lambda t, limit: min(limit, draw))
     if "energy_mj" not in fields:  # the device's counter since the origin: the same in every process
         gpu._t = time.monotonic()  # the clock `FakeNvml` advances the counter on
-        gpu.energy_mj = min(gpu.limit_mw / 1000.0, draw) * max(time.time() - origin, 0.0) * 1000.0
+        gpu.energy_mj = min(gpu.limit_mw / 1000.0, draw) * max(gpu._t - origin, 0.0) * 1000.0
     return gpu
 
 
