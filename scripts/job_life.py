@@ -57,8 +57,8 @@ draw, 90-160 W) and exits (idle again; the harness marks idle before each night)
 writes to the ledger file first thing) to its exit (seen by the harness through a pidfd), and what the GPU
 drew over it, the marks integrated by the harness's own code (`Marks`; neither zeus-run's nor the double's).
 A script that asks and tells zeus-run from inside its own process (the Job API, the server's client) also
-writes when its ask began and ended and when its tell returned, by its own clock: its span leaves the ask
-out (zeus-run's work, as ``run``'s decision before its script starts) and ends at the tell.
+writes when its ask began and ended and when its tell began and returned, by its own clock: its span leaves
+the ask and the tell out (zeus-run's work, as ``run``'s decision and tell are) and runs to its exit.
 
 **Invariants**, checked after every night (each violation: night, door, trial, expected, seen):
 
@@ -368,6 +368,7 @@ class Run:
     ask_s: float = 0.0  # an ask made inside this process (the Job API, the server's client): zeus-run's work
     ask_at: tuple[float, float] | None = None  # that ask's start and end (seconds since boot)
     told: float | None = None  # a tell made inside this process returned (seconds since boot)
+    telling: float | None = None  # and when it began
 
     @property
     def key(self) -> tuple[int, int] | None:
@@ -382,11 +383,12 @@ class Run:
     @property
     def span(self) -> float | None:
         """What every door must charge: the process from start to exit; for a process that asked and told
-        zeus-run itself, less its ask and ending at its tell (both measured by the script's own clock)."""
+        zeus-run itself, less its ask and its tell (both measured by the script's own clock): what it does
+        after the tell is the trial's tail (issue 46)."""
         if self.ended is None:
             return None
-        end = self.told if self.told is not None else self.ended
-        return end - self.start - self.ask_s
+        tell_s = self.told - self.telling if self.told is not None and self.telling is not None else 0.0
+        return self.ended - self.start - self.ask_s - max(tell_s, 0.0)
 
     @property
     def alive(self) -> bool:
@@ -481,6 +483,8 @@ class Ledger:
             run.ask_at = (float(ev["t0"]), float(ev["t"]))
         elif ev["event"] == "told":
             run.told = float(ev["t"])
+        elif ev["event"] == "telling":
+            run.telling = float(ev["t"])
         elif ev["event"] == "exit":
             run.exit_line, run.exit_code = float(ev["t"]), ev.get("exit_code")
             run.reached, run.error = ev.get("reached"), ev.get("error")
@@ -1655,7 +1659,7 @@ def measure(record: dict, run: Run, truth: float | Draw, powers: Sequence[float]
     tail = run.exit_seen - run.exit_line if run.exit_seen is not None and run.exit_line is not None else None
     of = f", {tail:.2f} s of it after the script's last statement" if tail is not None else ""
     if run.told is not None:  # asked and told from inside the process
-        of = f", less its ask ({run.ask_s:.2f} s), to its tell"
+        of = f", less its ask ({run.ask_s:.2f} s) and its tell"
     how = f"{r.get('stop_reason')}, {r.get('energy_source')}/{r.get('energy_method')}"
     imputed = r.get("energy_source") == "unmeasured"
     seen_t = total(r, "time")

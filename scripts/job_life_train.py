@@ -14,9 +14,9 @@ It keeps the harness's own ledger, independent of zeus-run's measurements: one J
 and one at exit (``exit``: ``CLOCK_BOOTTIME`` at its last statement, its exit code), appended to
 ``$JOB_LIFE_LEDGER``, plus a ``trial`` line naming the recurrence and try zeus-run gave it. Where it asks
 and tells zeus-run from inside its own process (the ``Job`` API, the server's client), it also writes
-``asked`` (the ask's start and end) and ``told`` (once the tell returned): the harness leaves the ask out
-(zeus-run's work, as ``run``'s decision, made before its script starts, is not charged either) and ends
-the span at the tell (a record cannot hold what happens after it is written). Neither
+``asked`` (the ask's start and end), ``telling`` and ``told`` (the tell's start and end): the harness leaves
+the ask and the tell out (zeus-run's work, as ``run``'s decision and tell are not charged either) and runs
+the span to the exit (what the process does after its tell is the trial's tail: issue 46). Neither
 clock moves when the wall clock jumps. The harness integrates the marks over the span.
 
 Modes:
@@ -183,7 +183,8 @@ def main() -> int:
             ident = {"recurrence": a.recurrence, "attempt": a.attempt, "trial_dir": a.trial_dir.name}
             with asked as trial:
                 done = _train(trial, ledger, ident)
-            ledger.write("told", t=_now())  # the record was written: nothing after it can be in it
+                ledger.write("telling", t=_now())  # the block's end tells: zeus-run's work, as run's tell is
+            ledger.write("told", t=_now())  # what the process does after this is the trial's tail
         else:
             from zeus_run.train import Trial
 
@@ -197,8 +198,10 @@ def main() -> int:
             else:
                 ident = _ident_from_env()
             done = _train(trial, ledger, ident)
+            telling = _now()
             trial.close()
             if trial.remote is not None:
+                ledger.write("telling", t=telling)
                 ledger.write("told", t=_now())
     except BaseException as exc:
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1

@@ -211,13 +211,13 @@ def test_the_training_script_writes_its_span_to_the_ledger(tmp_path):
     assert end["t"] - start["t"] >= train.STARTUP + train.REACH[64] * train.EPOCH_S[64] + train.SAVE
 
 
-def test_a_process_that_asked_and_told_itself_is_charged_without_its_ask_and_up_to_its_tell():
+def test_a_process_that_asked_and_told_itself_is_charged_to_its_exit_without_its_ask_and_its_tell():
     r = run(1, 1, start=100.0, span=4.0)
-    r.ask_s, r.told = 0.3, 103.5  # asked for 0.3 s; the tell returned 0.5 s before it exited
-    assert r.span == pytest.approx(3.5 - 0.3)
-    assert jl.measure(record(1, 1, 0, energy=640.0, time=3.2), r, 200) == []
-    (e, _) = jl.measure(record(1, 1, 0, energy=800.0, time=4.0), r, 200)  # the whole process: too much
-    assert "less its ask (0.30 s), to its tell" in e.expected
+    r.ask_s, r.telling, r.told = 0.3, 103.3, 103.5  # asked for 0.3 s; its tell took 0.2 s, 0.5 s before its exit
+    assert r.span == pytest.approx(4.0 - 0.3 - 0.2)  # what it did after the tell is the trial's tail (issue 46)
+    assert jl.measure(record(1, 1, 0, energy=700.0, time=3.5), r, 200) == []
+    (e, _) = jl.measure(record(1, 1, 0, energy=600.0, time=3.0), r, 200)  # up to its tell only: too little
+    assert "less its ask (0.30 s) and its tell" in e.expected
 
 
 def test_only_a_lease_expired_on_a_full_disk_night_counts_as_a_measurement_the_disk_lost():

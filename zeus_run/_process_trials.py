@@ -1,9 +1,11 @@
 """A training process's trials as one measurement (standard library only; `zeus_run.train` uses it).
 
 A process that measures itself (`zeus_run.energy.SelfMeter`) charges each of its trials the span a launcher
-charges a script: the first from the process's start, each later one from the end of the one before, on the
+charges a script: the first from the process's start, each later one from the process's ask for it, on the
 source the one before handed on (`zeus_run.energy._self.Carry`), less the time the process spent asking
-zeus-run for it (`asking`). At the process's exit, each trial that is told after the exit (a plain ask/tell)
+zeus-run for it (`asking`). A trial the process told itself (the `Job` block, the server's client) is charged
+what the process spent after the tell, up to that next ask or the process's exit: its tail, appended for its
+record (`zeus_run.rundir.tails`; `ProcessTrials.tail_to`). At the process's exit, each trial that is told after the exit (a plain ask/tell)
 gets its last reading, its exit code and, if it failed, its last output (`zeus_run.contract.ExitWatch`), in an
 ``end`` event of its event log. One object per process: `PROCESS`.
 """
@@ -22,9 +24,10 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from zeus_run.contract import exit_watch, process_start_time, watch_exit
+from zeus_run.contract import Env, exit_watch, process_start_time, watch_exit
 
 if TYPE_CHECKING:
+    from zeus_run._tail_watch import Watcher
     from zeus_run.energy import EnergySource, SelfMeter
     from zeus_run.energy._self import Carry
     from zeus_run.train import Trial
@@ -111,6 +114,12 @@ class ProcessTrials:
         #: and the CPU time of those asks (unit: s).
         self.ask_s = 0.0
         self.ask_cpu_s = 0.0
+        #: Where the tail of the last trial told in this process goes (`tail_to`; None: no such trial).
+        self.tail: Callable[[float, float, str], None] | None = None
+        #: The watcher that measures a tail to this process's exit, from outside it (None: none), and whether it
+        #: holds the last told trial's tail.
+        self.watcher: Watcher | None = None
+        self.watched = False
         self._pid = os.getpid()  # a child forked from this process runs these hooks at its exit too: not its trials
         self._hooked = False
         self._lock = threading.Lock()
@@ -123,12 +132,64 @@ class ProcessTrials:
     def asking(self) -> Iterator[None]:
         """Time spent in here is zeus-run's own (an ask made in this process), not its next trial's."""
         t, cpu = time.monotonic(), _cpu_seconds()
+        self.settle("next-ask")  # the last trial told here ends where this ask begins
         try:
             yield
         finally:
             with self._lock:
                 self.ask_s += time.monotonic() - t
                 self.ask_cpu_s += _cpu_seconds() - cpu
+
+    def tail_to(self, send: Callable[[float, float, str], None], orders: dict | None = None) -> None:
+        """The trial this process just told itself (closed, then told) has its tail sent by ``send(time s, energy J,
+        to)``: from now (the tell is zeus-run's work, not the trial's) to this process's next ask (``to="next-ask"``)
+        or its exit (``"exit"``), measured on the meter it handed on. Where ``orders`` say where the tail goes
+        (``run_dir`` and ``token``, or ``server``, ``job`` and ``token``) and this process's watcher reads the same
+        device counter, the watcher measures a tail to the exit, to the moment the process is gone
+        (`zeus_run._tail_watch`)."""
+        with self._lock:
+            carry = self.carry
+            self.tail = send if carry is not None else None
+            self._cancel_watch()
+            if carry is None:
+                return
+            try:  # the tail starts now: the tell before it was zeus-run's own work, as a launcher's tell is
+                carry.at, carry.energy, carry.counter = time.time(), carry.source.read(), carry.source.counter()
+            except Exception as exc:  # a device error: the tail goes on from the close
+                logger.info("could not read the energy after the tell (%s); the tail counts from the close", exc)
+            w = self.watcher
+            if orders is None or carry.counter is None or w is None or w.fields != carry.fields:
+                return
+            self.watched = w.order({**orders, "at": carry.at, "counter": carry.counter})
+
+    def _cancel_watch(self) -> None:
+        if self.watched and self.watcher is not None:
+            self.watcher.order({})
+        self.watched = False
+
+    def settle(self, to: str) -> None:
+        """Send the last told trial's tail: from its close's last reading to now (`tail_to`); the carried meter
+        then goes on from here, so the next trial starts where the tail ends."""
+        with self._lock:
+            if to == "exit" and self.watched and self.watcher is not None and self.watcher.ready():
+                self.tail = None  # the watcher measures it to the moment this process is gone, and sends it
+                return
+            self._cancel_watch()
+            send, carry, self.tail = self.tail, self.carry, None
+            if send is None or carry is None:
+                return
+            try:
+                now, energy = time.time(), carry.source.read()
+            except Exception as exc:  # a device error: the tail is not measured; the next trial goes on from the close
+                logger.warning("could not read the energy after the last trial's tell (%s): its tail is lost", exc)
+                return
+            spent = (max(now - carry.at, 0.0), max(energy - carry.energy, 0.0))
+            carry.at, carry.energy, carry.at_ask = now, energy, to == "next-ask"
+            self.closed_at = now
+        try:
+            send(*spent, to)
+        except Exception as exc:  # zeus-run's own bookkeeping: never the script's failure
+            logger.warning("could not record the last trial's %.1f s after its tell: %s", spent[0], exc)
 
     def take_ask(self) -> tuple[float, float]:
         """The time and CPU time this process spent asking since its last trial closed (units: s)."""
@@ -146,7 +207,12 @@ class ProcessTrials:
         if energy is not None:
             from zeus_run.energy import SelfMeter  # only now: importing `zeus_run.train` stays standard-library only
 
-            meter = SelfMeter(energy, began, carry, *ask)
+            at_ask = None
+            if carry is None and began is not None:  # a shell's `zeus-run ask` on this host read the counter
+                from zeus_run.energy._self import parse_ask_reading
+
+                at_ask = parse_ask_reading(os.environ.get(Env.ASK_ENERGY))
+            meter = SelfMeter(energy, began, carry, *ask, at_ask=at_ask)
             extended = float(meter.window.get("extended_s") or 0.0)
             if extended > STARTUP_WARN_S:
                 logger.warning(
@@ -169,6 +235,17 @@ class ProcessTrials:
                 self.open.append(trial)
             elif trial.event_log:
                 self.launched.add(trial.event_log)
+            meter = trial._meter
+            if (
+                trial._tail_here
+                and meter is not None
+                and self.watcher is None
+                and os.getpid() == self._pid
+                and _has_counter(meter.source)
+            ):
+                from zeus_run import _tail_watch  # a process that tells its trials: its exit watched from outside
+
+                self.watcher = _tail_watch.start(meter._fields, trial._watch_env())
             if not self._hooked:
                 self._hooked = True
                 atexit.register(self.at_exit)
@@ -184,12 +261,15 @@ class ProcessTrials:
                 self.last = (trial, *reading) if trial._told_after_exit and reading is not None else None
             self.closed_at = time.time()
             self.ask_s = self.ask_cpu_s = 0.0
+            self.tail = None  # its own tail is set once it is told (`tail_to`)
+            self._cancel_watch()
 
     def at_exit(self) -> None:
         """The process is exiting: each trial told after the exit gets its last reading, its exit code and, if it
         failed, its last output (`zeus_run.contract.ExitWatch`)."""
         if os.getpid() != self._pid:
             return
+        self.settle("exit")
         watch = exit_watch()
         code, output = watch.code(), watch.output()
         with self._lock:
@@ -229,6 +309,14 @@ def _power(source: EnergySource, reading: tuple[float, float, dict] | tuple[floa
     except Exception:  # a device error at exit
         watts = None
     return watts if watts is not None else (reading[1] / reading[0] if reading[0] > 0 else None)
+
+
+def _has_counter(source: EnergySource) -> bool:
+    """Whether ``source`` reads a device counter a watcher in another process can read too."""
+    try:
+        return source.counter() is not None
+    except Exception:  # a device error: no watcher
+        return False
 
 
 def _cpu_seconds() -> float:

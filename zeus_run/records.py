@@ -32,6 +32,7 @@ OPTIONAL_FIELDS = (
     "window",
     "warm",
     "oom",
+    *("estimated_energy", "estimated_share"),
 )
 
 #: How a real trial's process ended (``TrialRecord.ended``).
@@ -127,6 +128,11 @@ class TrialRecord:
             start-up a script charged before it could read its meter (``extended_s``, ``extended_j`` and
             ``extended_at``: ``power-at-start``, ``cpu-time``...; `zeus_run.energy.SelfMeter`). None: not
             said (an unmeasured or simulated trial, or recorded before windows were).
+        estimated_energy: The part of ``energy`` + ``after_energy`` that was estimated, not measured (unit: J): the
+            start-up of a script that measured itself before its meter could read the counter (``window``'s
+            ``extended_j``; `zeus_run.energy.SelfMeter`). None: nothing estimated (or recorded before this was said).
+            Where set, ``estimated`` is true.
+        estimated_share: ``estimated_energy`` over the trial's whole energy (``energy`` + ``after_energy``).
         warm: The fingerprint (``sha256:...``) of the warm start's source its decision was taken with
             (``optimizer.warm_from``; the run directory keeps a copy: `zeus_run.engine.warm`); None: a
             cold start.
@@ -187,6 +193,9 @@ class TrialRecord:
     warm: str | None = None
     oom: bool | None = None
 
+    estimated_energy: float | None = None
+    estimated_share: float | None = None
+
     def __post_init__(self) -> None:
         if not isinstance(self.stop_reason, StopReason):  # a plain string (tests, old callers)
             object.__setattr__(self, "stop_reason", StopReason.parse(self.stop_reason))
@@ -195,6 +204,14 @@ class TrialRecord:
     def epochs_timed(self) -> bool:
         """Whether each epoch was measured when it ended (not read in one burst at the exit: ``epoch_timing``)."""
         return self.epoch_timing is None
+
+    @property
+    def estimated_joules(self) -> float:
+        """The part of ``energy`` that is an estimate (unit: J): all of it for an estimate whole, the estimated
+        start-up (``estimated_energy``, at most ``energy``) for a measured one, else 0."""
+        if self.estimated_energy is not None:
+            return min(self.estimated_energy, self.energy)
+        return self.energy if self.estimated and math.isfinite(self.energy) else 0.0
 
     @property
     def spent_cost(self) -> float:

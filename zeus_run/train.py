@@ -215,6 +215,10 @@ class Trial:
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
+        self._count_startup = count_startup
+        #: Told in this process (the `Job` block, the server's client), with its process's life counted: what the
+        #: process spends after the tell is this trial's tail (`zeus_run._process_trials.ProcessTrials.tail_to`).
+        self._tail_here = count_startup and energy is not None and (remote is not None or told_in_process)
         self._meter, began = PROCESS.open_meter(energy, count_startup)
         #: Told by `zeus-run tell` after this process exits (ask/tell, not the `Job` block nor the server): the
         #: process's exit gets the last reading, its exit code and its last output.
@@ -239,6 +243,11 @@ class Trial:
                 target=self._beat, args=(heartbeat_file, interval), name="zeus-run lease", daemon=True
             )
             self._beater.start()
+
+    def _watch_env(self) -> dict[str, str] | None:
+        """What the watcher of this process's exit needs besides its environment: the server's token."""
+        token = self.remote.client._token if self.remote is not None else None
+        return {Env.SERVER_TOKEN: token} if token else None
 
     def _beat(self, path: str, interval: float) -> None:
         due = 0.0
@@ -483,6 +492,11 @@ class Trial:
                 self._fh.close()
                 self._fh = None
         PROCESS.closed(self, carry, None if m is None else (m[0], m[1]))
+        if self.remote is not None and m is not None and self._count_startup:
+            # What the process spends after this close, up to its next ask or its exit, is this trial's too
+            # (`zeus_run.rundir.tails`), as a launcher charges a script to its exit.
+            orders = {"server": self.remote.client.url, "job": self.remote.job, "token": self.remote.token}
+            PROCESS.tail_to(self.remote.tail, orders)
 
 
 def _open_append(path: str) -> TextIO:

@@ -45,8 +45,9 @@ def test_a_stop_reason_is_its_string_in_json_and_text():
 
 
 def test_names_of_the_contract():
-    assert "ZEUS_BATCH_SIZE" in Env.names() and "ZEUS_TRIAL_TOKEN" in Env.names() and len(Env.names()) == 25 + 7
+    assert "ZEUS_BATCH_SIZE" in Env.names() and "ZEUS_TRIAL_TOKEN" in Env.names() and len(Env.names()) == 25 + 8
     assert {"ZEUS_RUN_DIR", "ZEUS_ASK_TOKEN", "ZEUS_HEARTBEAT", "ZEUS_LEASE", "ZEUS_METRIC_NAME"} <= set(Env.names())
+    assert "ZEUS_ASK_ENERGY" in Env.names()  # the counter a shell's ask read, for the script's start-up
     assert {"ZEUS_ENERGY", "ZEUS_TIMEOUT"} <= set(Env.names())  # the training side measures and stops alike
     server = {Env.SERVER, Env.SERVER_TOKEN, Env.SERVER_TOKEN_FILE, Env.SERVER_JOB, Env.SERVER_TRIAL, Env.SERVER_SPEC}
     assert server <= set(Env.names()) and all(n.startswith("ZEUS_SERVER") for n in server)  # the server's six

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +198,17 @@ def door_server(tmp: Path, fail: str = "", trials: int = 3) -> list[TrialRecord]
     for _ in range(trials):
         sh(f"{PYTHON} {SCRIPT}{args}", tmp, **env)
     return [TrialRecord.from_json(r) for r in client.history(job)]
+
+
+def with_tails(read: Callable[[], list[TrialRecord]], n: int) -> list[TrialRecord]:
+    """The records once ``n`` of them have their tail after the tell (a process that told its trials itself:
+    the last one's lands when the watcher sees the process gone, after the shell did): waited for, never timed
+    (past `DOOR_TIMEOUT`, what was read: the assertions say what is missing)."""
+    deadline = time.monotonic() + DOOR_TIMEOUT
+    while True:
+        records = read()
+        if len(records) >= n and all(r.window and "tail_s" in r.window for r in records[:n]):
+            return records
+        if time.monotonic() > deadline:
+            return records
+        time.sleep(0.05)

@@ -72,7 +72,9 @@ def test_every_door_charges_the_trials_whole_span_at_what_the_gpu_drew(door_ener
     if got is None:
         pytest.skip(f"the {door} door is not available here")
     record, ledger = got
-    assert record.reached and record.energy_source == "nvml" and not record.estimated, record
+    assert record.reached and record.energy_source == "nvml", record
+    # A script that asked for its trial itself estimated its start-up and says so (issue 46); the rest measured it.
+    assert record.estimated == (door in ("Job API", "server client")), record
     t, e = whole(record)
     assert record.after_time is not None and record.after_time > 0.4, record  # the save after the target
     assert record.after_energy is not None and record.after_energy > 0.4 * DRAW_W, record
@@ -117,21 +119,33 @@ def test_the_record_says_how_its_window_was_measured(door_energies):
     windows = {door: r.window for door, (r, _) in door_energies.items()}
     assert windows["run"] == windows["callbacks under run"] == {"by": "launcher", "from": "launch", "to": "exit"}
     assert windows["exec"] == {"by": "agent", "from": "launch", "to": "exit"}
-    for door, to in (("ask/tell", "exit"), ("callbacks under ask/tell", "exit"), ("Job API", "close")):
+    for door in ("ask/tell", "callbacks under ask/tell"):  # start-up measured from the counter read at the ask
+        w = windows[door]
+        assert w is not None and (w["by"], w["from"], w["to"], w["start"]) == (
+            "script",
+            "process-start",
+            "exit",
+            "ask-counter",
+        ), (door, w)
+        assert "extended_j" not in w, (door, w)
+    for door in ("Job API", "server client"):  # it asked for itself: its start-up is estimated, its tail measured
         w = windows[door]
         assert w is not None and (w["by"], w["from"], w["to"], w["extended_at"]) == (
             "script",
             "process-start",
-            to,
+            "exit",
             "power-at-start",
         ), (door, w)
         assert w["extended_s"] >= 1.4 and w["extended_j"] == pytest.approx(DRAW_W * w["extended_s"], rel=0.01)
+        assert w["tail_s"] > 0, (door, w)
     assert windows["Job API"]["ask_s"] > 0  # its own ask, in its process, is not the trial's
 
 
-def test_a_process_that_runs_trial_after_trial_charges_each_from_the_end_of_the_one_before(tmp_path):
-    """The `Job` API running two trials in one process: the second's window opens where the first closed, on the
-    same open counter (measured, not extended), less its own ask; its energy is what the double drew meanwhile."""
+def test_a_process_that_runs_trial_after_trial_charges_each_from_its_ask(tmp_path):
+    """The `Job` API running two trials in one process: the first's part ends at the second's ask (what it did
+    between, loading the next trial's data, is its tail), the second's window opens at its ask, on the same open
+    counter (measured, not extended), less the ask itself; its energy is what the double drew meanwhile
+    (tests/doors/test_whole_process.py checks each part against the double's own clock)."""
     import json
 
     from tests.doors import helpers
@@ -140,16 +154,21 @@ def test_a_process_that_runs_trial_after_trial_charges_each_from_the_end_of_the_
     room = Room(tmp_path, env={"WINDOW_TIMES": "0.5,0.3,0.3"})
     spec, run_dir = _setup(room)
     _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec} --trials 2", room)
-    first, second = helpers.history(run_dir)
+    first, second = helpers.with_tails(lambda: helpers.history(run_dir), 2)
     (line,) = (tmp_path / "ledger.jsonl").read_text().splitlines()
     trials = json.loads(line)["trials"]
     assert first.window is not None and first.window["from"] == "process-start", first.window
-    assert second.window is not None and second.window["from"] == "previous-trial", second.window
-    assert "extended_s" not in second.window  # measured from the first trial's last reading
+    assert first.window["to"] == "next-ask" and first.window["tail_s"] >= 0.5, first.window  # the next one's data
+    assert second.window is not None and second.window["from"] == "ask", second.window
+    assert "extended_s" not in second.window  # measured from the reading at its ask
     assert 0 <= second.window["ask_s"] <= trials[1]["asking_s"] + 0.01, (second.window, trials)
-    span = trials[1]["end"] - trials[0]["end"] - second.window["ask_s"]
-    t, e = whole(second)
-    assert t == pytest.approx(span, rel=AGREE) and e == pytest.approx(DRAW_W * span, rel=AGREE), (second, span)
+    # Both trials together: the second block's end less the first's, less the second's ask, plus the second's tail
+    span = trials[1]["end"] - trials[0]["end"] - second.window["ask_s"] + second.window["tail_s"]
+    both_t = first.window["tail_s"] + whole(second)[0]
+    assert both_t == pytest.approx(span, rel=AGREE), (first, second, span)
+    for r in (first, second):
+        t, e = whole(r)
+        assert e == pytest.approx(DRAW_W * t, rel=AGREE), r
 
 
 @pytest.mark.frameworks

@@ -106,8 +106,8 @@ def _exec(room: Room) -> TrialRecord:
 
 def _job(room: Room) -> TrialRecord:
     spec, run_dir = _setup(room)
-    _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec}", room)
-    return helpers.history(run_dir)[0]
+    _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec}\ndate +%s.%N > exited.txt", room)
+    return helpers.with_tails(lambda: helpers.history(run_dir), 1)[0]  # its tail to the exit, measured outside it
 
 
 #: The server door's job name, and its run directory under the server's root (`server_run_dir`).
@@ -129,8 +129,8 @@ def _server(room: Room) -> TrialRecord:
         client = server.client()
         client.register(SERVER_JOB, spec.read_text())
         env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: SERVER_JOB}
-        _sh(f"{helpers.PYTHON} {SCRIPT}", room, **env)
-        return TrialRecord.from_json(client.history(SERVER_JOB)[0])
+        _sh(f"{helpers.PYTHON} {SCRIPT}\ndate +%s.%N > exited.txt", room, **env)
+        return helpers.with_tails(lambda: [TrialRecord.from_json(r) for r in client.history(SERVER_JOB)], 1)[0]
     finally:
         server.stop()
 
@@ -152,9 +152,9 @@ def whole(r: TrialRecord) -> tuple[float, float]:
 
 
 def ledger(tmp: Path, record: TrialRecord) -> float:
-    """What the double drew over the trial's span (the script's own ledger: its start to its last exit hook, or to
-    the close where it tells in its process; to the moment its shell saw it gone where one did), less zeus-run's
-    own ask in the process that the record leaves out (unit: J)."""
+    """What the double drew over the trial's span (the script's own ledger: its start to its last exit hook; to the
+    moment its shell saw it gone where one did: every door but ``run``'s and ``exec``'s), less zeus-run's own ask
+    in the process that the record leaves out (unit: J)."""
     (line,) = (tmp / "ledger.jsonl").read_text().splitlines()
     span = json.loads(line)
     exited = tmp / "exited.txt"

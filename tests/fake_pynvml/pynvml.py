@@ -8,6 +8,11 @@ Put this folder first on ``PYTHONPATH`` and set ``FAKE_NVML_NODES`` to a JSON fi
 `tests.fake_nvml.GpuTruth` one instead: one counter shared by every process, power that changes with the
 marks, an update period and power sampled part of the time (the settings: tests/fake_nvml.py's docstring). Every set call is appended to ``FAKE_NVML_LOG`` with the node's name:
 ``["<node>", "limit", index, mW]``.
+
+One device, one counter: a GPU's energy counter reads what it drew since ``counter_origin`` (a GPU field, in
+``CLOCK_MONOTONIC`` seconds, the same in every process and unmoved when the wall clock jumps; default 0: since
+boot), so every process on the node reads the same counter (a reading ``zeus-run ask`` takes in its process
+compares with one the script takes in its own), as long as its power stays ``draw_w`` (no limit below it).
 """
 
 from __future__ import annotations
@@ -31,7 +36,12 @@ def _gpu(fields: dict) -> FakeGpu:
     if any(k in fields for k in TRUTH_FIELDS):
         truth = GpuTruth.from_fields(fields, draw)  # takes its settings out of fields
         return FakeGpu(**fields, truth=truth)
-    return FakeGpu(**fields, power_fn=lambda t, limit: min(limit, draw))
+    origin = float(fields.pop("counter_origin", 0.0))
+    gpu = FakeGpu(**fields, power_fn=lambda t, limit: min(limit, draw))
+    if "energy_mj" not in fields:  # the device's counter since the origin: the same in every process
+        gpu._t = time.monotonic()  # the clock `FakeNvml` advances the counter on
+        gpu.energy_mj = min(gpu.limit_mw / 1000.0, draw) * max(gpu._t - origin, 0.0) * 1000.0
+    return gpu
 
 
 _GPUS = [_gpu(dict(g)) for g in _CONF["gpus"]]

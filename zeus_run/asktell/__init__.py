@@ -21,7 +21,7 @@ from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._cancel import cancel
 from zeus_run.asktell._exec import Target, exit_code_of, run_ask, target_of
 from zeus_run.asktell._job import AskedTrial, Job
-from zeus_run.asktell._tell import expire, heartbeat, report_epoch, tell
+from zeus_run.asktell._tell import expire, heartbeat, report_epoch, tell, tell_tail
 from zeus_run.engine.measure import Measured
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
 
@@ -43,4 +43,5 @@ __all__ = [
     "run_ask",
     "target_of",
     "tell",
+    "tell_tail",
 ]

@@ -27,6 +27,7 @@ from zeus_run.asktell._lease import expires_at
 from zeus_run.asktell._session import Session, open_session, resolve_job
 from zeus_run.contract import ASK_EXECUTOR, Env, RunningMarker, TrialFiles
 from zeus_run.energy import EstimatedEnergy
+from zeus_run.energy._self import ask_reading
 from zeus_run.engine.position import position
 from zeus_run.engine.save import TrialSaver, live_exports
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy, RunDirError
@@ -247,6 +248,10 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_pl
         Env.HEARTBEAT: str(heartbeat),
         Env.LEASE: repr(lease),
     }
+    if write_plan:  # a script started from here (a shell's ask/tell) measures its start-up from this reading
+        reading = ask_reading(dataclasses.asdict(spec.energy))
+        if reading is not None:
+            extra[Env.ASK_ENERGY] = json.dumps(reading, separators=(",", ":"))
     plan = dataclasses.replace(
         prepared.plan, trial=dataclasses.replace(prepared.plan.trial, env={**prepared.plan.trial.env, **extra})
     )

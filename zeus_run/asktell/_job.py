@@ -12,9 +12,12 @@ crash with its message, and goes on. While the block runs, the `Trial` renews
 the ask's lease and measures energy in this process (the spec's energy source:
 NVML, RAPL or the estimate on its ``energy.basis``, `zeus_run.energy.SelfMeter`)
 over the span a launcher would charge: the first trial of the process from the
-process's start (its imports included), each later one from the end of the one
-before, up to the end of the block (``Job(..., count_startup=False)``: from the
-block's start, for a long-lived process such as a notebook);
+process's start (its imports included), each later one from its ask, up to the
+end of the block, where it is told; what the process spends after the block
+(saving, evaluating, tearing down) up to its next ask or its exit is appended to
+the trial's record then (``after_time``, ``after_energy``: `zeus_run.rundir.tails`).
+In an interactive process (a notebook) or with ``Job(..., count_startup=False)``,
+each trial is its block alone;
 the launcher's stop rule (`zeus_run.trial.stop`) asks it to stop when the next
 epoch would push the cost past the ask's threshold
 (`zeus_run.train.Trial.should_stop` turns true).
@@ -23,14 +26,16 @@ epoch would push the cost past the ask's threshold
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import sys
 from pathlib import Path
 from types import TracebackType
 
-from zeus_run._process_trials import asking
+from zeus_run._process_trials import PROCESS, asking
 from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._session import resolve_job
-from zeus_run.asktell._tell import tell
+from zeus_run.asktell._tell import tell, tell_tail
 from zeus_run.contract import TrialFiles, exit_status, exit_watch
 from zeus_run.engine.measure import Measured
 from zeus_run.errors import UsageError
@@ -47,13 +52,16 @@ class Job:
     Args:
         spec: The job spec (YAML), or None with ``run_dir``.
         run_dir: The run directory (default: the spec's ``run_dir``).
-        count_startup: Charge each trial from the end of this process's previous trial, the first from the
-            process's start, as a launcher charges a script from its launch (False: from the ``with`` block's
-            start, for a process that lives on between trials, e.g. a notebook).
+        count_startup: Charge this process's whole life to its trials, as a launcher charges a script from its
+            launch to its exit: the first trial from the process's start, each later one from its ask, and each
+            trial what the process spends after its block up to the next ask or the exit. False: each trial from
+            its ``with`` block's start to its end, for a process that lives on between trials (a notebook, a
+            service). None (the default): False in an interactive process (a notebook, a REPL:
+            `interactive`), else True.
     """
 
     def __init__(
-        self, spec: str | Path | None = None, *, run_dir: str | Path | None = None, count_startup: bool = True
+        self, spec: str | Path | None = None, *, run_dir: str | Path | None = None, count_startup: bool | None = None
     ) -> None:
         if spec is None and run_dir is None:
             raise UsageError("Job needs a job spec (Job('job.yaml')) or a run directory (Job(run_dir=...)).")
@@ -64,7 +72,7 @@ class Job:
             self.spec, self.run_dir = resolve_job(self._job, self._run_dir)
         #: The record the last ``with job.ask()`` block told (None before one ended).
         self.record: TrialRecord | None = None
-        self.count_startup = count_startup
+        self.count_startup = not interactive() if count_startup is None else count_startup
 
     def ask(self, host: str | None = None) -> AskedTrial:
         """Reserve the next trial; use the result in a ``with`` block (see the module docstring).
@@ -120,8 +128,24 @@ class AskedTrial:
             if m is not None:
                 measured = Measured.of(*m)
         code, message = _failure(exc)
-        self.job.record = tell(self.asked.run_dir, self.asked.token, exit_code=code, message=message, measured=measured)
+        run_dir, token = self.asked.run_dir, self.asked.token
+        self.job.record = tell(run_dir, token, exit_code=code, message=message, measured=measured)
+        if measured is not None and self.job.count_startup:
+            # What this process spends after the block (saving, evaluating, tearing down), up to its next ask or
+            # its exit, is this trial's too, as a launcher charges a script to its exit (`zeus_run.rundir.tails`).
+            orders = {"run_dir": str(Path(run_dir).absolute()), "token": token}
+            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token), orders)
         # None: an exception raised in the block goes on after it is recorded
+
+
+def interactive() -> bool:
+    """Whether this process is interactive (a Jupyter kernel, IPython, ``python -i``, a REPL): it lived before its
+    first trial for reasons of its own, so that life is not charged to it."""
+    if "ipykernel" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
+        return True
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    return callable(get) and get() is not None
 
 
 def _failure(exc: BaseException | None) -> tuple[int | None, str | None]:

@@ -42,6 +42,7 @@ from zeus_run.errors import AlreadyTold, LeaseExpired, RunDirError, UnknownToken
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.store import read_running
+from zeus_run.rundir.tails import append_tail
 from zeus_run.trial.events import EpochEvent, EventLogTail
 from zeus_run.trial.log import log_tail
 
@@ -113,6 +114,18 @@ def tell(
         if compact:
             _compact(Path(marker.trial_dir or ""))
         return record
+
+
+def tell_tail(run_dir: str | Path, token: str, time: float, energy: float, to: str) -> None:
+    """Append what a told trial's process spent after its tell, up to its next ask (``to="next-ask"``) or its
+    exit (``"exit"``): attached to the trial's record as the history is read (`zeus_run.rundir.tails`); no lock
+    (one appended line), and no decision reads it.
+
+    Raises:
+        ValueError: A figure is negative or not finite, or ``to`` is unknown.
+        OSError: The file cannot be written.
+    """
+    append_tail(run_dir, token, time, energy, to)
 
 
 def heartbeat(run_dir: str | Path, token: str) -> float:

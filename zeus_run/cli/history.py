@@ -141,6 +141,11 @@ def history_command(
                 f"cost={r.cost:.1f} J metrics={list(r.metrics)}"
                 + (f" exit={r.exit_code} ended={r.ended}" if r.ended else "")
                 + (f" after={r.after_time:.2f}s" if r.after_time else "")
+                + (
+                    f" ~estimated={r.estimated_energy:.0f}J({r.estimated_share or 0:.0%})"
+                    if r.estimated_energy is not None
+                    else ""
+                )
                 + (f" reason={reason!r}" if reason else ""),
                 markup=False,
             )

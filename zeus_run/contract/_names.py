@@ -42,6 +42,9 @@ class Env:
     ASK_TOKEN = "ZEUS_ASK_TOKEN"
     #: Ask/tell: the file whose rewriting renews the ask's lease, and the lease (unit: s).
     HEARTBEAT = "ZEUS_HEARTBEAT"
+    #: The energy counter as ``zeus-run ask`` read it (JSON: ``at``, ``energy``, ``source``, ``host``, ``gpus``):
+    #: a script on the same host measures its start-up from it (`zeus_run.energy.SelfMeter`).
+    ASK_ENERGY = "ZEUS_ASK_ENERGY"
     LEASE = "ZEUS_LEASE"
     #: The batch-size server (``zeus-run serve``) a training pod talks to, e.g. ``http://zeus:7787``
     #: (`zeus_run.remote`); with it the `zeus_run.train.Trial` helper asks the server for its trial.

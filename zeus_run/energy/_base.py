@@ -49,6 +49,12 @@ class EnergySource(ABC):
         """
         return None
 
+    def counter(self) -> float | None:
+        """The devices' own cumulative energy counter now (unit: J), the same in every process on the host (NVML's
+        total energy since the driver loaded), so that a reading in one process compares with one in another;
+        None where the source has none (an estimate, power sampling)."""
+        return None
+
     def track(self, cpu_seconds: Callable[[], float] | None) -> None:
         """Tell the source how to read the CPU time of the trial now running (None: none runs).
 

@@ -212,6 +212,15 @@ class NvmlEnergy(EnergySource):
             total += self._sampler.energy_j()
         return total
 
+    def counter(self) -> float | None:
+        """The GPUs' total energy counters, summed (unit: J); None where one has no counter."""
+        if not all(g.has_counter for g in self.gpus):
+            return None
+        try:
+            return sum(g.gpu.energy_mj() for g in self.gpus) / 1000.0
+        except Exception:  # a device error: no reading
+            return None
+
     def power(self) -> float | None:
         """The job's GPUs' power draw now (NVML's power reading; unit: W), None if a GPU cannot report it."""
         try:

@@ -7,17 +7,22 @@ same sources (`open_energy_source`: NVML, RAPL, the estimate on the spec's
 ``energy.basis``), over the same span, so that every trial of a job is measured alike:
 
 * **The window opens** when the process started (``/proc/self/stat``), or, in a process that runs
-  trial after trial (the server's client, the `Job` API), when its previous trial ended. The meter
-  can read its source only once the script reaches `zeus_run.train.Trial` (after ``import torch``,
-  the data, CUDA's start); the time before is charged
+  trial after trial (the server's client, the `Job` API), at its ask (the previous trial's part ends
+  there: `zeus_run._process_trials`). The meter can read its source only once the script reaches
+  `zeus_run.train.Trial` (after ``import torch``, the data, CUDA's start); the time before is charged
   - from the previous trial's last reading of the same source, where there is one (`Carry`: measured,
     the counter's difference);
-  - else at the power the source reads when the meter opens (NVML's power draw; the estimate's
-    ``watts``, or this process's CPU time on the ``cpu-time`` basis; a source without a power reading,
-    RAPL, is sampled for `POWER_SAMPLE_S`). The start-up of a training script runs before it uses
-    the GPU, and so does this reading.
-* **The window closes** at the process's exit (`zeus_run.train` writes a last reading there), or where
-  the process tells its trial itself (the end of the `Job` block, the server's client's finish).
+  - from the reading ``zeus-run ask`` took of the same counter on the same host before the process
+    started (``ZEUS_ASK_ENERGY``, a shell ask/tell: measured, ``start: ask-counter``), the counter's
+    difference in the share of the span since the ask that the process lived;
+  - else it is **estimated** (the record says so: ``estimated``, ``estimated_energy``,
+    ``estimated_share``): at the power the source reads when the meter opens, before the trial's work
+    starts (NVML's power draw; the estimate's ``watts``, or this process's CPU time on the ``cpu-time``
+    basis; a source without a power reading, RAPL, is sampled for `POWER_SAMPLE_S`).
+* **The window closes** at the process's exit (`zeus_run.train` writes a last reading there), or, in a process
+  that tells its trial itself (the end of the `Job` block, the server's client's finish), at the tell, and
+  what the process spends after it (saving, evaluating, tearing down) is appended to the trial's record
+  when the process asks for its next trial or exits (`zeus_run.rundir.tails`).
 
 * **zeus-run's own work is not the trial's**: where the process asks for its trial itself (the `Job` API,
   the server's client), the time of that ask is left out of the window (``ask_s``), as a launcher's ask,
@@ -29,7 +34,9 @@ same sources (`open_energy_source`: NVML, RAPL, the estimate on the spec's
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,12 +91,17 @@ class Carry:
         source: The open source.
         at: When it was last read (Unix time, unit: s).
         energy: What it read then (its cumulative energy, unit: J).
+        at_ask: Whether it was last read at this process's next ask (the previous trial's tail ended there).
+        counter: The device's own counter then (`EnergySource.counter`; None: the source has none), where a
+            watcher outside the process goes on from (`zeus_run._tail_watch`).
     """
 
     fields: dict[str, Any]
     source: EnergySource
     at: float
     energy: float
+    at_ask: bool = False
+    counter: float | None = None
 
     def close(self) -> None:
         self.source.track(None)
@@ -108,6 +120,8 @@ class SelfMeter:
             source goes on, and the time since its last reading is measured, not extended.
         ask_s: Seconds of the window this process spent asking zeus-run for the trial: not charged.
         ask_cpu_s: The CPU time of that ask (unit: s), left out of a start-up charged by CPU time.
+        at_ask: The counter as ``zeus-run ask`` read it (`ask_reading`; ``ZEUS_ASK_ENERGY``): with the same
+            source on this host, taken before ``since``, the start-up is measured from it.
     """
 
     def __init__(
@@ -117,6 +131,7 @@ class SelfMeter:
         carry: Carry | None = None,
         ask_s: float = 0.0,
         ask_cpu_s: float = 0.0,
+        at_ask: Mapping[str, Any] | None = None,
     ) -> None:
         from zeus_run.energy import open_energy_source
 
@@ -138,13 +153,20 @@ class SelfMeter:
             self._pre_t = max(span - ask_s, 0.0)
             share = self._pre_t / span if span > 0 else 1.0  # the ask's share of the counter's difference left out
             self._pre_e = max(self._e0 - carry.energy, 0.0) * share
-            self.window["from"] = "previous-trial"
+            self.window["from"] = "ask" if carry.at_ask else "previous-trial"
         elif since is not None:
             self._pre_t = max(opened - since - ask_s, 0.0)
-            self._pre_e, how = self._start_up(self._pre_t, ask_cpu_s)
-            self.window.update(
-                {"from": "process-start", "extended_s": self._pre_t, "extended_j": self._pre_e, "extended_at": how}
-            )
+            asked = _same_counter(at_ask, self.source, self._fields, since)
+            if asked is not None:  # the counter read at the ask, on this host, before this process started
+                span = max(opened - asked[0], 0.0)
+                share = min(self._pre_t / span, 1.0) if span > 0 else 1.0  # the process's part of the span
+                self._pre_e = max(asked[2] - asked[1], 0.0) * share
+                self.window.update({"from": "process-start", "start": "ask-counter"})
+            else:
+                self._pre_e, how = self._start_up(self._pre_t, ask_cpu_s)
+                self.window.update(
+                    {"from": "process-start", "extended_s": self._pre_t, "extended_j": self._pre_e, "extended_at": how}
+                )
         if ask_s > 0 and self.window["from"] != "trial":
             self.window["ask_s"] = ask_s
 
@@ -179,8 +201,77 @@ class SelfMeter:
 
     def handover(self) -> Carry:
         """End this trial's window and hand the open source to the process's next trial (`Carry`)."""
-        return Carry(self._fields, self.source, time.time(), self.source.read())
+        at, energy = time.time(), self.source.read()
+        return Carry(self._fields, self.source, at, energy, counter=self.source.counter())
 
     def close(self) -> None:
         self.source.track(None)
         self.source.close()
+
+
+def ask_reading(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The energy counter now, as ``zeus-run ask`` hands it to a script on the same host (``ZEUS_ASK_ENERGY``):
+    ``at`` (Unix time), ``energy`` (J), ``source``, ``host`` and ``gpus``. None where the source is an estimate
+    (no counter) or cannot be opened here."""
+    from zeus_run.energy import open_energy_source
+
+    fields = _fields(settings)
+    try:
+        source = open_energy_source(_settings(fields))
+    except Exception:  # no GPU, no driver here: the script estimates its start-up (and says so)
+        return None
+    try:
+        if source.estimated:
+            return None
+        energy, at = source.counter(), time.time()
+        if energy is None:
+            return None
+        return {"at": at, "energy": energy, "source": source.name, "host": socket.gethostname(), "gpus": _gpus(fields)}
+    except Exception:
+        return None
+    finally:
+        source.close()
+
+
+def parse_ask_reading(text: str | None) -> dict[str, Any] | None:
+    """``ZEUS_ASK_ENERGY``'s reading (`ask_reading`), None where absent or malformed."""
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _gpus(fields: Mapping[str, Any]) -> list[str] | None:
+    gpus = fields.get("gpus")
+    return None if gpus is None else [str(g) for g in gpus]
+
+
+def _same_counter(
+    at_ask: Mapping[str, Any] | None, source: EnergySource, fields: Mapping[str, Any], since: float
+) -> tuple[float, float, float] | None:
+    """The ask's reading (time, counter) where it is of ``source``'s counter (`EnergySource.counter`): the same
+    source and GPUs, on this host, read before this process started (``since``), with the counter now; else
+    None."""
+    if not at_ask or source.estimated:
+        return None
+    at, energy = at_ask.get("at"), at_ask.get("energy")
+    if not isinstance(at, (int, float)) or not isinstance(energy, (int, float)) or isinstance(energy, bool):
+        return None
+    same = (
+        at_ask.get("source") == source.name
+        and at_ask.get("host") == socket.gethostname()
+        and at_ask.get("gpus") == _gpus(fields)
+    )
+    if not same or at > since + _CLOCK_SLACK_S:
+        return None
+    now = source.counter()
+    if now is None or not 0 <= energy <= now:  # another counter (a driver reloaded since the ask)
+        return None
+    return float(at), float(energy), now
+
+
+#: How much later than the process's start (read from ``/proc`` to a clock tick) the ask's reading may be dated.
+_CLOCK_SLACK_S = 0.02

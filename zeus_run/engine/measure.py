@@ -139,10 +139,10 @@ class PowerBasis:
 
 def window_of(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A measurement window as the training side described it (`zeus_run.energy.SelfMeter.window`; untrusted),
-    checked: ``by``, ``from``, ``to`` and ``extended_at`` short strings; ``extended_s``, ``extended_j``, ``ask_s``,
+    checked: ``by``, ``from``, ``to``, ``extended_at`` and ``start`` short strings; ``extended_s``, ``extended_j``, ``ask_s``,
     ``extended_end_s`` and ``extended_end_j`` finite, non-negative numbers. Anything else is dropped."""
     out: dict[str, Any] = {}
-    for key in ("by", "from", "to", "extended_at"):
+    for key in ("by", "from", "to", "extended_at", "start"):
         v = raw.get(key)
         if isinstance(v, str) and 0 < len(v) <= 40:
             out[key] = v

@@ -111,6 +111,7 @@ def observation_of(record: TrialRecord) -> Observation | None:
         record.epochs,
         overhead=record.profile_overhead or 0.0,
         power=power_share(record),
+        estimated=estimated_share(record),
     )
 
 
@@ -118,10 +119,20 @@ def observation_of(record: TrialRecord) -> Observation | None:
 MEASURED_GPU_ENERGY = ("nvml", "trace")
 
 
+def estimated_share(record: TrialRecord) -> float:
+    """How much of a trial's energy is an estimate, not a measurement: 1 for an estimate whole (the CPU estimate,
+    an imputed or told figure), its ``estimated_share`` where only its start-up was (a script that measured
+    itself), else 0."""
+    if record.estimated_share is not None:
+        return record.estimated_share
+    return 1.0 if record.estimated else 0.0
+
+
 def power_share(record: TrialRecord) -> float:
     """A trial's mean power over what its GPUs may draw: their limit in force (times their number), else the
     maximum the cost counts (``max_power``); 0 where the energy is not a measurement of the GPUs."""
-    if record.estimated or record.energy_source not in MEASURED_GPU_ENERGY or record.time <= 0 or record.energy <= 0:
+    whole_estimate = record.estimated and record.estimated_energy is None  # (an estimated start-up alone: measured)
+    if whole_estimate or record.energy_source not in MEASURED_GPU_ENERGY or record.time <= 0 or record.energy <= 0:
         return 0.0
     gpus = len((record.provenance or {}).get("gpus") or ()) or 1
     cap = gpus * record.power_limit if record.power_limit else record.max_power

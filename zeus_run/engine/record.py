@@ -102,7 +102,22 @@ def trial_record(
         "kind": kind,
     }
     base.update(fields)
+    base.update(estimated_part(how, base))
     return TrialRecord(**base)
+
+
+def estimated_part(how: Measurement, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a measured trial's start-up was estimated (a script that measured itself charged the time before its
+    meter could read the counter from a model: the window's ``extended_j``), the record says so: ``estimated``
+    true, ``estimated_energy`` and ``estimated_share`` of its whole energy (``energy`` + ``after_energy``). A
+    trial whose energy is an estimate whole (``estimated`` already) gets nothing more."""
+    window = how.window or {}
+    part = window.get("extended_j")
+    if how.estimated or not isinstance(part, (int, float)) or isinstance(part, bool) or part <= 0:
+        return {}
+    whole = float(fields.get("energy") or 0.0) + float(fields.get("after_energy") or 0.0)
+    share = min(part / whole, 1.0) if whole > 0 and math.isfinite(whole) else None
+    return {"estimated": True, "estimated_energy": float(part), "estimated_share": share}
 
 
 def interrupted_record(

@@ -227,6 +227,7 @@ class MlflowExporter(Exporter):
             "stop_reason": r.stop_reason,
             "kind": r.kind,
             "energy_source": r.energy_source,
+            "estimated": "true" if r.estimated else "false",
         }
         if r.message:
             tags["message"] = r.message[:4000]
@@ -245,6 +246,8 @@ class MlflowExporter(Exporter):
             "seed": r.seed,
         }
         values = {"energy_joules": r.energy, "time_seconds": r.time, "cost_joules": r.cost, "epochs": r.epochs}
+        if r.estimated_energy is not None:  # a measured trial whose start-up was estimated
+            values["estimated_energy_joules"] = r.estimated_energy
         metrics = [Metric(k, float(v), end, 0) for k, v in values.items()]
         metrics += [Metric("metric", float(m), end, epoch) for epoch, m in enumerate(r.metrics, start=1)]
         # learning_rate and power_limit read "none" where the spec sets none (a CPU job: no power limit).

@@ -60,6 +60,12 @@ METRICS = {
             "Trials run with each batch size (every try: failed, interrupted and slow ones included).",
         ),
         Metric("zeus_run_energy_joules_total", "counter", "Energy of every trial."),
+        Metric(
+            "zeus_run_estimated_energy_joules_total",
+            "counter",
+            "The part of zeus_run_energy_joules_total that is an estimate, not a measurement (the CPU estimate, an "
+            "imputed energy, a self-measuring script's estimated start-up).",
+        ),
         Metric("zeus_run_time_seconds_total", "counter", "Training time of every trial."),
         Metric(
             "zeus_run_cost_joules_total",
@@ -174,6 +180,7 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     for b in s.by_batch_size:
         add("zeus_run_batch_size_trials_total", b.trials, batch_size=str(b.batch_size))
     add("zeus_run_energy_joules_total", s.total_energy)
+    add("zeus_run_estimated_energy_joules_total", sum(r.estimated_joules for r in job.records))
     add("zeus_run_time_seconds_total", s.total_time)
     add("zeus_run_cost_joules_total", s.total_cost)
     acc = job.accounting

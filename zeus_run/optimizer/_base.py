@@ -53,6 +53,10 @@ class Observation:
             that draws less than half of it is not busy, and a larger batch keeps it busier.
         warm: Whether it comes from the warm start's source (another GPU, cluster or run directory of the
             same job), not from this run directory: only its epochs to the target carry over.
+        estimated: The share of its energy that is an estimate, not a measurement (0: all measured; 1: all
+            estimated, e.g. the CPU estimate; between: a script that measured itself and estimated its start-up).
+            The policies learn from the cost as it is; a policy may weigh it. Records written before it was said
+            read as 0 unless they are estimates whole, so replays decide as they did.
     """
 
     batch_size: int
@@ -64,6 +68,7 @@ class Observation:
     overhead: float = 0.0
     power: float = 0.0
     warm: bool = False
+    estimated: float = 0.0
 
 
 @dataclass(frozen=True)

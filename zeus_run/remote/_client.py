@@ -224,6 +224,12 @@ class ServerClient:
             body.update({"time": time_s, "energy": energy_j, "measured": measured})
         return self.request("POST", job_path(job, "trials", token, "fail"), body, key=new_key())
 
+    def tail(self, job: str, token: str, time_s: float, energy_j: float, to: str) -> dict[str, Any]:
+        """What the trial's process spent after its finish, up to its next ask or its exit (``to``: ``next-ask``,
+        ``exit``), charged to the trial (`zeus_run.rundir.tails`)."""
+        body = {"time": time_s, "energy": energy_j, "to": to}
+        return self.request("POST", job_path(job, "trials", token, "tail"), body)
+
     def cancel(self, job: str, token: str) -> dict[str, Any]:
         """Release an ask that will never be told (recorded as infrastructure); returns its record."""
         return self.request("DELETE", job_path(job, "trials", token))

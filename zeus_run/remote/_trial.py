@@ -16,6 +16,10 @@ from zeus_run.remote._client import DEFAULT_LEASE_S, ServerClient, ServerError
 logger = logging.getLogger(__name__)
 
 
+#: How long the tail after a finish is retried while the server is unreachable (unit: s).
+TAIL_RETRY_S = 2.0
+
+
 class RemoteTrial:
     """One trial driven through the server: the seeds' client flow behind `zeus_run.train.Trial`.
 
@@ -145,6 +149,17 @@ class RemoteTrial:
         return self._tell(
             lambda: self.client.fail(self.job, self.token, message, exit_code, elapsed, energy_j, measured)
         )
+
+    def tail(self, time_s: float, energy_j: float, to: str) -> None:
+        """Tell the server what this process spent after the trial's finish, up to its next ask or its exit
+        (``to``): appended to the trial's record (`zeus_run.rundir.tails`)."""
+        c = self.client
+        # Retried briefly: the process is asking for its next trial or exiting, and the record stands without it.
+        quick = ServerClient(c.url, c._token, retry_s=min(c.retry_s, TAIL_RETRY_S), token_file=c._token_file)
+        try:
+            quick.tail(self.job, self.token, time_s, energy_j, to)
+        finally:
+            quick.close()
 
     def _tell(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         """Send the tell; None where the server already has it (a retry) or no longer knows the trial."""

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 from zeus_run import _fs
 from zeus_run.errors import HistoryError
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.tails import TAILS_NAME, attach, read_tails
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ def read_history(path: str | Path, warn: bool = True) -> HistoryReadResult:
         path: A ``history.jsonl`` file, or a run directory holding one.
         warn: Log a warning for a torn last line.
 
+    Each record has its trial's tail after its tell attached (``tails.jsonl`` beside the file:
+    `zeus_run.rundir.tails`).
+
     Raises:
         HistoryError: The file is missing or unreadable, or a line is not a record (torn last line aside) or is
             out of its place (`TrialOrder`).
@@ -65,7 +69,11 @@ def read_history(path: str | Path, warn: bool = True) -> HistoryReadResult:
             raw = f.read()
     except OSError as exc:
         raise HistoryError(f"Cannot read history {str(p)!r}: {exc.strerror or exc}.") from exc
-    return parse_history(raw, str(p), warn)
+    records = parse_history(raw, str(p), warn)
+    tails = read_tails(p.parent / TAILS_NAME) if os.path.lexists(p.parent / TAILS_NAME) else {}
+    if tails:  # what processes spent after telling their trials (`zeus_run.rundir.tails`)
+        records[:] = attach(records, tails)
+    return records
 
 
 def resolve_history_path(path: str | Path) -> Path:

@@ -39,6 +39,7 @@ from zeus_run.server._models import (
     Jobs,
     RegisterJob,
     ReportAnswer,
+    Tail,
 )
 from zeus_run.server._public import Publisher
 from zeus_run.server._trials import TrialCalls
@@ -151,6 +152,14 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
     async def fail(body: Fail, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
         """Close the trial as failed, with its message; returns its history record."""
         return _answer(await calls.fail(job, token, body, key))
+
+    @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/tail", response_model=Tail)
+    async def tail(body: Tail, job: str = JOB, token: str = TOKEN) -> Tail:
+        """What the trial's process spent after its finish, up to its next ask or its exit: charged to the trial
+        (its record's ``after_time`` and ``after_energy``), as a launcher charges a script to its exit. The first
+        tail of a trial counts; it changes no decision. 409 for a trial not told yet."""
+        await service.run(job, lambda: service.tail(job, token, body))
+        return body
 
     @app.delete(f"{v1}/jobs/{{job}}/trials/{{token}}", response_model=TrialRecord)
     async def cancel(job: str = JOB, token: str = TOKEN) -> Response:

@@ -35,11 +35,11 @@ from zeus_run import _fs
 from zeus_run.contract import StopReason
 from zeus_run.remote import job_path
 from zeus_run.rundir.lock import WouldWait, first_lock_without_waiting
-from zeus_run.rundir.store import SPEC_NAME
+from zeus_run.rundir.store import SPEC_NAME, read_running
 from zeus_run.server import _faults, _register
 from zeus_run.server._errors import ApiError
 from zeus_run.server._limits import check_energy
-from zeus_run.server._models import EpochReport, Fail, Finish, Meter, ReportAnswer
+from zeus_run.server._models import EpochReport, Fail, Finish, Meter, ReportAnswer, Tail
 from zeus_run.server._public import job_terms
 from zeus_run.server._root import DELETED_NAME, ServerRoot
 from zeus_run.server._tokens import TokenStore
@@ -202,6 +202,19 @@ class JobService:
             )
         _faults.after_effect("finish")
         return record.to_json()
+
+    def tail(self, name: str, token: str, body: Tail) -> None:
+        from zeus_run import asktell
+
+        path = self._existing(name)
+        if any(m.token == token for m in read_running(path) or []):
+            raise ApiError(
+                409, f"token = {token!r}: this trial is not told yet; send its tail after its finish.", "not_told"
+            )
+        try:
+            asktell.tell_tail(path, token, body.time, body.energy, body.to)
+        except OSError as exc:  # a full disk: the trial's record stands without its tail
+            raise ApiError(507, f"could not record the tail: {exc.strerror or exc}; free space", "storage") from None
 
     def fail(self, name: str, token: str, body: Fail, key: str | None = None) -> dict[str, Any]:
         from zeus_run import asktell

@@ -10,7 +10,7 @@ against the job's power once its job is known).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,6 +79,15 @@ class Finish(_Request):
     energy: float | None = Field(default=None, ge=0, le=MAX_ENERGY_J, description="Energy, if measured (unit: J).")
     exit_code: int = Field(default=0, ge=-255, le=255, description="The training process's exit code.")
     measured: Meter | None = Field(default=None, description="How the energy was measured (null: told by hand).")
+
+
+class Tail(_Request):
+    """What a told trial's process spent after its finish (``POST .../trials/{token}/tail``): up to its next ask
+    or its exit, charged to the trial after the point it was judged at (``after_time``, ``after_energy``)."""
+
+    time: float = Field(ge=0, le=MAX_TIME_S, description="Time from the finish to the next ask or the exit (unit: s).")
+    energy: float = Field(ge=0, le=MAX_ENERGY_J, description="Energy in that time (unit: J).")
+    to: Literal["next-ask", "exit"] = Field(description="Where it ended: the process's next ask, or its exit.")
 
 
 class Fail(_Request):
