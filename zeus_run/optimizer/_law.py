@@ -285,7 +285,12 @@ def best_probe(
     seen = _warm.epochs(state)
     var1 = pooled_noise(_warm.epoch_logs(state))
     found = [*candidates(walker, state, est, cv2), *jump(walker, state, seen, est, cv2, var1)]
-    warm = {b: (why, prior) for b, why, prior in _warm.candidates(opt, state, est, cv2, walker.batch_sizes)}
+    from zeus_run.optimizer import _transfer  # (it reads this module's pooled_noise)
+
+    moved = (
+        _transfer.candidates if opt.revision >= 11 else _warm.candidates
+    )  # revision 11: epochs here, pace here  # revision 11: epochs here, pace here
+    warm = {b: (why, prior) for b, why, prior in moved(opt, state, est, cv2, walker.batch_sizes)}
     if state.warm:  # the source says where to go: no stride or jump past a batch size it knows nothing of
         grid, ends = walker.batch_sizes, (min(tried), max(tried))
         near = {grid[i] for e in ends for i in (grid.index(e) - 1, grid.index(e) + 1) if 0 <= i < len(grid)}

@@ -57,7 +57,7 @@ from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 logger = logging.getLogger(__name__)
 
 #: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 
 
 @dataclass(frozen=True)
