@@ -51,7 +51,8 @@ class TrialRecord:
         attempt: 1-based try within the recurrence.
         trial: 0-based index of the trial over the whole run.
         batch_size: Batch size it ran with.
-        stage: Optimizer stage that chose it (pruning, explore, thompson).
+        stage: Optimizer stage that chose it (pruning, explore, thompson; exploit: ``zeus-voi`` revision 10's bandit,
+            which earlier records of that revision name thompson).
         epochs: Epochs completed (counted in time and energy).
         time: Wall-clock time counted (unit: s).
         energy: Energy counted (unit: J).

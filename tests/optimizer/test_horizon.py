@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tests.optimizer.revisions import voi
 from zeus_run.engine.core import Engine
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.optimizer import Observation, ZeusOptimizer, ZeusVOIOptimizer, make_optimizer
@@ -16,32 +17,32 @@ BS = (8, 16, 32, 64)
 
 
 def test_planning_horizon_counts_the_recurrences_left_discounted():
-    open_ended = ZeusVOIOptimizer(BS, 16, horizon=None)
+    open_ended = voi(BS, 16, horizon=None)
     state = open_ended.initial_state()
     assert open_ended.planning_horizon(state) == ZeusVOIOptimizer.PLANNING_HORIZON  # the discounted infinite sum
-    opt = ZeusVOIOptimizer(BS, 16, horizon=24)
+    opt = voi(BS, 16, horizon=24)
     g = ZeusVOIOptimizer.DISCOUNT
     assert opt.planning_horizon(state) == pytest.approx((1 - g**23) / (1 - g))  # 23 recurrences after the next
     later = opt.fold([Observation(16, 10.0, True)] * 20)
     assert opt.planning_horizon(later) == pytest.approx((1 - g**3) / (1 - g))
     assert opt.planning_horizon(opt.fold([Observation(16, 10.0, True)] * 30)) == 0.0
     # revision 1 (runs recorded before horizons) keeps the fixed horizon
-    assert ZeusVOIOptimizer(BS, 16, horizon=24, revision=1).planning_horizon(later) == 100.0
+    assert voi(BS, 16, horizon=24, revision=1).planning_horizon(later) == 100.0
     with pytest.raises(ValueError, match="horizon"):
-        ZeusVOIOptimizer(BS, 16, horizon=0)
+        voi(BS, 16, horizon=0)
 
 
 def test_a_probe_that_cannot_pay_off_in_the_recurrences_left_is_not_run():
     seen = [Observation(16, 100.0, True)]
-    long = ZeusVOIOptimizer(BS, 16, horizon=200)
-    short = ZeusVOIOptimizer(BS, 16, horizon=2)
+    long = voi(BS, 16, horizon=200)
+    short = voi(BS, 16, horizon=2)
     assert long.decide(long.fold(seen)).stage == "pruning"  # worth probing a neighbour
-    assert short.decide(short.fold(seen)).stage == "thompson"  # one recurrence left: not worth it
+    assert short.decide(short.fold(seen)).stage == "exploit"  # one recurrence left: not worth it
     assert short.decide(short.fold(seen)).batch_size == 16
 
 
 def test_the_paper_policy_ignores_the_horizon():
-    a, b = ZeusOptimizer(BS, 16, horizon=2), ZeusOptimizer(BS, 16, horizon=None)
+    a, b = ZeusOptimizer(BS, 16).with_horizon(2), ZeusOptimizer(BS, 16).with_horizon(None)
     obs = [Observation(16, 100.0, True), Observation(8, 120.0, True)]
     assert a.decide(a.fold(obs)) == b.decide(b.fold(obs))
 

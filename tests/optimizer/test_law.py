@@ -6,14 +6,15 @@ import math
 
 import pytest
 
+from tests.optimizer.revisions import voi
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._law import (
+from zeus_run.optimizer.voi.laws import (
     between,
-    epochs_noise,
     floor,
     identified,
     idle,
     jump,
+    pooled_noise,
     walk_grid,
 )
 
@@ -21,8 +22,21 @@ BS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 B0 = 1024
 
 
+def epochs_noise(epochs) -> float:
+    """The relative variance of one run's epochs, by hand: each batch size's sum of squared deviations of its log
+    epochs over its runs, pooled with 2 pseudo degrees of freedom at 10% (`EPOCHS_PRIOR_SD`, `EPOCHS_PRIOR_DOF`)."""
+    ss, dof = 2 * 0.1**2, 2.0
+    for runs in epochs.values():
+        logs = [math.log(e) for e in runs]
+        if len(logs) >= 2:
+            mean = sum(logs) / len(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return ss / dof
+
+
 def opt(**kw) -> ZeusVOIOptimizer:
-    return ZeusVOIOptimizer(BS, B0, seed=1, horizon=kw.pop("horizon", 24), **kw)
+    return voi(BS, B0, seed=1, horizon=kw.pop("horizon", 24), **kw)
 
 
 def runs(o: ZeusVOIOptimizer, *seen: tuple[int, int, float]):
@@ -125,8 +139,8 @@ def test_a_probe_the_laws_rule_out_is_not_run_unless_the_runs_contradict_them():
     256, whatever the walk's trend says; revision 9 probes 360 there. Where the two counts contradict the law
     (epochs that fell by more than two noises as the batch size grew, `REFUTE`), it bounds nothing: 360 is probed."""
     bs = (64, 128, 192, 256, 360, 512)
-    new = ZeusVOIOptimizer(bs, 256, seed=1, horizon=24, revision=10)
-    old = ZeusVOIOptimizer(bs, 256, seed=1, horizon=24, revision=9)
+    new = voi(bs, 256, seed=1, horizon=24, revision=10)
+    old = voi(bs, 256, seed=1, horizon=24, revision=9)
     agree = [(256, 21, 0.970), (192, 22, 0.963)]  # a count one epoch apart: within their noise
     assert old.decide(runs(old, *agree)).batch_size == 360
     assert new.decide(runs(new, *agree)).batch_size != 360
@@ -141,13 +155,14 @@ def test_a_probe_the_laws_rule_out_is_not_run_unless_the_runs_contradict_them():
     assert new.decide(state).batch_size == 360
 
 
-def test_epochs_noise_pools_the_batch_sizes_run_twice():
-    assert epochs_noise({}) == pytest.approx(0.01)  # the prior: 10% per run
-    noisy = {64: (4, 5, 4, 5), 128: (4,)}
+def test_the_noise_of_epochs_pools_the_batch_sizes_run_twice():
+    assert pooled_noise([]) == pytest.approx(0.01)  # the prior: 10% per run
+    o = opt()
+    state = runs(o, (64, 4, 1.0), (64, 5, 1.0), (64, 4, 1.0), (64, 5, 1.0), (128, 4, 1.0))
     logs = [math.log(e) for e in (4, 5, 4, 5)]
     mean = sum(logs) / 4
     ss = sum((x - mean) ** 2 for x in logs)
-    assert epochs_noise(noisy) == pytest.approx((2 * 0.01 + ss) / (2 + 3))
+    assert pooled_noise(state.epoch_logs.values()) == pytest.approx((2 * 0.01 + ss) / (2 + 3))
 
 
 def test_the_walk_steps_half_a_doubling_whatever_the_list():
@@ -186,7 +201,5 @@ def test_between_two_runs_a_gap_costs_at_least_the_lesser_epochs_times_the_lesse
 def test_the_state_keeps_the_noise_as_totals_that_agree_with_the_runs():
     o = opt()
     state = runs(o, (1024, 5, 1.0e6), (1024, 4, 0.9e6), (512, 4, 0.8e6), (512, 6, 1.1e6), (256, 3, 0.7e6))
-    from zeus_run.optimizer._law import pooled_noise
-
     assert pooled_noise(state.epoch_logs.values()) == pytest.approx(epochs_noise(state.epochs), rel=1e-12)
     assert {b: n for b, (n, _, _) in state.epoch_logs.items()} == {b: len(e) for b, e in state.epochs.items()}

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.optimizer.revisions import voi
 from zeus_run.contract import StopReason
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._second_look import second_look
 from zeus_run.optimizer.early_stop import CURVE_WINDOW, cannot_reach, curve_min_epochs
+from zeus_run.optimizer.voi.looks import second_look
 from zeus_run.sim import find_job, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -108,21 +109,21 @@ def test_exploration_stays_within_budget_where_b0_is_the_oracle(b0_is_oracle, ho
 
 def test_the_budget_refuses_a_probe_the_job_cannot_pay_for():
     """Two recurrences of b0 at 100 J: a job of 10 recurrences may exceed the Default by 100 J."""
-    opt = ZeusVOIOptimizer([8, 16, 32], 16, seed=1, horizon=10)
+    opt = voi([8, 16, 32], 16, seed=1, horizon=10)
     state = opt.fold([Observation(16, 100.0, True, epochs=5), Observation(16, 100.0, True, epochs=5)])
     est, _ = opt.posterior(state)
     assert opt.within_budget(state, est, probe=100.0, converge=0.75)  # expected excess 25 J
     assert not opt.within_budget(state, est, probe=200.0, converge=0.75)  # 125 J
-    assert ZeusVOIOptimizer([8, 16, 32], 16, horizon=10, revision=3).within_budget(state, est, 1e9, 0.0)
+    assert voi([8, 16, 32], 16, horizon=10, revision=3).within_budget(state, est, 1e9, 0.0)
 
 
 def test_the_chance_of_converging_counts_the_batch_sizes_tried():
-    opt = ZeusVOIOptimizer([8, 16, 32], 16, seed=1, horizon=10)
+    opt = voi([8, 16, 32], 16, seed=1, horizon=10)
     state = opt.fold([Observation(16, 100.0, True, epochs=5)])
     assert opt.converge_chance(state) == pytest.approx(0.75)
     state = opt.observe(state, Observation(32, 150.0, False, epochs=3))
     assert opt.converge_chance(state) == pytest.approx(1.5 / 3.0)
-    assert ZeusVOIOptimizer([8, 16, 32], 16, revision=3).converge_chance(state) == 1.0
+    assert voi([8, 16, 32], 16, revision=3).converge_chance(state) == 1.0
 
 
 # -- a second look at a slow first run below b0 -------------------------------------------------------
@@ -130,7 +131,7 @@ def test_the_chance_of_converging_counts_the_batch_sizes_tried():
 
 def test_a_probe_below_b0_whose_first_run_ran_slower_than_any_batch_size_can_is_run_again():
     """b0 192 runs its epochs at 10 J; 128 can at worst take 192/128 x 10 = 15 J; it took 30 J (a slow recurrence)."""
-    opt = ZeusVOIOptimizer([64, 128, 192], 192, seed=1, horizon=50)
+    opt = voi([64, 128, 192], 192, seed=1, horizon=50)
     b0 = [Observation(192, 100.0, True, epochs=10)] * 2
     slow = opt.fold([*b0, Observation(128, 300.0, True, epochs=10)])
     decision = opt.decide(slow)
@@ -143,5 +144,5 @@ def test_a_probe_below_b0_whose_first_run_ran_slower_than_any_batch_size_can_is_
     quiet = opt.fold([*b0, Observation(128, 180.0, True, epochs=10)])
     assert second_look(opt, quiet, opt.posterior(quiet)[0]) is None
     # revision 3 never looks again
-    old = ZeusVOIOptimizer([64, 128, 192], 192, seed=1, horizon=50, revision=3)
+    old = voi([64, 128, 192], 192, seed=1, horizon=50, revision=3)
     assert "second look" not in old.decide(old.fold([*b0, Observation(128, 300.0, True, epochs=10)])).detail

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
+from tests.optimizer.revisions import voi
 from zeus_run.engine.replay import audit
-from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._overhead import overhead_share
+from zeus_run.optimizer import Observation
+from zeus_run.optimizer.legacy.overhead import overhead_share
 from zeus_run.sim import find_job, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -16,14 +17,14 @@ BS = (16, 32, 64, 128)
 
 
 def test_the_sweep_is_left_out_of_what_is_learnt_but_not_of_what_was_spent():
-    o = ZeusVOIOptimizer(BS, 128, seed=1, horizon=24, revision=9)
+    o = voi(BS, 128, seed=1, horizon=24, revision=9)
     state = o.observe(o.initial_state(), Observation(128, 118.0, True, epochs=3, overhead=18.0))
     est, _ = o.posterior(state)
     assert est[128].mean == pytest.approx(100.0)
     assert state.spent == pytest.approx(118.0)  # the budget counts what was paid
     assert state.first[128].cost == pytest.approx(100.0)  # its pace (cost per epoch) is the steady one
     assert overhead_share(o, state, 64) == pytest.approx(0.18)
-    eight = ZeusVOIOptimizer(BS, 128, seed=1, horizon=24, revision=8)
+    eight = voi(BS, 128, seed=1, horizon=24, revision=8)
     before = eight.observe(eight.initial_state(), Observation(128, 118.0, True, epochs=3, overhead=18.0))
     assert eight.posterior(before)[0][128].mean == pytest.approx(118.0)  # revision 8 learns what was paid
 
@@ -32,7 +33,7 @@ def test_the_sweep_is_left_out_of_what_is_learnt_but_not_of_what_was_spent():
 def test_a_probe_is_charged_the_sweep_its_nearest_batch_size_paid(horizon, rise):
     """b0 (128) and 64 each paid 18% of their steady cost for their sweeps, and 64 costs a little more: 32
     would pay a sweep too. Where its expected saving only just exceeds its cost, that charge decides."""
-    o = ZeusVOIOptimizer(BS, 128, seed=1, horizon=horizon, revision=9)
+    o = voi(BS, 128, seed=1, horizon=horizon, revision=9)
     state = o.initial_state()
     for b, steady in ((128, 100.0), (64, 100.0 * rise)):
         state = o.observe(state, Observation(b, steady * 1.18, True, epochs=3, overhead=steady * 0.18))

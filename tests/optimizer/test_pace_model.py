@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._pace import fit_epochs, model_log_cost, pace_prior
+from tests.optimizer.revisions import voi
+from zeus_run.optimizer import Observation
+from zeus_run.optimizer.legacy.pace import fit_epochs, model_log_cost, pace_prior
 
 BS = (64, 128, 256, 512, 1024, 2048)
 
@@ -70,8 +71,8 @@ def observations(seed: int) -> list[Observation]:
 def test_revision_5_is_a_pure_function_of_the_observations(seed):
     obs = observations(seed)
     a, b = (
-        ZeusVOIOptimizer(BS, 256, seed=3, horizon=24, revision=5),
-        ZeusVOIOptimizer(BS, 256, seed=3, horizon=24, revision=5),
+        voi(BS, 256, seed=3, horizon=24, revision=5),
+        voi(BS, 256, seed=3, horizon=24, revision=5),
     )
     for k in range(len(obs) + 1):
         sa, sb = a.fold(obs[:k]), b.fold(list(obs[:k]))
@@ -81,7 +82,7 @@ def test_revision_5_is_a_pure_function_of_the_observations(seed):
 
 def test_with_one_batch_size_converged_revision_5_decides_as_revision_4():
     obs = [Observation(256, 100.0, True, epochs=20), Observation(256, 98.0, True, epochs=20)]
-    r4, r5 = (ZeusVOIOptimizer(BS, 256, seed=3, horizon=24, revision=r) for r in (4, 5))
+    r4, r5 = (voi(BS, 256, seed=3, horizon=24, revision=r) for r in (4, 5))
     assert r5.decide(r5.fold(obs)) == r4.decide(r4.fold(obs))
 
 
@@ -89,7 +90,7 @@ def test_the_model_stops_a_walk_that_the_law_says_cannot_pay():
     """Beyond the critical batch size epochs grow with B while pace no longer falls: no probe upwards."""
     # pace flat above 256, epochs = 10 (1 + B / 128): each doubling costs about 1.7x
     obs = [Observation(b, law(b, bnoise=128.0) * 50.0, True, epochs=round(law(b, bnoise=128.0))) for b in (256, 512)]
-    r5 = ZeusVOIOptimizer(BS, 256, seed=3, horizon=24, revision=5)
+    r5 = voi(BS, 256, seed=3, horizon=24, revision=5)
     state = r5.fold(obs)
     est, cv2 = r5.posterior(state)
     prior = r5.model_prior(state, est, 1024, cv2, (math.log(est[512].mean), 1.0))

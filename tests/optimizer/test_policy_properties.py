@@ -96,7 +96,7 @@ def test_decisions_are_batch_sizes_and_b0_is_tried_first(job):
     decisions, _, _ = play(build(settings_, batch_sizes, b0, seed), model, world)
     chosen = [d.batch_size for d in decisions]
     assert set(chosen) <= set(batch_sizes)
-    assert all(d.stage in ("pruning", "explore", "thompson") for d in decisions)
+    assert all(d.stage in ("pruning", "explore", "thompson", "exploit") for d in decisions)
     if prunes(settings_):
         assert chosen[0] == b0
     else:  # the bandit's exploration covers every arm first

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.optimizer.revisions import voi
 from zeus_run.engine.core import Engine
-from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._second_look import recheck, slow_runs
+from zeus_run.optimizer import LegacyVOIOptimizer, Observation, ZeusVOIOptimizer
+from zeus_run.optimizer.legacy.second_look import recheck, slow_runs
 from zeus_run.sim import JOBS, Noise, TraceExecutor, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -27,7 +28,7 @@ UNLUCKY_B0 = [
 
 
 def opt(revision: int) -> ZeusVOIOptimizer:
-    return ZeusVOIOptimizer(BS, B0, seed=1, horizon=100, revision=revision)
+    return voi(BS, B0, seed=1, horizon=100, revision=revision)
 
 
 def test_the_slowdowns_the_engine_found_are_counted():
@@ -133,7 +134,7 @@ def test_a_slowed_first_run_of_b0_does_not_lock_the_walk_downwards(movielens):
     assert min(final[6]) >= 2048
 
 
-class _Spy(ZeusVOIOptimizer):
+class _Spy(LegacyVOIOptimizer):
     """Revision 6, recording what it is told."""
 
     seen: list[Observation]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.optimizer.revisions import voi
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
 from zeus_run.sim import JOBS, Noise, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
@@ -13,7 +14,7 @@ B0 = 256
 
 
 def fold(revision: int, observations: list[Observation]) -> tuple[ZeusVOIOptimizer, object]:
-    opt = ZeusVOIOptimizer(BS, B0, seed=1, horizon=50, revision=revision)
+    opt = voi(BS, B0, seed=1, horizon=50, revision=revision)
     return opt, opt.fold(observations)
 
 

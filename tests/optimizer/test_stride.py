@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.optimizer.revisions import voi
 from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._stride import candidates, predict_span
+from zeus_run.optimizer.legacy.stride import candidates, predict_span
 from zeus_run.sim import find_job, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -20,7 +21,7 @@ B0 = 1024
 
 
 def opt(revision: int, horizon: int | None = 24) -> ZeusVOIOptimizer:
-    return ZeusVOIOptimizer(BS, B0, seed=1, horizon=horizon, revision=revision)
+    return voi(BS, B0, seed=1, horizon=horizon, revision=revision)
 
 
 def fold(o: ZeusVOIOptimizer, costs: list[tuple[int, float]]):
@@ -90,7 +91,7 @@ def test_a_gap_next_to_a_cliff_is_predicted_from_the_descent():
     The cliff has no trend behind it and says nothing of the slope into the gap: the gap is predicted as the
     next step of the descent (what revision 6 would have probed), not halfway up to the cliff.
     """
-    o = ZeusVOIOptimizer((16, 32, 64, 128, 256), 128, seed=1, horizon=24, revision=7)
+    o = voi((16, 32, 64, 128, 256), 128, seed=1, horizon=24, revision=7)
     state = fold(o, [(128, 4.0), (64, 2.0), (16, 8.0)])
     est, cv2 = o.posterior(state)
     gaps = {b: prior for b, why, prior in candidates(o, state, est, cv2) if "skipped" in why}

@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from zeus_run.optimizer import Observation, WarmStart, ZeusVOIOptimizer
-from zeus_run.optimizer._transfer import EPOCHS_SD, PACE_SD, candidates, log_epochs, log_pace
+from zeus_run.optimizer import Observation, TransferVOIOptimizer, WarmStart, ZeusVOIOptimizer, make_optimizer
+from zeus_run.optimizer.voi.transfer import EPOCHS_SD, PACE_SD, candidates, log_epochs, log_pace
+from zeus_run.optimizer.voi.warm import candidates as ratio_candidates
+from zeus_run.spec import OptimizerSettings
 
 BS = (32, 64, 128, 256, 512, 1024, 2048)
 B0 = 1024
@@ -31,7 +33,8 @@ SOURCE = source(
 
 
 def opt(revision: int = 11) -> ZeusVOIOptimizer:
-    return ZeusVOIOptimizer(BS, B0, seed=1, horizon=24, revision=revision, warm=SOURCE)
+    cls = TransferVOIOptimizer if revision == 11 else ZeusVOIOptimizer
+    return cls(BS, B0, seed=1, horizon=24, warm=SOURCE)
 
 
 def test_pace_between_two_measured_here_is_a_bridge_and_beyond_continues_the_source_s_shape():
@@ -84,8 +87,6 @@ def test_revision_10_keeps_its_warm_prediction():
     seen = [Observation(B0, 79 * 1000.0, True, epochs=79), Observation(128, 20 * 4000.0, True, epochs=20)]
     assert ten.fold(seen).warm == eleven.fold(seen).warm
     est, cv2 = eleven.posterior(eleven.fold(seen))
-    from zeus_run.optimizer._warm import candidates as ratio_candidates
-
     a = {b: p for b, _, p in ratio_candidates(ten, ten.fold(seen), est, cv2)}
     b = {b: p for b, _, p in candidates(eleven, eleven.fold(seen), est, cv2)}
     assert a[512] != pytest.approx(b[512])
@@ -93,7 +94,17 @@ def test_revision_10_keeps_its_warm_prediction():
 
 def test_cold_revision_11_decides_as_revision_10():
     seen = [Observation(B0, 125_000.0, True, epochs=79), Observation(512, 72_000.0, True, epochs=43)]
-    ten = ZeusVOIOptimizer(BS, B0, seed=1, horizon=24, revision=10)
-    eleven = ZeusVOIOptimizer(BS, B0, seed=1, horizon=24, revision=11)
+    ten = ZeusVOIOptimizer(BS, B0, seed=1, horizon=24)
+    eleven = TransferVOIOptimizer(BS, B0, seed=1, horizon=24)
     for n in range(len(seen) + 1):
         assert ten.decide(ten.fold(seen[:n])) == eleven.decide(eleven.fold(seen[:n]))
+
+
+def test_a_spec_asks_for_revision_11_by_number_and_the_default_stays_10():
+    assert OptimizerSettings().revision == 10
+    eleven = make_optimizer(OptimizerSettings(revision=11), BS, B0, seed=1, horizon=24, warm=SOURCE)
+    assert type(eleven) is TransferVOIOptimizer and eleven.revision == 11
+    assert type(eleven.with_horizon(12)) is TransferVOIOptimizer  # a copy planning over another horizon keeps it
+    assert type(make_optimizer(OptimizerSettings(), BS, B0, seed=1)) is ZeusVOIOptimizer
+    with pytest.raises(ValueError, match="revision must be one of"):
+        make_optimizer(OptimizerSettings(revision=12), BS, B0, seed=1)

@@ -8,10 +8,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.optimizer.revisions import voi
 from zeus_run.engine.replay import audit
-from zeus_run.optimizer import Observation, ZeusVOIOptimizer
-from zeus_run.optimizer._stride import candidates
-from zeus_run.optimizer._trend import log_epochs, noisy_part
+from zeus_run.optimizer import Observation
+from zeus_run.optimizer.legacy.stride import candidates
+from zeus_run.optimizer.legacy.trend import log_epochs, noisy_part
 from zeus_run.sim import find_job, job_table, load_traces, simulate
 from zeus_run.spec import OptimizerSettings
 
@@ -21,7 +22,7 @@ B0 = 32
 
 def play(revision: int, costs: dict[int, tuple[float, int]], horizon: int, n: int = 10) -> list[tuple[int, str]]:
     """Each decision's (batch size, stage) when every run of a batch size costs and takes what ``costs`` says."""
-    o = ZeusVOIOptimizer(BS, B0, seed=1, horizon=horizon, revision=revision)
+    o = voi(BS, B0, seed=1, horizon=horizon, revision=revision)
     state, out = o.initial_state(), []
     for _ in range(n):
         d = o.decide(state)
@@ -57,7 +58,7 @@ def test_the_same_rise_in_cost_per_epoch_ends_the_walk_as_before():
 
 
 def test_the_noisy_part_is_the_change_in_epochs_shrunk_by_the_noise_of_the_two_costs():
-    o = ZeusVOIOptimizer(BS, B0, seed=1, horizon=50, revision=8)
+    o = voi(BS, B0, seed=1, horizon=50, revision=8)
     state = o.initial_state()
     for b, (cost, epochs) in ((32, EPOCHS_RISE[32]), (24, EPOCHS_RISE[24])):
         state = o.observe(state, Observation(b, cost, True, epochs=epochs))
@@ -69,7 +70,7 @@ def test_the_noisy_part_is_the_change_in_epochs_shrunk_by_the_noise_of_the_two_c
     assert 0 < s < 1
     assert math.isclose(noisy_part(o, est, ep, 24, 32), (1 - s) * math.log(5 / 4))
     # The prediction beyond 24 is below revision 7's by TREND x that part.
-    seven = ZeusVOIOptimizer(BS, B0, seed=1, horizon=50, revision=7)
+    seven = voi(BS, B0, seed=1, horizon=50, revision=7)
     (b8, _, (mu8, _)), (b7, _, (mu7, _)) = (
         next(candidates(o, state, est, 0.01)),
         next(candidates(seven, state, est, 0.01)),

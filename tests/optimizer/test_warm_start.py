@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from tests.optimizer.revisions import voi
 from zeus_run.optimizer import Observation, WarmStart, ZeusVOIOptimizer, make_optimizer
-from zeus_run.optimizer._warm import WARM_SD, candidates, converge_chance, epochs
+from zeus_run.optimizer.voi.warm import WARM_SD, candidates, converge_chance, epochs
 from zeus_run.spec import OptimizerSettings
 
 BS = (32, 64, 128, 256, 512, 1024, 2048)
@@ -35,7 +36,7 @@ SOURCE = source(
 
 
 def opt(warm: WarmStart | None = SOURCE, horizon: int = 24) -> ZeusVOIOptimizer:
-    return ZeusVOIOptimizer(BS, B0, seed=1, horizon=horizon, warm=warm)
+    return voi(BS, B0, seed=1, horizon=horizon, warm=warm)
 
 
 def test_the_source_folds_into_its_own_part_of_the_state():
@@ -94,7 +95,7 @@ def test_without_a_source_revision_10_decides_as_a_cold_start_and_the_source_is_
 
 def test_only_zeus_voi_revision_10_starts_warm():
     with pytest.raises(ValueError, match="revision 10"):
-        ZeusVOIOptimizer(BS, B0, revision=9, warm=SOURCE)
+        make_optimizer(OptimizerSettings(revision=9), BS, B0, 1, 24, SOURCE)
     with pytest.raises(ValueError, match="zeus-voi"):
         make_optimizer(OptimizerSettings.for_policy("zeus"), BS, B0, 1, 24, SOURCE)
     assert make_optimizer(OptimizerSettings(), BS, B0, 1, 24, SOURCE).warm is SOURCE

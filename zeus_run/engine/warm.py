@@ -2,7 +2,7 @@
 
 A warm start names the run directory of the same job elsewhere: another GPU, another cluster,
 or the run directory the job ran in before a change of its spec forced a new one. Its history
-seeds ``zeus-voi``'s walk (`zeus_run.optimizer._warm`).
+seeds ``zeus-voi``'s walk (`zeus_run.optimizer.voi.warm`).
 
 The source is checked before anything runs (`load_source`): it must be a run directory of the
 same job (``name``), reading the same metric (``metric``: source, regex, key, name) towards the

@@ -5,24 +5,31 @@ from __future__ import annotations
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
-from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
-from zeus_run.optimizer._warm import WarmStart
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
 from zeus_run.optimizer._zeus_plus import CostAwarePruningState, ZeusPlusOptimizer
+from zeus_run.optimizer.legacy import REVISIONS as LEGACY_REVISIONS
+from zeus_run.optimizer.legacy import LegacyVOIOptimizer
 from zeus_run.optimizer.power_limit import (
     JITPowerLimitOptimizer,
     PowerLimitMeasurement,
     PowerLimitState,
     best_power_limit,
 )
+from zeus_run.optimizer.voi import REVISION, Estimate, VOIState, WarmStart, ZeusVOIOptimizer
+from zeus_run.optimizer.voi.transfer import REVISION as TRANSFER_REVISION
+from zeus_run.optimizer.voi.transfer import TransferVOIOptimizer
 from zeus_run.spec import OptimizerSettings
 
-#: Policy name (``optimizer.policy``) -> optimizer class.
+#: Policy name (``optimizer.policy``) -> its class at the current revision.
 POLICIES: dict[str, type[ZeusOptimizer] | type[ZeusVOIOptimizer]] = {
     ZeusOptimizer.name: ZeusOptimizer,
     ZeusPlusOptimizer.name: ZeusPlusOptimizer,
     ZeusVOIOptimizer.name: ZeusVOIOptimizer,
 }
+
+#: ``zeus-voi``'s revisions: the frozen ones (`zeus_run.optimizer.legacy`), the live one (`zeus_run.optimizer.voi`)
+#: and the opt-in one built on it (`zeus_run.optimizer.voi.transfer`).
+REVISIONS = (*LEGACY_REVISIONS, REVISION, TRANSFER_REVISION)
 
 
 def make_optimizer(
@@ -34,7 +41,7 @@ def make_optimizer(
     warm: WarmStart | None = None,
     lifetime: int | None = None,
 ) -> BatchSizeOptimizer:
-    """Build the optimizer a spec asks for.
+    """Build the optimizer a spec asks for; each policy reads its own knobs from ``settings`` (``from_settings``).
 
     Args:
         settings: The spec's ``optimizer`` section.
@@ -42,58 +49,53 @@ def make_optimizer(
         default_batch_size: b0.
         seed: Seed of the optimizer's draws.
         horizon: The job's recurrences (None: open-ended or unknown).
-        warm: The warm start's source (``optimizer.warm_from``; `zeus_run.optimizer._warm`): ``zeus-voi``
+        warm: The warm start's source (``optimizer.warm_from``; `zeus_run.optimizer.voi.warm`): ``zeus-voi``
             revision 10 and later only.
         lifetime: An open-ended job's expected recurrences (the spec's ``lifetime``; None: the default).
 
     Raises:
-        ValueError: Unknown policy name, invalid knobs, or a warm start for a policy that has none.
+        ValueError: Unknown policy name or revision, invalid knobs, or a warm start for a policy that has none.
     """
     try:
         cls = POLICIES[settings.policy]
     except KeyError:
         raise ValueError(f"unknown optimizer policy {settings.policy!r}; known: {', '.join(POLICIES)}") from None
+    voi = cls is ZeusVOIOptimizer
+    if warm is not None and not voi:
+        raise ValueError(f"a warm start needs the zeus-voi policy (revision 10 or later), not {settings.policy}")
+    if warm is not None and settings.revision in LEGACY_REVISIONS:
+        raise ValueError(f"a warm start needs revision 10 or later, not {settings.revision}")
     opt: BatchSizeOptimizer
-    if warm is not None:
-        if cls is not ZeusVOIOptimizer:
-            raise ValueError(f"a warm start needs the zeus-voi policy (revision 10 or later), not {settings.policy}")
-        opt = ZeusVOIOptimizer(
-            batch_sizes,
-            default_batch_size,
-            seed=seed,
-            window_size=settings.window_size,
-            horizon=horizon,
-            revision=settings.revision,
-            warm=warm,
-        )
-        return opt if lifetime is None else opt.with_horizon(horizon, lifetime)
-    opt = cls(
-        batch_sizes,
-        default_batch_size,
-        seed=seed,
-        pruning_rounds=settings.pruning_rounds,
-        window_size=settings.window_size,
-        prior_mean=settings.prior_mean,
-        prior_precision=settings.prior_precision,
-        num_explorations=settings.num_explorations,
-        horizon=horizon,
-        revision=settings.revision,
-    )
+    if not voi:
+        opt = cls.from_settings(settings, batch_sizes, default_batch_size, seed)
+    elif settings.revision == REVISION:
+        opt = ZeusVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, warm)
+    elif settings.revision == TRANSFER_REVISION:
+        opt = TransferVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, warm)
+    elif settings.revision in LEGACY_REVISIONS:
+        opt = LegacyVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon)
+    else:
+        raise ValueError(f"revision must be one of {REVISIONS}, got {settings.revision}")
     return opt if lifetime is None else opt.with_horizon(horizon, lifetime)
 
 
 __all__ = [
+    "LEGACY_REVISIONS",
     "POLICIES",
+    "REVISION",
+    "REVISIONS",
     "ArmStats",
     "BatchSizeOptimizer",
     "CostAwarePruningState",
     "Decision",
     "Estimate",
     "JITPowerLimitOptimizer",
+    "LegacyVOIOptimizer",
     "Observation",
     "PowerLimitMeasurement",
     "PowerLimitState",
     "PruningState",
+    "TransferVOIOptimizer",
     "VOIState",
     "WarmStart",
     "ZeusOptimizer",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
 from zeus_run.optimizer._gts import ArmStats, posterior, sample_means
 from zeus_run.optimizer._pruning import PruningState
-from zeus_run.spec import POLICY_DEFAULTS
+from zeus_run.spec import POLICY_DEFAULTS, OptimizerSettings
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,6 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_mean: float = 0.0,
         prior_precision: float = 0.0,
         num_explorations: int | None = None,
-        horizon: int | None = None,
-        revision: int = 4,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
@@ -67,8 +65,9 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         prior_mean: Prior mean of an arm's mean reward (reward = -cost, unit: J).
         prior_precision: Prior precision (0: uninformative).
         num_explorations: Rewards an arm needs before it is sampled (None: the policy's default).
-        horizon: Not used: the published algorithm ignores how many recurrences are left.
-        revision: Not used: the published algorithm keeps the paper's early stop in every revision.
+
+        The published algorithm ignores how many recurrences are left (a horizon given through `with_horizon`
+        changes nothing) and keeps the paper's early stop (``optimizer.revision`` is ``zeus-voi``'s alone).
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         defaults = POLICY_DEFAULTS[self.name]
@@ -81,6 +80,23 @@ class ZeusOptimizer(BatchSizeOptimizer[ZeusState]):
         self.prior_mean = prior_mean
         self.prior_precision = prior_precision
         self.num_explorations = num_explorations
+
+    @classmethod
+    def from_settings(
+        cls, settings: OptimizerSettings, batch_sizes: tuple[int, ...], default_batch_size: int, seed: int
+    ) -> ZeusOptimizer:
+        """The policy a spec's ``optimizer`` section asks for: Zeus's knobs (pruning rounds, window, prior,
+        explorations); ``revision`` is ``zeus-voi``'s."""
+        return cls(
+            batch_sizes,
+            default_batch_size,
+            seed=seed,
+            pruning_rounds=settings.pruning_rounds,
+            window_size=settings.window_size,
+            prior_mean=settings.prior_mean,
+            prior_precision=settings.prior_precision,
+            num_explorations=settings.num_explorations,
+        )
 
     def initial_state(self) -> ZeusState:
         return ZeusState(

@@ -82,21 +82,22 @@ class OptimizerSettings:
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
         revision: Revision of ``zeus-voi``'s rules: 11 (opt-in) is 10 with a warm start that predicts an untried
-            batch size's cost as its epochs carried over times its pace measured here (`zeus_run.optimizer._transfer`);
+            batch size's cost as its epochs carried over times its pace measured here (`zeus_run.optimizer.voi.transfer`);
             10 (the default) is 9 with a walk at half a doubling a
             step whose probes save no more than the laws of epochs and pace allow and which jumps where the
-            runs identify them (`zeus_run.optimizer._law`), a bandit that runs another batch size only where
-            that pays over the recurrences left (`zeus_run.optimizer._exploit`), and the warm start; 9 is 8
+            runs identify them (`zeus_run.optimizer.voi.laws`), a bandit that runs another batch size only where
+            that pays over the recurrences left (`zeus_run.optimizer.voi.bandit`), and the warm start; 9 is 8
             learning each batch size's cost without its first run's power-limit sweep
-            (`zeus_run.optimizer._overhead`); 8 is 7 and a walk whose trend counts a change in epochs to the
-            target only as far as it stands out of their noise (`zeus_run.optimizer._trend`); 7 is 6 and a
-            walk down a steep descent that strides two batch sizes (`zeus_run.optimizer._stride`); 6 is 4 and
+            (`zeus_run.optimizer.legacy.overhead`); 8 is 7 and a walk whose trend counts a change in epochs to the
+            target only as far as it stands out of their noise (`zeus_run.optimizer.legacy.trend`); 7 is 6 and a
+            walk down a steep descent that strides two batch sizes (`zeus_run.optimizer.legacy.stride`); 6 is 4 and
             a second look at a batch size whose only run may have been slow; 5 (opt-in) also predicts an
-            untried batch size's cost as epochs to the target x cost per epoch (`zeus_run.optimizer._pace`);
+            untried batch size's cost as epochs to the target x cost per epoch (`zeus_run.optimizer.legacy.pace`);
             4 also counts the chance that a probe never converges and stops a probe by its learning curve; 3
             also checks a batch size's first run for pace (a slow recurrence); 2 plans exploration over the
             recurrences left and uses the robust early stop (`zeus_run.optimizer.early_stop`); 1 to 9 are how
-            runs recorded before them replay. ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
+            runs recorded before them replay (frozen in `zeus_run.optimizer.legacy`; 10 is
+            `zeus_run.optimizer.voi`). ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
         warm_from: A run directory of the same job elsewhere (another GPU, another cluster, or the run
             directory it ran in before a spec change forced a new one) whose history seeds ``zeus-voi``
             (revision 10 or later): epochs to the target carry over, pace and power are measured here.

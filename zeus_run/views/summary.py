@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 #: Recurrences in the steady-state figure (the most recent ones after exploration).
 STEADY_WINDOW = 5
 
-#: Optimizer stages that are exploration (the rest, ``thompson``, is exploitation).
+#: Optimizer stages that are exploration (the rest, ``thompson`` and ``exploit``, is exploitation).
 EXPLORING_STAGES = ("pruning", "explore")
 
 

@@ -7,14 +7,14 @@ pace). Every run measures both, and each follows a law that holds for any traini
   ``E = Emin (1 + B / Bnoise)`` examples, so ``epochs(B) = a + k B`` with ``a, k >= 0``. Epochs do
   not fall as the batch size grows, and grow at most in proportion to it. A run's count is a whole
   number that varies with its seed: two batch sizes' counts tell ``k`` only as far as their
-  difference stands out of that noise (pooled over the batch sizes run more than once, `epochs_noise`).
+  difference stands out of that noise (pooled over the batch sizes run more than once, `pooled_noise`).
 * **Pace**: an iteration costs a fixed part (launches, the optimizer's step, loading) and a part per
   example, so ``pace(B) = alpha + beta / B`` with ``alpha, beta >= 0``. A larger batch runs an epoch
   no slower, and gains less and less. A run measures its pace to a few percent. Some jobs break this
   law (padding to the longest sequence of a batch, memory traffic: pace that rises with the batch
   size); where two measured paces do, the measured change stands in for it.
 
-Revision 10 uses them three ways, on top of revision 9's walk (`zeus_run.optimizer._stride`):
+Revision 10 uses them three ways, on top of revision 9's walk (`zeus_run.optimizer.voi.walk`):
 
 1. **What a probe can save at most** (`floor`). Beyond the largest batch size tried, epochs cannot
    fall, so against a leader at or below it only pace can save, and pace falls at most to ``alpha``
@@ -44,7 +44,7 @@ And one change that is not a law: the walk steps over batch sizes about half a d
 (`walk_grid`), whatever the spacing of the list; a finer list is walked at that pace, and its batch
 sizes between the steps are the walk's gaps.
 
-Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
+Functions of the policy's face (`zeus_run.optimizer.voi.state.Policy`) and its state, pure as its fold is.
 """
 
 from __future__ import annotations
@@ -52,16 +52,14 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
-from zeus_run.optimizer import _warm
 from zeus_run.optimizer._base import Decision
-from zeus_run.optimizer._overhead import overhead_share
 from zeus_run.optimizer._stats import log_moments, lognormal_shortfall
-from zeus_run.optimizer._stride import candidates
-
-if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+from zeus_run.optimizer.voi.state import Estimate, LogStats, Policy, VOIState
+from zeus_run.optimizer.voi.walk import candidates, overhead_share
+from zeus_run.optimizer.voi.warm import converge_chance as warm_chance
+from zeus_run.optimizer.voi.warm import epoch_logs as warm_epoch_logs
+from zeus_run.optimizer.voi.warm import epochs as warm_epochs
 
 #: Chance that the laws do not hold beyond the batch sizes tried (the probe is then valued as revision 9 values it).
 LAW_DOUBT = 0.1
@@ -85,31 +83,10 @@ IDLE = 0.5
 Epochs = Mapping[int, Sequence[int]]
 
 
-#: ``(n, sum, sum of squares)`` of the logs of one batch size's epochs to the target.
-LogStats = tuple[int, float, float]
-
-
-def log_stats(runs: Sequence[int]) -> LogStats:
-    """The `LogStats` of ``runs`` (epochs of 0 left out)."""
-    logs = [math.log(e) for e in runs if e > 0]
-    return len(logs), sum(logs), sum(x * x for x in logs)
-
-
-def add_log(stats: LogStats | None, epochs: int) -> LogStats:
-    """``stats`` (None: none yet) with one more run of ``epochs`` (> 0)."""
-    n, s1, s2 = stats or (0, 0.0, 0.0)
-    x = math.log(epochs)
-    return n + 1, s1 + x, s2 + x * x
-
-
-def epochs_noise(epochs: Epochs) -> float:
-    """Relative variance of one run's epochs to the target: pooled over batch sizes with two or more
-    converged runs, plus `EPOCHS_PRIOR_DOF` pseudo degrees of freedom at `EPOCHS_PRIOR_SD`."""
-    return pooled_noise(log_stats(runs) for runs in epochs.values())
-
-
 def pooled_noise(stats: Iterable[LogStats]) -> float:
-    """`epochs_noise` from each batch size's `LogStats` (what the optimizer's state keeps as it folds)."""
+    """Relative variance of one run's epochs to the target, from each batch size's `LogStats` (what the state keeps
+    as it folds): pooled over batch sizes with two or more converged runs, plus `EPOCHS_PRIOR_DOF` pseudo degrees of
+    freedom at `EPOCHS_PRIOR_SD`."""
     ss, dof = EPOCHS_PRIOR_DOF * EPOCHS_PRIOR_SD**2, float(EPOCHS_PRIOR_DOF)
     for n, s1, s2 in stats:
         if n >= 2:
@@ -144,7 +121,7 @@ def floor(
         inner: The converged batch size nearest ``end`` inside the range.
         leader: The cheapest arm.
         b: The untried batch size.
-        var1: Relative variance of one run's epochs (`epochs_noise`).
+        var1: Relative variance of one run's epochs (`pooled_noise`).
     """
     if not all(epochs.get(x) for x in (end, inner, leader)):
         return None
@@ -186,14 +163,14 @@ def identified(
 
 
 def jump(
-    walker: ZeusVOIOptimizer, state: VOIState, epochs: Epochs, est: Mapping[int, Estimate], cv2: float, var1: float
+    walker: Policy, state: VOIState, epochs: Epochs, est: Mapping[int, Estimate], cv2: float, var1: float
 ) -> list[tuple[int, str, tuple[float, float]]]:
     """Beyond each end of the tried range, the batch size the identified laws (`identified`) predict cheapest.
 
     Only two or more walk steps beyond the end (the next step is the walk's own) and at most `REACH`
     times as far (in log batch size) as the two batch sizes the laws rest on lie apart. Its log cost
     is the end's, plus the laws' change from the end to it; its spread the walk's over as many steps
-    (`ZeusVOIOptimizer.STEP_SD` each), the end's estimate's and one trial's (``cv2``).
+    (`Policy.STEP_SD` each), the end's estimate's and one trial's (``cv2``).
     """
     bs = walker.batch_sizes
     out = []
@@ -223,7 +200,7 @@ def jump(
     return out
 
 
-def idle(opt: ZeusVOIOptimizer, state: VOIState) -> bool:
+def idle(opt: Policy, state: VOIState) -> bool:
     """Whether b0 alone was tried and its first run drew less than `IDLE` of the power its GPUs may draw.
 
     An iteration costs a fixed part and a part per example; a GPU busy a share ``u`` of the time
@@ -261,7 +238,7 @@ def pool(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
 
 
 def best_probe(
-    opt: ZeusVOIOptimizer,
+    opt: Policy,
     state: VOIState,
     est: Mapping[int, Estimate],
     leader: int,
@@ -270,9 +247,10 @@ def best_probe(
 ) -> Decision | None:
     """Revision 10's probe, if any is worth its cost (see the module docstring).
 
-    The candidates are revision 9's on the walk's grid (`zeus_run.optimizer._stride.candidates`: the next
+    The candidates are revision 9's on the walk's grid (`zeus_run.optimizer.voi.walk.candidates`: the next
     step beyond each end, a stride down a sure descent, the gaps), the `jump`, and with a warm start the
-    batch sizes the source saw converge (`zeus_run.optimizer._warm.candidates`: their predictions pooled
+    batch sizes the source saw converge (the policy's ``warm_candidates``: `zeus_run.optimizer.voi.warm.candidates`,
+    or revision 11's `zeus_run.optimizer.voi.transfer.candidates`; their predictions pooled
     with the walk's, and the cheapest of them). Each is valued as revision 9 values a probe (the saving
     over ``horizon`` recurrences, with the chance it converges, less its cost now and its sweep, within
     the budget), with its cost floored by the laws beyond the tried range (`floor`, `LAW_DOUBT`).
@@ -282,15 +260,10 @@ def best_probe(
     tried = [b for b in walker.batch_sizes if b in state.arms]
     if not tried:
         return None
-    seen = _warm.epochs(state)
-    var1 = pooled_noise(_warm.epoch_logs(state))
+    seen = warm_epochs(state)
+    var1 = pooled_noise(warm_epoch_logs(state))
     found = [*candidates(walker, state, est, cv2), *jump(walker, state, seen, est, cv2, var1)]
-    from zeus_run.optimizer import _transfer  # (it reads this module's pooled_noise)
-
-    moved = (
-        _transfer.candidates if opt.revision >= 11 else _warm.candidates
-    )  # revision 11: epochs here, pace here  # revision 11: epochs here, pace here
-    warm = {b: (why, prior) for b, why, prior in moved(opt, state, est, cv2, walker.batch_sizes)}
+    warm = {b: (why, prior) for b, why, prior in opt.warm_candidates(state, est, cv2, walker.batch_sizes)}
     if state.warm:  # the source says where to go: no stride or jump past a batch size it knows nothing of
         grid, ends = walker.batch_sizes, (min(tried), max(tried))
         near = {grid[i] for e in ends for i in (grid.index(e) - 1, grid.index(e) + 1) if 0 <= i < len(grid)}
@@ -307,7 +280,7 @@ def best_probe(
     h = opt.PLANNING_HORIZON if horizon is None else horizon
     best: tuple[float, int, str] | None = None
     for batch_size, why, (mu, sd) in found:
-        there = _warm.converge_chance(opt, state, batch_size)
+        there = warm_chance(opt, state, batch_size)
         p = chance if there is None else there
         expected = math.exp(mu + sd * sd / 2.0)
         gain = lognormal_shortfall(mu, sd, top)

@@ -1,4 +1,7 @@
-"""zeus-voi revision 11's warm start: move what is the job's, re-measure what is the GPU's.
+"""``zeus-voi`` revision 11 (opt-in): a warm start that moves what is the job's and re-measures what is the GPU's.
+
+Revision 11 is revision 10 (`zeus_run.optimizer.voi.policy`) with one stage replaced: how a warm start prices
+the batch sizes its source ran (`TransferVOIOptimizer.warm_candidates`). Cold, the two decide alike.
 
 A recurrence's cost is its epochs to the target times the cost of one epoch (its pace). The epochs a
 batch size needs are the job's: the same on any GPU (model, data, batch size, learning rate). The pace
@@ -11,8 +14,8 @@ Revision 11 predicts an untried batch size's log cost here as
 
     log epochs(b) + log pace_here(b)
 
-* **epochs(b)**: the mean of its runs to the target, here and in the source together (`_warm.epochs`),
-  with the epoch counts' pooled noise (`zeus_run.optimizer._law.pooled_noise`) over their number; a
+* **epochs(b)**: the mean of its runs to the target, here and in the source together (`zeus_run.optimizer.voi.warm.epochs`),
+  with the epoch counts' pooled noise (`zeus_run.optimizer.voi.laws.pooled_noise`) over their number; a
   batch size on the walk's grid between two that converged in the source is read on the straight line
   of log epochs between them (spread `EPOCHS_SD` per doubling, a Brownian bridge).
 * **pace_here(b)**: each converged batch size here gives its pace here (its cost estimate over its
@@ -25,13 +28,13 @@ Revision 11 predicts an untried batch size's log cost here as
   it), else flat; the spread grows by `PACE_SD` per doubling (a random walk). The source's level of
   pace and its power never enter.
 
-Which batch sizes never converged in the source still counts (`_warm.converge_chance`), and its epochs
+Which batch sizes never converged in the source still counts (`zeus_run.optimizer.voi.warm.converge_chance`), and its epochs
 still join the laws' fits. What the issue also asks and this revision does not do: stop a probe after
 its first epoch when its epochs times that epoch's pace pass the best cost (it needs the projected
 epochs carried through the trial's contract to every launcher's stop rule); a probe still runs until
 ``beta`` times the best.
 
-Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
+Functions of the policy's state, pure as its fold is, and the policy (`TransferVOIOptimizer`).
 """
 
 from __future__ import annotations
@@ -40,12 +43,17 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from zeus_run.optimizer import _warm
-from zeus_run.optimizer._law import pooled_noise
 from zeus_run.optimizer._stats import median as _median
+from zeus_run.optimizer.voi.laws import pooled_noise
+from zeus_run.optimizer.voi.policy import ZeusVOIOptimizer
+from zeus_run.optimizer.voi.warm import epoch_logs as warm_epoch_logs
+from zeus_run.optimizer.voi.warm import epochs as warm_epochs
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+    from zeus_run.optimizer.voi.state import Estimate, Policy, VOIState
+
+#: This revision (`zeus_run.spec.OptimizerSettings.revision`).
+REVISION = 11
 
 #: How far the log pace wanders per doubling of the batch size away from the batch sizes measured here:
 #: the law bounds a doubling's change of log pace to [-ln 2, 0], whose uniform spread is ln 2 / sqrt(12) = 0.2.
@@ -108,7 +116,7 @@ def log_pace(
 
 
 def candidates(
-    opt: ZeusVOIOptimizer,
+    opt: Policy,
     state: VOIState,
     est: Mapping[int, Estimate],
     cv2: float,
@@ -118,8 +126,8 @@ def candidates(
     mean and sd of its log cost here: its epochs (carried over) times its pace here (see the module docstring)."""
     if not state.warm:
         return  # a cold start: revision 10's walk, unchanged
-    seen = _warm.epochs(state)
-    var1 = pooled_noise(_warm.epoch_logs(state))
+    seen = warm_epochs(state)
+    var1 = pooled_noise(warm_epoch_logs(state))
     paces = {}
     for a, e in est.items():  # each converged batch size's pace here: its cost here over its epochs here
         here = state.epochs.get(a)
@@ -148,3 +156,16 @@ def candidates(
             else "warm: between batch sizes that reached the target in the source"
         )
         yield b, why, (epochs[0] + pace[0], math.sqrt(epochs[1] + pace[1] + cv2))
+
+
+class TransferVOIOptimizer(ZeusVOIOptimizer):
+    """``zeus-voi`` revision 11: revision 10 whose warm start prices a batch size as its epochs carried over times its
+    pace here (`candidates`). Opt-in (``optimizer: {revision: 11}``); the default stays revision 10."""
+
+    revision = REVISION
+
+    def warm_candidates(
+        self, state: VOIState, est: Mapping[int, Estimate], cv2: float, grid: Sequence[int]
+    ) -> Iterator[tuple[int, str, tuple[float, float]]]:
+        """Revision 11's warm candidates (`candidates`)."""
+        return candidates(self, state, est, cv2, grid)

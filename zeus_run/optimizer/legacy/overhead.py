@@ -11,7 +11,7 @@ Revision 9 learns each run's cost less what its sweep cost beyond the same work 
 limit, which the launcher's profiler prices (`zeus_run.power.JitProfiler.overhead`) and the
 trial's record carries (``profile_overhead``; the simulator prices it the same way). A probe is
 charged the overhead share its nearest batch size tried paid: an untried batch size will pay a
-sweep too. The budget (`ZeusVOIOptimizer.within_budget`) still counts what was paid.
+sweep too. The budget (`LegacyVOIOptimizer.within_budget`) still counts what was paid.
 
 Functions of the optimizer's state, pure as its fold is.
 """
@@ -25,7 +25,7 @@ from zeus_run.optimizer._stats import TINY
 
 if TYPE_CHECKING:
     from zeus_run.optimizer._base import Observation
-    from zeus_run.optimizer._voi import VOIState, ZeusVOIOptimizer
+    from zeus_run.optimizer.legacy.voi import LegacyVOIOptimizer, VOIState
 
 
 def without_sweep(state: VOIState, obs: Observation) -> tuple[VOIState, Observation]:
@@ -38,7 +38,7 @@ def without_sweep(state: VOIState, obs: Observation) -> tuple[VOIState, Observat
     return dataclasses.replace(state, overheads=shares), dataclasses.replace(obs, cost=steady)
 
 
-def overhead_share(opt: ZeusVOIOptimizer, state: VOIState, batch_size: int) -> float:
+def overhead_share(opt: LegacyVOIOptimizer, state: VOIState, batch_size: int) -> float:
     """The share of its steady cost that ``batch_size``'s first run will pay for its sweep: the share
     the nearest batch size with a recorded overhead paid (0 before any did)."""
     if not state.overheads:

@@ -14,20 +14,18 @@ sd ``s = v / sqrt(v + cv2 m^2)``; if the moved mean falls below the leader's ``L
 recurrences left this explores as long as the arms' posteriors overlap; with few, only where they
 are wide. The walk is re-examined before each decision, as before.
 
-Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
+Its decisions are stage ``exploit`` (revision 10 recorded them as ``thompson``, though nothing is drawn; the
+two names mean the same: `zeus_run.views.summary.EXPLORING_STAGES` counts neither as exploration). Pure functions.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._base import Decision
 from zeus_run.optimizer._stats import normal_cdf
-
-if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, ZeusVOIOptimizer
+from zeus_run.optimizer.voi.state import Estimate
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -40,13 +38,10 @@ def normal_shortfall(mean: float, sd: float, target: float) -> float:
     return (target - mean) * normal_cdf(z) + sd * _INV_SQRT_2PI * math.exp(-0.5 * z * z)
 
 
-def exploit(
-    opt: ZeusVOIOptimizer, est: Mapping[int, Estimate], arms: tuple[int, ...], cv2: float, horizon: float
-) -> Decision:
+def exploit(est: Mapping[int, Estimate], arms: tuple[int, ...], cv2: float, horizon: float) -> Decision:
     """The leader, unless one more run of another arm is worth what it costs over ``horizon`` recurrences.
 
     Args:
-        opt: The optimizer.
         est: Posterior of each converged arm's mean cost (unit: J).
         arms: The converged batch sizes.
         cv2: Pooled relative variance of one run's cost.
@@ -64,5 +59,5 @@ def exploit(
         if value > 0 and (best is None or value > best[0]):
             best = (value, b)
     if best is None:
-        return Decision(leader, "thompson", f"the cheapest, {top:.4g} J: no other run can pay")
-    return Decision(best[1], "thompson", f"one more run is worth {best[0]:.4g} J over the recurrences left")
+        return Decision(leader, "exploit", f"the cheapest, {top:.4g} J: no other run can pay")
+    return Decision(best[1], "exploit", f"one more run is worth {best[0]:.4g} J over the recurrences left")

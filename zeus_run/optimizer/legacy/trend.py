@@ -1,7 +1,7 @@
 """zeus-voi's trend apart from noise (revision 8): a step's change in epochs counts as far as it stands out of their noise.
 
 The walk predicts the next batch size's cost by continuing the last step's change in log cost
-(`zeus_run.optimizer._stride.predict_span`). That change has two parts. The change in cost per
+(`zeus_run.optimizer.legacy.stride.predict_span`). That change has two parts. The change in cost per
 epoch (pace) is measured to a few percent by every run, whatever its epoch count. The change in
 epochs to the target is not: epochs are whole numbers and one run's count varies by a seed's
 luck (4 or 5 epochs is a 25% change in cost). Revisions 2-7 continue the sum. A single unlucky
@@ -11,7 +11,7 @@ beyond, however cheap they are.
 Revision 8 splits the change in log cost between two batch sizes into the change in their log
 mean epochs (over each one's converged runs) and the rest, the change in cost per epoch. It
 continues the rest whole and the change in epochs shrunk towards none, as a posterior mean with
-a prior spread of `ZeusVOIOptimizer.STEP_SD` (the spread of one step) and the noise of the two
+a prior spread of `LegacyVOIOptimizer.STEP_SD` (the spread of one step) and the noise of the two
 batch sizes' mean costs (their posterior variance: one trial's pooled relative variance, shrunk
 over each batch size's runs). A rise that is all in the epochs of one run each is mostly
 discounted. A rise in pace (a smaller batch size filling the GPU less) is not. Where either
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from zeus_run.optimizer._stats import log_moments
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+    from zeus_run.optimizer.legacy.voi import Estimate, LegacyVOIOptimizer, VOIState
 
 
 def log_epochs(state: VOIState, est: Mapping[int, Estimate]) -> dict[int, float]:
@@ -39,7 +39,7 @@ def log_epochs(state: VOIState, est: Mapping[int, Estimate]) -> dict[int, float]
 
 
 def noisy_part(
-    opt: ZeusVOIOptimizer, est: Mapping[int, Estimate], epochs: Mapping[int, float], end: int, inner: int
+    opt: LegacyVOIOptimizer, est: Mapping[int, Estimate], epochs: Mapping[int, float], end: int, inner: int
 ) -> float:
     """The part of the change in log epochs from ``inner`` to ``end`` (batch sizes) that is noise.
 

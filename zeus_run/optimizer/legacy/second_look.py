@@ -1,6 +1,6 @@
 """zeus-voi's second looks: a batch size whose only run may have been slow is run once more (revisions 4 and 6).
 
-Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
+Functions of the optimizer (`zeus_run.optimizer.legacy.voi.LegacyVOIOptimizer`) and its state, pure as its fold is.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer.early_stop import SLOWDOWN
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+    from zeus_run.optimizer.legacy.voi import Estimate, LegacyVOIOptimizer, VOIState
 
 
-def second_look(opt: ZeusVOIOptimizer, state: VOIState, est: Mapping[int, Estimate]) -> int | None:
+def second_look(opt: LegacyVOIOptimizer, state: VOIState, est: Mapping[int, Estimate]) -> int | None:
     """A batch size below b0 whose only run looks slow, to run once more (revision 4).
 
-    `ZeusVOIOptimizer.moments` checks a first run's pace against the nearest smaller batch size tried; a
+    `LegacyVOIOptimizer.moments` checks a first run's pace against the nearest smaller batch size tried; a
     walk downwards has none, and a probe whose first run fell in a slow recurrence closes
     the walk's lower side for good. A smaller batch size runs more, smaller iterations per
     epoch; at worst each takes as long as the larger batch size's, so its cost per epoch
     is at most ``B / b`` times that of the larger batch size ``B`` next to it. A first run
     more than `SLOWDOWN` times slower than that bound ran slow: it is run once more, within
-    the budget (`ZeusVOIOptimizer.within_budget`), and that run checks the first one's pace (`ZeusVOIOptimizer.moments`).
+    the budget (`LegacyVOIOptimizer.within_budget`), and that run checks the first one's pace (`LegacyVOIOptimizer.moments`).
     """
     bs, b0 = opt.batch_sizes, opt.default_batch_size
     for i, b in enumerate(bs[: bs.index(b0)]):
@@ -44,7 +44,7 @@ def second_look(opt: ZeusVOIOptimizer, state: VOIState, est: Mapping[int, Estima
     return None
 
 
-def slow_runs(opt: ZeusVOIOptimizer, state: VOIState) -> tuple[float, tuple[float, ...]]:
+def slow_runs(opt: LegacyVOIOptimizer, state: VOIState) -> tuple[float, tuple[float, ...]]:
     """Chance that a run is slowed, and the slowdowns seen (revision 6).
 
     Measured on the runs that can be checked, a batch size's runs after its first: the engine
@@ -58,7 +58,7 @@ def slow_runs(opt: ZeusVOIOptimizer, state: VOIState) -> tuple[float, tuple[floa
 
 
 def recheck(
-    opt: ZeusVOIOptimizer, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float
+    opt: LegacyVOIOptimizer, state: VOIState, est: Mapping[int, Estimate], leader: int, cv2: float
 ) -> tuple[float, int] | None:
     """A converged batch size with one run that is worth running again, and the value of that (revision 6).
 
@@ -72,9 +72,9 @@ def recheck(
     posterior weight ``w_i`` proportional to ``q / k x phi((log(c / s_i) - mu) / sd)``, and not
     slowed with ``w_0`` proportional to ``(1 - q) x phi((log c - mu) / sd)``. Running it again is
     worth ``sum_i w_i max(0, L - c / s_i) x horizon`` (``L`` the leader's mean cost, horizon
-    `ZeusVOIOptimizer.planning_horizon`) less what that run costs beyond the leader,
-    ``sum_i w_i c / s_i + w_0 c - L``, within the budget (`ZeusVOIOptimizer.within_budget`). The second run then
-    checks the first one's pace (`ZeusVOIOptimizer.moments`). Without a slowdown seen, or a tried neighbour: None
+    `LegacyVOIOptimizer.planning_horizon`) less what that run costs beyond the leader,
+    ``sum_i w_i c / s_i + w_0 c - L``, within the budget (`LegacyVOIOptimizer.within_budget`). The second run then
+    checks the first one's pace (`LegacyVOIOptimizer.moments`). Without a slowdown seen, or a tried neighbour: None
     (a quiet job explores exactly as revision 4).
     """
     q, slowdowns = slow_runs(opt, state)
@@ -102,11 +102,11 @@ def recheck(
 
 
 def neighbours(
-    opt: ZeusVOIOptimizer, est: Mapping[int, Estimate], batch_size: int, cv2: float
+    opt: LegacyVOIOptimizer, est: Mapping[int, Estimate], batch_size: int, cv2: float
 ) -> tuple[float, float] | None:
     """Mean and sd of the log cost of a tried ``batch_size`` as its tried neighbours predict it (revision 6).
 
-    The walk's prediction (`ZeusVOIOptimizer.predict`) from the next batch size below and the next above, each
+    The walk's prediction (`LegacyVOIOptimizer.predict`) from the next batch size below and the next above, each
     without ``batch_size``'s own cost, pooled by precision; None where neither was tried.
     """
     bs, i = opt.batch_sizes, opt.batch_sizes.index(batch_size)

@@ -21,7 +21,7 @@ cost with no change) puts the gap between the two, above the lower one when the 
 on a cliff, and leaves the best batch size untried (`tests/optimizer/test_policy_voi.py`, and
 docs/benchmarks.md for the measurements).
 
-Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
+Functions of the optimizer (`zeus_run.optimizer.legacy.voi.LegacyVOIOptimizer`) and its state, pure as its fold is.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._base import Decision
-from zeus_run.optimizer._overhead import overhead_share
 from zeus_run.optimizer._stats import TINY, log_moments
-from zeus_run.optimizer._trend import log_epochs, noisy_part
+from zeus_run.optimizer.legacy.overhead import overhead_share
+from zeus_run.optimizer.legacy.trend import log_epochs, noisy_part
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+    from zeus_run.optimizer.legacy.voi import Estimate, LegacyVOIOptimizer, VOIState
 
 
 def _log(e: Estimate) -> tuple[float, float]:
@@ -45,7 +45,7 @@ def _log(e: Estimate) -> tuple[float, float]:
 
 
 def predict_span(
-    opt: ZeusVOIOptimizer,
+    opt: LegacyVOIOptimizer,
     est: Mapping[int, Estimate],
     end: int,
     step: int,
@@ -55,7 +55,7 @@ def predict_span(
 ) -> tuple[float, float, float]:
     """Mean and sd of the log cost ``steps`` (1 or 2) batch sizes beyond ``end``, and the cautious trend.
 
-    `ZeusVOIOptimizer.predict` where the tried batch sizes inside ``end`` may have gaps: the end's
+    `LegacyVOIOptimizer.predict` where the tried batch sizes inside ``end`` may have gaps: the end's
     log cost is smoothed towards the line through the two nearest converged ones inside, and the
     trend is `TREND` times the change per step from the nearest one. With no gap and ``steps`` 1
     it is exactly revision 6's prediction. A further step continues `TREND` times the one before
@@ -63,9 +63,9 @@ def predict_span(
     (from the two costs it is measured on; infinite without a trend): the largest change per step
     the costs support with some confidence, negative only for a sure descent.
 
-    ``epochs`` (revision 8, `zeus_run.optimizer._trend.log_epochs`): the log mean epochs of each
+    ``epochs`` (revision 8, `zeus_run.optimizer.legacy.trend.log_epochs`): the log mean epochs of each
     converged batch size. The trend then takes the change in epochs between the two batch sizes it
-    is measured on only as far as it stands out of their noise (`zeus_run.optimizer._trend.noisy_part`);
+    is measured on only as far as it stands out of their noise (`zeus_run.optimizer.legacy.trend.noisy_part`);
     the change in cost per epoch counts whole. The stride's test (the third value) is revision 7's.
     """
     bs = opt.batch_sizes
@@ -94,7 +94,7 @@ def predict_span(
 
 
 def candidates(
-    opt: ZeusVOIOptimizer, state: VOIState, est: Mapping[int, Estimate], cv2: float
+    opt: LegacyVOIOptimizer, state: VOIState, est: Mapping[int, Estimate], cv2: float
 ) -> Iterator[tuple[int, str, tuple[float, float]]]:
     """Each batch size the walk may probe next: ``(batch size, why, (mean, sd) of its log cost)``.
 
@@ -127,17 +127,17 @@ def candidates(
 
 
 def best_stride(
-    opt: ZeusVOIOptimizer,
+    opt: LegacyVOIOptimizer,
     state: VOIState,
     est: Mapping[int, Estimate],
     leader: int,
     cv2: float,
     horizon: float | None = None,
 ) -> Decision | None:
-    """Revision 7's `ZeusVOIOptimizer.best_probe`: the `candidates` worth probing most, if any is.
+    """Revision 7's `LegacyVOIOptimizer.best_probe`: the `candidates` worth probing most, if any is.
 
-    Each is valued as revision 6 values a probe (`ZeusVOIOptimizer.probe_value` with its prediction,
-    the chance that it converges), within the budget (`ZeusVOIOptimizer.within_budget`); ties go to
+    Each is valued as revision 6 values a probe (`LegacyVOIOptimizer.probe_value` with its prediction,
+    the chance that it converges), within the budget (`LegacyVOIOptimizer.within_budget`); ties go to
     the earlier candidate, as in revision 6.
     """
     p = opt.converge_chance(state)

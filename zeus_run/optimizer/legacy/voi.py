@@ -1,4 +1,4 @@
-"""``zeus-voi``: a value-of-information walk over batch sizes, then tempered Thompson Sampling.
+"""``zeus-voi`` revisions 1-9, frozen for replay: a value-of-information walk over batch sizes, then tempered Thompson Sampling.
 
 Zeus explores by pruning: from b0 it runs every batch size downwards, then upwards, until one fails, twice
 over. Most of that exploration pays for batch sizes that are clearly worse than the best one seen. ``zeus-voi``
@@ -24,10 +24,10 @@ long run and over-explores close arms over tens or hundreds of recurrences. Beca
 before every trial, an end of the interval that becomes the cheapest arm later (its first cost was unlucky)
 re-opens its side.
 
-**Slow first runs** (revision 3): a first run's pace is checked (`ZeusVOIOptimizer.moments`). Second looks
+**Slow first runs** (revision 3): a first run's pace is checked (`LegacyVOIOptimizer.moments`). Second looks
 (revisions 4, 6): `_second_look`; strides (7): `_stride`; the trend apart from epoch counts' noise (8): `_trend`;
-costs without the power-limit sweep (9): `_overhead`; the laws, the bandit with a horizon and the warm start (10):
-`_law`, `_exploit`, `_warm`. The state is a pure fold over observations (`VOIState`); the only randomness is the
+costs without the power-limit sweep (9): `overhead`. Revision 10 and later: `zeus_run.optimizer.voi`. This room is
+frozen: it changes only where a run directory recorded under these revisions would replay otherwise. The state is a pure fold over observations (`VOIState`); the only randomness is the
 Thompson draw, seeded by ``(seed, step)``."""
 
 from __future__ import annotations
@@ -37,27 +37,26 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
-from zeus_run.optimizer._exploit import exploit
 from zeus_run.optimizer._gts import ArmStats
-from zeus_run.optimizer._law import add_log
-from zeus_run.optimizer._law import best_probe as law_probe
-from zeus_run.optimizer._overhead import without_sweep
-from zeus_run.optimizer._pace import model_prior
-from zeus_run.optimizer._second_look import recheck, second_look
 from zeus_run.optimizer._stats import TINY as _TINY
 from zeus_run.optimizer._stats import lognormal_shortfall
 from zeus_run.optimizer._stats import median as _median
-from zeus_run.optimizer._stride import best_stride
-from zeus_run.optimizer._warm import WarmRuns, WarmStart, observe_warm
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
+from zeus_run.optimizer.legacy.overhead import without_sweep
+from zeus_run.optimizer.legacy.pace import model_prior
+from zeus_run.optimizer.legacy.second_look import recheck, second_look
+from zeus_run.optimizer.legacy.stride import best_stride
+
+if TYPE_CHECKING:
+    from zeus_run.spec import OptimizerSettings
 
 logger = logging.getLogger(__name__)
 
-#: Revisions of ``zeus-voi``'s rules (`ZeusVOIOptimizer`).
-REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+#: Revisions of ``zeus-voi``'s rules (`LegacyVOIOptimizer`).
+REVISIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
 @dataclass(frozen=True)
@@ -73,15 +72,13 @@ class VOIState:
         rest: Cost statistics of every later observation of each batch size (revision 3).
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `PACE_WINDOW`; revision 3).
-        spent: Cost of every observation (unit: J; revision 4's budget, `ZeusVOIOptimizer.within_budget`).
-        epochs: Per batch size, the epochs of each of its converged observations (revisions 5 and 10);
-            epoch_logs: their logs as `_law.LogStats` totals (revision 10's noise, at a cost that does not grow).
+        spent: Cost of every observation (unit: J; revision 4's budget, `LegacyVOIOptimizer.within_budget`).
+        epochs: Per batch size, the epochs of each of its converged observations (revision 5).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
-            the batch size's median (revision 6, `ZeusVOIOptimizer.slow_runs`).
+            the batch size's median (revision 6, `LegacyVOIOptimizer.slow_runs`).
         slowdowns: The factor of each of those that ran over `SLOWDOWN` times slower (revision 6).
         overheads: Per batch size, its first run's sweep overhead over its steady cost (revision 9).
         epoch_totals: Per batch size, the sum and count of its converged runs' epochs (revision 8's `_trend`).
-        warm: Per batch size, its runs in the warm start's source (revision 10, `zeus_run.optimizer._warm`).
     """
 
     step: int
@@ -92,12 +89,10 @@ class VOIState:
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     spent: float = 0.0
     epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    epoch_logs: Mapping[int, tuple[int, float, float]] = field(default_factory=dict)
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
     overheads: Mapping[int, float] = field(default_factory=dict)
     epoch_totals: Mapping[int, tuple[int, int]] = field(default_factory=dict)
-    warm: Mapping[int, WarmRuns] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -112,7 +107,7 @@ class Estimate(NamedTuple):
     var: float
 
 
-class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
+class LegacyVOIOptimizer(BatchSizeOptimizer[VOIState]):
     """Value-of-information walk over batch sizes, then tempered Gaussian TS (see the module docstring).
 
     Takes the same arguments as `zeus_run.optimizer.ZeusOptimizer` so that
@@ -155,36 +150,24 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         batch_sizes: Iterable[int],
         default_batch_size: int,
         seed: int = 123456,
-        pruning_rounds: int | None = None,
         window_size: int = 0,
-        prior_mean: float = 0.0,
-        prior_precision: float = 0.0,
-        num_explorations: int | None = None,
         horizon: int | None = None,
-        revision: int = 10,
-        warm: WarmStart | None = None,
+        revision: int = 9,
     ) -> None:
         """Args:
         batch_sizes: Feasible batch sizes.
         default_batch_size: b0, tried first.
         seed: Seed of the Thompson draws.
-        pruning_rounds: Not used (accepted so every policy has one constructor; a value
-            other than None or 0 is logged as ignored).
         window_size: Most recent costs per arm the estimates use (0: all).
-        prior_mean: Not used (a value other than 0 is logged as ignored).
-        prior_precision: Not used (likewise).
-        num_explorations: Not used (a value other than None or 1 is logged as ignored).
         horizon: Recurrences of the job (the spec's ``recurrences``; None: open-ended).
-        revision: 10 (current): as 9, a walk at half a doubling a step whose probes save no more than the laws of
-            epochs and pace allow, jumping where they identify a descent (`_law`), a bandit that runs another arm
-            only where it pays over the recurrences left (`_exploit`), and the warm start (`_warm`); 9: as 8, costs
-            without the power-limit sweep (`_overhead`); 8: as 7, the trend counting a change in epochs as far as it
-            stands out of their noise (`_trend`); 7: as 6, with strides (`_stride`); 6: as 4, a batch size whose only
+        revision: 9: as 8, costs
+            without the power-limit sweep (`overhead`); 8: as 7, the trend counting a change in epochs as far as it
+            stands out of their noise (`trend`); 7: as 6, with strides (`stride`); 6: as 4, a batch size whose only
             run may have been slow runs again (`recheck`); 5: as 4, an untried batch size's cost predicted as epochs x
-            pace (`_pace`) once two batch sizes converged; 4: as 3, a probe counts the chance it never converges
+            pace (`pace`) once two batch sizes converged; 4: as 3, a probe counts the chance it never converges
             (`converge_chance`) and stops by its learning curve (`early_stop.cannot_reach`); 3: as 2, a first run's
             pace checked (`moments`); 2: exploration valued over the recurrences left, and the robust early stop;
-            1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs). Modules in `zeus_run.optimizer`.
+            1: a fixed `PLANNING_HORIZON` and the paper's early stop (replays: theirs). Modules in `zeus_run.optimizer.legacy`.
         """
         super().__init__(batch_sizes, default_batch_size, seed)
         if window_size < 0:
@@ -193,35 +176,46 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             raise ValueError(f"horizon must be >= 1 or None (open-ended), got {horizon}")
         if revision not in REVISIONS:
             raise ValueError(f"revision must be one of {REVISIONS}, got {revision}")
-        if warm is not None and revision < 10:
-            raise ValueError(f"a warm start needs revision 10 or later, not {revision}")
         self.window_size = window_size
         self.horizon = horizon
         self.revision = revision
-        self.warm = warm  # the warm start's source (`_warm`), folded into `initial_state`; None: a cold start.
         #: Revision 5's epochs x pace model (`model_prior`); revision 6 builds on revision 4 without it.
         self.pace_model = revision == 5
         self.early_stop = EarlyStopRule("robust" if revision >= 2 else "paper", curve=revision >= 4)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: OptimizerSettings,
+        batch_sizes: tuple[int, ...],
+        default_batch_size: int,
+        seed: int,
+        horizon: int | None = None,
+    ) -> LegacyVOIOptimizer:
+        """The revision a spec's ``optimizer`` section names: it reads ``window_size`` and ``revision``; Zeus's knobs
+        set away from their defaults are logged as having no effect."""
         ignored = {
-            "pruning_rounds": (pruning_rounds, (None, 0)),
-            "num_explorations": (num_explorations, (None, 1)),
-            "prior_mean": (prior_mean, (0.0,)),
-            "prior_precision": (prior_precision, (0.0,)),
+            "pruning_rounds": (settings.pruning_rounds, (None, 0)),
+            "num_explorations": (settings.num_explorations, (None, 1)),
+            "prior_mean": (settings.prior_mean, (0.0,)),
+            "prior_precision": (settings.prior_precision, (0.0,)),
         }
         for knob, (value, defaults) in ignored.items():
             if value not in defaults:
-                logger.warning("optimizer.%s = %r has no effect on the %s policy", knob, value, self.name)
+                logger.warning("optimizer.%s = %r has no effect on the %s policy", knob, value, cls.name)
+        return cls(
+            batch_sizes,
+            default_batch_size,
+            seed=seed,
+            window_size=settings.window_size,
+            horizon=horizon,
+            revision=settings.revision,
+        )
 
     def initial_state(self) -> VOIState:
-        """The state before any trial here: the warm start's source folded in (nothing, cold)."""
-        state = VOIState(step=0)
-        for obs in self.warm.observations if self.warm is not None else ():
-            state = self.observe(state, obs)
-        return state
+        return VOIState(step=0)
 
     def observe(self, state: VOIState, obs: Observation) -> VOIState:
-        if obs.warm:  # the source's (revision 10): what it says of each batch size, apart from this run's arms
-            return observe_warm(state, obs) if obs.batch_size in self.batch_sizes else state
         if obs.batch_size not in self.batch_sizes:
             raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
         spent = state.spent + obs.cost  # what was paid, the sweep included
@@ -232,10 +226,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         changes: dict[str, Any] = {"step": state.step + 1, "arms": arms, "spent": spent}  # one copy of the state
         if obs.reached:
             changes["reached"] = {**state.reached, b: state.reached.get(b, 0) + 1}
-        if (self.pace_model or self.revision >= 10) and obs.reached and obs.epochs > 0:
-            # revision 5's fit and revision 10's laws (their noise, `_law.epochs_noise`) read every run's epochs
+        if self.pace_model and obs.reached and obs.epochs > 0:  # revision 5's fit reads every run's epochs
             changes["epochs"] = {**state.epochs, b: (*state.epochs.get(b, ()), obs.epochs)}
-            changes["epoch_logs"] = {**state.epoch_logs, b: add_log(state.epoch_logs.get(b), obs.epochs)}
         if self.revision >= 8 and obs.reached and obs.epochs > 0:  # the trend reads their mean: kept as totals
             total, n = state.epoch_totals.get(b, (0, 0))
             changes["epoch_totals"] = {**state.epoch_totals, b: (total + obs.epochs, n + 1)}
@@ -267,14 +259,10 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             again = recheck(self, state, est, leader, cv2)
             if again is not None:
                 return Decision(again[1], "pruning", f"second look: its only run may have been slow ({again[0]:.4g} J)")
-        best_probe = (
-            law_probe if self.revision >= 10 else best_stride if self.revision >= 7 else ZeusVOIOptimizer.best_probe
-        )
+        best_probe = best_stride if self.revision >= 7 else LegacyVOIOptimizer.best_probe
         probe = best_probe(self, state, est, leader, cv2, self.planning_horizon(state))
         if probe is not None:
             return probe
-        if self.revision >= 10:
-            return exploit(self, est, converged, cv2, self.planning_horizon(state))
         return self.thompson(state, est, converged, draw)
 
     def leader(self, state: VOIState) -> int | None:
@@ -446,7 +434,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
     def model_prior(
         self, state: VOIState, est: Mapping[int, Estimate], batch_size: int, cv2: float, walk: tuple[float, float]
     ) -> tuple[float, float] | None:
-        """Revision 5's prior of an untried batch size's log cost (`zeus_run.optimizer._pace.model_prior`)."""
+        """Revision 5's prior of an untried batch size's log cost (`zeus_run.optimizer.legacy.pace.model_prior`)."""
         return model_prior(self, state, est, batch_size, cv2, walk) if self.pace_model else None
 
     def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:

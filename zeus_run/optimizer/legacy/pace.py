@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+    from zeus_run.optimizer.legacy.voi import Estimate, LegacyVOIOptimizer, VOIState
 
 #: Relative spread (sd of log epochs) of the law's fit assumed before its residuals say
 #: otherwise, and its weight in pseudo-observations: runs of one configuration differ by 5-25%
@@ -187,7 +187,7 @@ def model_log_cost(
 
 
 def model_prior(
-    opt: ZeusVOIOptimizer,
+    opt: LegacyVOIOptimizer,
     state: VOIState,
     est: Mapping[int, Estimate],
     batch_size: int,
@@ -198,7 +198,7 @@ def model_prior(
 
     `model_log_cost` on the epochs of the converged observations and each converged batch size's
     posterior mean cost, plus one trial's spread (``cv2``), pooled with the walk's prediction
-    ``walk`` (`zeus_run.optimizer.ZeusVOIOptimizer.predict`: mean and sd of log cost) by precision.
+    ``walk`` (`zeus_run.optimizer.LegacyVOIOptimizer.predict`: mean and sd of log cost) by precision.
     The two are not independent (both read the same costs), so the pooled sd is optimistic; the
     sensitivity table in docs/benchmarks.md compares it with the model alone. None while fewer than
     two batch sizes have converged: the walk's prediction stands (revision 4).

@@ -1,4 +1,4 @@
-"""zeus-voi's warm start (revision 10): what the same job learnt elsewhere seeds the walk here.
+"""zeus-voi's warm start: what the same job learnt elsewhere seeds the walk here.
 
 A recurring job often has a history already: on another GPU, on another cluster, or in the run
 directory it ran in before a change of its spec forced a new one. Epochs to the target are a
@@ -16,13 +16,14 @@ first, and every arm is learnt from its runs here. Two things follow from them:
   size between the batch sizes it ran) times the ratio of cost here to cost there, measured at the
   batch sizes run in both and interpolated likewise (the epochs carry over exactly; the pace carries
   over as a ratio that wanders from machine to machine: a random walk of `WARM_SD` per doubling). It
-  is valued as any probe (`zeus_run.optimizer._law.best_probe`); where the walk would probe the batch
+  is valued as any probe (`zeus_run.optimizer.voi.laws.best_probe`); where the walk would probe the batch
   size anyway, the two predictions are pooled.
 * **Convergence.** The chance that a batch size reaches the target is its own record there, under
   the Jeffreys prior (`converge_chance`): a batch size that never converged there is a poor probe.
   And its epochs join the epochs seen here in the laws' fits (`epochs`).
 
-Functions of the optimizer (`zeus_run.optimizer._voi.ZeusVOIOptimizer`) and its state, pure as its fold is.
+The source itself is a `zeus_run.optimizer.voi.state.WarmStart`. Functions of the policy's face
+(`zeus_run.optimizer.voi.state.Policy`) and its state, pure as its fold is.
 """
 
 from __future__ import annotations
@@ -30,55 +31,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._base import Observation
 from zeus_run.optimizer._stats import TINY, log_moments
 from zeus_run.optimizer._stats import median as _median
-
-if TYPE_CHECKING:
-    from zeus_run.optimizer._voi import Estimate, VOIState, ZeusVOIOptimizer
+from zeus_run.optimizer.voi.state import Estimate, LogStats, Policy, VOIState, WarmRuns, log_stats
 
 #: How far the ratio of cost here to cost there wanders per doubling of the batch size (the sd of a random
 #: walk in log cost: the pace of a batch size relative to another differs from machine to machine).
 WARM_SD = 0.15
-
-
-@dataclass(frozen=True)
-class WarmStart:
-    """The source of a warm start: the same job's history elsewhere.
-
-    Attributes:
-        source: Where it came from (a run directory's path, or a label in simulations).
-        fingerprint: ``sha256:...`` of the source's records as copied (what every record of the run names).
-        observations: Its observations, in order (`Observation.warm` set).
-    """
-
-    source: str
-    fingerprint: str
-    observations: tuple[Observation, ...]
-
-    def __post_init__(self) -> None:
-        marked = tuple(o if o.warm else dataclasses.replace(o, warm=True) for o in self.observations)
-        object.__setattr__(self, "observations", marked)
-
-
-@dataclass(frozen=True)
-class WarmRuns:
-    """One batch size's runs in the source.
-
-    Attributes:
-        tried: Runs observed.
-        reached: Runs that reached the target.
-        costs: Steady costs (without the sweep) of the runs that reached it (unit: J).
-        epochs: Their epochs to the target.
-    """
-
-    tried: int = 0
-    reached: int = 0
-    costs: tuple[float, ...] = ()
-    epochs: tuple[int, ...] = ()
 
 
 def observe_warm(state: VOIState, obs: Observation) -> VOIState:
@@ -106,11 +67,9 @@ def epochs(state: VOIState) -> dict[int, tuple[int, ...]]:
     return out
 
 
-def epoch_logs(state: VOIState) -> list[tuple[int, float, float]]:
-    """The `zeus_run.optimizer._law.LogStats` of each batch size's epochs in `epochs`: the state's totals, and the
+def epoch_logs(state: VOIState) -> list[LogStats]:
+    """The `zeus_run.optimizer.voi.state.LogStats` of each batch size's epochs in `epochs`: the state's totals, and the
     source's runs added (a few: summed here)."""
-    from zeus_run.optimizer._law import log_stats
-
     out = dict(state.epoch_logs)
     for b, runs in state.warm.items():
         if runs.epochs:
@@ -120,7 +79,7 @@ def epoch_logs(state: VOIState) -> list[tuple[int, float, float]]:
     return list(out.values())
 
 
-def converge_chance(opt: ZeusVOIOptimizer, state: VOIState, batch_size: int) -> float | None:
+def converge_chance(opt: Policy, state: VOIState, batch_size: int) -> float | None:
     """Chance that ``batch_size`` reaches the target by its runs in the source (None: it has none there).
 
     ``(reached + a) / (tried + a + b)`` under `CONVERGE_PRIOR` ``(a, b)`` (Jeffreys).
@@ -152,7 +111,7 @@ def source_curve(state: VOIState, cv2: float, batch_size: int) -> tuple[float, f
 
 
 def candidates(
-    opt: ZeusVOIOptimizer,
+    opt: Policy,
     state: VOIState,
     est: Mapping[int, Estimate],
     cv2: float,
