@@ -91,7 +91,6 @@ from zeus_run.engine.warm import warm_start
 from zeus_run.errors import TraceError, ZeusRunError
 from zeus_run.objective import Objective, ObjectiveError, parse_objective
 from zeus_run.sim import (
-    JOBS,
     JobTable,
     Life,
     Noise,
@@ -101,6 +100,7 @@ from zeus_run.sim import (
     load_traces,
     oracle_baseline,
     simulate,
+    trace_jobs,
 )
 from zeus_run.spec import DEFAULT_POLICY, POLICIES, WARM_REVISION, OptimizerSettings
 from zeus_run.views.saving import calibrate
@@ -202,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--gpus", default="v100,a40", help="comma-separated GPU names (default: v100,a40)")
     ap.add_argument("--seeds", default="1-100", help="seeds, e.g. 1-100 or 1,2,3 (default: 1-100)")
-    ap.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names (default: the six paper jobs)")
+    ap.add_argument(
+        "--jobs",
+        default=None,
+        help="comma-separated job names (default: every job of the traces directory's jobs.csv, else the six paper "
+        "jobs)",
+    )
     ap.add_argument(
         "--policies",
         default=",".join(dict.fromkeys(("zeus", DEFAULT_POLICY))),
@@ -243,9 +248,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--horizon",
-        type=int,
         default=None,
-        help="recurrences per run, told to the optimizer as a spec's recurrences (default: the paper's horizon)",
+        help="recurrences per run, told to the optimizer as a spec's recurrences, or a comma-separated list of them "
+        "(paper: the paper's horizon), e.g. paper,24,10: one table each, warm starts drawn once (default: paper)",
+    )
+    ap.add_argument(
+        "--judge-on",
+        default=None,
+        help="leave one GPU out: simulate and print only this GPU's rows; the other GPUs of --gpus serve only as "
+        "--warm-from sources (default: every GPU of --gpus)",
+    )
+    ap.add_argument(
+        "--json-out",
+        type=Path,
+        default=None,
+        help="also write the --json records to this file (JSON Lines), beside the tables",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a --json-out file of another run on the same rows and seeds: list the rows whose median regret the "
+        "paired bootstrap puts above or below it, per horizon",
     )
     ap.add_argument(
         "--revision",
@@ -295,10 +319,16 @@ def main(argv: list[str] | None = None) -> int:
         args.life = None if args.life is None else Life.parse(args.life)
     except ValueError as exc:
         ap.error(f"--life: {exc}")
-    if args.horizon is not None and args.horizon < 1:
-        ap.error(f"--horizon {args.horizon}: use a whole number >= 1")
-    if args.warm_from is not None and len([g for g in args.gpus.split(",") if g]) != 2:
-        ap.error(f"--warm-from {args.warm_from}: give exactly two GPUs in --gpus (each row starts from the other)")
+    try:
+        args.horizons = parse_horizons(args.horizon)
+    except ValueError:
+        ap.error(f"--horizon {args.horizon!r}: use whole numbers >= 1 or paper, e.g. 24 or paper,24,10")
+    args.horizon = args.horizons[0] if len(args.horizons) == 1 else None
+    gpus = [g for g in args.gpus.split(",") if g]
+    if args.warm_from is not None and len(gpus) < 2:
+        ap.error(f"--warm-from {args.warm_from}: give two or more GPUs in --gpus (each row starts from the next one)")
+    if args.judge_on is not None and args.judge_on not in gpus:
+        ap.error(f"--judge-on {args.judge_on}: name one of --gpus ({', '.join(gpus)})")
     if args.warm_from is not None and args.revision is not None and args.revision < WARM_REVISION:
         ap.error(
             f"--warm-from needs {DEFAULT_POLICY} revision {WARM_REVISION} or later, not --revision {args.revision}"
@@ -315,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(str(exc))
         if not objectives:
             ap.error("--objective names no objective; use e.g. max-slowdown=1.1")
+        if len(args.horizons) > 1:
+            ap.error("--objective takes one --horizon")
         return run_objectives(args, seeds, beta, objectives)
     try:
         return run(args, seeds, beta)
@@ -323,20 +355,39 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def parse_horizons(text: str | None) -> list[int | None]:
+    """``paper,24,10`` -> [None, 24, 10] (None: the paper's horizon); None -> [None]."""
+    if text is None:
+        return [None]
+    out: list[int | None] = []
+    for part in text.split(","):
+        if part.strip() == "paper":
+            out.append(None)
+        elif part.strip():
+            n = int(part)
+            if n < 1:
+                raise ValueError(part)
+            out.append(n)
+    if not out:
+        raise ValueError(text)
+    return list(dict.fromkeys(out))
+
+
 def load_tables(args: argparse.Namespace) -> list[JobTable] | None:
     """The (job, gpu) rows of ``--jobs`` x ``--gpus`` (None: an unknown job, reported)."""
     gpus = [g for g in args.gpus.split(",") if g]
-    jobs = [j for j in args.jobs.split(",") if j]
-    unknown = [j for j in jobs if j not in JOBS]
+    known = trace_jobs(args.traces)
+    jobs = [j for j in args.jobs.split(",") if j] if args.jobs else list(known)
+    unknown = [j for j in jobs if j not in known]
     if unknown:
-        print(f"error: unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}", file=sys.stderr)
+        print(f"error: unknown job(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return None
     tables: list[JobTable] = []
     for gpu in gpus:
         traces = load_traces(args.traces / "summary_train.csv", args.traces / f"summary_power_{gpu}.csv")
         for job in jobs:
             try:
-                tables.append(job_table(traces, JOBS[job]))
+                tables.append(job_table(traces, known[job]))
             except TraceError as exc:
                 print(f"skipping {job} on {gpu}: {exc}", file=sys.stderr)
     return tables
@@ -411,12 +462,12 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     tables = load_tables(args)
     if tables is None:
         return 2
+    judged = [t for t in tables if args.judge_on is None or t.gpu == args.judge_on]
     # The reference was measured at eta 0.5, beta 2, the paper's horizon, without noise.
-    quiet_paper = args.noise is None and args.horizon is None and args.life is None
-    reference = (
-        load_reference(args.traces / REFERENCE_FILE) if quiet_paper and (args.eta, beta) == REFERENCE_KNOBS else {}
-    )
-    results: dict[tuple[int, str], list[Row]] = {}
+    quiet = args.noise is None and args.life is None and (args.eta, beta) == REFERENCE_KNOBS
+    reference = load_reference(args.traces / REFERENCE_FILE) if quiet else {}
+    baseline = load_baseline(args.baseline) if args.baseline is not None else None
+    results: dict[tuple[int, str, int | None], list[Row]] = {}
     walls: dict[tuple[int, str], float] = {}
     for n in args.concurrency:
         for policy in policies:
@@ -427,125 +478,200 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                     args.eta,
                     beta,
                     seeds,
-                    args.json,
+                    args.json or args.json_out is not None or baseline is not None,
                     args.max_early_stops,
                     n,
                     args.noise,
-                    args.horizon,
+                    tuple(args.horizons),
                     args.revision,
                     warm_source(tables, t) if args.warm_from and policy == DEFAULT_POLICY else None,
                     args.life,
                 )
-                for t in tables
+                for t in judged
             ]
             start = time.perf_counter()
             if args.workers > 1 and len(tasks) > 1:
                 with ProcessPoolExecutor(max_workers=min(args.workers, len(tasks))) as pool:
-                    results[n, policy] = list(pool.map(simulate_row, tasks))
+                    by_task = list(pool.map(simulate_row, tasks))
             else:
-                results[n, policy] = [simulate_row(t) for t in tasks]
+                by_task = [simulate_row(t) for t in tasks]
             walls[n, policy] = time.perf_counter() - start
+            for i, h in enumerate(args.horizons):
+                results[n, policy, h] = [rows[i] for rows in by_task]
+    records = [summary for rows in results.values() for row in rows for summary in row.summaries]
+    if args.json_out is not None:
+        args.json_out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     if args.json:
-        for rows in results.values():
-            for row in rows:
-                for summary in row.summaries:
-                    print(json.dumps(summary))
+        for record in records:
+            print(json.dumps(record))
         return 0
     fallback = "" if args.max_early_stops is None else f", max_early_stops {args.max_early_stops}"
     overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
     noise = "" if args.noise is None else f", noise {args.noise.describe()}"
     noise += "" if args.life is None else f", life {args.life.describe()}"
-    horizon = "" if args.horizon is None else f", horizon {args.horizon}"
-    horizon += "" if args.revision is None else f", zeus-voi revision {args.revision}"
-    horizon += "" if args.warm_from is None else f", {DEFAULT_POLICY} warm from the other GPU's run (paper horizon)"
-    print(
-        f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}{noise}{horizon}, "
-        f"seeds {args.seeds} ({len(seeds)})\n"
-    )
-    for n in args.concurrency:
-        if args.concurrency != [1]:
-            print(f"== {n} recurrence(s) in flight ==\n")
-        for policy in policies:
-            zeus = results.get((n, "zeus")) if policy != "zeus" else None
-            print_table(policy, results[n, policy], walls[n, policy], reference, zeus)
-    if len(args.concurrency) > 1:
-        print_overlap(policies, args.concurrency, results)
+    extra = "" if args.revision is None else f", zeus-voi revision {args.revision}"
+    extra += "" if args.warm_from is None else f", {DEFAULT_POLICY} warm from the next GPU's run (paper horizon)"
+    extra += "" if args.judge_on is None else f", judged on {args.judge_on} alone"
+    for h in args.horizons:
+        horizon = "" if h is None else f", horizon {h}"
+        print(
+            f"eta {args.eta}, beta {'null' if beta is None else beta}{fallback}{overlap}{noise}{horizon}{extra}, "
+            f"seeds {args.seeds} ({len(seeds)})\n"
+        )
+        for n in args.concurrency:
+            if args.concurrency != [1]:
+                print(f"== {n} recurrence(s) in flight ==\n")
+            for policy in policies:
+                zeus = results.get((n, "zeus", h)) if policy != "zeus" else None
+                print_table(policy, results[n, policy, h], walls[n, policy], reference if h is None else {}, zeus)
+                if baseline is not None:
+                    print_baseline(results[n, policy, h], baseline, args.baseline)
+        if len(args.concurrency) > 1:
+            print_overlap(policies, args.concurrency, {(n, p): r for (n, p, hh), r in results.items() if hh == h})
     return 0
 
 
-def simulate_row(task: tuple) -> Row:
-    """Simulate one (job, gpu) row for every seed (a top-level function: it runs in worker processes)."""
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizon, revision, source, life = task
+def simulate_row(task: tuple) -> list[Row]:
+    """Simulate one (job, gpu) row for every seed at each horizon (a top-level function: it runs in worker processes).
+
+    A warm start is drawn once per seed and serves every horizon.
+    """
+    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizons, revision, source, life = task
     if life is not None:  # a life's failed nights are expected: not one warning each
         logging.getLogger("zeus_run.engine").setLevel(logging.ERROR)
     settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
-    regrets, ratios, summaries, tries, saved_ci = [], [], [], [], []
-    saved_energy_ci: list[tuple[float, tuple[float, float] | None]] = []
-    saved_time_ci: list[tuple[float, tuple[float, float] | None]] = []
+    per: list[dict] = [
+        {
+            "regrets": [],
+            "ratios": [],
+            "summaries": [],
+            "tries": [],
+            "saved_ci": [],
+            "saved_energy_ci": [],
+            "saved_time_ci": [],
+        }
+        for _ in horizons
+    ]
     default_vs_oracle = math.nan
     for seed in seeds:
         warm = None
-        if source is not None:  # the default policy's run of the same job and seed on the other GPU
-            ran = simulate(source, eta=eta, beta=beta, seed=seed, baselines=False, max_early_stops=max_early_stops)
-            warm = warm_start(ran.records, f"{source.job.name} on {source.gpu}, seed {seed}")
-        try:
-            r = simulate(
-                table,
+        if source is not None:  # the same policy's run of the same job and seed on the source GPU
+            ran = simulate(
+                source,
                 eta=eta,
                 beta=beta,
                 seed=seed,
                 settings=settings,
                 baselines=False,
                 max_early_stops=max_early_stops,
-                concurrency=concurrency,
-                noise=noise,
-                horizon=horizon,
-                warm=warm,
-                life=life,
             )
-        except ZeusRunError as exc:
-            raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
-        regrets.append(r.regret)
-        ratios.append(r.cost / r.default_cost)
-        default_vs_oracle = r.default.cost / r.oracle.cost
-        tries.extend(r.tries)
-        saved = r.saved()
-        cost, energy, spent_time = saved["cost"], saved["energy"], saved["time"]
-        saved_ci.append((1.0 - r.cost / r.default_cost, cost.ci if cost is not None else None))
-        saved_energy_ci.append((1.0 - r.energy / r.default_energy, energy.ci if energy is not None else None))
-        saved_time_ci.append((1.0 - r.time / r.default_time, spent_time.ci if spent_time is not None else None))
-        if keep:
-            summary = r.to_json() | ({"concurrency": concurrency} if concurrency > 1 else {})
-            if warm is not None:
-                summary |= {"warm_from": warm.source, "warm": warm.fingerprint}
-            summaries.append(summary)
-    n = table.horizon if horizon is None else horizon
-    oracle = n * oracle_baseline(table, eta).cost
-    floor = informed_start(table, eta, n) / oracle - 1.0
-    walk = guided_walk(table, eta, n, beta) / oracle - 1.0
-    return Row(
-        table.job.name,
-        table.gpu,
-        n,
-        tuple(regrets),
-        tuple(ratios),
-        tuple(summaries),
-        tuple(tries),
-        default_vs_oracle,
-        floor,
-        walk,
-        tuple(saved_ci),
-        tuple(saved_energy_ci),
-        tuple(saved_time_ci),
-    )
+            warm = warm_start(ran.records, f"{source.job.name} on {source.gpu}, seed {seed}")
+        for horizon, out in zip(horizons, per, strict=True):
+            try:
+                r = simulate(
+                    table,
+                    eta=eta,
+                    beta=beta,
+                    seed=seed,
+                    settings=settings,
+                    baselines=False,
+                    max_early_stops=max_early_stops,
+                    concurrency=concurrency,
+                    noise=noise,
+                    horizon=horizon,
+                    warm=warm,
+                    life=life,
+                )
+            except ZeusRunError as exc:
+                raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None
+            out["regrets"].append(r.regret)
+            out["ratios"].append(r.cost / r.default_cost)
+            default_vs_oracle = r.default.cost / r.oracle.cost
+            out["tries"].extend(r.tries)
+            saved = r.saved()
+            cost, energy, spent_time = saved["cost"], saved["energy"], saved["time"]
+            out["saved_ci"].append((1.0 - r.cost / r.default_cost, cost.ci if cost is not None else None))
+            out["saved_energy_ci"].append(
+                (1.0 - r.energy / r.default_energy, energy.ci if energy is not None else None)
+            )
+            out["saved_time_ci"].append(
+                (1.0 - r.time / r.default_time, spent_time.ci if spent_time is not None else None)
+            )
+            if keep:
+                summary = r.to_json() | {"revision": settings.revision}
+                summary |= {"concurrency": concurrency} if concurrency > 1 else {}
+                if warm is not None:
+                    summary |= {"warm_from": warm.source, "warm": warm.fingerprint}
+                out["summaries"].append(summary)
+    rows = []
+    for horizon, out in zip(horizons, per, strict=True):
+        n = table.horizon if horizon is None else horizon
+        oracle = n * oracle_baseline(table, eta).cost
+        rows.append(
+            Row(
+                table.job.name,
+                table.gpu,
+                n,
+                tuple(out["regrets"]),
+                tuple(out["ratios"]),
+                tuple(out["summaries"]),
+                tuple(out["tries"]),
+                default_vs_oracle,
+                informed_start(table, eta, n) / oracle - 1.0,
+                guided_walk(table, eta, n, beta) / oracle - 1.0,
+                tuple(out["saved_ci"]),
+                tuple(out["saved_energy_ci"]),
+                tuple(out["saved_time_ci"]),
+            )
+        )
+    return rows
 
 
 def warm_source(tables: list[JobTable], table: JobTable) -> JobTable:
-    """The same job on the other GPU (``--warm-from other-gpu``: two GPUs in ``--gpus``)."""
-    other = [t for t in tables if t.job.name == table.job.name and t.gpu != table.gpu]
-    if len(other) != 1:
+    """The same job on the next GPU of ``--gpus``, cyclically (with two GPUs: the other one)."""
+    same = [t for t in tables if t.job.name == table.job.name]
+    if len(same) < 2:
         raise ZeusRunError(f"--warm-from other-gpu: {table.job.name} has no row on another GPU to start from")
-    return other[0]
+    return same[(same.index(table) + 1) % len(same)]
+
+
+def load_baseline(path: Path) -> dict[tuple[str, str, int], dict[int, float]]:
+    """A ``--json-out`` file -> ``(job, gpu, horizon) -> {seed: regret}``."""
+    out: dict[tuple[str, str, int], dict[int, float]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ZeusRunError(f"--baseline {str(path)!r}: {exc.strerror or exc}; pass a --json-out file") from None
+    for line in lines:
+        if line.strip():
+            d = json.loads(line)
+            out.setdefault((d["workload"], d["gpu"], d["horizon"]), {})[d["seed"]] = d["regret"]
+    return out
+
+
+def print_baseline(rows: list[Row], baseline: dict[tuple[str, str, int], dict[int, float]], path: Path) -> None:
+    """Rows worse and better than ``--baseline``'s (95% paired bootstrap interval of the difference of medians)."""
+    worse, better, missing, medians = [], [], 0, []
+    for r in rows:
+        seeds = [s["seed"] for s in r.summaries]
+        base = baseline.get((r.job, r.gpu, r.horizon), {})
+        if not seeds or any(s not in base for s in seeds):
+            missing += 1
+            continue
+        b = tuple(base[s] for s in seeds)
+        medians.append(statistics.median(b))
+        lo, hi = paired_interval(r.regrets, b)
+        label = f"{r.job} {r.gpu} ({lo * 100:+.2f} to {hi * 100:+.2f} points)"
+        if lo > 0:
+            worse.append(label)
+        elif hi < 0:
+            better.append(label)
+    print(f"against {path.name} (median over its rows {statistics.median(medians) * 100:.2f}%)" if medians else "")
+    print(f"  rows worse (paired 95% interval above 0): {', '.join(worse) or 'none'}")
+    print(f"  rows better (paired 95% interval below 0): {', '.join(better) or 'none'}")
+    if missing:
+        print(f"  rows without the same seeds in {path.name}: {missing}")
+    print()
 
 
 def paired_interval(a: tuple[float, ...], b: tuple[float, ...], seed: int = 0) -> tuple[float, float]:

@@ -16,6 +16,8 @@ from zeus_run.optimizer.power_limit import (
     best_power_limit,
 )
 from zeus_run.optimizer.voi import REVISION, Estimate, VOIState, WarmStart, ZeusVOIOptimizer
+from zeus_run.optimizer.voi.transfer import REVISION as TRANSFER_REVISION
+from zeus_run.optimizer.voi.transfer import TransferVOIOptimizer
 from zeus_run.spec import OptimizerSettings
 
 #: Policy name (``optimizer.policy``) -> its class at the current revision.
@@ -25,8 +27,9 @@ POLICIES: dict[str, type[ZeusOptimizer] | type[ZeusVOIOptimizer]] = {
     ZeusVOIOptimizer.name: ZeusVOIOptimizer,
 }
 
-#: ``zeus-voi``'s revisions: the frozen ones (`zeus_run.optimizer.legacy`) and the live one (`zeus_run.optimizer.voi`).
-REVISIONS = (*LEGACY_REVISIONS, REVISION)
+#: ``zeus-voi``'s revisions: the frozen ones (`zeus_run.optimizer.legacy`), the live one (`zeus_run.optimizer.voi`)
+#: and the opt-in one built on it (`zeus_run.optimizer.voi.transfer`).
+REVISIONS = (*LEGACY_REVISIONS, REVISION, TRANSFER_REVISION)
 
 
 def make_optimizer(
@@ -67,6 +70,8 @@ def make_optimizer(
         opt = cls.from_settings(settings, batch_sizes, default_batch_size, seed)
     elif settings.revision == REVISION:
         opt = ZeusVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, warm)
+    elif settings.revision == TRANSFER_REVISION:
+        opt = TransferVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, warm)
     elif settings.revision in LEGACY_REVISIONS:
         opt = LegacyVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon)
     else:
@@ -90,6 +95,7 @@ __all__ = [
     "PowerLimitMeasurement",
     "PowerLimitState",
     "PruningState",
+    "TransferVOIOptimizer",
     "VOIState",
     "WarmStart",
     "ZeusOptimizer",

@@ -16,6 +16,7 @@ from zeus_run.sim._traces import (
     load_trace_job,
     load_traces,
     trace_gpus,
+    trace_jobs,
 )
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "oracle_baseline",
     "simulate",
     "trace_gpus",
+    "trace_jobs",
 ]

@@ -235,6 +235,40 @@ def job_table(traces: Traces, job: TraceJob) -> JobTable:
     )
 
 
+JOBS_FILE = "jobs.csv"
+JOBS_COLUMNS = ("name", "dataset", "network", "optimizer", "target_metric", "max_epochs", "default_batch_size")
+
+
+def trace_jobs(directory: str | Path) -> dict[str, TraceJob]:
+    """The jobs of a traces directory: its ``jobs.csv`` (as `scripts/gen_traces.py` writes), else the paper's six.
+
+    ``jobs.csv`` has one row per job with the columns of `JOBS_COLUMNS` (others are ignored).
+
+    Raises:
+        TraceError: ``jobs.csv`` lacks a column, has a value that is not a number, or names a job twice.
+    """
+    path = Path(directory) / JOBS_FILE
+    if not path.exists():
+        return dict(JOBS)
+    jobs: dict[str, TraceJob] = {}
+    for line, row in _rows(path, JOBS_COLUMNS):
+        name = row["name"].strip()
+        if name in jobs:
+            raise TraceError(f"{path}: line {line}: job {name!r} is named twice; give each row its own name.")
+        jobs[name] = TraceJob(
+            name=name,
+            dataset=row["dataset"],
+            network=row["network"],
+            optimizer=row["optimizer"],
+            target_metric=_float(row, "target_metric", path, line),
+            max_epochs=_int(row, "max_epochs", path, line),
+            default_batch_size=_int(row, "default_batch_size", path, line),
+        )
+    if not jobs:
+        raise TraceError(f"{path} has no rows; it needs one row per job ({', '.join(JOBS_COLUMNS)}).")
+    return jobs
+
+
 def find_job(name: str) -> TraceJob:
     """One of the paper's six jobs by name.
 

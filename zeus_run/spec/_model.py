@@ -81,7 +81,9 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
-        revision: Revision of ``zeus-voi``'s rules: 10 (the default) is 9 with a walk at half a doubling a
+        revision: Revision of ``zeus-voi``'s rules: 11 (opt-in) is 10 with a warm start that predicts an untried
+            batch size's cost as its epochs carried over times its pace measured here (`zeus_run.optimizer.voi.transfer`);
+            10 (the default) is 9 with a walk at half a doubling a
             step whose probes save no more than the laws of epochs and pace allow and which jumps where the
             runs identify them (`zeus_run.optimizer.voi.laws`), a bandit that runs another batch size only where
             that pays over the recurrences left (`zeus_run.optimizer.voi.bandit`), and the warm start; 9 is 8

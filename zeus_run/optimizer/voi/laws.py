@@ -57,7 +57,6 @@ from zeus_run.optimizer._base import Decision
 from zeus_run.optimizer._stats import log_moments, lognormal_shortfall
 from zeus_run.optimizer.voi.state import Estimate, LogStats, Policy, VOIState
 from zeus_run.optimizer.voi.walk import candidates, overhead_share
-from zeus_run.optimizer.voi.warm import candidates as warm_candidates
 from zeus_run.optimizer.voi.warm import converge_chance as warm_chance
 from zeus_run.optimizer.voi.warm import epoch_logs as warm_epoch_logs
 from zeus_run.optimizer.voi.warm import epochs as warm_epochs
@@ -250,7 +249,8 @@ def best_probe(
 
     The candidates are revision 9's on the walk's grid (`zeus_run.optimizer.voi.walk.candidates`: the next
     step beyond each end, a stride down a sure descent, the gaps), the `jump`, and with a warm start the
-    batch sizes the source saw converge (`zeus_run.optimizer.voi.warm.candidates`: their predictions pooled
+    batch sizes the source saw converge (the policy's ``warm_candidates``: `zeus_run.optimizer.voi.warm.candidates`,
+    or revision 11's `zeus_run.optimizer.voi.transfer.candidates`; their predictions pooled
     with the walk's, and the cheapest of them). Each is valued as revision 9 values a probe (the saving
     over ``horizon`` recurrences, with the chance it converges, less its cost now and its sweep, within
     the budget), with its cost floored by the laws beyond the tried range (`floor`, `LAW_DOUBT`).
@@ -263,7 +263,7 @@ def best_probe(
     seen = warm_epochs(state)
     var1 = pooled_noise(warm_epoch_logs(state))
     found = [*candidates(walker, state, est, cv2), *jump(walker, state, seen, est, cv2, var1)]
-    warm = {b: (why, prior) for b, why, prior in warm_candidates(opt, state, est, cv2, walker.batch_sizes)}
+    warm = {b: (why, prior) for b, why, prior in opt.warm_candidates(state, est, cv2, walker.batch_sizes)}
     if state.warm:  # the source says where to go: no stride or jump past a batch size it knows nothing of
         grid, ends = walker.batch_sizes, (min(tried), max(tried))
         near = {grid[i] for e in ends for i in (grid.index(e) - 1, grid.index(e) + 1) if 0 <= i < len(grid)}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zeus_run.optimizer._base import BatchSizeOptimizer, Decision, Observation
@@ -43,6 +43,7 @@ from zeus_run.optimizer.voi.laws import best_probe
 from zeus_run.optimizer.voi.looks import recheck, second_look
 from zeus_run.optimizer.voi.state import Estimate, VOIState, WarmStart, add_log
 from zeus_run.optimizer.voi.walk import without_sweep
+from zeus_run.optimizer.voi.warm import candidates as warm_candidates
 from zeus_run.optimizer.voi.warm import observe_warm
 
 if TYPE_CHECKING:
@@ -281,6 +282,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         return out
 
     # -- the walk's prediction and budget ----------------------------------------------------
+
+    def warm_candidates(
+        self, state: VOIState, est: Mapping[int, Estimate], cv2: float, grid: Sequence[int]
+    ) -> Iterator[tuple[int, str, tuple[float, float]]]:
+        """The batch sizes a warm start proposes, with the mean and sd of their log cost here
+        (`zeus_run.optimizer.voi.warm.candidates`; revision 11 prices them its own way)."""
+        return warm_candidates(self, state, est, cv2, grid)
 
     def predict(
         self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, cv2: float

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -140,3 +140,7 @@ class Policy(Protocol):
     def predict(
         self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, cv2: float
     ) -> tuple[float, float]: ...
+
+    def warm_candidates(
+        self, state: VOIState, est: Mapping[int, Estimate], cv2: float, grid: Sequence[int]
+    ) -> Iterator[tuple[int, str, tuple[float, float]]]: ...
