@@ -20,8 +20,8 @@ def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]
     command stays read-only; the next ask, tell or launcher records them)."""
     import time
 
-    from zeus_run.asktell._lease import expired_asks
-    from zeus_run.spec._model import DEFAULT_LEASE
+    from zeus_run.door.lease import expired_asks
+    from zeus_run.spec import DEFAULT_LEASE
 
     lease = settings.lease if settings.lease is not None else DEFAULT_LEASE
     job = records[0].job if records else str((settings.raw or {}).get("name") or run_dir.name)
@@ -30,7 +30,7 @@ def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]
 
 def profile_lines(run_dir: Path) -> list[str]:
     """The run's power-limit profiles: per limit, power, throughput, window duration and counter updates."""
-    from zeus_run.power._store import PROFILES_NAME, ProfileStore
+    from zeus_run.power import PROFILES_NAME, ProfileStore
 
     if not (run_dir / PROFILES_NAME).is_file():
         return []

@@ -21,7 +21,7 @@ from typing import Any
 
 from zeus_run import _fs
 from zeus_run.errors import RunDirError
-from zeus_run.spec._yaml import YamlLimitError, load_yaml
+from zeus_run.spec import YamlLimitError, load_yaml
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 
 * a new job: the spec is validated (as ``zeus-run check``) and saved in ``ROOT/JOB``;
 * the same spec again: nothing changes;
-* a changed spec: `zeus_run.engine.opening.compatibility` decides, the rule ``zeus-run
+* a changed spec: `zeus_run.door.opening.compatibility` decides, the rule ``zeus-run
   run`` resumes a run directory by. Where ``run`` would resume (``recurrences``,
   ``lease``, ``command``, ``accounting``, ``export:`` ...), the new spec is saved
   and every later ask follows it; the answer lists the fields that changed.
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zeus_run.engine.opening import compatibility, open_job
+from zeus_run.door.opening import compatibility, open_job
 from zeus_run.engine.position import position
 from zeus_run.remote import job_path
 from zeus_run.rundir.rates import note_change
@@ -31,8 +31,7 @@ from zeus_run.rundir.resume import keep_recorded_revision
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths, check_series
-from zeus_run.spec import parse_spec
-from zeus_run.spec._yaml import YamlLimitError, load_yaml
+from zeus_run.spec import YamlLimitError, load_yaml, parse_spec
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a trial was, on its evidence (`zeus_run.trial.classify`): one table, and the run it stops."""
+"""What a trial was, on its evidence (`zeus_run.engine.classify`): one table, and the run it stops."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 
 from tests.cli.test_run_cli import FAKE, history, spec_text, zeus
 from tests.conftest import PYTHON
+from zeus_run.engine.classify import Verdict, classify, judge
 from zeus_run.engine.core import Ledger
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import read_history
-from zeus_run.trial.classify import Verdict, classify, judge
 
 BASE = TrialRecord("t", 1, 1, 0, 2, "pruning", 0, 2.0, 200.0, 100.0, 200.0, False, "exited", exit_code=0)
 CONVERGED = dataclasses.replace(

@@ -60,6 +60,15 @@ class TrialSaver:
         #: The last record saved and not yet published (None: nothing to publish).
         self.pending: TrialRecord | None = None
 
+    def check_exports(self) -> None:
+        """Make the live exports now, so that a door refuses a missing MLflow before any trial runs.
+
+        Raises:
+            UsageError: The spec asks for MLflow, which is not installed.
+        """
+        if self._exports is None:
+            self._exports = live_exports(self.settings, self.rd)
+
     def save(self, record: TrialRecord) -> None:
         """Append ``record`` to the history (durably) and take its trial's marker out of ``running.json``.
 
