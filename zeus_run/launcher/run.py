@@ -46,6 +46,7 @@ from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import lock
+from zeus_run.rundir.settings import read_once
 from zeus_run.rundir.store import first_missing
 from zeus_run.spec import JobSpec
 from zeus_run.trial.run import preflight, trial_environment
@@ -129,12 +130,13 @@ def run_job(
     """
     lst: RunListener = listener or NullRunListener()
     trigger = triggered_at or now()
-    where = locate(spec, run_dir, new=new, force=force)  # locate: the one locator of every door
-    spec, path = where.spec, where.path
-    _preflight_default(spec)
-    cancel = cancel or threading.Event()
-    created = not path.exists() or not any(path.iterdir())
     with contextlib.ExitStack() as stack:
+        stack.enter_context(read_once())  # one trigger: its run directory's spec.yaml is read once
+        where = locate(spec, run_dir, new=new, force=force)  # locate: the one locator of every door
+        spec, path = where.spec, where.path
+        _preflight_default(spec)
+        cancel = cancel or threading.Event()
+        created = not path.exists() or not any(path.iterdir())
         held = None
         if next_recurrences is not None and spec.concurrency > 1:
             # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).

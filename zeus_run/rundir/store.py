@@ -33,7 +33,7 @@ from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_f
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
-from zeus_run.rundir.settings import SPEC_NAME, read_settings
+from zeus_run.rundir.settings import SPEC_NAME, forget, read_settings
 from zeus_run.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ class RunDir:
 
         header = "# Resolved job spec zeus-run started this run with (every default filled in).\n"
         atomic_write(self.spec_path, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
+        forget(self.path)
 
     # -- the in-flight marker ----------------------------------------------------
     def mark_running(self, marker: RunningMarker) -> None:
