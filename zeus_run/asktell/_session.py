@@ -165,4 +165,7 @@ def open_session(path: Path, spec: JobSpec | None = None, role: str = "ask") -> 
     with open_job(path, spec, role) as job:
         session = Session(job)
         yield session
+        last = session.saver.last
+        if last is not None:  # what the engine believes with what this session saved, for the views (belief.json)
+            session.saver.note(folded(job.rd.path, session.engine).ledger, last.trial)
     session.saver.publish()  # after the lock is let go: a slow sink never holds up another ask or tell

@@ -110,7 +110,7 @@ def history_command(
     settings = RunSettings.read(hist.parent)  # spec.yaml, read once
     records = list(read_history(hist))
     records += expired_now(hist.parent, settings, records)  # shown, not written: history only reads
-    summary = summarize_run(records, knobs_of(hist.parent, settings), settings.default_batch_size)
+    summary = summarize_run(records, knobs_of(hist.parent, settings), settings.default_batch_size, hist.parent)
     money = accounting_of(hist.parent, records, summary, settings)
     if fmt is not Format.table:
         write_records(records, fmt.value, summary, money)

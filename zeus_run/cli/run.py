@@ -141,7 +141,7 @@ def print_run_summary(out: Console, records: Sequence[TrialRecord], run_dir: Pat
     from zeus_run.cli._render import batch_size_table, can_encode, print_grid, summary_lines
     from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
 
-    summary = summarize_run(records, knobs_of(run_dir), default_batch_size)
+    summary = summarize_run(records, knobs_of(run_dir), default_batch_size, run_dir)
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)

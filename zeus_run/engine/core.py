@@ -224,6 +224,7 @@ class Engine:
         on_record: Callable[[TrialRecord], None] = lambda r: None,
         adopted: Sequence[TrialRequest] = (),
         more: Callable[[], int] | None = None,
+        on_fold: Callable[[Ledger, TrialRecord], None] | None = None,
     ) -> list[TrialRecord]:
         """Continue the run from ``history``.
 
@@ -239,6 +240,8 @@ class Engine:
             more: Asked, when a slot is free and every recurrence is started, for more
                 recurrences to run (triggers that joined the run, `zeus_run.rundir.joins`); returns
                 how many, added past ``recurrences``.
+            on_fold: Called with the ledger and each new record once it is folded (the runner keeps what the
+                engine now believes: `zeus_run.door.save.TrialSaver.note`).
 
         Returns:
             The new records, in the order their trials ended. After a record with
@@ -289,6 +292,8 @@ class Engine:
             new.append(record)
             on_record(record)
             ledger.fold(record)
+            if on_fold is not None:
+                on_fold(ledger, record)
             error = error or fault
             stopping = stopping or record.stop_reason is StopReason.INTERRUPTED or error is not None
         if error is not None:

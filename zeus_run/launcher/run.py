@@ -24,6 +24,7 @@ from zeus_run.door import OpenJob, locate, open_job
 from zeus_run.energy import EnergySource
 from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
+from zeus_run.engine.ledger import Ledger
 from zeus_run.engine.position import Position, position
 from zeus_run.errors import Interrupted
 from zeus_run.executors import (
@@ -225,12 +226,15 @@ def _run(
         lst.on_trial_end(record)
         saver.publish()  # the live exports: MLflow, Pushgateway (spec section `export`)
 
+    def note(ledger: Ledger, record: TrialRecord) -> None:
+        saver.note(ledger, record.trial)  # what the engine believes now, for the views (belief.json)
+
     adopted = job.adopted
     if spec.concurrency == 1:
-        new_records = engine.run(history, execute, persist, adopted)
+        new_records = engine.run(history, execute, persist, adopted, on_fold=note)
     else:
         new_records = _run_concurrent(
-            engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel, desk
+            engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel, desk, note
         )
     interrupted = [r for r in new_records if r.stop_reason is StopReason.INTERRUPTED]
     if interrupted:
@@ -268,6 +272,7 @@ def _run_concurrent(
     persist: Callable[[TrialRecord], None],
     cancel: threading.Event,
     desk: JoinDesk | None = None,
+    note: Callable[[Ledger, TrialRecord], None] | None = None,
 ) -> list[TrialRecord]:
     """Run with several recurrences in flight: the executor's own ``start``/``wait_any`` (Slurm), or N local slots.
 
@@ -303,7 +308,8 @@ def _run_concurrent(
             return target.wait_any()
 
     try:
-        return engine.run(history, _Checked(), persist, adopted, more=desk.claim if desk is not None else None)
+        more = desk.claim if desk is not None else None
+        return engine.run(history, _Checked(), persist, adopted, more=more, on_fold=note)
     except BaseException:
         cancel.set()  # stop the trials still in flight, then record them
         left = pool.close() if pool is not None else executor.drain()
