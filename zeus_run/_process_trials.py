@@ -209,7 +209,7 @@ class ProcessTrials:
 
             at_ask = None
             if carry is None and began is not None:  # a shell's `zeus-run ask` on this host read the counter
-                from zeus_run.energy._self import parse_ask_reading
+                from zeus_run.energy import parse_ask_reading
 
                 at_ask = parse_ask_reading(os.environ.get(Env.ASK_ENERGY))
             meter = SelfMeter(energy, began, carry, *ask, at_ask=at_ask)

@@ -13,7 +13,7 @@ from tests.conftest import SCRIPTS
 from tests.factories import job_spec
 from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import AlreadyTold, LeaseExpired, UnknownToken, ask, expire, heartbeat, report_epoch, tell
-from zeus_run.asktell._lease import expires_at
+from zeus_run.contract import expires_at
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.errors import RunDirBusy
 from zeus_run.rundir.history import read_history

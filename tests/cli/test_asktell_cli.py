@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.asktell.test_asktell_api import spec_text
 from tests.cli.test_run_cli import zeus
 from zeus_run.asktell import expire
-from zeus_run.asktell._lease import expires_at
+from zeus_run.contract import expires_at
 from zeus_run.errors import BUSY_EXIT_CODE, LEASE_EXPIRED_EXIT_CODE
 from zeus_run.rundir.store import read_running
 

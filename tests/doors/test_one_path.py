@@ -18,12 +18,11 @@ from tests.conftest import PYTHON, SCRIPTS
 from tests.factories import make_record
 from tests.launcher.test_faults import wait_for
 from zeus_run.asktell import ask, report_epoch, tell
-from zeus_run.asktell._lease import expires_at
 from zeus_run.cli import app
-from zeus_run.contract import StopReason, TrialOutcome, reaches_target
+from zeus_run.contract import StopReason, TrialOutcome, expires_at, reaches_target
+from zeus_run.door.opening import locate
 from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.measure import PowerBasis
-from zeus_run.engine.opening import locate
 from zeus_run.engine.record import Measurement, trial_record
 from zeus_run.errors import RunDirError, UsageError
 from zeus_run.optimizer import Decision

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from tests.test_fallback import LoadedMachine
+from zeus_run.door.opening import compatibility, history_mismatches
 from zeus_run.engine.core import Engine
 from zeus_run.engine.knobs import Knobs
-from zeus_run.engine.opening import compatibility, history_mismatches
 from zeus_run.engine.replay import audit
 from zeus_run.rundir.store import RunDir
 from zeus_run.spec import OptimizerSettings, parse_spec

@@ -19,7 +19,7 @@ from tests.concurrency_helpers import in_flight
 from tests.executors.test_slurm_executor import calls, check_audit, fake, live_jobs, spec_text, wait_for  # noqa: F401
 from tests.launcher.test_faults import launch
 from zeus_run.contract import StopReason
-from zeus_run.engine.opening import pending_records
+from zeus_run.door.opening import pending_records
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.launcher import run_job
 from zeus_run.rundir.history import read_history

@@ -176,7 +176,7 @@ def test_a_run_recorded_under_an_older_revision_goes_on_under_it_unless_the_spec
     at its default goes on under the revision the run was recorded with (1: before revisions); a spec that
     names another one is refused, and --force starts a run directory next to it."""
     from tests.cli.test_run_cli import spec_text, zeus
-    from zeus_run.engine.opening import locate
+    from zeus_run.door.opening import locate
     from zeus_run.rundir.settings import read_settings
     from zeus_run.spec import load_spec
 

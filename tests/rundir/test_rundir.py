@@ -24,7 +24,7 @@ from tests.cli.test_run_cli import history, zeus
 from tests.launcher.test_faults import launch, spec_text, wait_for
 from tests.rundir.test_history import rec
 from zeus_run import _fs
-from zeus_run.engine.opening import choose_run_dir
+from zeus_run.door.opening import choose_run_dir
 from zeus_run.errors import BUSY_EXIT_CODE, HistoryError, RunDirError
 from zeus_run.rundir.history import HistoryStore, read_history
 from zeus_run.rundir.store import RunDir, atomic_write

@@ -11,7 +11,7 @@ import yaml
 
 from tests.server.helpers import ServerProcess
 from tests.server.test_security import raw
-from zeus_run.engine.opening import choose_run_dir
+from zeus_run.door.opening import choose_run_dir
 from zeus_run.errors import RunDirError
 from zeus_run.remote import ServerError
 from zeus_run.rundir.store import SPEC_NAME

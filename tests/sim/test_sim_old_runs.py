@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.cli.test_run_cli import zeus
-from zeus_run.engine.opening import choose_run_dir
+from zeus_run.door.opening import choose_run_dir
 from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import read_history

@@ -38,7 +38,7 @@ def test_a_regex_that_never_matches_is_named_with_the_scripts_lines(tmp_path):
         REGEX + "timeout: 4\n",
     )
     r = zeus("run", str(spec), "--no-output")
-    # The launcher's timeout cut it: never a spec error from timing (`zeus_run.trial.classify`), so the
+    # The launcher's timeout cut it: never a spec error from timing (`zeus_run.engine.classify`), so the
     # default batch size failed, and the run says why.
     assert r.returncode == 1
     # Said while the script still ran (it only stops at the timeout)...

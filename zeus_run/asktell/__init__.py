@@ -10,7 +10,7 @@
 
 The run directory stays the single store: every ask and tell takes its lock
 for a moment (`zeus_run.asktell._session`), an ask that is never told back
-expires after its lease (`zeus_run.asktell._lease`), and decisions follow the
+expires after its lease (`zeus_run.door.lease`), and decisions follow the
 rule ``concurrency: N`` uses, so ``zeus-run replay`` audits an ask/tell history
 like any other. ``zeus-run exec`` runs a command under the trial agent
 (`run_ask`), `cancel` releases an ask that will never be told, and
@@ -21,6 +21,7 @@ from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._cancel import cancel
 from zeus_run.asktell._exec import Target, exit_code_of, run_ask, target_of
 from zeus_run.asktell._job import AskedTrial, Job
+from zeus_run.asktell._keys import check_key
 from zeus_run.asktell._tell import expire, heartbeat, report_epoch, tell, tell_tail
 from zeus_run.engine.measure import Measured
 from zeus_run.errors import AlreadyTold, LeaseExpired, UnknownToken
@@ -36,6 +37,7 @@ __all__ = [
     "UnknownToken",
     "ask",
     "cancel",
+    "check_key",
     "exit_code_of",
     "expire",
     "heartbeat",

@@ -23,16 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from zeus_run.asktell._keys import same_key, stamp
-from zeus_run.asktell._lease import expires_at
 from zeus_run.asktell._session import Session, open_session, resolve_job
-from zeus_run.contract import ASK_EXECUTOR, Env, RunningMarker, TrialFiles
-from zeus_run.energy import EstimatedEnergy
-from zeus_run.energy._self import ask_reading
-from zeus_run.engine.position import position
-from zeus_run.engine.save import TrialSaver, live_exports
+from zeus_run.contract import ASK_EXECUTOR, Env, RunningMarker, TrialFiles, expires_at
+from zeus_run.energy import EstimatedEnergy, ask_reading
 from zeus_run.errors import JOB_COMPLETE_EXIT_CODE, JobComplete, RunDirBusy, RunDirError
-from zeus_run.executors._base import prepare
-from zeus_run.rundir.rates import note_change
+from zeus_run.executors import prepare
+from zeus_run.rundir.settings import read_once
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import AgentPlan
 
@@ -134,21 +130,16 @@ def ask(
         KeyReused: ``key`` made an ask in flight for another host.
     """
     stamped = None if key is None else stamp(key, "ask", {"host": host})
-    spec, path = resolve_job(job, run_dir)  # a spec: its history must have been recorded under its settings
-    with open_session(path, spec, role="ask") as s:
-        # As `run` refuses before any trial: the spec's live exports must be usable (MLflow installed), since this
-        # trial's tell will export it (`zeus_run.engine.save`).
-        s.saver = TrialSaver(s.rd, spec.export, live_exports(spec.export, s.rd))
-        for notice in note_change(
-            s.rd.path, s.rd.stored_spec(), spec.accounting, lambda: position(s.history, spec.max_tries).recurrence
-        ):
-            logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
-        s.rd.keep_spec(spec)  # the spec in force (a new job's first); one it replaces is kept as spec.<n>.yaml
-        s.expire()  # first: a retry of an ask whose lease ran out asks anew
-        again = next((m for m in s.asks if same_key(m.request_key, stamped, "an ask")), None)
-        if again is not None:
-            return _asked_again(s, spec, again)
-        return _reserve(s, spec, host or socket.gethostname(), stamped, plan)
+    with read_once():  # one ask: the run directory's spec.yaml is read once
+        spec, path = resolve_job(job, run_dir)  # a spec: its history must have been recorded under its settings
+        # The one opener (`zeus_run.door.open_job`): as `run` refuses before any trial, the spec's live exports must be
+        # usable (MLflow installed), since this trial's tell will export it; a new job's spec kept, a rate change noted.
+        with open_session(path, spec, role="ask") as s:
+            s.expire()  # first: a retry of an ask whose lease ran out asks anew
+            again = next((m for m in s.asks if same_key(m.request_key, stamped, "an ask")), None)
+            if again is not None:
+                return _asked_again(s, spec, again)
+            return _reserve(s, spec, host or socket.gethostname(), stamped, plan)
 
 
 def _asked_again(s: Session, spec: JobSpec, marker: RunningMarker) -> Ask:

@@ -13,8 +13,8 @@ import datetime
 import time
 from pathlib import Path
 
-from zeus_run.asktell._lease import expired_record
 from zeus_run.asktell._session import open_session
+from zeus_run.door.lease import expired_record
 from zeus_run.errors import AlreadyTold, UnknownToken
 from zeus_run.records import TrialRecord
 

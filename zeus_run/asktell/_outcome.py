@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.asktell._lease import ask_provenance
 from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, crash_cause, exit_text
 from zeus_run.cost import zeus_cost
+from zeus_run.door.lease import ask_provenance
 from zeus_run.engine.measure import REPORTED, Measured, PowerBasis, meter_of, window_of
 from zeus_run.engine.record import UNMEASURED, Measurement, marker_fields, trial_record
 from zeus_run.engine.request import request_of
-from zeus_run.executors._base import measured_by, now
+from zeus_run.executors import measured_by, now
 from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
 from zeus_run.trial.agent import read_agent_info, read_outcome

@@ -11,10 +11,10 @@ tells arrive (`Session.record`). The record comes from
   record's ``reported``), or measured in the trial's process (`Measured`, the
   Python API; the script's own ``end`` readings), or else imputed (labelled):
   `zeus_run.asktell._outcome`. It is saved by the one saver of every door
-  (`zeus_run.engine.save`): the history, then the live exports.
+  (`zeus_run.door.save`): the history, then the live exports.
 
 ``heartbeat`` and ``report_epoch`` take no lock: a lease is renewed by the
-modification time of a file in the trial's directory (`zeus_run.asktell._lease`).
+modification time of a file in the trial's directory (`zeus_run.door.lease`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from pathlib import Path
 from zeus_run import _fs
 from zeus_run.asktell._epochs import earlier_answer
 from zeus_run.asktell._keys import same_key, stamp
-from zeus_run.asktell._lease import has_expired
 from zeus_run.asktell._outcome import Told, build_record, max_power_of, points, stop_rule, trial_start
 from zeus_run.asktell._session import Session, open_session, spec_of
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, exit_text, write_heartbeat
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, exit_text, has_expired, write_heartbeat
 from zeus_run.engine.measure import Measured, meter_of
 from zeus_run.engine.request import request_of
 from zeus_run.errors import AlreadyTold, LeaseExpired, RunDirError, UnknownToken
@@ -81,7 +80,7 @@ def tell(
             record was built from (``events.jsonl``, ``heartbeat``: a server's trial), so a trial leaves
             one history line on disk.
         log: The script's output (a file), when it failed: its tail goes into the record, where the
-            classifier (`zeus_run.trial.classify`) tells an environment error from a crash of the batch size.
+            classifier (`zeus_run.engine.classify`) tells an environment error from a crash of the batch size.
 
     Raises:
         LeaseExpired: The ask's lease had expired: it was recorded as an infrastructure failure,

@@ -67,7 +67,7 @@ def check_command(
 def gpu_report(source, power_limit_enabled: bool, settings=None) -> list[str]:
     """Lines describing the detected GPUs: names, count, energy method, power-limit range and permission."""
     from zeus_run.energy import gpu_source, rapl_status
-    from zeus_run.power._session import make_controller
+    from zeus_run.power import make_controller
     from zeus_run.spec import PowerLimitSettings
 
     rapl = rapl_status()

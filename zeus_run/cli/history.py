@@ -21,8 +21,8 @@ def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]
     command stays read-only; the next ask, tell or launcher records them)."""
     import time
 
-    from zeus_run.asktell._lease import expired_asks
-    from zeus_run.spec._model import DEFAULT_LEASE
+    from zeus_run.door.lease import expired_asks
+    from zeus_run.spec import DEFAULT_LEASE
 
     lease = settings.lease if settings.lease is not None else DEFAULT_LEASE
     job = records[0].job if records else str((settings.raw or {}).get("name") or run_dir.name)
@@ -45,7 +45,7 @@ def _charge(run_dir: Path, records: list[TrialRecord]) -> tuple[PowerBasis, floa
 
 def profile_lines(run_dir: Path) -> list[str]:
     """The run's power-limit profiles: per limit, power, throughput, window duration and counter updates."""
-    from zeus_run.power._store import PROFILES_NAME, ProfileStore
+    from zeus_run.power import PROFILES_NAME, ProfileStore
 
     if not (run_dir / PROFILES_NAME).is_file():
         return []
@@ -126,7 +126,7 @@ def history_command(
     settings = RunSettings.read(hist.parent)  # spec.yaml, read once
     records = list(read_history(hist))
     records += expired_now(hist.parent, settings, records)  # shown, not written: history only reads
-    summary = summarize_run(records, knobs_of(hist.parent, settings), settings.default_batch_size)
+    summary = summarize_run(records, knobs_of(hist.parent, settings), settings.default_batch_size, hist.parent)
     money = accounting_of(hist.parent, records, summary, settings)
     if fmt is not Format.table:
         write_records(records, fmt.value, summary, money)

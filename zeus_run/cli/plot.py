@@ -60,7 +60,7 @@ def plot_command(
     records = read_history(hist)
     settings = RunSettings.read(hist.parent)  # spec.yaml, read once
     b0 = settings.default_batch_size
-    summary = summarize_run(records, knobs_of(hist.parent, settings), b0)
+    summary = summarize_run(records, knobs_of(hist.parent, settings), b0, hist.parent)
     money = accounting_of(hist.parent, records, summary, settings)
     out = plot_history(
         records, output or hist.parent / "plot.png", default_batch_size=b0, accounting=money, summary=summary

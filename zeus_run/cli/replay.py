@@ -60,7 +60,7 @@ def replay_command(
         zeus-run replay runs/demo --objective max-slowdown=1.1
     """
     from zeus_run.cli._render import fmt_energy, history_table, print_grid
-    from zeus_run.engine.opening import pending_records
+    from zeus_run.door.opening import pending_records
     from zeus_run.engine.replay import Knobs, audit, what_if, with_changes
     from zeus_run.rundir.history import read_history
 

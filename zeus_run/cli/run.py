@@ -106,6 +106,7 @@ def run_command(
     from zeus_run.cli._render import history_table, print_grid
     from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE, UsageError
     from zeus_run.launcher import run_job
+    from zeus_run.rundir.settings import read_once
     from zeus_run.rundir.store import SPEC_NAME
     from zeus_run.spec import load_spec
 
@@ -123,17 +124,19 @@ def run_command(
         raise UsageError("-n/--recurrences and --next both say how many recurrences to run; pass only one.")
     if new and force:
         raise UsageError("--new and --force both start a fresh run directory; pass only one.")
-    err = err_console()
-    with make_run_view(err, show_output=not no_output, quiet=quiet) as view:
-        result = run_job(
-            spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k, until=recurrences
-        )
-    if not quiet:
-        records = result.records
-        out = out_console()
-        print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
-        print_run_summary(out, records, result.run_dir, spec.default_batch_size)
-        err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
+    # One trigger: its run directory's spec.yaml is read once, the summary's reads included.
+    with read_once():
+        err = err_console()
+        with make_run_view(err, show_output=not no_output, quiet=quiet) as view:
+            result = run_job(
+                spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k, until=recurrences
+            )
+        if not quiet:
+            records = result.records
+            out = out_console()
+            print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
+            print_run_summary(out, records, result.run_dir, spec.default_batch_size)
+            err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
     if result.failed:
         for r in result.failed:
             err.print(
@@ -150,7 +153,7 @@ def print_run_summary(out: Console, records: Sequence[TrialRecord], run_dir: Pat
     from zeus_run.cli._render import batch_size_table, can_encode, print_grid, summary_lines
     from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
 
-    summary = summarize_run(records, knobs_of(run_dir), default_batch_size)
+    summary = summarize_run(records, knobs_of(run_dir), default_batch_size, run_dir)
     print_grid(out, batch_size_table(summary))
     for line in summary_lines(summary, ascii_only=not can_encode("▁")):
         out.print(line)

@@ -170,7 +170,7 @@ def tokens_rotate(job: str = JobArgument, root: Path = RootOption) -> None:
 
         zeus-run serve tokens rotate --root /srv/zeus-jobs mnist-nightly > mnist.token
     """
-    from zeus_run.server._root import check_job_name
+    from zeus_run.server import check_job_name
 
     check_job_name(job)
     token, entry = _store(root).rotate(job)
@@ -254,7 +254,7 @@ def register_command(
 
 def _store(root: Path) -> Any:
     from zeus_run.errors import UsageError
-    from zeus_run.server._tokens import TokenStore
+    from zeus_run.server import TokenStore
 
     if not root.is_dir():
         raise UsageError(f"--root {str(root)!r} is not a directory: name the server's root.")

@@ -15,6 +15,7 @@ change in one place:
   on read (the file is untrusted: a person or a crash may have damaged it).
 * `exit_watch`: how a script that reports its own end (no launcher watches it) is ending: its exit
   code and its last output.
+* `expires_at`, `has_expired`: an ask's lease, from its marker and its trial's files.
 * `crash_cause`: the one-line cause of a failed trial, stored as a field
   (``TrialOutcome.cause``) rather than parsed back out of message text.
 
@@ -26,9 +27,10 @@ from __future__ import annotations
 
 from zeus_run.contract._exit import ExitWatch, ScriptEnd, exit_status, exit_watch, watch_exit
 from zeus_run.contract._heartbeat import heartbeat_time, write_heartbeat
+from zeus_run.contract._lease import expires_at, has_expired, last_sign_of_life
 from zeus_run.contract._marker import ASK_EXECUTOR, RunningMarker, markers_from_json, markers_to_json
 from zeus_run.contract._names import RUNNING_NAME, Env, TrialFiles, env_float, env_int
-from zeus_run.contract._process import have_proc, process_start_time
+from zeus_run.contract._process import have_proc, iso_seconds, process_start_time
 from zeus_run.contract._reasons import STOP_REASONS, StopReason
 from zeus_run.contract._trial import (
     BURST_TIMING,
@@ -60,8 +62,12 @@ __all__ = [
     "exit_status",
     "exit_text",
     "exit_watch",
+    "expires_at",
+    "has_expired",
     "have_proc",
     "heartbeat_time",
+    "iso_seconds",
+    "last_sign_of_life",
     "markers_from_json",
     "markers_to_json",
     "process_start_time",

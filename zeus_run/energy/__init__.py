@@ -12,7 +12,7 @@ from zeus_run.energy._base import EnergySource
 from zeus_run.energy._estimate import EstimatedEnergy
 from zeus_run.energy._nvml import NvmlEnergy, visible_gpu_ids
 from zeus_run.energy._rapl import RaplEnergy, SumEnergy, rapl_status
-from zeus_run.energy._self import SelfMeter, own_cpu_seconds
+from zeus_run.energy._self import SelfMeter, ask_reading, own_cpu_seconds, parse_ask_reading
 from zeus_run.errors import EnergyError
 
 if TYPE_CHECKING:  # a training process that measures itself does not load the spec's schema
@@ -96,9 +96,11 @@ __all__ = [
     "RaplEnergy",
     "SelfMeter",
     "SumEnergy",
+    "ask_reading",
     "gpu_source",
     "open_energy_source",
     "own_cpu_seconds",
+    "parse_ask_reading",
     "rapl_status",
     "visible_gpu_ids",
 ]

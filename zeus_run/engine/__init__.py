@@ -8,7 +8,8 @@
 * `zeus_run.engine.position`: where a run stands, from its records.
 * `zeus_run.engine.replay`: the audit and the what-if replays.
 * `zeus_run.engine.record`: the one builder of a trial's record.
-* `zeus_run.engine.save`: the one saver of a trial, for every door.
+* `zeus_run.engine.classify`: what a finished trial was, on its evidence (the judge of `Engine.tell`).
 
-The launcher that drives real runs is `zeus_run.launcher`, above this package: nothing here imports it.
+Opening a job and saving its trials, for every door, is `zeus_run.door`, above this package; the launcher that
+drives real runs is `zeus_run.launcher`, above both: nothing here imports either.
 """

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from zeus_run.contract import StopReason
+from zeus_run.engine.classify import judge, out_of_memory
 from zeus_run.engine.concurrent import InOrder
 from zeus_run.engine.ledger import Ledger
 from zeus_run.engine.position import observation_of
@@ -45,7 +46,6 @@ from zeus_run.engine.request import Horizon, TrialRequest
 from zeus_run.errors import ConvergenceError, ZeusRunError
 from zeus_run.optimizer import BatchSizeOptimizer
 from zeus_run.records import TrialRecord
-from zeus_run.trial.classify import judge, out_of_memory
 
 logger = logging.getLogger(__name__)
 
@@ -156,10 +156,10 @@ class Engine:
 
         The second half of every door (`ask`): the record is stamped (the decision's context, its horizon,
         the warm start it was taken with), charged and judged by the one
-        classifier (`zeus_run.trial.classify.judge`). The try that uses up ``max_tries`` without the
+        classifier (`zeus_run.engine.classify.judge`). The try that uses up ``max_tries`` without the
         target is stamped ``recurrence_failed``: its recurrence failed and the job goes on with the
         next one. The caller appends the record to the history and folds it (`Ledger.fold`; ask/tell
-        folds what the history file holds, `zeus_run.asktell._fold`).
+        folds what the history file holds, `zeus_run.door.fold`).
 
         Args:
             request: The request it was started with.
@@ -170,7 +170,7 @@ class Engine:
 
         Returns:
             The record, and the error that ends the run: a spec or environment error
-            (`zeus_run.trial.classify.ConfigurationError`), or the first recurrence not converging at
+            (`zeus_run.engine.classify.ConfigurationError`), or the first recurrence not converging at
             the default batch size (`ConvergenceError`); None to go on.
         """
         if stamp:
@@ -231,6 +231,7 @@ class Engine:
         on_record: Callable[[TrialRecord], None] = lambda r: None,
         adopted: Sequence[TrialRequest] = (),
         more: Callable[[], int] | None = None,
+        on_fold: Callable[[Ledger, TrialRecord], None] | None = None,
     ) -> list[TrialRecord]:
         """Continue the run from ``history``.
 
@@ -246,6 +247,8 @@ class Engine:
             more: Asked, when a slot is free and every recurrence is started, for more
                 recurrences to run (triggers that joined the run, `zeus_run.rundir.joins`); returns
                 how many, added past ``recurrences``.
+            on_fold: Called with the ledger and each new record once it is folded (the runner keeps what the
+                engine now believes: `zeus_run.door.save.TrialSaver.note`).
 
         Returns:
             The new records, in the order their trials ended. After a record with
@@ -257,7 +260,7 @@ class Engine:
                 (raised once the trials in flight have ended). A recurrence that uses up
                 ``max_tries`` later does not stop the run: it is recorded as failed
                 (``recurrence_failed``) and the next recurrence starts.
-            zeus_run.trial.classify.ConfigurationError: A trial failed because of the spec (recorded as
+            zeus_run.engine.classify.ConfigurationError: A trial failed because of the spec (recorded as
                 ``config_error``) or its environment (``environment_error``, `TrialEnvironmentError`);
                 raised once the trials in flight have ended.
             Exception: Whatever the executor raises, at once; trials it still runs are its own
@@ -296,6 +299,8 @@ class Engine:
             new.append(record)
             on_record(record)
             ledger.fold(record)
+            if on_fold is not None:
+                on_fold(ledger, record)
             error = error or fault
             stopping = stopping or record.stop_reason is StopReason.INTERRUPTED or error is not None
         if error is not None:

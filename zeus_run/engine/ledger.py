@@ -2,7 +2,7 @@
 
 One `Ledger` drives a run (`zeus_run.engine.core.Engine.run`), an audit
 (`zeus_run.engine.replay.audit`) re-derives every recorded decision with one, and a
-server keeps one per job between requests (`zeus_run.asktell._fold`,
+server keeps one per job between requests (`zeus_run.door.fold`,
 `Ledger.branch`). It applies the rules of `zeus_run.engine.core`: see there for
 the concurrent rule.
 """

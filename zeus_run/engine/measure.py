@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome
-from zeus_run.contract._process import iso_seconds
+from zeus_run.contract import RunningMarker, StopReason, TrialFiles, TrialOutcome, iso_seconds
 from zeus_run.engine.record import UNMEASURED, Measurement
 from zeus_run.records import TrialRecord
 

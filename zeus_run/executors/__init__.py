@@ -18,8 +18,13 @@ from zeus_run.executors._base import (
     NullRunListener,
     RealExecutor,
     RunListener,
+    command,
     learning_rate_for,
+    marker,
+    measured_by,
+    now,
     placeholder_values,
+    prepare,
     provenance,
 )
 from zeus_run.executors._local import LocalExecutor
@@ -47,8 +52,13 @@ __all__ = [
     "RealExecutor",
     "RunListener",
     "SlurmExecutor",
+    "command",
     "learning_rate_for",
+    "marker",
+    "measured_by",
+    "now",
     "placeholder_values",
+    "prepare",
     "provenance",
     "recover_trials",
 ]

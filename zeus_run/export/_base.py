@@ -72,7 +72,7 @@ MAX_SYNCS = 10
 
 class LiveExports:
     """The live exports of a job (spec section ``export``), called after each trial is saved, whatever the door
-    (`zeus_run.engine.save.TrialSaver`).
+    (`zeus_run.door.save.TrialSaver`).
 
     Each sink is synced with the whole run directory, so one that was down
     catches up at the next trial. A failure is logged as a warning; it never

@@ -1,10 +1,10 @@
 """Real runs: the engine driving training scripts through an executor, with a durable run directory.
 
 This is the library API behind ``zeus-run run``; tests call `run_job` directly.
-`run_job` only orchestrates: the run directory is found and opened as every door opens it
-(`zeus_run.engine.opening`: chosen, locked, a dead launcher's trials adopted or recorded), trials
-are run by an executor (`zeus_run.executors`), and the engine (`zeus_run.engine.core`) decides
-what to run.
+`run_job` is three steps: locate the run directory and open the job as every door does
+(`zeus_run.door.locate`, `zeus_run.door.open_job`: locked, a dead launcher's trials adopted or recorded, the asks
+settled, the spec kept, the warm start copied, the engine made), then run it: trials are run by an executor
+(`zeus_run.executors`), and the engine (`zeus_run.engine.core`) decides what to run.
 """
 
 from __future__ import annotations
@@ -19,38 +19,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zeus_run.asktell._session import settle_asks
 from zeus_run.contract import StopReason
+from zeus_run.door import OpenJob, locate, open_job
 from zeus_run.energy import EnergySource
 from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
-from zeus_run.engine.knobs import Knobs
-from zeus_run.engine.opening import locate, open_job
+from zeus_run.engine.ledger import Ledger
 from zeus_run.engine.position import Position, position
-from zeus_run.engine.request import request_of
-from zeus_run.engine.save import TrialSaver, live_exports
-from zeus_run.engine.warm import WarmStart, ensure_copy
 from zeus_run.errors import Interrupted
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
     RealExecutor,
     RunListener,
+    command,
     learning_rate_for,
+    marker,
+    now,
     placeholder_values,
     provenance,
     recover_trials,
 )
-from zeus_run.executors._base import command, marker, now
-from zeus_run.power import open_power_session
+from zeus_run.power import PowerSession, open_power_session
 from zeus_run.records import TrialRecord
 from zeus_run.rundir import joins
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import lock
-from zeus_run.rundir.rates import note_change
-from zeus_run.rundir.store import RunDir, changed_fields, first_missing, remove_if_unused
+from zeus_run.rundir.settings import read_once
+from zeus_run.rundir.store import first_missing
 from zeus_run.spec import JobSpec
 from zeus_run.trial.launch import launch_error
 from zeus_run.trial.run import preflight, trial_environment
@@ -134,122 +132,122 @@ def run_job(
     """
     lst: RunListener = listener or NullRunListener()
     trigger = triggered_at or now()
-    where = locate(spec, run_dir, new=new, force=force)  # the one opener of every door
-    spec, path, resumed = where.spec, where.path, where.resumed
-    _preflight_default(spec)
-    cancel = cancel or threading.Event()
-    executor_class = EXECUTORS[spec.executor.kind]
-    created = not path.exists() or not any(path.iterdir())
-    creates = first_missing(path)  # parents this run creates too (`runs/` of `runs/job`)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(read_once())  # one trigger: its run directory's spec.yaml is read once
+        where = locate(spec, run_dir, new=new, force=force)  # locate: the one locator of every door
+        spec, path = where.spec, where.path
+        _preflight_default(spec)
+        cancel = cancel or threading.Event()
+        created = not path.exists() or not any(path.iterdir())
         held = None
         if next_recurrences is not None and spec.concurrency > 1:
             # A trigger with overlap allowed: the launcher holding the run directory runs it (`zeus_run.rundir.joins`).
             held = joins.hold_or_join(lambda: lock(path, "run"), path)
             if held is None:
                 return _join(spec, path, next_recurrences, trigger, lst, cancel, run_dir, energy, force)
-        opened: list[EnergySource] = [energy] if energy is not None else []
-        warmed: list[WarmStart | None] = []
-
-        def on_locked(rd: RunDir, locked: contextlib.ExitStack) -> None:  # undone before the lock is let go
-            if created:  # a run that fails before recording anything leaves no empty run directory
-                locked.callback(remove_if_unused, rd, creates)
-            # a warm start's source, checked and copied in before anything runs (a wrong one is a spec error,
-            # told before the energy source opens)
-            warmed.append(ensure_copy(rd.path, spec))
-            if not opened:
-                opened.append(locked.enter_context(executor_class.open_energy(spec)))
-
+        if next_recurrences is None and until is None and spec.recurrences is None:
+            next_recurrences = 1  # open-ended: each launch runs one more recurrence
+        power: list[PowerSession | None] = [None]  # opened once the job is open and has recurrences to run
+        b0 = spec.default_batch_size
         job = stack.enter_context(
-            open_job(  # the one opener of every door; this one's executors adopt the trials that go on
+            open_job(  # open: the one opener of every door; this one's executors adopt the trials that go on
                 path,
                 spec,
                 "run",
                 cleanup=lambda markers: recover_trials(markers, spec.executor.kind),
-                read_history=True,
                 held=held,
-                on_locked=on_locked,
+                forget=created,
+                creates=first_missing(path),  # parents this run creates too (`runs/` of `runs/job`)
+                energy=(lambda: contextlib.nullcontext(energy))
+                if energy is not None
+                else (lambda: EXECUTORS[spec.executor.kind].open_energy(spec)),
+                recurrences=lambda at: _until(spec, at.ended, next_recurrences, until),
+                profile=lambda: power[0].store.get(b0) if power[0] is not None else (),
             )
         )
-        rd, energy = job.rd, opened[0]
-        history = job.history or []
-        warm = warmed[0]
-        settle_asks(rd, spec, history)  # asks in flight (ask/tell): expired ones recorded; live ones: busy
-        for notice in note_change(
-            rd.path, rd.stored_spec(), spec.accounting, position(history, spec.max_tries).recurrence
-        ):
-            logger.warning("%s", notice)  # a changed carbon intensity or price applies from the next recurrence
-        adopted = [request_of(m, spec) for m in job.adopted]
-        metric_changed = changed_fields(rd.stored_spec(), spec, "metric")
-        rd.keep_spec(spec)  # the spec in force; one it replaces is kept as spec.<n>.yaml
-        resumed = resumed and bool(history)
-        where_now = position(history, spec.max_tries)
-        done = where_now.ended
-        # the horizon the optimizer plans over: the job's, whatever this call runs; the warm start the run
-        # directory keeps
-        knobs = dataclasses.replace(Knobs.from_spec(spec), warm=warm)
-        if next_recurrences is None and until is None and spec.recurrences is None:
-            next_recurrences = 1  # open-ended: each launch runs one more recurrence
-        if next_recurrences is not None:
-            spec = spec.with_overrides(recurrences=done + next_recurrences)
-        elif until is not None:
-            spec = spec.with_overrides(recurrences=until)
-        total = spec.recurrences
-        _say_failed(history, where_now, spec.max_tries)
-        assert total is not None
-        lst.on_run_start(spec, rd.path, energy.describe(), done)
-        if done >= total:
-            logger.info(
-                "all %d recurrences are already done in %s; raise `recurrences`, or run `--next`", total, rd.path
-            )
-            return RunResult(rd.path, list(history), [], energy.describe(), resumed)
-        power = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
-        if power is not None:
-            stack.callback(power.controller.restore)  # at the end of the run, whatever happens
-        b0 = spec.default_batch_size
-        profile = (lambda: power.store.get(b0)) if power is not None else None  # b0's profile as it is stored
-        engine = knobs.engine(total, profile)
-        engine.metric_changed = metric_changed if history else None  # a trial then reading none: the spec's error
-        desk = JoinDesk(rd.path, total + 1, lst.on_more_recurrences) if spec.concurrency > 1 else None
-        signum = stack.enter_context(_signals_to(cancel))
-        if spec.concurrency > 1:
-            lst = _Serialized(lst)  # trials report from several threads
-        executor = executor_class(spec, rd, energy, lst, cancel, power)
-        stack.callback(executor.close)
-        # The one saver of every door (record, history, live exports); a missing MLflow is refused before any trial.
-        saver = TrialSaver(rd, spec.export, live_exports(spec.export, rd))
+        return _run(job, where.resumed, lst, cancel, trigger, power, stack)  # run
 
-        def check_cancel(req: TrialRequest) -> None:
-            if cancel.is_set():  # a signal arrived between trials: this one has not started
-                raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
 
-        def execute(req: TrialRequest) -> TrialRecord:
-            check_cancel(req)
-            return executor(req)
+def _until(spec: JobSpec, done: int, next_recurrences: int | None, until: int | None) -> int:
+    """Where this call stops: ``next_recurrences`` past those ``done``, or ``until``, or the spec's."""
+    if next_recurrences is not None:
+        return done + next_recurrences
+    if until is not None:
+        return until
+    assert spec.recurrences is not None
+    return spec.recurrences
 
-        def persist(record: TrialRecord) -> None:
-            triggered = desk.triggers.get(record.recurrence, trigger) if desk is not None else trigger
-            saver.save(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
-            lst.on_trial_end(record)
-            saver.publish()  # the live exports: MLflow, Pushgateway (spec section `export`)
 
-        if spec.concurrency == 1:
-            new_records = engine.run(history, execute, persist, adopted)
-        else:
-            new_records = _run_concurrent(
-                engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel, desk
-            )
-        interrupted = [r for r in new_records if r.stop_reason is StopReason.INTERRUPTED]
-        if interrupted:
-            last = interrupted[-1]
-            raise _interrupted(
-                signum[0],
-                rd.path,
-                f"during recurrence {last.recurrence}, try {last.attempt}; "
-                + ("that trial is" if len(interrupted) == 1 else f"{len(interrupted)} trials are")
-                + " recorded as interrupted and will be re-run",
-            )
-        return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
+def _run(
+    job: OpenJob,
+    resumed: bool,
+    lst: RunListener,
+    cancel: threading.Event,
+    trigger: str,
+    power: list[PowerSession | None],
+    stack: contextlib.ExitStack,
+) -> RunResult:
+    """Run the opened job's recurrences, through its executor, until its engine's limit."""
+    rd, engine, energy, saver = job.rd, job.engine, job.energy, job.saver
+    assert engine is not None and energy is not None and saver is not None
+    history = job.records()
+    resumed = resumed and bool(history)
+    where_now = job.position()
+    done = where_now.ended
+    total = engine.recurrences
+    spec = job.spec if total == job.spec.recurrences else job.spec.with_overrides(recurrences=total)
+    _say_failed(history, where_now, spec.max_tries)
+    lst.on_run_start(spec, rd.path, energy.describe(), done)
+    if done >= total:
+        logger.info("all %d recurrences are already done in %s; raise `recurrences`, or run `--next`", total, rd.path)
+        return RunResult(rd.path, list(history), [], energy.describe(), resumed)
+    power[0] = open_power_session(spec.power_limit, spec.eta, energy, rd.path, spec.goal)
+    if power[0] is not None:
+        stack.callback(power[0].controller.restore)  # at the end of the run, whatever happens
+    desk = JoinDesk(rd.path, total + 1, lst.on_more_recurrences) if spec.concurrency > 1 else None
+    signum = stack.enter_context(_signals_to(cancel))
+    if spec.concurrency > 1:
+        lst = _Serialized(lst)  # trials report from several threads
+    executor = EXECUTORS[spec.executor.kind](spec, rd, energy, lst, cancel, power[0])
+    stack.callback(executor.close)
+    # The one saver of every door (record, history, live exports); a missing MLflow is refused before any trial.
+    saver.check_exports()
+
+    def check_cancel(req: TrialRequest) -> None:
+        if cancel.is_set():  # a signal arrived between trials: this one has not started
+            raise _interrupted(signum[0], rd.path, f"before recurrence {req.recurrence}, try {req.attempt} started")
+
+    def execute(req: TrialRequest) -> TrialRecord:
+        check_cancel(req)
+        return executor(req)
+
+    def persist(record: TrialRecord) -> None:
+        triggered = desk.triggers.get(record.recurrence, trigger) if desk is not None else trigger
+        saver.save(dataclasses.replace(record, triggered_at=record.triggered_at or triggered))
+        lst.on_trial_end(record)
+        saver.publish()  # the live exports: MLflow, Pushgateway (spec section `export`)
+
+    def note(ledger: Ledger, record: TrialRecord) -> None:
+        saver.note(ledger, record.trial)  # what the engine believes now, for the views (belief.json)
+
+    adopted = job.adopted
+    if spec.concurrency == 1:
+        new_records = engine.run(history, execute, persist, adopted, on_fold=note)
+    else:
+        new_records = _run_concurrent(
+            engine, history, adopted, executor, spec.concurrency, check_cancel, persist, cancel, desk, note
+        )
+    interrupted = [r for r in new_records if r.stop_reason is StopReason.INTERRUPTED]
+    if interrupted:
+        last = interrupted[-1]
+        raise _interrupted(
+            signum[0],
+            rd.path,
+            f"during recurrence {last.recurrence}, try {last.attempt}; "
+            + ("that trial is" if len(interrupted) == 1 else f"{len(interrupted)} trials are")
+            + " recorded as interrupted and will be re-run",
+        )
+    return RunResult(rd.path, list(history) + new_records, new_records, energy.describe(), resumed)
 
 
 def _say_failed(history: list[TrialRecord], where: Position, max_tries: int) -> None:
@@ -275,6 +273,7 @@ def _run_concurrent(
     persist: Callable[[TrialRecord], None],
     cancel: threading.Event,
     desk: JoinDesk | None = None,
+    note: Callable[[Ledger, TrialRecord], None] | None = None,
 ) -> list[TrialRecord]:
     """Run with several recurrences in flight: the executor's own ``start``/``wait_any`` (Slurm), or N local slots.
 
@@ -319,7 +318,8 @@ def _run_concurrent(
             return target.wait_any()
 
     try:
-        return engine.run(history, _Checked(), persist, adopted, more=desk.claim if desk is not None else None)
+        more = desk.claim if desk is not None else None
+        return engine.run(history, _Checked(), persist, adopted, more=more, on_fold=note)
     except BaseException:
         cancel.set()  # stop the trials still in flight, then record them
         left = pool.close() if pool is not None else executor.drain()

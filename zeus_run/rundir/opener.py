@@ -1,8 +1,8 @@
 """How every door locks a job's run directory, and reads the spec it was started with.
 
 ``zeus-run run`` (and ``--next``), ``ask``, ``tell``, ``heartbeat``, ``exec``, the Python `Job`, and the
-server find a job's run directory with `zeus_run.engine.opening.locate` and open it with
-`zeus_run.engine.opening.open_job`, which locks it here:
+server find a job's run directory with `zeus_run.door.opening.locate` and open it with
+`zeus_run.door.opening.open_job`, which locks it here:
 
 * `lock`: a launcher (role ``run``) holds the lock for its whole run and waits
   for no one; an ask, a tell, an expiry or a registration holds it for a

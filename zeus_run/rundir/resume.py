@@ -1,13 +1,13 @@
 """Choosing a run directory, and picking a run up after a crash: the resume rules over `zeus_run.rundir.store`.
 
 Storage only: nothing here imports the optimizer, the cost or the engine. Where a rule needs them, the
-caller passes them in (`zeus_run.engine.opening` does, for every door):
+caller passes them in (`zeus_run.door.opening` does, for every door):
 
 * `choose_run_dir`: the spec's run directory, resumed when its stored spec
   agrees on every decision setting (`compatibility`); otherwise refused, or a
   sibling (the one an earlier ``--force`` started for this spec, if any).
   Without a stored spec the history itself is checked by the caller's ``check``
-  (`zeus_run.engine.opening.history_mismatches`: a replay of every decision).
+  (`zeus_run.door.opening.history_mismatches`: a replay of every decision).
 * `recover`: read the history (cutting a torn tail) and, if the launcher died
   with trials in flight (``running.json`` is still there), let the executors
   adopt every trial that goes on or has already written its outcome, and record
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: How a history with no ``spec.yaml`` beside it is checked against a spec: its problems, in words
-#: (`zeus_run.engine.opening.history_mismatches`, which replays every decision). Args: the records, the spec,
+#: (`zeus_run.door.opening.history_mismatches`, which replays every decision). Args: the records, the spec,
 #: the run directory.
 HistoryCheck = Callable[[list[TrialRecord], JobSpec, Path], list[str]]
 
@@ -112,7 +112,7 @@ def compatibility(path: Path, spec: JobSpec, check: HistoryCheck) -> tuple[list[
 
     With a stored ``spec.yaml`` its decision settings are compared (and the history's batch sizes,
     `foreign_batch_sizes`). Without one (deleted) the history itself is checked against ``spec`` by
-    ``check`` (`zeus_run.engine.opening.history_mismatches`: batch sizes, costs under ``eta``, targets,
+    ``check`` (`zeus_run.door.opening.history_mismatches`: batch sizes, costs under ``eta``, targets,
     and a replay of every decision).
 
     Raises:

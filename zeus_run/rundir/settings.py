@@ -8,20 +8,27 @@ file of a run directory is: never through a link (`zeus_run._fs.open_read`), at
 most `MAX_BYTES`, with the spec loader's bounded YAML (no aliases that multiply,
 no nesting past its limit), so a damaged or hostile ``spec.yaml`` is an error
 that names the file, never a hang or a traceback.
+
+Within one trigger (`read_once`: a ``zeus-run run`` from locating its run directory to its summary, an ask, a
+tell) each run directory's ``spec.yaml`` is read once: the later readers get the settings read first, until this
+process writes it again (`forget`, called by `zeus_run.rundir.store.RunDir.save_spec`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zeus_run import _fs
 from zeus_run.errors import RunDirError
-from zeus_run.spec._yaml import YamlLimitError, load_yaml
+from zeus_run.spec import YamlLimitError, load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +37,51 @@ SPEC_NAME = "spec.yaml"
 MAX_BYTES = 1 << 20
 
 
+#: The settings read in this trigger, per run directory (None: outside `read_once`, every call reads).
+_READ: contextvars.ContextVar[dict[Path, dict[str, Any] | None] | None] = contextvars.ContextVar(
+    "zeus_run_settings_read", default=None
+)
+
+
+@contextlib.contextmanager
+def read_once() -> Iterator[None]:
+    """Within: each run directory's ``spec.yaml`` is read at most once (see the module docstring). Nested: the
+    outermost one holds."""
+    if _READ.get() is not None:
+        yield
+        return
+    token = _READ.set({})
+    try:
+        yield
+    finally:
+        _READ.reset(token)
+
+
+def forget(path: Path) -> None:
+    """This process wrote ``path``'s ``spec.yaml``: the next reader in this trigger reads it again."""
+    read = _READ.get()
+    if read is not None:
+        read.pop(Path(path).absolute(), None)
+
+
 def read_settings(path: Path) -> dict[str, Any] | None:
-    """The resolved ``spec.yaml`` of run directory ``path``, or None if there is none.
+    """The resolved ``spec.yaml`` of run directory ``path``, or None if there is none (read once per trigger:
+    `read_once`).
 
     Raises:
         RunDirError: It exists but cannot be read (a link, too large, damaged YAML), or it is not a
             mapping of settings.
     """
+    read = _READ.get()
+    if read is None:
+        return _read(path)
+    key = Path(path).absolute()
+    if key not in read:
+        read[key] = _read(path)  # an error is raised again by the next reader: it is not kept
+    return copy.deepcopy(read[key])
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     spec_file = path / SPEC_NAME
     if not os.path.lexists(spec_file):
         return None

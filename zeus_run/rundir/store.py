@@ -34,7 +34,7 @@ from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_f
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
-from zeus_run.rundir.settings import SPEC_NAME, read_settings
+from zeus_run.rundir.settings import SPEC_NAME, forget, read_settings
 from zeus_run.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -158,6 +158,7 @@ class RunDir:
 
         header = "# Resolved job spec zeus-run started this run with (every default filled in).\n"
         atomic_write(self.spec_path, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
+        forget(self.path)
 
     def keep_spec(self, spec: JobSpec) -> Path | None:
         """Make ``spec`` the spec in force (``spec.yaml``), keeping the one it replaces as ``spec.<n>.yaml``.

@@ -16,6 +16,13 @@ the client (`zeus_run.remote`) is standard library only.
 * `_app`: the routes; `_serve`: the foreground process.
 """
 
+from zeus_run.server._root import check_job_name
 from zeus_run.server._serve import ServeSettings, serve
+from zeus_run.server._tokens import TokenStore
 
-__all__ = ["ServeSettings", "serve"]
+__all__ = [
+    "ServeSettings",
+    "TokenStore",
+    "check_job_name",
+    "serve",
+]

@@ -6,7 +6,7 @@
 * the same spec again: nothing changes;
 * ``workdir`` and ``run_dir`` do not apply on the server and are ignored (the run directory is
   ``ROOT/JOB``; a stored spec's ``workdir``, a launcher's that runs the same directory, is kept);
-* a changed spec: `zeus_run.engine.opening.compatibility` decides, the rule ``zeus-run
+* a changed spec: `zeus_run.door.opening.compatibility` decides, the rule ``zeus-run
   run`` resumes a run directory by. Where ``run`` would resume (``recurrences``,
   ``lease``, ``command``, ``accounting``, ``export:`` ...), the new spec is saved
   and every later ask follows it; the answer lists the fields that changed.
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zeus_run.engine.opening import compatibility, open_job
+from zeus_run.door.opening import compatibility, open_job
 from zeus_run.engine.position import position
 from zeus_run.remote import job_path
 from zeus_run.rundir.rates import note_change
@@ -33,8 +33,7 @@ from zeus_run.rundir.resume import keep_recorded_revision
 from zeus_run.rundir.store import SPEC_NAME
 from zeus_run.server._errors import ApiError
 from zeus_run.server._paths import check_paths, check_series
-from zeus_run.spec import parse_spec
-from zeus_run.spec._yaml import YamlLimitError, load_yaml
+from zeus_run.spec import YamlLimitError, load_yaml, parse_spec
 
 logger = logging.getLogger(__name__)
 

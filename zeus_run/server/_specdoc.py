@@ -23,7 +23,7 @@ def with_command(spec_doc: str | dict[str, Any]) -> str | dict[str, Any]:
     """``spec_doc`` with `NO_COMMAND` where it has no ``command`` (YAML text stays text, for its line numbers)."""
     if isinstance(spec_doc, dict):
         return spec_doc if "command" in spec_doc else {**spec_doc, "command": NO_COMMAND}
-    from zeus_run.spec._yaml import YamlLimitError, load_yaml
+    from zeus_run.spec import YamlLimitError, load_yaml
 
     try:
         data = load_yaml(spec_doc).data  # bounded: a client's text (no alias bombs, no deep nesting)

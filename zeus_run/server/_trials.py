@@ -56,7 +56,7 @@ def check_key(key: str | None) -> str | None:
     """
     if key is None:
         return None
-    from zeus_run.asktell._keys import check_key as check
+    from zeus_run.asktell import check_key as check
 
     try:
         return check(key)

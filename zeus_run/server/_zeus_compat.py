@@ -49,7 +49,7 @@ from zeus_run.server._jobs import JobService
 from zeus_run.server._limits import MAX_ENERGY_J, MAX_TIME_S
 from zeus_run.server._models import MAX_EPOCH, EpochReport, Fail, Finish
 from zeus_run.server._specdoc import NO_COMMAND
-from zeus_run.spec._model import MAX_CONCURRENCY
+from zeus_run.spec import MAX_CONCURRENCY
 
 #: Lease of a Zeus client's trial (unit: s). Its client renews it only by reporting an epoch, so the
 #: lease must outlast the longest epoch (and the start-up before the first); Zeus's own server has none.

@@ -524,7 +524,7 @@ def _live(
     on_record: Callable[[TrialRecord], None],
 ) -> list[TrialRecord]:
     """The engine's run through a life: resumed after an interruption or an environment error, as a trigger would."""
-    from zeus_run.trial.classify import ConfigurationError
+    from zeus_run.engine.classify import ConfigurationError
 
     records: list[TrialRecord] = []
 

@@ -3,9 +3,11 @@
 from zeus_run.spec._load import load_spec, parse_spec
 from zeus_run.spec._model import (
     DECISION_FIELDS,
+    DEFAULT_LEASE,
     DEFAULT_LIFETIME,
     DEFAULT_POLICY,
     EXECUTOR_KINDS,
+    MAX_CONCURRENCY,
     PLACEHOLDERS,
     POLICIES,
     POLICY_DEFAULTS,
@@ -22,12 +24,15 @@ from zeus_run.spec._model import (
     StopSettings,
 )
 from zeus_run.spec._template import placeholder_names, substitute
+from zeus_run.spec._yaml import YamlLimitError, load_yaml
 
 __all__ = [
     "DECISION_FIELDS",
+    "DEFAULT_LEASE",
     "DEFAULT_LIFETIME",
     "DEFAULT_POLICY",
     "EXECUTOR_KINDS",
+    "MAX_CONCURRENCY",
     "PLACEHOLDERS",
     "POLICIES",
     "POLICY_DEFAULTS",
@@ -42,7 +47,9 @@ __all__ = [
     "PowerLimitSettings",
     "PrometheusExport",
     "StopSettings",
+    "YamlLimitError",
     "load_spec",
+    "load_yaml",
     "parse_spec",
     "placeholder_names",
     "substitute",

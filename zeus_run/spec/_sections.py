@@ -11,7 +11,7 @@ from typing import Any
 from zeus_run.accounting import AccountingSettings
 from zeus_run.objective import KINDS as OBJECTIVE_KINDS
 from zeus_run.objective import Objective
-from zeus_run.slurm._settings import parse_time_limit, reserved_option
+from zeus_run.slurm import parse_time_limit, reserved_option
 from zeus_run.spec._check import _REQUIRED, Checker
 from zeus_run.spec._model import (
     ENERGY_BASES,

@@ -10,6 +10,7 @@
 * `zeus_run.trial.events` and `zeus_run.trial.metric_regex`: the convergence readers.
 * `zeus_run.trial.proctree`: the trial's processes, found, measured and swept away.
 * `zeus_run.trial.agent`: the same, next to the script (``python -m zeus_run.trial.agent PLAN.json``).
-* `zeus_run.trial.classify`: what a trial was, judged on its evidence (reached, early-stopped, crashed,
-  a spec error, an environment error).
+
+What a finished trial was, judged on its evidence, is the engine's (`zeus_run.engine.classify`), next to the
+decisions it feeds.
 """

@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.contract import reaches_target
-from zeus_run.contract._process import iso_seconds
+from zeus_run.contract import iso_seconds, reaches_target
 from zeus_run.trial.events import EventLogTail
 
 

@@ -7,8 +7,7 @@ import shlex
 import time
 from pathlib import Path
 
-from zeus_run.asktell._lease import expires_at
-from zeus_run.contract import RunningMarker
+from zeus_run.contract import RunningMarker, expires_at
 from zeus_run.rundir.settings import RunSettings
 from zeus_run.rundir.store import read_running
 

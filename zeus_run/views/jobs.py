@@ -168,24 +168,31 @@ def knobs_of(run_dir: Path, settings: RunSettings | None = None) -> Knobs | None
 
 
 def summarize_run(
-    records: Sequence[TrialRecord], knobs: Knobs | None, default_batch_size: int | None = None
+    records: Sequence[TrialRecord],
+    knobs: Knobs | None,
+    default_batch_size: int | None = None,
+    run_dir: Path | None = None,
 ) -> Summary:
     """The summary every view shows of a run: `zeus_run.views.summary.summarize` under the run's settings.
 
-    With ``knobs`` the optimizer's belief and the slow recurrences come from folding the
-    history as the engine does, and the baseline is b0 at the maximum power limit of its
-    profile, costed by the run's objective (`zeus_run.views.baseline`). ``run``'s summary,
-    ``history``, ``report``, the exports and ``simulate`` all call this.
+    With ``knobs`` the optimizer's belief and the slow recurrences are what the engine saved beside the history
+    after folding its last record (``belief.json`` in ``run_dir``: `zeus_run.views.recommend.saved_belief`): a
+    view reads them, it does not decide again. A history without a belief that covers it (written before beliefs
+    were kept, a simulation's records) has them replayed from its records (`zeus_run.views.recommend.belief_of`).
+    The baseline is b0 at the maximum power limit of its profile, costed by the run's objective
+    (`zeus_run.views.baseline`). ``run``'s summary, ``history``, ``report``, the exports and ``simulate`` all
+    call this.
     """
-    from zeus_run.views.recommend import belief_of
+    from zeus_run.views.recommend import belief_of, saved_belief
     from zeus_run.views.summary import summarize
 
     if knobs is None:
         return summarize(records, default_batch_size)
+    belief = saved_belief(run_dir, records) if run_dir is not None else None
     return summarize(
         records,
         knobs.default_batch_size if default_batch_size is None else default_batch_size,
-        belief=belief_of(records, knobs),
+        belief=belief if belief is not None else belief_of(records, knobs),
         objective=knobs.goal,
         profile=knobs.default_profile,
     )
@@ -231,7 +238,7 @@ def load_job(run_dir: Path) -> JobView:
         raise UsageError(f"run directory {str(run_dir)!r} has no trials yet; run it first.")
     settings = RunSettings.read(run_dir)  # spec.yaml, read once
     knobs = knobs_of(run_dir, settings)
-    summary = summarize_run(records, knobs, settings.default_batch_size)
+    summary = summarize_run(records, knobs, settings.default_batch_size, run_dir)
     gpus = sorted({str(g.get("name")) for r in records for g in (r.provenance or {}).get("gpus") or [] if g})
     return JobView(
         run_dir=run_dir,

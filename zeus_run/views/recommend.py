@@ -142,8 +142,21 @@ def believed_best(
     return belief_of(records, knobs)
 
 
+def saved_belief(run_dir: str | Path, records: Sequence[TrialRecord]) -> Belief | None:
+    """What the engine believed after folding ``records``, as it saved it beside the history (``belief.json``,
+    `zeus_run.rundir.belief`); None where it saved none that covers them all (a history written before beliefs were
+    kept, or by hand, or a record appended since)."""
+    from zeus_run.rundir.belief import read_belief
+
+    saved = read_belief(Path(run_dir))
+    if saved is None or not records or saved.folded != len(records) or saved.last_trial != records[-1].trial:
+        return None
+    return Belief(saved.leader, dict(saved.slow))
+
+
 def belief_of(records: Sequence[TrialRecord], knobs: Knobs) -> Belief:
-    """What the optimizer favours after folding ``records`` under ``knobs``, and the slow recurrences it saw."""
+    """What the optimizer favours after folding ``records`` under ``knobs``, and the slow recurrences it saw: the
+    replay of a history that has no saved belief (`saved_belief`), and of a simulation's records."""
     from zeus_run.engine.ledger import Ledger
 
     recurrences = max((r.recurrence for r in records), default=0) + 1

@@ -1,6 +1,7 @@
 """The one place a finished trial is saved, whatever the door.
 
-Saving a trial is three things, always together: its record appended to ``history.jsonl``
+Saving a trial is three things, always together (and a fourth once the engine folded it: what it believes
+now, `TrialSaver.note`, for the views): its record appended to ``history.jsonl``
 (durably: `zeus_run.rundir.history`), its marker taken out of ``running.json``, and the job's
 live exports (spec section ``export``: MLflow, a Prometheus Pushgateway; `zeus_run.export.LiveExports`)
 brought up to date with the run directory. The launcher's loop (``run``, ``run --next``, Slurm),
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from zeus_run.errors import UsageError
 
 if TYPE_CHECKING:
+    from zeus_run.engine.ledger import Ledger
     from zeus_run.export import LiveExports
     from zeus_run.records import TrialRecord
     from zeus_run.rundir.store import RunDir
@@ -59,6 +61,17 @@ class TrialSaver:
         self._exports = exports
         #: The last record saved and not yet published (None: nothing to publish).
         self.pending: TrialRecord | None = None
+        #: The last record saved (None: none yet).
+        self.last: TrialRecord | None = None
+
+    def check_exports(self) -> None:
+        """Make the live exports now, so that a door refuses a missing MLflow before any trial runs.
+
+        Raises:
+            UsageError: The spec asks for MLflow, which is not installed.
+        """
+        if self._exports is None:
+            self._exports = live_exports(self.settings, self.rd)
 
     def save(self, record: TrialRecord) -> None:
         """Append ``record`` to the history (durably) and take its trial's marker out of ``running.json``.
@@ -68,7 +81,15 @@ class TrialSaver:
         """
         self.rd.history.append(record)
         self.rd.clear_running(record.trial)
-        self.pending = record
+        self.pending = self.last = record
+
+    def note(self, ledger: Ledger, last_trial: int) -> None:
+        """Keep what the engine believes after folding the saved records (``belief.json``,
+        `zeus_run.rundir.belief`): the views show it without folding the history again."""
+        from zeus_run.rundir.belief import SavedBelief, write_belief
+
+        leader = ledger.engine.optimizer.leader(ledger.state)
+        write_belief(self.rd.path, SavedBelief(ledger.folded, last_trial, leader, dict(ledger.slow)))
 
     def publish(self) -> None:
         """Bring the live exports up to date with the run directory, if anything was saved since the last call.

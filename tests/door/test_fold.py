@@ -1,4 +1,4 @@
-"""The fold a process keeps per job (`zeus_run.asktell._fold`): always the ledger a fresh fold of the file gives."""
+"""The fold a process keeps per job (`zeus_run.door.fold`): always the ledger a fresh fold of the file gives."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 from tests.asktell.test_asktell_api import audited, spec_text, train_by_reports
 from zeus_run.asktell import ask, tell
-from zeus_run.asktell._fold import folded
-from zeus_run.asktell._session import engine_of, spec_of
+from zeus_run.door import engine_of
+from zeus_run.door.fold import folded
 from zeus_run.engine.core import Ledger
 from zeus_run.rundir.history import read_history
+from zeus_run.rundir.opener import stored_spec as spec_of
 
 
 def fresh(run_dir: Path) -> Ledger:

@@ -1,4 +1,4 @@
-"""What a trial was, on its evidence (`zeus_run.trial.classify`): one table, and the run it stops."""
+"""What a trial was, on its evidence (`zeus_run.engine.classify`): one table, and the run it stops."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from tests.cli.test_run_cli import FAKE, history, spec_text, zeus
 from tests.conftest import PYTHON
 from tests.factories import make_record
+from zeus_run.engine.classify import Verdict, classify, judge
 from zeus_run.engine.core import Ledger
 from zeus_run.engine.replay import Knobs, audit
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import read_history
-from zeus_run.trial.classify import Verdict, classify, judge
 
 BASE = make_record(
     job="t",

@@ -4,7 +4,7 @@ An ask lives ``lease`` seconds (the spec's ``lease``) past the latest sign of
 life of its trial: the ask itself, or a rewrite of the trial's ``heartbeat``
 file (the trial agent rewrites it every second; `zeus_run.train.Trial` and
 `zeus_run.asktell.heartbeat` rewrite it too), or an event the trial wrote. A
-renewal is a file's modification time, so it needs no lock; on a shared
+renewal is a file's modification time (`zeus_run.contract.expires_at`, the rule), so it needs no lock; on a shared
 filesystem the server stamps it, so the hosts' clocks need only roughly agree
 with it (within a fraction of the lease).
 
@@ -21,39 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
+import time
 from pathlib import Path
 
-from zeus_run.contract import RunningMarker, StopReason, TrialFiles, heartbeat_time
+from zeus_run.contract import RunningMarker, StopReason, expires_at, has_expired, last_sign_of_life
+from zeus_run.door.save import TrialSaver
 from zeus_run.engine.measure import PowerBasis, lease_span
 from zeus_run.engine.record import marker_record
+from zeus_run.errors import BUSY_EXIT_CODE, RunDirBusy
 from zeus_run.records import TrialRecord
-from zeus_run.rundir.store import read_running
+from zeus_run.rundir.store import RunDir, read_running
 from zeus_run.spec import JobSpec
 
-#: Files whose rewriting shows that an ask's trial lives.
-_SIGNS_OF_LIFE = (TrialFiles.HEARTBEAT, TrialFiles.EVENTS, TrialFiles.EPOCHS, TrialFiles.OUTCOME)
-
-
-def last_sign_of_life(marker: RunningMarker) -> float:
-    """When the ask's trial last showed it lives (Unix time, unit: s): the ask, or its newest file."""
-    times = [marker.asked_at or 0.0]
-    if marker.trial_dir:
-        times += [t for name in _SIGNS_OF_LIFE if (t := heartbeat_time(Path(marker.trial_dir) / name)) is not None]
-    return max(times)
-
-
-def expires_at(marker: RunningMarker, default_lease: float) -> float:
-    """When the ask's lease runs out (Unix time, unit: s)."""
-    return last_sign_of_life(marker) + (marker.lease if marker.lease is not None else default_lease)
-
-
-def has_expired(marker: RunningMarker, default_lease: float, now: float) -> bool:
-    """Whether the ask's lease ran out by ``now``. An ask younger than its lease has not expired whatever its
-    files say, so its trial's files are looked at only past that (each report and ask checks every ask)."""
-    lease = marker.lease if marker.lease is not None else default_lease
-    if (marker.asked_at or 0.0) + lease >= now:
-        return False
-    return last_sign_of_life(marker) + lease < now
+logger = logging.getLogger(__name__)
 
 
 def expired_record(spec: JobSpec, marker: RunningMarker, now: float, power: PowerBasis) -> TrialRecord:
@@ -116,3 +97,58 @@ def ask_provenance(marker: RunningMarker) -> dict[str, object]:
 
 def _iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def expire(
+    spec: JobSpec, asks: list[RunningMarker], saver: TrialSaver, power: PowerBasis, now: float | None = None
+) -> tuple[list[TrialRecord], list[RunningMarker]]:
+    """Record every ask whose lease ran out as an infrastructure failure (saved: appended, marker removed), charged
+    its span at ``power``, the job's measured trials' power.
+
+    Returns:
+        The records of the asks that expired, and the asks that live.
+    """
+    t = time.time() if now is None else now
+    out, live = [], []
+    for m in asks:
+        if not has_expired(m, spec.lease, t):
+            live.append(m)
+            continue
+        record = expired_record(spec, m, t, power)
+        logger.warning("recurrence %d try %d (ask from %s): %s", m.recurrence, m.attempt, m.host or "?", record.message)
+        saver.save(record)
+        out.append(record)
+    return out, live
+
+
+def settle_asks(rd: RunDir, spec: JobSpec, history: list[TrialRecord], asks: list[RunningMarker]) -> list[TrialRecord]:
+    """For a launcher (``zeus-run run``) that holds ``rd``: expire the asks whose lease ran out, and refuse to
+    run beside the asks that live (the launcher would decide without them).
+
+    Args:
+        rd: The run directory the launcher holds.
+        spec: The job.
+        history: The history as the launcher read it; expired asks' records are appended to it.
+        asks: The asks in flight, in trial order.
+
+    Returns:
+        The records of the asks that expired.
+
+    Raises:
+        RunDirBusy: Asks are in flight and their leases live.
+    """
+    if not asks:
+        return []
+    saver = TrialSaver(rd, spec.export)
+    expired, live = expire(spec, asks, saver, PowerBasis.of(history))
+    history.extend(expired)
+    saver.publish()  # the launcher holds the directory: its exports go now
+    if live:
+        first = live[0]
+        raise RunDirBusy(
+            f"Run directory {str(rd.path)!r} is busy: {len(live)} ask(s) are in flight (recurrence "
+            f"{first.recurrence} try {first.attempt}, asked from {first.host or '?'} at {first.started_at}). "
+            f"Nothing was run (exit code {BUSY_EXIT_CODE}); tell them back (zeus-run tell), or wait for their "
+            "lease to expire."
+        )
+    return expired
