@@ -121,7 +121,7 @@ def _deliver(orders: dict[str, Any], spent: tuple[float, float]) -> None:
 
         append_tail(orders["run_dir"], orders["token"], *spent, "exit")
     elif orders.get("server"):
-        from zeus_run.remote._client import ServerClient, read_token, token_file_from_env
+        from zeus_run.remote import ServerClient, read_token, token_file_from_env
 
         client = ServerClient(orders["server"], read_token(), token_file=token_file_from_env())
         client.tail(orders["job"], orders["token"], *spent, "exit")
@@ -131,10 +131,9 @@ def main() -> int:
     import select
 
     setup = json.loads(os.environ.pop(ORDERS))
-    from zeus_run.energy import open_energy_source
-    from zeus_run.energy._self import _fields, _settings
+    from zeus_run.energy import meter_settings, open_energy_source
 
-    source = open_energy_source(_settings(_fields(setup["fields"])))
+    source = open_energy_source(meter_settings(setup["fields"]))
     if source.counter() is None:
         return 1
     sys.stdout.write("ready\n")

@@ -32,9 +32,9 @@ def expired_now(run_dir: Path, settings: RunSettings, records: list[TrialRecord]
 def _charge(run_dir: Path, records: list[TrialRecord]) -> tuple[PowerBasis, float, float] | None:
     """What an expired ask is charged from (the job's measured power, ``energy.watts``, ``eta``), as its expiry
     will charge it; None where the run directory's spec cannot be read."""
-    from zeus_run.asktell._session import spec_of
     from zeus_run.engine.measure import PowerBasis
     from zeus_run.errors import ZeusRunError
+    from zeus_run.rundir.opener import stored_spec as spec_of
 
     try:
         spec = spec_of(run_dir)

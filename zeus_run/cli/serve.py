@@ -224,7 +224,7 @@ def register_command(
     """
     from zeus_run.errors import UsageError
     from zeus_run.remote import ServerClient, ServerError, read_token
-    from zeus_run.spec._yaml import YamlLimitError, load_yaml
+    from zeus_run.spec import YamlLimitError, load_yaml
 
     try:
         text = spec_path.read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from zeus_run.energy._base import EnergySource
 from zeus_run.energy._estimate import EstimatedEnergy
 from zeus_run.energy._nvml import NvmlEnergy, visible_gpu_ids
 from zeus_run.energy._rapl import RaplEnergy, SumEnergy, rapl_status
-from zeus_run.energy._self import SelfMeter, ask_reading, own_cpu_seconds, parse_ask_reading
+from zeus_run.energy._self import SelfMeter, ask_reading, meter_settings, own_cpu_seconds, parse_ask_reading
 from zeus_run.errors import EnergyError
 
 if TYPE_CHECKING:  # a training process that measures itself does not load the spec's schema
@@ -98,6 +98,7 @@ __all__ = [
     "SumEnergy",
     "ask_reading",
     "gpu_source",
+    "meter_settings",
     "open_energy_source",
     "own_cpu_seconds",
     "parse_ask_reading",

@@ -61,6 +61,12 @@ def own_cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def meter_settings(settings: Mapping[str, Any]) -> EnergySettings:
+    """The energy settings a training process's meter opens its source with, from the ``energy`` section as
+    zeus-run handed it over (``ZEUS_ENERGY``, or a tail watcher's orders)."""
+    return _settings(_fields(settings))
+
+
 def _fields(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The ``energy`` settings a meter is opened with (unknown keys dropped, lists as tuples)."""
     fields = {k: v for k, v in settings.items() if k in _KNOWN}

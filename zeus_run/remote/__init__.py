@@ -46,6 +46,7 @@ from zeus_run.remote._client import (
     new_key,
     read_token,
     retry_s_from_env,
+    token_file_from_env,
 )
 from zeus_run.remote._trial import RemoteTrial
 
@@ -68,4 +69,5 @@ __all__ = [
     "new_key",
     "read_token",
     "retry_s_from_env",
+    "token_file_from_env",
 ]
