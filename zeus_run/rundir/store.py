@@ -165,7 +165,8 @@ class RunDir:
 
         The caller has checked that ``spec`` may continue this history (a resumable change: a new
         ``metric``, ``command`` or ``accounting``, never a decision setting). Where it was started from
-        (``source``) is no setting: a spec that differs only there leaves ``spec.yaml`` as it is.
+        (``source``) is no setting, and settings the stored spec lacks (an older zeus-run's) are not
+        compared (`_differs`): a spec that differs only there leaves ``spec.yaml`` as it is.
 
         Returns:
             The kept old spec's path, None when nothing was replaced (a new job, or no change).
@@ -181,7 +182,7 @@ class RunDir:
             self.save_spec(spec)
             return None
         now = yaml.safe_load(yaml.safe_dump(spec.to_dict(), sort_keys=False))
-        if {k: v for k, v in stored.items() if k != "source"} == {k: v for k, v in now.items() if k != "source"}:
+        if not _differs(stored, now):
             return None
         n = 1
         while os.path.lexists(self.path / f"spec.{n}.yaml"):
@@ -470,6 +471,25 @@ def atomic_write(path: Path, text: str) -> None:
             f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
             "space or fix permissions, then run the same command again to resume."
         ) from None
+
+
+def _differs(stored: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether the resolved spec ``now`` changes a setting the stored spec has (``source`` is none).
+
+    A setting the stored spec lacks is not compared: a run directory written by an older zeus-run has no
+    ``optimizer.revision`` (revision 1, which a resumed run keeps) and no sections that came later, and it is
+    left as it was rather than rewritten for them.
+    """
+    for key, value in now.items():
+        if key == "source" or key not in stored:
+            continue
+        old = stored[key]
+        if isinstance(old, dict) and isinstance(value, dict):
+            if any(sub in old and old[sub] != v for sub, v in value.items()):
+                return True
+        elif old != value:
+            return True
+    return False
 
 
 def changed_fields(stored: dict[str, Any] | None, spec: JobSpec, section: str) -> str | None:
