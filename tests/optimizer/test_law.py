@@ -17,6 +17,7 @@ from zeus_run.optimizer.voi.laws import (
     pooled_noise,
     walk_grid,
 )
+from zeus_run.optimizer.voi.warm import epochs
 
 BS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 B0 = 1024
@@ -50,7 +51,7 @@ def test_the_laws_through_two_runs_are_the_two_point_fits():
     o = opt()
     state = runs(o, (1024, 79, 1593.0), (512, 43, 1677.0))
     est, _ = o.posterior(state)
-    a, k, alpha, beta = identified(state.epochs, est, 512, 1024, 0.01)
+    a, k, alpha, beta = identified(epochs(state), est, 512, 1024, 0.01)
     assert k == pytest.approx(36 / 512)
     assert a == pytest.approx(7.0)
     assert beta == pytest.approx(86016.0)
@@ -63,7 +64,7 @@ def test_an_identified_descent_jumps_to_the_cheapest_batch_size_the_laws_reach()
     o = opt()
     state = runs(o, (1024, 79, 1593.0), (512, 43, 1677.0))
     est, cv2 = o.posterior(state)
-    (b, why, (mu, sd)), (up, _, (mu_up, _)) = jump(o, state, state.epochs, est, cv2, 0.01)
+    (b, why, (mu, sd)), (up, _, (mu_up, _)) = jump(o, state, epochs(state), est, cv2, 0.01)
     assert b == 128 and "jump" in why and why.startswith("downwards")
     # upwards the same laws reach 4096 and price it far above 1024: the probe's value rules it out
     assert up == 4096 and math.exp(mu_up) > 3 * est[1024].mean
@@ -90,8 +91,8 @@ def test_no_jump_where_the_runs_do_not_identify_the_laws(why, seen):
     o = opt()
     state = runs(o, *seen)
     est, cv2 = o.posterior(state)
-    assert identified(state.epochs, est, 512, 1024, epochs_noise(state.epochs)) is None, why
-    assert jump(o, state, state.epochs, est, cv2, epochs_noise(state.epochs)) == [], why
+    assert identified(epochs(state), est, 512, 1024, pooled_noise(state.epoch_logs.values())) is None, why
+    assert jump(o, state, epochs(state), est, cv2, pooled_noise(state.epoch_logs.values())) == [], why
     assert "jump" not in o.decide(state).detail
 
 
@@ -99,7 +100,7 @@ def test_with_b0_alone_the_laws_are_blind():
     o = opt()
     state = runs(o, (1024, 79, 1593.0))
     est, cv2 = o.posterior(state)
-    assert jump(o, state, state.epochs, est, cv2, 0.01) == []
+    assert jump(o, state, epochs(state), est, cv2, 0.01) == []
     assert o.decide(state).batch_size in (512, 2048)  # the walk's neighbour
 
 
@@ -108,11 +109,11 @@ def test_upwards_only_pace_can_save_and_it_falls_at_most_to_alpha():
     o = opt()
     state = runs(o, (1024, 79, 1593.0), (512, 43, 1677.0))
     est, _ = o.posterior(state)
-    low = floor(state.epochs, est, 1024, 512, 1024, 2048, 0.01)
+    low = floor(epochs(state), est, 1024, 512, 1024, 2048, 0.01)
     assert low == pytest.approx(est[1024].mean * 1509.0 / 1593.0)
     flat = runs(o, (1024, 20, 1600.0), (512, 20, 1590.0))  # pace rose with the batch size: nothing to gain
     est, _ = o.posterior(flat)
-    assert floor(flat.epochs, est, 1024, 512, 1024, 2048, 0.01) == pytest.approx(est[1024].mean)
+    assert floor(epochs(flat), est, 1024, 512, 1024, 2048, 0.01) == pytest.approx(est[1024].mean)
 
 
 def test_downwards_epochs_fall_at_most_along_the_law_read_one_noise_on_the_optimistic_side():
@@ -124,14 +125,14 @@ def test_downwards_epochs_fall_at_most_along_the_law_read_one_noise_on_the_optim
     noise = math.sqrt(0.01 * (43**2 + 79**2))
     k = (79 - 43 + noise) / 512
     expected = est[512].mean * max(0.0, 43 - k * (512 - 256)) / 43
-    assert floor(state.epochs, est, 512, 1024, 512, 256, 0.01) == pytest.approx(expected)
+    assert floor(epochs(state), est, 512, 1024, 512, 256, 0.01) == pytest.approx(expected)
     # pace that fell from 1024 to 512 (outside the law) may go on falling at that log-log rate
     padded = runs(o, (1024, 79, 1700.0), (512, 43, 1600.0))
     est, _ = o.posterior(padded)
     slope = math.log(1700.0 / 1600.0) / math.log(2.0)
     pace = 1600.0 * 0.5**slope
     expected = est[512].mean * (pace / 1600.0) * max(0.0, 43 - k * 256) / 43
-    assert floor(padded.epochs, est, 512, 1024, 512, 256, 0.01) == pytest.approx(expected)
+    assert floor(epochs(padded), est, 512, 1024, 512, 256, 0.01) == pytest.approx(expected)
 
 
 def test_a_probe_the_laws_rule_out_is_not_run_unless_the_runs_contradict_them():
@@ -147,11 +148,11 @@ def test_a_probe_the_laws_rule_out_is_not_run_unless_the_runs_contradict_them():
     within = [(256, 21, 0.970), (192, 26, 0.963)]  # five epochs apart: one noise (3.4 epochs), not two
     state = runs(new, *within)
     est, _ = new.posterior(state)
-    assert floor(state.epochs, est, 256, 192, 256, 360, 0.01) is not None
+    assert floor(epochs(state), est, 256, 192, 256, 360, 0.01) is not None
     contradict = [(256, 21, 0.970), (192, 31, 0.963)]  # ten epochs apart: more than two noises (7.5 epochs)
     state = runs(new, *contradict)
     est, _ = new.posterior(state)
-    assert floor(state.epochs, est, 256, 192, 256, 360, 0.01) is None
+    assert floor(epochs(state), est, 256, 192, 256, 360, 0.01) is None
     assert new.decide(state).batch_size == 360
 
 
@@ -192,14 +193,16 @@ def test_between_two_runs_a_gap_costs_at_least_the_lesser_epochs_times_the_lesse
     est, _ = o.posterior(state)
     pace = {b: est[b].mean / e for b, e in ((512, 43), (2048, 200))}  # the posterior's paces: 1677, 1585
     count = 43 * (1.0 - math.sqrt(0.01))
-    low = between(state.epochs, est, 512, 1024, 0.01)
+    low = between(epochs(state), est, 512, 1024, 0.01)
     assert low == pytest.approx(count * pace[2048])
     assert low < est[512].mean
-    assert between(state.epochs, est, 512, 4096, 0.01) is None
+    assert between(epochs(state), est, 512, 4096, 0.01) is None
 
 
 def test_the_state_keeps_the_noise_as_totals_that_agree_with_the_runs():
     o = opt()
     state = runs(o, (1024, 5, 1.0e6), (1024, 4, 0.9e6), (512, 4, 0.8e6), (512, 6, 1.1e6), (256, 3, 0.7e6))
-    assert pooled_noise(state.epoch_logs.values()) == pytest.approx(epochs_noise(state.epochs), rel=1e-12)
-    assert {b: n for b, (n, _, _) in state.epoch_logs.items()} == {b: len(e) for b, e in state.epochs.items()}
+    seen = {1024: (5, 4), 512: (4, 6), 256: (3,)}
+    assert pooled_noise(state.epoch_logs.values()) == pytest.approx(epochs_noise(seen), rel=1e-12)
+    assert {b: n for b, (n, _, _) in state.epoch_logs.items()} == {b: len(e) for b, e in seen.items()}
+    assert epochs(state) == {b: (sum(e), len(e)) for b, e in seen.items()}  # the laws' running totals

@@ -42,7 +42,7 @@ def opt(warm: WarmStart | None = SOURCE, horizon: int = 24) -> ZeusVOIOptimizer:
 def test_the_source_folds_into_its_own_part_of_the_state():
     o = opt()
     state = o.initial_state()
-    assert state.step == 0 and not state.arms and state.spent == 0.0 and not state.epochs
+    assert state.step == 0 and not state.arms and state.spent == 0.0 and not state.epoch_totals
     assert state.warm[128].tried == 6 and state.warm[128].reached == 6 and state.warm[128].epochs[:2] == (20, 19)
     assert state.warm[32].tried == 1 and state.warm[32].reached == 0
     assert all(o.warm is not None and obs.warm for obs in o.warm.observations)
@@ -72,7 +72,7 @@ def test_a_batch_size_the_source_never_converged_is_a_poor_probe():
     assert converge_chance(o, state, 32) == pytest.approx(0.5 / 2)  # Jeffreys: (0 + 1/2) / (1 + 1)
     assert converge_chance(o, state, 128) == pytest.approx(6.5 / 7)
     assert converge_chance(o, state, 2048) is None  # not run there: this run's own chance
-    assert epochs(state)[64] == (18, 19)  # epochs to the target carry over
+    assert epochs(state)[64] == (18 + 19, 2)  # epochs to the target carry over (their sum and count)
 
 
 def test_the_source_seeds_the_bandit_it_does_not_replace_it():

@@ -27,7 +27,8 @@ drawn. Revisions 1-9 are frozen in `zeus_run.optimizer.legacy` for the run direc
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import functools
 import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -39,7 +40,7 @@ from zeus_run.optimizer._stats import TINY as _TINY
 from zeus_run.optimizer._stats import median as _median
 from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 from zeus_run.optimizer.voi.bandit import exploit
-from zeus_run.optimizer.voi.laws import best_probe
+from zeus_run.optimizer.voi.laws import best_probe, walk_grid
 from zeus_run.optimizer.voi.looks import recheck, second_look
 from zeus_run.optimizer.voi.state import Estimate, VOIState, WarmStart, add_log
 from zeus_run.optimizer.voi.walk import without_sweep
@@ -140,6 +141,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             batch_sizes, default_batch_size, seed=seed, window_size=settings.window_size, horizon=horizon, warm=warm
         )
 
+    @functools.cached_property
+    def walker(self) -> ZeusVOIOptimizer:
+        """This policy on the walk's grid (`zeus_run.optimizer.voi.laws.walk_grid`): what it probes beyond the tried
+        range, built once (it depends on the batch sizes and b0 alone)."""
+        walker = copy.copy(self)
+        walker.batch_sizes = walk_grid(self.batch_sizes, self.default_batch_size)
+        return walker
+
     def initial_state(self) -> VOIState:
         """The state before any trial here: the warm start's source folded in (nothing, cold)."""
         state = VOIState(step=0)
@@ -160,8 +169,8 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         if obs.reached:
             changes["reached"] = {**state.reached, b: state.reached.get(b, 0) + 1}
         if obs.reached and obs.epochs > 0:
-            # the laws read every run's epochs; their noise and the trend's means as running totals
-            changes["epochs"] = {**state.epochs, b: (*state.epochs.get(b, ()), obs.epochs)}
+            # the laws, their noise and the trend read the epochs as running totals: a decision costs the same at
+            # recurrence 10 and 10,000
             changes["epoch_logs"] = {**state.epoch_logs, b: add_log(state.epoch_logs.get(b), obs.epochs)}
             total, n = state.epoch_totals.get(b, (0, 0))
             changes["epoch_totals"] = {**state.epoch_totals, b: (total + obs.epochs, n + 1)}
@@ -170,12 +179,14 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         else:
             changes["rest"] = {**state.rest, b: state.rest.get(b, ArmStats()).add(obs.cost, self.window_size)}
             if obs.reached and obs.epochs > 0:
-                changes["paces"] = {**state.paces, b: (*state.paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]}
+                paces = (*state.paces.get(b, ()), obs.cost / obs.epochs)[-PACE_WINDOW:]
+                changes["paces"] = {**state.paces, b: paces}
+                changes["pace_medians"] = {**state.pace_medians, b: _median(paces)}
             if obs.reached:
                 changes["checks"] = state.checks + 1
                 if obs.slowdown > SLOWDOWN:
                     changes["slowdowns"] = (*state.slowdowns, obs.slowdown)
-        return dataclasses.replace(state, **changes)
+        return VOIState(**{**state.__dict__, **changes})  # as dataclasses.replace, without its introspection
 
     def decide(self, state: VOIState, draw: int = 0) -> Decision:
         b0 = self.default_batch_size
@@ -258,7 +269,7 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         competitive. Later runs are checked by the robust early stop (`zeus_run.optimizer.early_stop.Pace`)
         before they reach the optimizer. A wrong correction costs at most that one more run.
         """
-        own = {b: _median(p) for b, p in state.paces.items() if p}
+        own = state.pace_medians
         pace = {b: f.cost / f.epochs for b, f in state.first.items() if f.reached and f.epochs > 0}
         steady = {b: p for b in state.first if (p := own.get(b, pace.get(b))) is not None}
         out = {}

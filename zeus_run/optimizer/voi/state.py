@@ -82,14 +82,19 @@ class VOIState:
         rest: Cost statistics of every later observation of each batch size.
         paces: Per batch size, the cost per epoch of its most recent converged observations
             after the first (at most `zeus_run.optimizer.early_stop.PACE_WINDOW`).
+        pace_medians: The median of each batch size's ``paces``, taken as they change (not at every decision).
         spent: Cost of every observation (unit: J; the budget, `ZeusVOIOptimizer.within_budget`).
-        epochs: Per batch size, the epochs of each of its converged observations.
-        epoch_logs: Their logs as `LogStats` totals (the noise of epoch counts, at a cost that does not grow).
+        epoch_logs: Per batch size, the logs of its converged runs' epochs as `LogStats` totals (the noise of epoch
+            counts).
         checks: Converged runs of a batch size after its first, whose pace the engine checks against
             the batch size's median (`zeus_run.optimizer.voi.looks.slow_runs`).
         slowdowns: The factor of each of those that ran over `SLOWDOWN` times slower.
         overheads: Per batch size, its first run's sweep overhead over its steady cost.
-        epoch_totals: Per batch size, the sum and count of its converged runs' epochs (the trend's).
+        epoch_totals: Per batch size, the sum and count of its converged runs' epochs (the trend's and the laws').
+
+    Every field is a running total or bounded (`paces`: a window; `first`, `overheads`: one per batch size), so that
+    folding one more observation and deciding cost the same at recurrence 10 and 10,000; only ``slowdowns`` grows,
+    with the runs found slow.
         warm: Per batch size, its runs in the warm start's source (`zeus_run.optimizer.voi.warm`).
     """
 
@@ -99,8 +104,8 @@ class VOIState:
     first: Mapping[int, Observation] = field(default_factory=dict)
     rest: Mapping[int, ArmStats] = field(default_factory=dict)
     paces: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    pace_medians: Mapping[int, float] = field(default_factory=dict)
     spent: float = 0.0
-    epochs: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     epoch_logs: Mapping[int, LogStats] = field(default_factory=dict)
     checks: int = 0
     slowdowns: tuple[float, ...] = ()
@@ -130,6 +135,11 @@ class Policy(Protocol):
     STEP_SD: float
     TREND: float
     CONVERGE_PRIOR: tuple[float, float]
+
+    @property
+    def walker(self) -> Policy:
+        """The policy on the walk's grid (`zeus_run.optimizer.voi.laws.walk_grid`), built once."""
+        ...
 
     def planning_horizon(self, state: VOIState) -> float: ...
 

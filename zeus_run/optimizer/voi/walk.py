@@ -87,7 +87,12 @@ def predict_span(
     """
     bs = opt.batch_sizes
     log_end, var_end = _log(est[bs[end]])
-    inside = [j for j in range(end - step, -1 if step > 0 else len(bs), -step) if bs[j] in est][:2]
+    inside = []  # the two nearest converged batch sizes inside ``end``
+    for j in range(end - step, -1 if step > 0 else len(bs), -step):
+        if bs[j] in est:
+            inside.append(j)
+            if len(inside) == 2:
+                break
     if len(inside) == 2:
         (l1, _), (l2, _) = _log(est[bs[inside[0]]]), _log(est[bs[inside[1]]])
         k1, k2 = abs(end - inside[0]), abs(inside[0] - inside[1])

@@ -58,12 +58,14 @@ def observe_warm(state: VOIState, obs: Observation) -> VOIState:
     return dataclasses.replace(state, warm={**state.warm, obs.batch_size: runs})
 
 
-def epochs(state: VOIState) -> dict[int, tuple[int, ...]]:
-    """Epochs to the target of each batch size's converged runs, here and in the source (they carry over)."""
-    out = {b: tuple(e) for b, e in state.epochs.items()}
+def epochs(state: VOIState) -> dict[int, tuple[int, int]]:
+    """The sum and count of the epochs to the target of each batch size's converged runs, here (the state's running
+    totals) and in the source (they carry over)."""
+    out = dict(state.epoch_totals)
     for b, runs in state.warm.items():
         if runs.epochs:
-            out[b] = (*out.get(b, ()), *runs.epochs)
+            total, n = out.get(b, (0, 0))
+            out[b] = (total + sum(runs.epochs), n + len(runs.epochs))
     return out
 
 
