@@ -512,7 +512,7 @@ def simulate(
         knobs=knobs,
         slowdowns=slowdowns,
         life=nights,
-        truth=default_truth(table, executor, default, nights, records) if nights else None,
+        truth=default_truth(table, executor, default, nights, records, max_tries) if nights else None,
     )
 
 
@@ -548,13 +548,14 @@ def default_truth(
     default: Expected,
     nights: tuple[NightLife, ...],
     records: list[TrialRecord],
+    max_tries: int = 1,
 ) -> tuple[float, float, float]:
     """What the default would have spent over ``nights`` (``(cost, energy, time)``; `zeus_run.sim._life`).
 
     To deliver the same models: one run each night zeus-run delivered one, at that night's slowdown and stalls
     (its run is the night's first try; none on a night without a model); a night the default runs out of memory,
-    one crash besides (its job runs again once it fits); and what the tries no batch size caused spent (it meets
-    them too).
+    ``max_tries`` crashes besides (its job retries as zeus-run's does, then runs again once it fits); and what the
+    tries no batch size caused spent (it meets them too).
     """
     from zeus_run.sim._baselines import reference_time
 
@@ -565,7 +566,8 @@ def default_truth(
     for n, night in enumerate(nights, start=1):
         parts: list[tuple[float, float]] = []
         if night.ooms(table.default_batch_size):
-            parts.append(executor._charge(row, col, OOM_SHARE, False))
+            e, t = executor._charge(row, col, OOM_SHARE, False)
+            parts.append((e * max_tries, t * max_tries))
         if n in delivered:
             f, stall = executor.slowdown(n) * night.factor(True), night.stall(True)
             parts.append((default.energy * f + stall * IDLE_SHARE * table.max_power, default.time * f + stall))
