@@ -77,7 +77,8 @@ def test_the_truth_is_what_the_default_would_have_spent_over_the_same_life(squad
     assert lived.default_cost == pytest.approx(quiet.default_cost)
     assert lived.default_energy == pytest.approx(quiet.default_energy)
 
-    from zeus_run.sim._simulator import TraceExecutor, default_truth
+    from zeus_run.sim._lived import default_truth
+    from zeus_run.sim._simulator import TraceExecutor
 
     ex = TraceExecutor(squad, 0.5, 2)
     delivered = quiet.records  # a model every night
