@@ -98,11 +98,6 @@ def test_a_launched_door_charges_what_a_gpu_with_phases_drew(tmp_path, door):
     assert e <= led.truth * (1 + AGREE) + led.slack + PHASES["idle"] * max(t - led.span, 0.0), (e, led, record)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 46 item 2 (branch energy-doors): a self-measuring door's start-up is extrapolated at the power "
-    "read when its meter opens and called measured; remove this mark once it is measured or labelled estimated",
-)
 @pytest.mark.parametrize("door", ["ask/tell", "Job API"])
 def test_a_self_measuring_door_measures_a_start_up_of_another_draw_or_says_it_estimated(tmp_path, door):
     """The start-up idles, then wakes (data, CUDA) before the script reads its trial: the power read when its meter

@@ -77,15 +77,18 @@ def test_the_truth_is_what_the_default_would_have_spent_over_the_same_life(squad
     assert lived.default_cost == pytest.approx(quiet.default_cost)
     assert lived.default_energy == pytest.approx(quiet.default_energy)
 
-    from zeus_run.sim._simulator import TraceExecutor, default_truth
+    from zeus_run.sim._lived import default_truth
+    from zeus_run.sim._simulator import TraceExecutor
 
     ex = TraceExecutor(squad, 0.5, 2)
     delivered = quiet.records  # a model every night
     # Every night after the first, every batch size runs out of memory, the default included.
     oom = (NightLife(),) + (NightLife(oom_from=min(squad.batch_sizes)),) * 11
-    none = default_truth(squad, ex, quiet.default, oom, [r for r in delivered if r.recurrence == 1])
-    assert none[0] < 2 * quiet.default.cost and none[1] < 2 * quiet.default.energy  # one run, eleven crashes
-    every = default_truth(squad, ex, quiet.default, oom, delivered)  # zeus-run delivered each night's model
+    none = default_truth(squad, ex, quiet.default, oom, [r for r in delivered if r.recurrence == 1], 3)
+    assert none[0] < 2 * quiet.default.cost and none[1] < 2 * quiet.default.energy  # one run, 33 crashes
+    once = default_truth(squad, ex, quiet.default, oom, [r for r in delivered if r.recurrence == 1], 1)
+    assert none[0] - quiet.default.cost == pytest.approx(3 * (once[0] - quiet.default.cost))  # max_tries crashes
+    every = default_truth(squad, ex, quiet.default, oom, delivered, 3)  # zeus-run delivered each night's model
     assert every[0] == pytest.approx(none[0] + 11 * quiet.default.cost)  # the default runs again to deliver it
     slow = (NightLife(),) + (NightLife(night_factor=2.0),) * 11
     assert default_truth(squad, ex, quiet.default, slow, delivered)[1] == pytest.approx(23 * quiet.default.energy)

@@ -28,20 +28,23 @@ USUAL = [rec(0, 1, 32, 300.0), rec(1, 2, 64, 180.0), rec(2, 3, 32, 300.0), rec(3
 
 
 @pytest.mark.parametrize(
-    ("night", "kind", "default_runs", "both"),
+    ("night", "kind", "default_runs", "held"),
     [
-        # (the night's tries, its kind, the default runs its side holds, how many tries count on both sides)
-        ([rec(9, 5, 64, 180.0)], Kind.REACHED, 1.0, 0),
-        ([rec(9, 5, 64, 5.0, 0, "infrastructure"), rec(10, 5, 64, 180.0)], Kind.REACHED, 1.0, 1),
-        ([rec(9, 5, 64, 5.0, 0, "crashed"), rec(10, 5, 128, 4.0, 0, "crashed")], Kind.FAILED, 0.0, 1),  # b0 64
-        ([rec(9, 5, 128, 4.0, 0, "crashed")], Kind.FAILED, 0.0, 0),
-        ([rec(9, 5, 64, 50.0, 1, "interrupted")], Kind.LOST, 0.0, 1),
-        ([rec(9, 5, 64, 50.0, 1, "environment_error")], Kind.LOST, 0.0, 1),
+        # (the night's tries, its kind, the default runs its side holds, what else it holds as it ran: J)
+        ([rec(9, 5, 64, 180.0)], Kind.REACHED, 1.0, 0.0),
+        ([rec(9, 5, 64, 5.0, 0, "infrastructure"), rec(10, 5, 64, 180.0)], Kind.REACHED, 1.0, 5.0),
+        # b0 (64) crashed once at 3 J, the night tried twice: the default's job would have too (6 J, at most 7)
+        ([rec(9, 5, 64, 3.0, 0, "crashed"), rec(10, 5, 128, 4.0, 0, "crashed")], Kind.FAILED, 0.0, 6.0),
+        ([rec(9, 5, 64, 5.0, 0, "crashed"), rec(10, 5, 128, 4.0, 0, "crashed")], Kind.FAILED, 0.0, 9.0),
+        ([rec(9, 5, 128, 4.0, 0, "crashed")], Kind.FAILED, 0.0, 0.0),  # the default never ran: nothing known
+        ([rec(9, 5, 64, 50.0, 1, "interrupted")], Kind.LOST, 0.0, 50.0),
+        ([rec(9, 5, 64, 50.0, 1, "environment_error")], Kind.LOST, 0.0, 50.0),
     ],
 )
-def test_each_kind_of_night(night, kind, default_runs, both):
+def test_each_kind_of_night(night, kind, default_runs, held):
     (last,) = charges([*USUAL, *night], 64)[-1:]
-    assert (last.kind, last.default_runs, len(last.both), len(last.records)) == (kind, default_runs, both, len(night))
+    assert (last.kind, last.default_runs, len(last.records)) == (kind, default_runs, len(night))
+    assert last.held(lambda r: r.spent_cost) == pytest.approx(held)
 
 
 def test_one_slow_try_is_no_evidence_but_widens_what_the_default_may_hold():
@@ -62,4 +65,5 @@ def test_sides_sum_every_try_and_the_default_runs():
     nights = charges([*USUAL, rec(9, 5, 64, 5.0, 0, "crashed"), rec(10, 5, 128, 4.0, 0, "crashed")], 64)
     side = sides(nights, "cost")
     assert side.spent == pytest.approx(300 + 180 + 300 + 180 + 5 + 4)
-    assert side.certain == pytest.approx(5.0) and side.runs == 4.0  # the failed night: no run, b0's try on both
+    # The failed night: no run; b0's try twice (as often as the night tried), at most what the night spent.
+    assert side.certain == pytest.approx(9.0) and side.runs == 4.0

@@ -27,7 +27,7 @@ from zeus_run._terminal import printable
 from zeus_run.cli._render import fmt_duration, fmt_energy, fmt_time, outcome_text, shorten
 from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
-from zeus_run.views.summary import failure_reason
+from zeus_run.views.rows import failure_reason
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -20,8 +20,9 @@ from rich.text import Text
 from zeus_run._terminal import printable
 from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
+from zeus_run.views.rows import failure_reason, recurrence_rows
 from zeus_run.views.saving import words
-from zeus_run.views.summary import Summary, failure_reason, recurrence_rows
+from zeus_run.views.summary import Summary
 
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     StopReason.TARGET_REACHED: ("reached", "green"),
@@ -341,7 +342,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         charged = s.charged_slow
         slow = f"; {len(charged)} slow, against the default run as slow" if charged else ""
         lines.append(
-            f"Whole history ({_compared(s)}{slow}{_no_model(s)}; exploration and every try included) against "
+            f"Whole history ({_compared(s)}{slow}{_no_model(s.failed_recurrences)}; exploration and every try included) against "
             "always running the default:"
         )
         lines.extend(_saving_lines(s.saved))
@@ -386,8 +387,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
 
 
 def _compared(s: Summary) -> str:
-    n = s.compared_recurrences
-    return "1 recurrence" if n == 1 else f"{n} recurrences"
+    return "1 recurrence" if s.compared_recurrences == 1 else f"{s.compared_recurrences} recurrences"
 
 
 def _counted(s: Summary) -> str:
@@ -397,19 +397,14 @@ def _counted(s: Summary) -> str:
     return s.counted + (f"; {', '.join(extra)}" if extra else "")
 
 
-def _no_model(s: Summary) -> str:
-    n = s.failed_recurrences
-    if not n:
-        return ""
-    return f"; {n} without a model, charged to zeus-run with no default run against them"
+def _no_model(n: int) -> str:
+    return f"; {n} without a model, charged to zeus-run with no default run against them" if n else ""
 
 
 def _chosen(s: Summary) -> str:
     """Each recurrence's final batch size a batch size ran in, a failed one as ``32(failed)``."""
-    if not s.chosen:
-        return "-"
     reached = s.chosen_reached or (True,) * len(s.chosen)
-    return " ".join(str(b) if ok else f"{b}(failed)" for b, ok in zip(s.chosen, reached, strict=True))
+    return " ".join(str(b) if ok else f"{b}(failed)" for b, ok in zip(s.chosen, reached, strict=True)) or "-"
 
 
 def _saving_lines(saved: dict, per: str = "") -> list[str]:

@@ -111,8 +111,8 @@ def history_command(
     from zeus_run.rundir.history import read_history
     from zeus_run.views.in_flight import in_flight_lines
     from zeus_run.views.jobs import accounting_of, knobs_of, summarize_run
+    from zeus_run.views.rows import failure_reason
     from zeus_run.views.story import story_lines
-    from zeus_run.views.summary import failure_reason
 
     setup_logging()
     if many_jobs(paths):

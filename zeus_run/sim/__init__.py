@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from zeus_run.sim._baselines import Expected, default_baseline, epoch_costs, expected, grid_search_cost, oracle_baseline
+from zeus_run.sim._floors import guided_walk, informed_start
 from zeus_run.sim._life import Life, NightLife
 from zeus_run.sim._noise import Noise
-from zeus_run.sim._simulator import SimResult, TraceExecutor, guided_walk, informed_start, simulate
+from zeus_run.sim._simulator import SimResult, TraceExecutor, simulate
 from zeus_run.sim._traces import (
     JOBS,
     JobTable,

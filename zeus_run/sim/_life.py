@@ -12,11 +12,11 @@ night after the first (the first must converge at the default batch size, as in 
 * the night's first try is **interrupted** part-way, **lost to the cluster** part-way
   (infrastructure), or cannot start (an **environment error**).
 
-The truth a simulation is judged against (`zeus_run.sim._simulator.default_truth`) is what the
+The truth a simulation is judged against (`zeus_run.sim._lived.default_truth`) is what the
 default would have spent over the same life to deliver the same models: one run each night zeus-run
 delivered one, at that night's slowdown (its run is the night's first try, so a slow try slows it
 too, and a stall adds to it; none on a night without a model); a night the default runs out of
-memory, one crash besides (its job runs again to deliver the model); what interruptions, cluster
+memory, ``max_tries`` crashes besides (its job retries, then runs again to deliver the model); what interruptions, cluster
 losses and environment errors spent, on both sides.
 """
 

@@ -38,7 +38,8 @@ from zeus_run.sim._baselines import (
     grid_search_cost,
     oracle_baseline,
 )
-from zeus_run.sim._life import IDLE_SHARE, OOM_MESSAGE, OOM_SHARE, Life, NightLife
+from zeus_run.sim._life import IDLE_SHARE, Life, NightLife
+from zeus_run.sim._lived import default_truth, fault_record, live
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
 from zeus_run.spec import OptimizerSettings
@@ -133,7 +134,7 @@ class TraceExecutor:
         row = t.index(bs)
         night, k = self.night(req.recurrence), self._tries.get(req.recurrence, 0)
         self._tries[req.recurrence] = k + 1
-        fault = self._fault(req, row, night, k == 0)
+        fault = fault_record(self, req, row, night, k == 0)
         if fault is not None:
             return fault
         col, profiled = self.power_limit(row, req.recurrence, req.horizon)
@@ -181,52 +182,6 @@ class TraceExecutor:
             message=self._profile_message(row) if profiled else None,
             overhead=overhead,
         )
-
-    def _fault(self, req: TrialRequest, row: int, night: NightLife, first: bool) -> TrialRecord | None:
-        """The record of a try tonight's bad luck ends before it trains (None: it runs)."""
-        t = self.table
-        pl = self.pl_state.predict(t.batch_sizes[row])
-        col = t.power_limits.index(pl) if pl in t.power_limits else t.power_limits.index(max(t.power_limits))
-        slow = self.slowdown(req.recurrence) * night.factor(first)
-
-        def cut(share: float, reason: StopReason, message: str, cause: str | None = None) -> TrialRecord:
-            epochs = share * (t.mean_epochs[row] if not math.isnan(t.mean_epochs[row]) else t.job.max_epochs)
-            energy, time = self._charge(row, col, float(epochs), False)
-            energy, time = energy * slow, time * slow
-            return self._record(
-                req,
-                col,
-                epochs=int(epochs),
-                time=time,
-                energy=energy,
-                cost=self.objective.trial_cost(energy, time, t.max_power),
-                reached=False,
-                stop_reason=reason,
-                message=message,
-                cause=cause,
-            )
-
-        if first and night.environment:
-            return cut(0.0, StopReason.ENVIRONMENT_ERROR, "ModuleNotFoundError: No module named 'torch'")
-        if first and night.lost is not None:
-            return cut(night.lost, StopReason.INFRASTRUCTURE, "Slurm NODE_FAIL")
-        if first and night.interrupted is not None:
-            return cut(night.interrupted, StopReason.INTERRUPTED, "the launcher was interrupted")
-        if night.ooms(t.batch_sizes[row]):
-            energy, time = self._charge(row, col, OOM_SHARE, False)
-            return self._record(
-                req,
-                col,
-                epochs=0,
-                time=time,
-                energy=energy,
-                cost=self.objective.trial_cost(energy, time, t.max_power),
-                reached=False,
-                stop_reason=StopReason.CRASHED,
-                message=OOM_MESSAGE,
-                cause=OOM_MESSAGE,
-            )
-        return None
 
     @staticmethod
     def _reason(reached: bool, cut_by_threshold: bool, epochs: int, max_epochs: int) -> StopReason:
@@ -488,7 +443,7 @@ def simulate(
     b0 = executor._profiles[table.index(table.default_batch_size)]
     knobs = dataclasses.replace(knobs, default_profile=tuple(b0))
     records = (
-        _live(knobs, horizon, b0, runs, on_record)
+        live(knobs, horizon, b0, runs, on_record)
         if nights
         else knobs.engine(horizon, lambda: b0).run([], runs, on_record)
     )
@@ -512,145 +467,5 @@ def simulate(
         knobs=knobs,
         slowdowns=slowdowns,
         life=nights,
-        truth=default_truth(table, executor, default, nights, records) if nights else None,
+        truth=default_truth(table, executor, default, nights, records, max_tries) if nights else None,
     )
-
-
-def _live(
-    knobs: Knobs,
-    horizon: int,
-    b0: list[PowerLimitMeasurement],
-    runs: Callable[[TrialRequest], TrialRecord] | Clocked,
-    on_record: Callable[[TrialRecord], None],
-) -> list[TrialRecord]:
-    """The engine's run through a life: resumed after an interruption or an environment error, as a trigger would."""
-    from zeus_run.engine.classify import ConfigurationError
-
-    records: list[TrialRecord] = []
-
-    def keep(record: TrialRecord) -> None:
-        records.append(record)
-        on_record(record)
-
-    for _ in range(4 * horizon + 1):  # each resume follows a fault of one night's first try: at most one a night
-        try:
-            knobs.engine(horizon, lambda: b0).run(list(records), runs, keep)
-        except ConfigurationError:
-            continue
-        if not records or records[-1].stop_reason is not StopReason.INTERRUPTED:
-            break
-    return records
-
-
-def default_truth(
-    table: JobTable,
-    executor: TraceExecutor,
-    default: Expected,
-    nights: tuple[NightLife, ...],
-    records: list[TrialRecord],
-) -> tuple[float, float, float]:
-    """What the default would have spent over ``nights`` (``(cost, energy, time)``; `zeus_run.sim._life`).
-
-    To deliver the same models: one run each night zeus-run delivered one, at that night's slowdown and stalls
-    (its run is the night's first try; none on a night without a model); a night the default runs out of memory,
-    one crash besides (its job runs again once it fits); and what the tries no batch size caused spent (it meets
-    them too).
-    """
-    from zeus_run.sim._baselines import reference_time
-
-    row, col = table.index(table.default_batch_size), table.power_limits.index(max(table.power_limits))
-    ref = reference_time(table)
-    delivered = {r.recurrence for r in records if r.reached}
-    cost = energy = time = 0.0
-    for n, night in enumerate(nights, start=1):
-        parts: list[tuple[float, float]] = []
-        if night.ooms(table.default_batch_size):
-            parts.append(executor._charge(row, col, OOM_SHARE, False))
-        if n in delivered:
-            f, stall = executor.slowdown(n) * night.factor(True), night.stall(True)
-            parts.append((default.energy * f + stall * IDLE_SHARE * table.max_power, default.time * f + stall))
-        for e, t in parts:
-            cost += executor.objective.trial_cost(e, t, table.max_power, ref)
-            energy, time = energy + e, time + t
-    for r in records:
-        if not r.stop_reason.observed:
-            cost, energy, time = cost + r.spent_cost, energy + r.energy, time + r.time
-    return cost, energy, time
-
-
-def informed_start(table: JobTable, eta: float = 0.5, horizon: int | None = None) -> float:
-    """Expected cumulative cost of the *informed start*: the floor of a policy that starts at b0 (unit: J).
-
-    The informed start knows the Oracle's batch size from the outset, yet runs as zeus-run
-    must: b0 in recurrence 1, then the Oracle's batch size in every later one, and each
-    batch size's first run profiles the power limits as `TraceExecutor` charges it (a full
-    or, on a short horizon, a shortened sweep). Epochs are each batch size's mean over its
-    traced runs. What a learning policy pays beyond this is the price of not knowing which
-    batch size is best; what this pays beyond the Oracle is b0's first run and profiling,
-    which no policy that starts at b0 avoids.
-
-    Args:
-        table: The job on one GPU.
-        eta: Cost knob in [0, 1].
-        horizon: Recurrences (None: the paper's horizon).
-    """
-    n = table.horizon if horizon is None else horizon
-    oracle = table.index(oracle_baseline(table, eta).batch_size)
-    return _expected_path(table, eta, n, [table.index(table.default_batch_size)], oracle)
-
-
-def guided_walk(table: JobTable, eta: float = 0.5, horizon: int | None = None, beta: float | None = 2.0) -> float:
-    """Expected cumulative cost of the *guided walk*: the floor of a walk that moves one batch size at a time (unit: J).
-
-    The guided walk knows where the Oracle's batch size is and walks there as a policy that steps to
-    neighbouring batch sizes must: b0 in recurrence 1, then every batch size between b0 and the Oracle's, one a
-    recurrence, then the Oracle's neighbour beyond it once (both neighbours when b0 is the Oracle's) to see
-    that the cost rises there, then the Oracle's batch size. Epochs and profiling as in `informed_start`; a
-    batch size that never reached the target in the traces runs until its cost passes ``beta`` times the
-    cheapest run before it (the paper's early stop) or ``max_epochs``. `zeus` and `zeus-voi` walk so (with a
-    stride now and then); what they pay beyond this is the price of not knowing the direction and where to
-    stop, and what this pays beyond `informed_start` is the walk itself.
-
-    Args:
-        table: The job on one GPU.
-        eta: Cost knob in [0, 1].
-        horizon: Recurrences (None: the paper's horizon).
-        beta: The early stop's factor for a batch size that never converges (None: it runs ``max_epochs``).
-    """
-    n = table.horizon if horizon is None else horizon
-    start, oracle = table.index(table.default_batch_size), table.index(oracle_baseline(table, eta).batch_size)
-    step = 1 if oracle > start else -1
-    path = list(range(start, oracle, step)) if oracle != start else [start]
-    confirm = [oracle - 1, oracle + 1] if oracle == start else [oracle + step]
-    path += [i for i in confirm if 0 <= i < len(table.batch_sizes)]
-    return _expected_path(table, eta, n, path, oracle, beta)
-
-
-def _expected_path(
-    table: JobTable, eta: float, n: int, first: list[int], then: int, beta: float | None = None
-) -> float:
-    """Expected cost of running the rows ``first`` in order, then row ``then``, over ``n`` recurrences (unit: J).
-
-    Each row's first run profiles the power limits (`TraceExecutor.power_limit`); a row with no converged
-    run costs up to ``beta`` times the cheapest converged run before it, at most ``max_epochs`` epochs,
-    and its recurrence runs again."""
-    executor = TraceExecutor(table, eta, seed=0)
-
-    def cost(row: int, col: int, epochs: float, profiled: bool) -> float:
-        return executor.objective.trial_cost(*executor._charge(row, col, epochs, profiled), table.max_power)
-
-    total, best, recurrence, queue = 0.0, math.inf, 1, list(first)
-    while recurrence <= n:
-        row = queue.pop(0) if queue else then
-        col, profiled = executor.power_limit(row, recurrence, n)
-        epochs = float(table.mean_epochs[row])
-        if math.isnan(epochs):  # never converges: cut once past beta x the best so far, or at max_epochs
-            cut = math.inf if beta is None else beta * best
-            k = next(
-                (k for k in range(1, table.job.max_epochs) if cost(row, col, k, profiled) > cut), table.job.max_epochs
-            )
-            total += cost(row, col, k, profiled)
-            continue  # the recurrence runs again
-        c = cost(row, col, epochs, profiled)
-        total, best, recurrence = total + c, min(best, c), recurrence + 1
-    return total

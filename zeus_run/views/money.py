@@ -189,7 +189,7 @@ def account(
         energy = summary.saved.get("energy")
         b0 = summary.baseline
         nights = summary.nights  # the one accounting of each night (`zeus_run.views.nights`)
-        certain = sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at) for n in nights for r in n.both)
+        certain = sum(n.held(lambda r: r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at)) for n in nights)
         expected = sum(
             n.default_runs * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence))
             for n in nights

@@ -16,9 +16,10 @@ zeus-run's side is always what every try really spent. The default's side, night
   no such evidence: the default is charged its usual mean, and zeus-run pays the slow try; the
   interval's upper end allows the default that slowdown (the machine may have been slow);
 * **failed** (a batch size ran, none reached the target: the night produced no model): no
-  default run (a night without a model earns nothing against the default); the default's own
-  tries that night count on both sides (the default met that failure as it ran), with the tries no
-  batch size caused. A failed night never raises a saving;
+  default run (a night without a model earns nothing against the default); where the default batch
+  size ran that night, the default met that failure as it ran, as many times as the night tried
+  (its job retries as zeus-run's does), at its own tries' mean, at most what the night spent; with the
+  tries no batch size caused. A failed night never raises a saving;
 * **lost** (no batch size ran: every try was an environment, spec or infrastructure error, or
   interrupted): what it spent, on both sides;
 * **estimated** energy (no GPU measured) counts like measured energy on both sides; the views
@@ -33,7 +34,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,8 @@ class Night:
         kind: `Kind`.
         records: Every try of the night (all on zeus-run's side).
         both: The tries counted on the default's side too, as they ran.
+        own: On a failed night, the default batch size's own tries (`held` takes them as many times as
+            the night tried).
         default_runs: How many of the default's mean runs the default's side gets (0 or 1, or the
             machine's slowdown where the evidence shows one).
         slowdown: The machine's slowdown the evidence supports (1.0: none).
@@ -79,10 +82,23 @@ class Night:
     default_runs: float
     slowdown: float = 1.0
     most: float = 0.0
+    own: tuple[TrialRecord, ...] = ()
 
     def __post_init__(self) -> None:
         if self.most < self.default_runs:
             object.__setattr__(self, "most", self.default_runs)
+
+    def held(self, value: Callable[[TrialRecord], float]) -> float:
+        """What the default's side holds of this night as it ran, ``value`` of each try summed (its runs aside).
+
+        The tries in `both`; on a failed night the default batch size's own tries, at their mean, as many
+        times as the night's tries a batch size ran, and at most what those spent (so it never raises a saving).
+        """
+        out = sum(value(r) for r in self.both)
+        if self.own:
+            ran = [value(r) for r in self.records if r.stop_reason.observed]
+            out += min(sum(value(r) for r in self.own) / len(self.own) * len(ran), sum(ran))
+        return out
 
     @property
     def compared(self) -> bool:
@@ -164,7 +180,7 @@ def charges(
             out.append(Night(n, Kind.LOST, tuple(rs), others, 0.0))
         elif not any(r.reached for r in rs):
             own = tuple(r for r in ran if r.batch_size == default_batch_size)
-            out.append(Night(n, Kind.FAILED, tuple(rs), others + own, 0.0))
+            out.append(Night(n, Kind.FAILED, tuple(rs), others, 0.0, own=own))
         else:
             factor, most = machine_slowdown(rs, usual, default_cost)
             kind = Kind.SLOW if factor > 1.0 else Kind.REACHED
@@ -200,7 +216,7 @@ def sides(nights: Iterable[Night], quantity: str) -> Sides:
     spent = certain = runs = most = 0.0
     for night in nights:
         spent += sum(_quantity(r, quantity) for r in night.records)
-        certain += sum(_quantity(r, quantity) for r in night.both)
+        certain += night.held(lambda r: _quantity(r, quantity))
         runs += night.default_runs
         most += night.most
     return Sides(spent, certain, runs, most)

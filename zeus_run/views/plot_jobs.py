@@ -33,7 +33,7 @@ def cumulative_savings(job: JobView) -> list[float]:
     default: dict[int, float] = {}
     for night in s.nights:
         spent[night.recurrence] = sum(r.spent_cost for r in night.records)
-        default[night.recurrence] = sum(r.spent_cost for r in night.both) + s.baseline.cost * night.default_runs
+        default[night.recurrence] = night.held(lambda r: r.spent_cost) + s.baseline.cost * night.default_runs
     out, total, base = [], 0.0, 0.0
     for n in sorted(spent):
         total, base = total + spent[n], base + default[n]

@@ -3,14 +3,13 @@
 Everything here is a pure function of the trial records (real, simulated or
 replayed alike), so the CLI only renders and tests call these directly:
 
-* `recurrence_rows`: one row per recurrence, its tries taken together;
+* `recurrence_rows` (`zeus_run.views.rows`): one row per recurrence, its tries taken together;
 * `batch_size_stats`: per batch size, trials, converged runs, mean and spread
   of the cost, epochs, time and energy;
 * `exploration_status`: whether the optimizer is still exploring;
 * `steady_state`: what a recurrence costs now that exploration is over, against the
   default's (what zeus-run saves per run from now on, hidden in the whole history while young);
 * `recommend` (`zeus_run.views.recommend`): the setting to use (batch size, learning rate, power limit);
-* `failure_reason`: a crashed trial's cause, from the tail of its log;
 * `summarize`: all of it, plus totals and savings against always running the default
   (`zeus_run.views.baseline`: the default batch size at the default power limit), each with
   its 90% interval (`zeus_run.views.saving`, the one estimator).
@@ -29,7 +28,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from zeus_run.contract import StopReason, crash_cause
+from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
 from zeus_run.views import saving as est
 from zeus_run.views.baseline import Baseline
@@ -47,8 +46,10 @@ from zeus_run.views.evidence import (
     without_slow,
 )
 from zeus_run.views.nights import Kind, Night, charges
-from zeus_run.views.provenance import provenance, started
+from zeus_run.views.provenance import provenance
 from zeus_run.views.recommend import Belief, Recommendation, recommend
+from zeus_run.views.rows import RecurrenceRow, recurrence_rows
+from zeus_run.views.rows import failure_reason as failure_reason  # where callers have imported it from
 
 if TYPE_CHECKING:
     from zeus_run.objective import Objective
@@ -59,48 +60,6 @@ STEADY_WINDOW = 5
 
 #: Optimizer stages that are exploration (the rest, ``thompson`` and ``exploit``, is exploitation).
 EXPLORING_STAGES = ("pruning", "explore")
-
-
-@dataclass(frozen=True)
-class RecurrenceRow:
-    """One recurrence: its trials taken together.
-
-    Attributes:
-        recurrence: 1-based number.
-        tries: Trials run (including interrupted ones).
-        batch_sizes: Batch size of each trial, in order.
-        final_batch_size: Batch size of the last trial.
-        epochs: Epochs of all trials.
-        time: Unit: s. energy: Unit: J. cost: Unit: J.
-        reached: Whether the recurrence converged.
-        outcomes: Stop reason of each trial.
-        estimated: Whether any energy figure is an estimate.
-        stages: Optimizer stage of each trial.
-        reasons: Each trial's failure cause (`failure_reason`), None where it did not fail.
-        power_limit: Power limit of the last trial (unit: W), if one was set.
-        date: UTC date and time of day (``YYYY-MM-DD HH:MMZ``) of the recurrence's trigger, or of its first trial's start.
-        stage: The recurrence's stage: its first try's (a fallback after an exploring try still explored).
-    """
-
-    recurrence: int
-    tries: int
-    batch_sizes: tuple[int, ...]
-    final_batch_size: int
-    epochs: int
-    time: float
-    energy: float
-    cost: float
-    reached: bool
-    outcomes: tuple[str, ...]
-    estimated: bool
-    stages: tuple[str, ...] = ()
-    reasons: tuple[str | None, ...] = ()
-    power_limit: float | None = None
-    date: str | None = None
-
-    @property
-    def stage(self) -> str:
-        return self.stages[0] if self.stages else ""
 
 
 @dataclass(frozen=True)
@@ -301,47 +260,6 @@ class Summary:
     def charged_slow(self) -> dict[int, float]:
         """Nights whose slowdown the default is charged (the evidence: `zeus_run.views.nights`)."""
         return {n.recurrence: n.slowdown for n in self.nights if n.kind is Kind.SLOW}
-
-
-def failure_reason(record: TrialRecord) -> str | None:
-    """A failed trial's cause in one line, e.g. ``RuntimeError: CUDA out of memory`` (None: it did not fail).
-
-    The record's ``cause`` (`zeus_run.contract.crash_cause`, written when the trial
-    ended); for a record from before that field, the same rule applied to its message.
-    """
-    if not record.stop_reason.failure:
-        return None
-    return record.cause or crash_cause(record.stop_reason, record.message, record.exit_code)
-
-
-def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
-    """Group records by recurrence, in order."""
-    groups: dict[int, list[TrialRecord]] = defaultdict(list)
-    for r in records:
-        groups[r.recurrence].append(r)
-    rows = []
-    for rec in sorted(groups):
-        rs = groups[rec]
-        rows.append(
-            RecurrenceRow(
-                recurrence=rec,
-                tries=len(rs),
-                batch_sizes=tuple(r.batch_size for r in rs),
-                final_batch_size=rs[-1].batch_size,
-                epochs=sum(r.epochs for r in rs),
-                time=sum(r.time for r in rs),
-                energy=sum(r.energy for r in rs),
-                cost=sum(r.spent_cost for r in rs),
-                reached=any(r.reached for r in rs),
-                outcomes=tuple(r.stop_reason for r in rs),
-                estimated=any(r.estimated for r in rs),
-                stages=tuple(r.stage for r in rs),
-                reasons=tuple(failure_reason(r) for r in rs),
-                power_limit=rs[-1].power_limit,
-                date=started(rs[0]),
-            )
-        )
-    return rows
 
 
 def batch_size_stats(records: Sequence[TrialRecord], slow: Collection[int] = ()) -> list[BatchSizeStats]:

@@ -130,9 +130,9 @@ def candidates(
     var1 = pooled_noise(warm_epoch_logs(state))
     paces = {}
     for a, e in est.items():  # each converged batch size's pace here: its cost here over its epochs here
-        here = state.epochs.get(a)
-        if here and e.mean > 0:
-            paces[a] = (math.log(e.mean) - _log_mean(here), e.var / e.mean**2)
+        total, n = state.epoch_totals.get(a, (0, 0))
+        if n and total > 0 and e.mean > 0:
+            paces[a] = (math.log(e.mean) - math.log(total / n), e.var / e.mean**2)
     if not paces:
         return
     there = {}  # the source's log pace at each batch size it ran to the target: its shape, not its level
