@@ -312,6 +312,16 @@ def _power(source: EnergySource, reading: tuple[float, float, dict] | tuple[floa
     return watts if watts is not None else (reading[1] / reading[0] if reading[0] > 0 else None)
 
 
+def interactive() -> bool:
+    """Whether this process is interactive (a Jupyter kernel, IPython, ``python -i``, a REPL): it lived before its
+    first trial for reasons of its own, so that life is not charged to it (``count_startup`` None)."""
+    if "ipykernel" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
+        return True
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    return callable(get) and get() is not None
+
+
 def _has_counter(source: EnergySource) -> bool:
     """Whether ``source`` reads a device counter a watcher in another process can read too."""
     try:
