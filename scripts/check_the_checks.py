@@ -53,6 +53,12 @@ CHECKS: dict[str, str] = {
         "test_a_trial_that_reached_its_target_while_the_launcher_was_dead_is_recorded_reached"
     ),
     "estimate said": "tests/cli/test_run_cli.py::test_converging_trial",
+    "tail after the tell": (
+        "tests/doors/test_whole_process.py::test_each_trial_is_charged_its_part_of_the_process_as_the_double_drew_it[Job API]"
+    ),
+    "start-up estimate said": (
+        "tests/doors/test_whole_process.py::test_a_trial_that_asked_for_itself_says_its_start_up_was_estimated"
+    ),
     "job_life": "job_life",
 }
 
@@ -114,12 +120,19 @@ PLANTS: tuple[Plant, ...] = (
     ),
     Plant(
         "tail-uncharged",
-        "a tail after the tell not charged (the part after the target, told by the script)",
+        "the part after the target not charged (told by the script)",
         "zeus_run/asktell/_outcome.py",
         "after_energy=max(total_e - e, 0.0) if decided",
         "after_energy=0.0 if decided",
         ("window[ask/tell]",),
-        note="stands in for the tail after a tell (issue 46 item 1, branch energy-doors): re-anchor there",
+    ),
+    Plant(
+        "tail-after-tell-uncharged",
+        "a tail after an in-process tell not charged (the Job block's end to the process's exit)",
+        "zeus_run/rundir/tails.py",
+        "    after_energy = (r.after_energy or 0.0) + e\n",
+        "    after_energy = r.after_energy or 0.0\n",
+        ("tail after the tell",),
     ),
     Plant(
         "imputed-tenth",
@@ -160,7 +173,14 @@ PLANTS: tuple[Plant, ...] = (
         '    name = "estimate"\n    estimated = True\n',
         '    name = "estimate"\n    estimated = False\n',
         ("estimate said",),
-        note="stands in for the start-up estimate's label (issue 46 item 2, branch energy-doors): re-anchor there",
+    ),
+    Plant(
+        "start-up-estimate-as-measured",
+        "a start-up estimate labelled as a measurement",
+        "zeus_run/engine/record.py",
+        '    return {"estimated": True, "estimated_energy": float(part), "estimated_share": share}\n',
+        '    return {"estimated": False, "estimated_energy": float(part), "estimated_share": share}\n',
+        ("start-up estimate said", "window[Job API]"),
     ),
 )
 

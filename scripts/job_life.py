@@ -535,7 +535,8 @@ class Ledger:
 
 
 def read_history(path: Path) -> tuple[list[dict], str | None]:
-    """``history.jsonl``'s records (JSON lines) and what was wrong with it, if anything (a torn line)."""
+    """``history.jsonl``'s records (JSON lines) and what was wrong with it, if anything (a torn line); each record
+    with its tail after an in-process tell added (``tails.jsonl`` beside it, `tails`)."""
     if not path.exists():
         return [], None
     records, problem = [], None
@@ -547,7 +548,48 @@ def read_history(path: Path) -> tuple[list[dict], str | None]:
             records.append(json.loads(raw))
         except ValueError:
             problem = f"line {i} is not JSON ({raw[:60]!r}{' (the last line)' if i >= len(lines) - 1 else ''})"
+    found = tails(path.parent)
+    for r in records:
+        tail = found.get(str((r.get("provenance") or {}).get("ask_token")))
+        if tail is not None:
+            r["after_time"] = float(r.get("after_time") or 0.0) + float(tail["time"])
+            r["after_energy"] = float(r.get("after_energy") or 0.0) + float(tail["energy"])
+            r["tail"] = tail
     return records, problem
+
+
+def tails(run_dir: Path) -> dict[str, dict]:
+    """Token -> the first tail appended for it (``tails.jsonl``: what a process that told its trial itself spent
+    after the tell, up to its next ask or its exit; issue 46)."""
+    out: dict[str, dict] = {}
+    try:
+        text = (run_dir / "tails.jsonl").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            tail = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(tail, dict) and isinstance(tail.get("token"), str):
+            out.setdefault(tail["token"], tail)
+    return out
+
+
+#: Doors whose script tells its trial itself: its tail after the tell lands when the process is gone.
+TELLS_ITSELF = ("job-api", "server")
+#: How long the checks wait for those tails (unit: s): a tail missing after it is an energy violation.
+TAIL_WAIT_S = 30.0
+
+
+def wait_for_tails(path: Path, before: int) -> None:
+    """Wait (at most `TAIL_WAIT_S`) until every record after the first ``before`` has its tail."""
+    deadline = time.monotonic() + TAIL_WAIT_S
+    while time.monotonic() < deadline:
+        records, _ = read_history(path)
+        if all("tail" in r for r in records[before:]):
+            return
+        time.sleep(0.1)
 
 
 def total(record: dict, key: str) -> float:
@@ -1121,6 +1163,8 @@ export:
     def check(self, log: NightLog) -> list[Violation]:
         night = log.night
         v = log.violations
+        if night.door in TELLS_ITSELF:
+            wait_for_tails(self.run_dir / "history.jsonl", log.before)
         records, torn = read_history(self.run_dir / "history.jsonl")
         if torn:
             v.append(Violation("accounted", night.n, night.door, "-", "a history of whole JSON lines", torn))

@@ -154,13 +154,14 @@ class ProcessTrials:
             if carry is None:
                 return
             try:  # the tail starts now: the tell before it was zeus-run's own work, as a launcher's tell is
-                carry.at, carry.energy, carry.counter = time.time(), carry.source.read(), carry.source.counter()
+                carry.at, carry.mono = time.time(), time.monotonic()
+                carry.energy, carry.counter = carry.source.read(), carry.source.counter()
             except Exception as exc:  # a device error: the tail goes on from the close
                 logger.info("could not read the energy after the tell (%s); the tail counts from the close", exc)
             w = self.watcher
             if orders is None or carry.counter is None or w is None or w.fields != carry.fields:
                 return
-            self.watched = w.order({**orders, "at": carry.at, "counter": carry.counter})
+            self.watched = w.order({**orders, "mono": carry.mono, "counter": carry.counter})
 
     def _cancel_watch(self) -> None:
         if self.watched and self.watcher is not None:
@@ -179,12 +180,12 @@ class ProcessTrials:
             if send is None or carry is None:
                 return
             try:
-                now, energy = time.time(), carry.source.read()
+                now, mono, energy = time.time(), time.monotonic(), carry.source.read()
             except Exception as exc:  # a device error: the tail is not measured; the next trial goes on from the close
                 logger.warning("could not read the energy after the last trial's tell (%s): its tail is lost", exc)
                 return
-            spent = (max(now - carry.at, 0.0), max(energy - carry.energy, 0.0))
-            carry.at, carry.energy, carry.at_ask = now, energy, to == "next-ask"
+            spent = (max(mono - carry.mono, 0.0), max(energy - carry.energy, 0.0))
+            carry.at, carry.mono, carry.energy, carry.at_ask = now, mono, energy, to == "next-ask"
             self.closed_at = now
         try:
             send(*spent, to)
@@ -309,6 +310,16 @@ def _power(source: EnergySource, reading: tuple[float, float, dict] | tuple[floa
     except Exception:  # a device error at exit
         watts = None
     return watts if watts is not None else (reading[1] / reading[0] if reading[0] > 0 else None)
+
+
+def interactive() -> bool:
+    """Whether this process is interactive (a Jupyter kernel, IPython, ``python -i``, a REPL): it lived before its
+    first trial for reasons of its own, so that life is not charged to it (``count_startup`` None)."""
+    if "ipykernel" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
+        return True
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    return callable(get) and get() is not None
 
 
 def _has_counter(source: EnergySource) -> bool:

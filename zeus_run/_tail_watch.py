@@ -12,8 +12,8 @@ pid is gone), the watcher reads the counter and appends the tail of the order it
 (`zeus_run.rundir.tails`: to the run directory, or to the server).
 
 Run as ``python -m zeus_run._tail_watch`` with ``ZEUS_TAIL_WATCH`` (JSON: ``pid``, ``fields``); orders on its
-standard input, one JSON line each (``at``, ``counter``, ``token``, and ``run_dir`` or ``server`` and ``job``;
-``{}``: none).
+standard input, one JSON line each (``mono``: the tail's start on ``CLOCK_MONOTONIC``, the same in every
+process; ``counter``, ``token``, and ``run_dir`` or ``server`` and ``job``; ``{}``: none).
 """
 
 from __future__ import annotations
@@ -154,11 +154,11 @@ def main() -> int:
                     orders = json.loads(line)
         elif not _alive(pid):
             break
-    now, counter = time.time(), source.counter()
+    now, counter = time.monotonic(), source.counter()
     source.close()
     if counter is None or not orders.get("token"):
         return 0
-    spent = (max(now - float(orders["at"]), 0.0), max(counter - float(orders["counter"]), 0.0))
+    spent = (max(now - float(orders["mono"]), 0.0), max(counter - float(orders["counter"]), 0.0))
     _deliver(orders, spent)
     return 0
 

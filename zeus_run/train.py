@@ -102,7 +102,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
-from zeus_run._process_trials import PROCESS, report_uncaught, write_end
+from zeus_run._process_trials import PROCESS, interactive, report_uncaught, write_end
 from zeus_run.contract import (
     Env,
     env_float,
@@ -178,7 +178,7 @@ class Trial:
         eta: float = 0.5,
         cost_threshold: float | None = None,
         timeout: float | None = None,
-        count_startup: bool = True,
+        count_startup: bool | None = None,
         curve_stop: bool = False,
         told_in_process: bool = False,
     ) -> None:
@@ -215,7 +215,7 @@ class Trial:
         self._prev_cost = 0.0
         # When the process began: a trial told back without an agent counts its time from
         # there, as an agent (`zeus-run exec`) counts from the script's start, imports included.
-        self._count_startup = count_startup
+        self._count_startup = count_startup = not interactive() if count_startup is None else count_startup
         #: Told in this process (the `Job` block, the server's client), with its process's life counted: what the
         #: process spends after the tell is this trial's tail (`zeus_run._process_trials.ProcessTrials.tail_to`).
         self._tail_here = count_startup and energy is not None and (remote is not None or told_in_process)

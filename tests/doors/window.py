@@ -154,14 +154,14 @@ def whole(r: TrialRecord) -> tuple[float, float]:
 def ledger(tmp: Path, record: TrialRecord) -> float:
     """What the double drew over the trial's span (the script's own ledger: its start to its last exit hook; to the
     moment its shell saw it gone where one did: every door but ``run``'s and ``exec``'s), less zeus-run's own ask
-    in the process that the record leaves out (unit: J)."""
+    and tell in the process, which the record leaves out (unit: J)."""
     (line,) = (tmp / "ledger.jsonl").read_text().splitlines()
     span = json.loads(line)
     exited = tmp / "exited.txt"
     end = float(exited.read_text()) if exited.exists() else span["end"]
     ask_s = (record.window or {}).get("ask_s", 0.0)
     assert 0.0 <= ask_s <= span["asking_s"] + 0.01, (ask_s, span)  # only the ask itself is left out
-    return DRAW_W * (end - span["start"] - ask_s)
+    return DRAW_W * (end - span["start"] - ask_s - span.get("telling_s", 0.0))
 
 
 #: Doors where a launcher (or the agent) measures the script: from before its launch to after its exit.

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 #: The span the script reports (`_ledger`): ``end`` (None: at exit) and ``asking_s``; with ``--trials``, each
 #: trial's ``end`` and ``asking_s`` (``trials``).
-SPAN: dict[str, Any] = {"end": None, "asking_s": 0.0, "trials": []}
+SPAN: dict[str, Any] = {"end": None, "asking_s": 0.0, "telling_s": 0.0, "trials": []}
 
 
 def proc_start() -> float:
@@ -57,6 +57,7 @@ def _ledger() -> None:
     path = os.environ.get("WINDOW_LEDGER")
     if path:
         span = {"start": proc_start(), "end": SPAN["end"] or time.time(), "asking_s": SPAN["asking_s"]}
+        span["telling_s"] = SPAN["telling_s"]  # the tells this process made itself (zeus-run's work)
         span["trials"] = SPAN["trials"]
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(span) + "\n")
@@ -122,6 +123,7 @@ def main() -> None:
                 mark("tail")
                 time.sleep(args.save)  # the model saved inside the block
                 SPAN["end"] = time.time()  # the block tells in this process: its end is the trial's
+            SPAN["telling_s"] += time.time() - SPAN["end"]  # the block's end told
             SPAN["trials"].append({"end": SPAN["end"], "asking_s": spent})
         return
     if args.door == "driver":
@@ -150,7 +152,10 @@ def main() -> None:
             break
     mark("tail")
     time.sleep(args.save)  # the model saved after the target
+    telling = time.time()
     trial.close()
+    if trial.remote is not None:
+        SPAN["telling_s"] += time.time() - telling
     if trial.remote is not None:
         SPAN["end"] = time.time()  # told at its close, to the server
 

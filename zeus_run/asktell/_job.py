@@ -28,11 +28,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import sys
 from pathlib import Path
 from types import TracebackType
 
-from zeus_run._process_trials import PROCESS, asking
+from zeus_run._process_trials import PROCESS, asking, interactive
 from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._session import resolve_job
 from zeus_run.asktell._tell import tell, tell_tail
@@ -136,16 +135,6 @@ class AskedTrial:
             orders = {"run_dir": str(Path(run_dir).absolute()), "token": token}
             PROCESS.tail_to(functools.partial(tell_tail, run_dir, token), orders)
         # None: an exception raised in the block goes on after it is recorded
-
-
-def interactive() -> bool:
-    """Whether this process is interactive (a Jupyter kernel, IPython, ``python -i``, a REPL): it lived before its
-    first trial for reasons of its own, so that life is not charged to it."""
-    if "ipykernel" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
-        return True
-    ipython = sys.modules.get("IPython")
-    get = getattr(ipython, "get_ipython", None)
-    return callable(get) and get() is not None
 
 
 def _failure(exc: BaseException | None) -> tuple[int | None, str | None]:

@@ -39,7 +39,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -100,6 +100,8 @@ class Carry:
         at_ask: Whether it was last read at this process's next ask (the previous trial's tail ended there).
         counter: The device's own counter then (`EnergySource.counter`; None: the source has none), where a
             watcher outside the process goes on from (`zeus_run._tail_watch`).
+        mono: ``CLOCK_MONOTONIC`` at ``at`` (the same in every process, unmoved by a wall-clock step): a tail's
+            time is counted on it.
     """
 
     fields: dict[str, Any]
@@ -108,6 +110,7 @@ class Carry:
     energy: float
     at_ask: bool = False
     counter: float | None = None
+    mono: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
         self.source.track(None)
