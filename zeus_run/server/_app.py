@@ -7,9 +7,9 @@ that waits for its lock holds one worker and no other job.
 
 Ask, report, finish and fail take an ``Idempotency-Key`` header: a retry with
 the same key is answered as the request it repeats (2xx), across a restart.
-Every request takes one path: the gate (`zeus_run.server._gate`), then these
-routes (a trial's requests once took a lane of their own past FastAPI; the
-server keeps its goal against Zeus's without it: docs/server.md).
+Their work is `zeus_run.server._trials.TrialCalls`, which the fast lane
+(`zeus_run.server._lane`) calls too: a well-formed request of theirs is
+answered there, without FastAPI's per-request work; the rest reach the routes.
 """
 
 from __future__ import annotations
@@ -19,15 +19,13 @@ from typing import Any
 from fastapi import FastAPI, Header, Path, Request, Response
 
 from zeus_run import __version__
-from zeus_run.asktell import check_key as check
-from zeus_run.errors import UsageError
 from zeus_run.remote import API_PREFIX, HEALTH_PATH, OPENAPI_PATH
 from zeus_run.server import _docs, _errors, _zeus_compat
 from zeus_run.server._access import caller
 from zeus_run.server._answers import AskAnswer, Registered, TrialRecord
-from zeus_run.server._errors import ApiError
 from zeus_run.server._gate import DEFAULT_MAX_BODY, Gate
 from zeus_run.server._jobs import JobService
+from zeus_run.server._lane import FastLane
 from zeus_run.server._models import (
     AskRequest,
     EpochReport,
@@ -43,6 +41,7 @@ from zeus_run.server._models import (
     ReportAnswer,
 )
 from zeus_run.server._public import Publisher
+from zeus_run.server._trials import TrialCalls
 
 JOB = Path(description="Job name: the run directory ROOT/JOB ([A-Za-z0-9._-], not starting with '.').")
 TOKEN = Path(description="The trial token from the ask.")
@@ -57,8 +56,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY) -> Gate:
-    """The ASGI application: the API behind the token and body-limit gate."""
+def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY, fast_lane: bool = True) -> Gate:
+    """The ASGI application: the API behind the token and body-limit gate.
+
+    Args:
+        fast_lane: Answer the trial routes' well-formed requests in `zeus_run.server._lane` (the same answers,
+            with less CPU); False: every request through FastAPI.
+    """
     app = FastAPI(
         title="zeus-run batch-size server",
         version=__version__,
@@ -74,6 +78,8 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
     _errors.install(app, publisher)
     _docs.install(app)
     v1 = API_PREFIX
+
+    calls = TrialCalls(service, publisher)
 
     def _json(payload: dict[str, Any]) -> Response:
         """A JSON answer encoded once (the engine's records and decisions are plain JSON already: FastAPI's own
@@ -121,9 +127,7 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
 
         Several asks at once follow the concurrent rule of `concurrency: N`.
         """
-        k = check_key(key)
-        host = body.host if body else None
-        return _json(await service.run(job, lambda: service.ask(job, host, k)))
+        return _answer(await calls.ask(job, body, key))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/heartbeat", response_model=HeartbeatAnswer)
     async def heartbeat(body: Heartbeat | None = None, job: str = JOB, token: str = TOKEN) -> HeartbeatAnswer:
@@ -136,21 +140,17 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
 
         The last epoch again (a retry) is answered as before and not recorded twice; a lower epoch is 409.
         """
-        k = check_key(key)
-        answer = await service.run(job, lambda: service.report(job, token, body, k), quick=True)
-        return _answer(answer.model_dump_json().encode())
+        return _answer(await calls.report(job, token, body, key))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/finish", response_model=TrialRecord)
     async def finish(body: Finish, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
         """Close the trial; returns its history record. 410 for a late tell (its epochs stay on disk)."""
-        k = check_key(key)
-        return _json(await service.run(job, lambda: service.finish(job, token, body, k)))
+        return _answer(await calls.finish(job, token, body, key))
 
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/fail", response_model=TrialRecord)
     async def fail(body: Fail, job: str = JOB, token: str = TOKEN, key: str | None = KEY) -> Response:
         """Close the trial as failed, with its message; returns its history record."""
-        k = check_key(key)
-        return _json(await service.run(job, lambda: service.fail(job, token, body, k)))
+        return _answer(await calls.fail(job, token, body, key))
 
     @app.delete(f"{v1}/jobs/{{job}}/trials/{{token}}", response_model=TrialRecord)
     async def cancel(job: str = JOB, token: str = TOKEN) -> Response:
@@ -167,22 +167,8 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
         return History(job=job, records=await service.run(None, lambda: service.history(job)))
 
     _zeus_compat.install(app, service)  # Zeus 0.16's batch-size protocol under /zeus/<token>/
-    return Gate(app, token, max_body, tokens=service.tokens)
+    return Gate(app, token, max_body, lane=FastLane(calls) if fast_lane else None, tokens=service.tokens)
 
 
 def _answer(content: bytes) -> Response:
     return Response(content, media_type="application/json")
-
-
-def check_key(key: str | None) -> str | None:
-    """The request's idempotency key, checked.
-
-    Raises:
-        ApiError: 400 for a key that is not 1-200 printable characters.
-    """
-    if key is None:
-        return None
-    try:
-        return check(key)
-    except UsageError as exc:
-        raise ApiError(400, str(exc), "bad_idempotency_key", "header.Idempotency-Key") from None

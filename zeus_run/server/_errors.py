@@ -118,7 +118,7 @@ def library_answer(exc: BaseException, publisher: Publisher) -> JSONResponse:
 
 def refused(method: str, path: str, exc: ApiError | ZeusRunError, publisher: Publisher) -> JSONResponse:
     """The answer to a route's refusal (an `ApiError` or a library error), logged as one line (with
-    ``zeus-run serve -v``); the routes answer refusals with it."""
+    ``zeus-run serve -v``); the routes and `zeus_run.server._lane` answer refusals with it."""
     if isinstance(exc, ApiError):
         response = answer(exc.status, publisher.text(str(exc)), exc.code, exc.field)
     else:

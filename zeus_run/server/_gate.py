@@ -42,6 +42,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: Answers a request given its body, or says False (having sent nothing) to leave it to the app.
+Lane = Callable[[Scope, bytes, Send], Awaitable[bool]]
 
 #: Largest request body the server reads (unit: bytes). A spec is a page; a report is a line.
 DEFAULT_MAX_BODY = 64 * 1024
@@ -73,6 +74,8 @@ class Gate:
         app: The application behind the gate.
         token: The operator's token (every request but the health check carries it or a job token).
         max_body: Largest body accepted (unit: bytes).
+        lane: Offered each request with its body first (`zeus_run.server._lane.FastLane`); what it does
+            not answer goes to ``app``.
         tokens: The job tokens (None: the operator's token only).
     """
 
@@ -81,12 +84,14 @@ class Gate:
         app: ASGIApp,
         token: str,
         max_body: int = DEFAULT_MAX_BODY,
+        lane: Lane | None = None,
         tokens: TokenStore | None = None,
     ) -> None:
         self.app = app
         self.token = token
         self._token_bytes = token.encode()
         self.max_body = max_body
+        self.lane = lane
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -183,6 +188,8 @@ class Gate:
             if len(body) > self.max_body:
                 await _reply(send, 413, self._too_big(), "body_too_large")
                 return
+        if self.lane is not None and await self.lane(scope, bytes(body), send):
+            return
         replayed = False
 
         async def replay() -> Message:
