@@ -135,6 +135,7 @@ def test_a_server_trial_leaves_one_history_line_and_replay_passes(server: AppSer
     job = server.root / "lean"
     assert len(client.history("lean")) == 4
     assert sorted(p.name for p in job.iterdir() if not p.name.startswith(".")) == [
+        "belief.json",  # what the engine believes after the last record, for the views (`zeus_run.rundir.belief`)
         "history.jsonl",
         "spec.yaml",
         "trials",

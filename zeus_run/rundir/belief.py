@@ -9,8 +9,10 @@ it holds is the engine's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,8 +53,19 @@ class SavedBelief:
 
 
 def write_belief(run_dir: Path, belief: SavedBelief) -> None:
-    """Write ``belief.json`` (atomically; the caller holds the run directory's lock)."""
-    _fs.atomic_write(Path(run_dir) / BELIEF_NAME, belief.to_json() + "\n")
+    """Write ``belief.json`` (the caller holds the run directory's lock): replaced whole, not synced to disk. It
+    is derived from the history, which is: a crash that loses or tears it leaves a belief that does not cover the
+    history (or none), and the views replay the records instead."""
+    path = Path(run_dir) / BELIEF_NAME
+    tmp = path.with_name(BELIEF_NAME + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a link planted there is removed, never followed
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        _fs.write_all(fd, (belief.to_json() + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def read_belief(run_dir: Path) -> SavedBelief | None:
