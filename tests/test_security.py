@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_run_cli import zeus
+from tests.cli.test_run_cli import zeus_in as zeus
 from tests.conftest import PYTHON, SCRIPTS
 from tests.launcher.test_faults import spec_text
 from tests.rundir.test_history import rec

@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SCRIPTS
-from tests.factories import CliResult, job_spec, zeus_run_cli
+from tests.factories import CliResult, job_spec, zeus_run_cli, zeus_run_process
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
@@ -21,8 +23,15 @@ def spec_text(extra_args: str = "", body: str = "") -> str:
     return job_spec(body, args=extra_args.split())
 
 
-def zeus(*args: str, cwd: Path | None = None) -> CliResult:
-    """``zeus-run ARGS`` in-process; the trials it launches are processes."""
+def zeus(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``zeus-run ARGS`` in a process of its own (`tests.factories.zeus_run_process`), for the modules that test a
+    process's behaviour; ``timeout`` fails a hang."""
+    return zeus_run_process(*args, cwd=cwd, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+
+
+def zeus_in(*args: str, cwd: Path | None = None) -> CliResult:
+    """``zeus-run ARGS`` in-process (`tests.factories.zeus_run_cli`): no process behaviour is under test; the trials
+    it launches are processes."""
     return zeus_run_cli(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
@@ -33,7 +42,7 @@ def history(spec: Path) -> list[dict]:
 
 def test_converging_trial(write_spec):
     spec = write_spec(spec_text())
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     (rec,) = history(spec)
     assert rec["reached"] is True and rec["stop_reason"] == "target_reached"
@@ -53,7 +62,7 @@ ZEUS = "optimizer: {policy: zeus}\n"
 def test_never_reaching_target_hits_max_epochs(write_spec):
     # zeus: its pruning explores in recurrence 2 (zeus-voi does not, with one recurrence left)
     spec = write_spec(spec_text(body="recurrences: 2\nbeta: null\n" + ZEUS).replace("recurrences: 1\n", ""))
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     recs = history(spec)
     assert [x["batch_size"] for x in recs] == [2, 1, 4]
@@ -65,7 +74,7 @@ def test_crashing_trial_is_a_failed_trial(write_spec):
     spec = write_spec(
         spec_text("--crash-at 2 --crash-bs 1", "recurrences: 2\nbeta: null\n" + ZEUS).replace("recurrences: 1\n", "")
     )
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     crashed = history(spec)[1]
     assert crashed["stop_reason"] == "crashed" and crashed["exit_code"] == 3
@@ -83,7 +92,7 @@ def test_cost_threshold_stops_early_and_kills_the_process_group(write_spec, tmp_
         .replace("recurrences: 1\n", "")
         .replace("max_epochs: 5\n", "")
     )
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     recs = history(spec)
     stopped = recs[1]
@@ -114,7 +123,7 @@ def alive(pid: int) -> bool:
 
 def test_metric_read_by_regex_from_plain_prints(write_spec):
     spec = write_spec(spec_text("--mode print", "metric:\n  regex: 'val_acc=([0-9.]+)'\n"))
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     (rec,) = history(spec)
     assert rec["reached"] is True and rec["metrics"] == [0.5, 1.0]
@@ -122,7 +131,7 @@ def test_metric_read_by_regex_from_plain_prints(write_spec):
 
 def test_multi_recurrence_history_has_one_valid_record_per_trial(write_spec):
     spec = write_spec(spec_text(body="recurrences: 6\n").replace("recurrences: 1\n", ""))
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     recs = history(spec)
     trial_dirs = sorted((spec.parent / "runs" / "trials").iterdir())
@@ -133,18 +142,18 @@ def test_multi_recurrence_history_has_one_valid_record_per_trial(write_spec):
         assert x["schema"] == 1 and x["kind"] == "real" and x["cost"] > 0
         assert (x["stop_reason"] == "target_reached") == x["reached"]
     # History command renders it; JSON and CSV go to stdout.
-    h = zeus("history", str(spec.parent / "runs"))
+    h = zeus_in("history", str(spec.parent / "runs"))
     assert h.returncode == 0 and "Recurrences converged: 6" in h.stdout
-    j = zeus("history", str(spec.parent / "runs"), "--format", "json")
+    j = zeus_in("history", str(spec.parent / "runs"), "--format", "json")
     assert len(json.loads(j.stdout)["trials"]) == len(recs)
-    c = zeus("history", str(spec.parent / "runs"), "--format", "csv")
+    c = zeus_in("history", str(spec.parent / "runs"), "--format", "csv")
     assert len(c.stdout.strip().splitlines()) == len(recs) + 1
 
 
 def test_rerun_of_a_finished_job_resumes_and_runs_nothing(write_spec):
     spec = write_spec(spec_text())
-    assert zeus("run", str(spec), "--no-output").returncode == 0
-    r = zeus("run", str(spec), "--no-output")
+    assert zeus_in("run", str(spec), "--no-output").returncode == 0
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0 and len(history(spec)) == 1
 
 
@@ -152,19 +161,19 @@ def test_rerun_of_a_finished_job_resumes_and_runs_nothing(write_spec):
 
 
 def test_missing_spec_file(tmp_path):
-    r = zeus("run", str(tmp_path / "nope.yaml"))
+    r = zeus_in("run", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2
     assert "does not exist" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_default_command_is_run(tmp_path):
-    r = zeus(str(tmp_path / "nope.yaml"))
+    r = zeus_in(str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
 def test_missing_training_script(write_spec):
     spec = write_spec(spec_text().replace(FAKE, "/nonexistent/train.py"))
-    r = zeus("run", str(spec))
+    r = zeus_in("run", str(spec))
     assert r.returncode == 2, r.stderr
     assert "does not exist" in r.stderr and "/nonexistent/train.py" in r.stderr and "Traceback" not in r.stderr
     assert not (spec.parent / "runs" / "history.jsonl").exists()
@@ -174,21 +183,21 @@ def test_unwritable_run_directory(write_spec, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     spec = write_spec(spec_text().replace("run_dir: runs", f"run_dir: {blocker}/runs"))
-    r = zeus("run", str(spec))
+    r = zeus_in("run", str(spec))
     assert r.returncode == 2
     assert "Cannot create run directory" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_spec_error_exit_code_and_message(write_spec):
     spec = write_spec(spec_text().replace("default_batch_size: 2", "default_batch_size: 3"))
-    r = zeus("check", str(spec))
+    r = zeus_in("check", str(spec))
     assert r.returncode == 2
     assert "default_batch_size = 3" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_default_that_never_converges_is_a_clear_error(write_spec):
     spec = write_spec(spec_text().replace("default_batch_size: 2", "default_batch_size: 1"))
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 1
     assert "first recurrence" in r.stderr and "batch size 1" in r.stderr
     assert len(history(spec)) == 1  # the failed trial is still recorded
@@ -199,22 +208,22 @@ def test_after_the_first_recurrence_failed_and_the_script_was_fixed_replay_audit
     audit re-derives the decisions after the stop too (it used to stop checking there and say "all")."""
     broken = spec_text(body="recurrences: 3").replace("recurrences: 1\n", "").replace('"1:0,2:2,4:3"', '"1:0,2:0,4:3"')
     spec = write_spec(broken)
-    assert zeus("run", str(spec), "--no-output").returncode == 1
+    assert zeus_in("run", str(spec), "--no-output").returncode == 1
     spec.write_text(broken.replace('"1:0,2:0,4:3"', '"1:0,2:2,4:3"'))  # the script fixed: not a decision setting
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
     records = history(spec)
     assert len(records) >= 4 and records[0]["reached"] is False
-    audit = zeus("replay", str(spec.parent / "runs"), "--format", "json")
+    audit = zeus_in("replay", str(spec.parent / "runs"), "--format", "json")
     assert audit.returncode == 0, audit.stderr
     assert json.loads(audit.stdout)["checked"] == len(records)
 
 
 def test_every_command_has_help_with_an_example():
     for cmd in ("run", "history", "check"):
-        r = zeus(cmd, "--help")
+        r = zeus_in(cmd, "--help")
         assert r.returncode == 0 and "Example" in r.stdout, cmd
-    r = zeus("--version")
+    r = zeus_in("--version")
     assert r.returncode == 0 and r.stdout.startswith("zeus-run ")
 
 
@@ -226,7 +235,7 @@ def test_a_spec_that_fails_at_start_leaves_no_run_directory(tmp_path, run_dir):
         .replace("energy: {source: estimate, watts: 100, basis: wall-time}", "energy: {source: nvml}")
         .replace("run_dir: runs", f"run_dir: {run_dir}")
     )
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus_in("run", str(spec), "--no-output")
     assert r.returncode == 2 and "nvml" in r.stderr.lower(), r.stderr
     assert not (tmp_path / "runs").exists()  # nor the parents it created for it
 
@@ -234,7 +243,7 @@ def test_a_spec_that_fails_at_start_leaves_no_run_directory(tmp_path, run_dir):
 def test_a_run_dir_that_is_a_file_is_a_usage_error(write_spec, tmp_path):
     spec = write_spec(spec_text())
     (tmp_path / "notes.txt").write_text("mine\n")
-    r = zeus("run", str(spec), "--run-dir", str(tmp_path / "notes.txt"), "--no-output")
+    r = zeus_in("run", str(spec), "--run-dir", str(tmp_path / "notes.txt"), "--no-output")
     assert r.returncode == 2, r.stderr
     assert "--run-dir" in r.stderr and "is not a directory" in r.stderr and "internal error" not in r.stderr
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
@@ -243,8 +252,8 @@ def test_a_run_dir_that_is_a_file_is_a_usage_error(write_spec, tmp_path):
 def test_history_csv_writes_provenance_as_json(tmp_path):
     spec = tmp_path / "job.yaml"
     spec.write_text(spec_text())
-    assert zeus("run", str(spec), "--no-output").returncode == 0
-    r = zeus("history", str(tmp_path / "runs"), "--format", "csv")
+    assert zeus_in("run", str(spec), "--no-output").returncode == 0
+    r = zeus_in("history", str(tmp_path / "runs"), "--format", "csv")
     assert r.returncode == 0, r.stderr
     row = next(csv.DictReader(io.StringIO(r.stdout)))
     assert json.loads(row["provenance"])["host"]
@@ -259,7 +268,7 @@ def test_relative_run_dir_from_another_directory(write_spec, tmp_path):
     spec = write_spec(spec_text())
     caller = tmp_path / "elsewhere"
     caller.mkdir()
-    r = zeus("run", str(spec), "--run-dir", "rel-runs", "--no-output", cwd=caller)
+    r = zeus_in("run", str(spec), "--run-dir", "rel-runs", "--no-output", cwd=caller)
     assert r.returncode == 0, r.stderr
     (line,) = (caller / "rel-runs" / "history.jsonl").read_text().splitlines()
     rec = json.loads(line)

@@ -9,7 +9,7 @@ import math
 import pytest
 import yaml
 
-from tests.cli.test_run_cli import zeus
+from tests.cli.test_run_cli import zeus_in as zeus
 from tests.factories import make_record
 from zeus_run.engine.core import Engine, TrialRequest
 from zeus_run.engine.replay import Knobs, audit, what_if, with_changes

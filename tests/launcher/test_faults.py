@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_run_cli import alive, history, zeus
+from tests.cli.test_run_cli import alive, history
+from tests.cli.test_run_cli import zeus_in as zeus
 from tests.conftest import PYTHON, SCRIPTS
 from tests.factories import job_spec
 from zeus_run.errors import BUSY_EXIT_CODE

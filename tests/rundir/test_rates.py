@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.cli.test_run_cli import spec_text, zeus
+from tests.cli.test_run_cli import spec_text
+from tests.cli.test_run_cli import zeus_in as zeus
 from tests.test_accounting import RECORDS
 from zeus_run.accounting import J_PER_KWH, AccountingSettings, Period
 from zeus_run.errors import RunDirError

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_run_cli import history, zeus
+from tests.cli.test_run_cli import history
+from tests.cli.test_run_cli import zeus_in as zeus
 from tests.launcher.test_faults import launch, spec_text, wait_for
 from tests.rundir.test_history import rec
 from zeus_run import _fs

@@ -10,7 +10,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from tests.cli.test_run_cli import spec_text, zeus
+from tests.cli.test_run_cli import spec_text
+from tests.cli.test_run_cli import zeus_in as zeus
 from tests.factories import make_record
 from tests.views.test_summary import SETTLED, history, rec
 from zeus_run.cli import app
