@@ -161,8 +161,10 @@ def test_a_spec_that_runs_registers_as_it_is_and_leaves_a_launchers_stored_spec_
     assert (server.root / "job" / "spec.1.yaml").read_bytes() == before
 
 
-def test_serve_register_sends_the_spec_file_as_written(server, tmp_path):
+def test_serve_register_sends_the_spec_file_as_written(real_server, tmp_path):
     from tests.cli.test_run_cli import zeus
+
+    server = real_server  # the command connects by URL: a real server's
 
     spec = tmp_path / "mnist.yaml"
     spec.write_text(yaml.safe_dump({**BASE, "name": "mnist", "workdir": "."}, sort_keys=False))
@@ -182,9 +184,11 @@ def test_serve_register_sends_the_spec_file_as_written(server, tmp_path):
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) <= 3, r.stderr
 
 
-def test_a_pods_refused_registration_is_one_line_not_a_traceback(server, tmp_path):
+def test_a_pods_refused_registration_is_one_line_not_a_traceback(real_server, tmp_path):
     import subprocess
     import sys
+
+    server = real_server  # the pod connects by URL: a real server's
 
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({**BASE, "eta": 7}, sort_keys=False))  # invalid: eta is in [0, 1]
