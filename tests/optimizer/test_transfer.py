@@ -50,10 +50,10 @@ def test_pace_between_two_measured_here_is_a_bridge_and_beyond_continues_the_sou
 
 
 def test_epochs_between_two_the_source_ran_are_read_on_the_line_of_their_logs():
-    mean, var = log_epochs({128: (20, 20), 512: (45, 45)}, 0.01, 256)
+    mean, var = log_epochs({128: (40, 2), 512: (90, 2)}, 0.01, 256)  # two runs each: 20 + 20 and 45 + 45 epochs
     assert math.exp(mean) == pytest.approx(30.0)  # sqrt(20 x 45)
     assert var == pytest.approx(0.25 * 0.01 / 2 + 0.25 * 0.01 / 2 + EPOCHS_SD**2 * 0.5)
-    assert log_epochs({128: (20,)}, 0.01, 256) is None  # nothing beyond: no line
+    assert log_epochs({128: (20, 1)}, 0.01, 256) is None  # nothing beyond: no line
 
 
 def test_after_b0_a_batch_size_costs_its_epochs_times_its_pace_here_not_its_cost_there():

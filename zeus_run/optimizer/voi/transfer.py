@@ -73,19 +73,28 @@ def _log_mean(runs: Sequence[int]) -> float:
     return math.log(sum(runs) / len(runs))
 
 
-def log_epochs(seen: Mapping[int, Sequence[int]], var1: float, b: int) -> tuple[float, float] | None:
-    """Mean and variance of the log of ``b``'s mean epochs to the target (None: no converged size around it)."""
-    if seen.get(b):
-        return _log_mean(seen[b]), var1 / len(seen[b])
-    below = [c for c in seen if c < b and seen[c]]
-    above = [c for c in seen if c > b and seen[c]]
+def log_epochs(seen: Mapping[int, tuple[int, int]], var1: float, b: int) -> tuple[float, float] | None:
+    """Mean and variance of the log of ``b``'s mean epochs to the target (None: no converged size around it).
+
+    Args:
+        seen: Per batch size, the sum and count of its converged runs' epochs (`zeus_run.optimizer.voi.warm.epochs`).
+        var1: The noise of one run's log epochs.
+        b: The batch size.
+    """
+    runs = {c: (total, n) for c, (total, n) in seen.items() if n > 0 and total > 0}
+    if b in runs:
+        total, n = runs[b]
+        return math.log(total / n), var1 / n
+    below = [c for c in runs if c < b]
+    above = [c for c in runs if c > b]
     if not below or not above:
         return None
     lo, hi = max(below), min(above)
     d1, d2 = math.log2(b / lo), math.log2(hi / b)
     w = d1 / (d1 + d2)
-    mean = (1.0 - w) * _log_mean(seen[lo]) + w * _log_mean(seen[hi])
-    var = (1.0 - w) ** 2 * var1 / len(seen[lo]) + w**2 * var1 / len(seen[hi]) + EPOCHS_SD**2 * d1 * d2 / (d1 + d2)
+    (t_lo, n_lo), (t_hi, n_hi) = runs[lo], runs[hi]
+    mean = (1.0 - w) * math.log(t_lo / n_lo) + w * math.log(t_hi / n_hi)
+    var = (1.0 - w) ** 2 * var1 / n_lo + w**2 * var1 / n_hi + EPOCHS_SD**2 * d1 * d2 / (d1 + d2)
     return mean, var
 
 
