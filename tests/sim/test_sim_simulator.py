@@ -142,8 +142,10 @@ def test_optimizer_sees_only_observed_outcomes(table):
             "overhead",
             "power",
             "warm",
+            "estimated",
         }
         assert not obs.warm  # a cold start: every observation is this run's
+        assert obs.estimated == (1.0 if r.estimated else 0.0)  # the trace's energy is its measurement, or said not
         assert 0.0 < obs.power <= 1.0  # the trace's mean power over the limit the trial ran at
         assert obs.slowdown == 1.0  # the paper's early stop checks no pace
         # A first run's sweep is priced as the launcher prices it; no later run sweeps.
