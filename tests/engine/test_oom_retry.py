@@ -15,14 +15,16 @@ from tests.conftest import PYTHON, SCRIPTS
 from tests.engine.doors import audit_exact, history
 
 
-def oom_job(tmp_path: Path, oom_above: int, recurrences: int = 4) -> Path:
+def oom_job(
+    tmp_path: Path, oom_above: int, recurrences: int = 4, sizes: str = "[4, 8, 16, 32, 64]", b0: int = 32
+) -> Path:
     spec = tmp_path / "job.yaml"
     spec.write_text(
         f"""
 name: oom
 command: ["{PYTHON}", "{SCRIPTS / "oom_train.py"}", "--batch-size", "{{batch_size}}", "--oom-above", "{oom_above}"]
-batch_sizes: [4, 8, 16, 32, 64]
-default_batch_size: 32
+batch_sizes: {sizes}
+default_batch_size: {b0}
 target_metric: 0.9
 max_epochs: 5
 beta: null
@@ -58,6 +60,16 @@ def test_a_night_whose_every_try_runs_out_of_memory_goes_smaller_each_try(tmp_pa
     r = zeus("run", str(spec), "--next", "--no-output")
     assert r.returncode != 0
     assert [x["batch_size"] for x in history(spec)] == [32, 16, 8]
+    assert "Traceback" not in r.stderr
+    audit_exact(spec)
+
+
+def test_when_the_smallest_runs_out_of_memory_no_retry_goes_larger(tmp_path):
+    spec = oom_job(tmp_path, oom_above=2, sizes="[4, 8, 16]", b0=8)  # nothing fits
+    r = zeus("run", str(spec), "--next", "--no-output")
+    assert r.returncode != 0
+    # 8 runs out of memory, then 4, the smallest: the last try runs 4 again, never 8 or 16 (they need more).
+    assert [x["batch_size"] for x in history(spec)] == [8, 4, 4]
     assert "Traceback" not in r.stderr
     audit_exact(spec)
 

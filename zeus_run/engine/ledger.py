@@ -327,15 +327,24 @@ class Ledger:
         recurrence (its retry), or on this job (`memory_ceiling`).
 
         The smaller one is the cheapest that converged below the ceiling, else the largest allowed below it
-        (one step down). Where none is smaller, ``decision`` stands (the job has no batch size that fits).
+        (one step down). Where none is smaller (the smallest ran out of memory), the smallest runs again, never a
+        larger one.
         """
         ceilings = [c for c in (self.memory_ceiling, r.ceiling) if c is not None]
         ceiling = min(ceilings) if ceilings else None
         if ceiling is None or decision.batch_size < ceiling:
             return decision
         below = [b for b in self.engine.optimizer.batch_sizes if b < ceiling]
-        if not below:
-            return decision
+        if not below:  # the smallest ran out of memory: never a larger one (it needs more), the smallest again
+            if decision.batch_size == ceiling:
+                return decision
+            return Decision(
+                ceiling,
+                decision.stage,
+                f"batch size {decision.batch_size} is larger than {ceiling}, the smallest allowed, which ran out of "
+                + ("memory in this recurrence" if ceiling == r.ceiling else "memory on this job")
+                + f": batch size {ceiling} again",
+            )
         fitted = {b: v for b, v in self.converged.items() if b < ceiling}
         bs = min(fitted, key=lambda b: fitted[b][0] / fitted[b][1]) if fitted else max(below)
         return Decision(
