@@ -47,9 +47,23 @@ Default batch size: a grid size whose every run converges and that needs at most
 epochs (cifar100's b0 needs 4.7 x), with probability 0.25 the one that is
 cheapest at eta 0.5 on the first GPU (the default is already the best), else drawn uniformly.
 
+Wider laws (``--laws wide``; the default ``--laws paper`` draws the set above, seed 0's byte for byte). Each job's
+epochs follow one of three laws, drawn with equal chance: the law above; a learning rate scaled with the batch
+size up to a critical batch size b_crit (log-uniform over the grid), epochs flat below it and rising as
+(b / b_crit) ** q above it (q uniform in [0.3, 1]); or a learning rate tuned for one batch size b_lr (log-uniform
+over the grid) and kept for the others, epochs falling as (b_lr / b) ** p towards it from below (p uniform in
+[0.2, 1], the one or two smallest never converging with probability 0.3) and rising as (b / b_lr) ** q above it.
+An epoch also pays a per-step overhead (data loading, launches, a host sync) at idle power: overhead / b of the
+time per epoch (overhead log-uniform in [grid min / 4, grid max], times the GPU's speed), so small batch sizes are
+bound by it and draw little power. Memory grows with the batch size: each (job, GPU) pair runs out of memory above
+b_oom = the job's memory scale x the GPU's memory (with probability 0.5 inside the grid, never at or below the
+default). The default is the cheapest on the first GPU with probability 0.25, an end of the grid (either, far
+from the best) with probability 0.25, else drawn uniformly.
+
 Example:
 
     python scripts/gen_traces.py --out /tmp/gen                       # 26 jobs x 4 GPUs, seed 0
+    python scripts/gen_traces.py --out /tmp/gen-wide --laws wide --seed 1   # the wider laws
     python scripts/bench_optimizer.py --traces /tmp/gen --gpus g1,g2,g3,g4 --policies zeus-voi
 """
 
@@ -101,6 +115,8 @@ class Job:
     work: float  # seconds of an epoch at saturation on a speed-1 GPU
     scale: float  # the job's b_half on a saturation-1 GPU
     law: str
+    overhead: float = 0.0  # --laws wide: the per-step overhead's batch size (time per epoch grows by overhead / b)
+    memory: float = math.inf  # --laws wide: the job's memory scale (b_oom on a memory-1 GPU)
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,7 @@ class Gpu:
     alpha: float
     idle: float
     peak: float
+    memory: float = 1.0  # --laws wide: the GPU's memory, relative
 
 
 def loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -203,6 +220,78 @@ def draw_job(rng: np.random.Generator, index: int, first_gpu: Gpu) -> Job:
     return Job(f"gen{index:02d}", grid, epochs, max_epochs, default, work, scale, "; ".join(law))
 
 
+def draw_epochs_wide(rng: np.random.Generator, grid: tuple[int, ...]) -> tuple[dict[int, float], list[str], set[int]]:
+    """``--laws wide``: epochs from the paper's law, a critical batch size, or a learning rate tuned for one size."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        return draw_epochs(rng, grid)
+    lo, hi = grid[0], grid[-1]
+    e_min = loguniform(rng, 1.5, 40.0)
+    never: set[int] = set()
+    if kind == 1:
+        crit, q = loguniform(rng, lo, hi), float(rng.uniform(0.3, 1.0))
+        mean = {b: e_min * max(1.0, b / crit) ** q for b in grid}
+        law = [f"e_min {e_min:.3g}", f"critical batch {crit:.4g} q {q:.2f}"]
+    else:
+        tuned, p, q = loguniform(rng, lo, hi), float(rng.uniform(0.2, 1.0)), float(rng.uniform(0.3, 1.0))
+        mean = {b: e_min * ((tuned / b) ** p if b < tuned else (b / tuned) ** q) for b in grid}
+        law = [f"e_min {e_min:.3g}", f"learning rate tuned for {tuned:.4g} p {p:.2f} q {q:.2f}"]
+        if rng.random() < 0.3 and grid[0] < tuned:
+            never = set(grid[: int(rng.integers(1, 3))])
+            law.append(f"never {sorted(never)}")
+    return mean, law, never
+
+
+def pick_default_wide(rng: np.random.Generator, job: Job, fits: list[int], first_gpu: Gpu) -> tuple[int, str]:
+    """``--laws wide``: the cheapest on the first GPU (0.25), an end of the grid far from it (0.25), else uniform."""
+    u = rng.random()
+    t = {b: top_time(job, first_gpu, b, job.scale * first_gpu.saturation)[0] for b in fits}
+    cost = {b: float(np.nanmean(job.epochs[b])) * t[b] for b in fits}
+    best = min(fits, key=lambda b: cost[b])
+    if u < 0.25:
+        return best, "default best"
+    if u < 0.5:
+        far = max((fits[0], fits[-1]), key=lambda b: abs(math.log(b / best)))
+        return far, "default far"
+    return fits[int(rng.integers(len(fits)))], ""
+
+
+def draw_job_wide(rng: np.random.Generator, index: int, first_gpu: Gpu) -> Job:
+    """``--laws wide``: a job drawn from `draw_epochs_wide`, with a per-step overhead and a memory scale."""
+    grid = draw_grid(rng)
+    mean, law, never = draw_epochs_wide(rng, grid)
+    sigma = float(rng.uniform(0.02, 0.3))
+    runs = int(rng.choice([4, 5, 10]))
+    epochs = {
+        b: tuple(
+            math.nan if b in never else float(max(1, round(mean[b] * math.exp(rng.normal(0.0, sigma)))))
+            for _ in range(runs)
+        )
+        for b in grid
+    }
+    law.append(f"sigma {sigma:.2f}")
+    work, scale = loguniform(rng, 5.0, 5000.0), loguniform(rng, grid[0] / 2, grid[-1] * 2)
+    overhead = loguniform(rng, grid[0] / 4, grid[-1])
+    memory = loguniform(rng, grid[0], grid[-1]) if rng.random() < 0.5 else math.inf
+    least = min(mean.values())
+    ok = [b for b in grid if b not in never and mean[b] <= 6 * least] or [b for b in grid if b not in never]
+    pick = ok[int(rng.integers(len(ok)))]
+    max_epochs = max(3, math.ceil(max(mean[b] for b in ok) * rng.uniform(1.2, 2.0)))
+    fits = [b for b in ok if max(epochs[b]) <= max_epochs] or [pick]
+    job = Job(f"gen{index:02d}", grid, epochs, max_epochs, pick, work, scale, "", overhead, memory)
+    default, why = pick_default_wide(rng, job, fits, first_gpu)
+    law += [f"overhead {overhead:.4g}", f"memory {memory:.4g}"] + ([why] if why else [])
+    return Job(job.name, grid, epochs, max_epochs, default, work, scale, "; ".join(law), overhead, memory)
+
+
+def top_time(job: Job, gpu: Gpu, b: int, half: float) -> tuple[float, float]:
+    """``--laws wide``: time of an epoch at the GPU's top limit, and the share of it the GPU computes (the rest is
+    the per-step overhead, at idle power)."""
+    compute = job.work / gpu.speed * (1 + half / b)
+    step = job.work / gpu.speed * job.overhead / b
+    return compute + step, compute / (compute + step)
+
+
 def power_rows(rng: np.random.Generator, job: Job, gpu: Gpu) -> list[tuple]:
     """The power trace rows of ``job`` on ``gpu``: one per (batch size, limit) it does not run out of memory at."""
     half = job.scale * gpu.saturation * math.exp(rng.normal(0.0, 0.3))
@@ -210,14 +299,20 @@ def power_rows(rng: np.random.Generator, job: Job, gpu: Gpu) -> list[tuple]:
     knee = upper[int(rng.integers(len(upper)))] if rng.random() < 0.4 else None
     gamma = float(rng.uniform(0.05, 0.3))
     oom = upper[int(rng.integers(len(upper)))] if rng.random() < 0.3 else None
+    wide = job.overhead > 0.0
     rows = []
     for b in job.grid:
         if oom is not None and b > oom and b > job.default:
             continue
+        if wide and b > job.memory * gpu.memory and b > job.default:
+            continue  # --laws wide: memory grows with the batch size
         t_top = job.work / gpu.speed * (1 + half / b)
+        busy = 1.0
+        if wide:
+            t_top, busy = top_time(job, gpu, b, half)
         if knee is not None and b > knee:
             t_top *= 1 + gamma * math.log2(b / knee) ** 2
-        demand = gpu.idle + (gpu.peak - gpu.idle) * b / (b + half)
+        demand = gpu.idle + (gpu.peak - gpu.idle) * b / (b + half) * busy
         for pl in gpu.limits:
             if demand > pl:
                 t, p = t_top * (demand / pl) ** gpu.alpha, pl * rng.uniform(0.93, 1.0)
@@ -229,10 +324,14 @@ def power_rows(rng: np.random.Generator, job: Job, gpu: Gpu) -> list[tuple]:
     return rows
 
 
-def generate(out: Path, n_jobs: int, n_gpus: int, seed: int) -> tuple[list[Job], list[Gpu]]:
+def generate(out: Path, n_jobs: int, n_gpus: int, seed: int, laws: str = "paper") -> tuple[list[Job], list[Gpu]]:
     rng = np.random.default_rng(seed)
     gpus = [draw_gpu(rng, f"g{i + 1}") for i in range(n_gpus)]
-    jobs = [draw_job(rng, i + 1, gpus[0]) for i in range(n_jobs)]
+    if laws == "wide":
+        gpus = [Gpu(**{**g.__dict__, "memory": loguniform(rng, 0.25, 4.0)}) for g in gpus]
+        jobs = [draw_job_wide(rng, i + 1, gpus[0]) for i in range(n_jobs)]
+    else:
+        jobs = [draw_job(rng, i + 1, gpus[0]) for i in range(n_jobs)]
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "summary_train.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
@@ -253,7 +352,8 @@ def generate(out: Path, n_jobs: int, n_gpus: int, seed: int) -> tuple[list[Job],
         for job in jobs:
             w.writerow((job.name, job.name, "net", "sgd", TARGET, job.max_epochs, job.default, job.law))
     lines = [
-        f"# Generated traces (scripts/gen_traces.py --seed {seed} --jobs {n_jobs} --gpus {n_gpus})",
+        f"# Generated traces (scripts/gen_traces.py --seed {seed} --jobs {n_jobs} --gpus {n_gpus}"
+        + (f" --laws {laws})" if laws != "paper" else ")"),
         "",
         "Same format as the shared traces; jobs.csv names each job's max_epochs and default batch size.",
         "",
@@ -276,10 +376,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=26, help="jobs to draw (default: 26)")
     ap.add_argument("--gpus", type=int, default=4, help="GPUs to draw, named g1, g2, ... (default: 4)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draw (default: 0)")
+    ap.add_argument(
+        "--laws",
+        choices=("paper", "wide"),
+        default="paper",
+        help="paper: the laws above (seed 0's set, unchanged); wide: also a critical batch size, a learning rate tuned "
+        "for one batch size, a per-step overhead, memory-bound out-of-memory, defaults far off (default: paper)",
+    )
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.gpus < 1:
         ap.error(f"--jobs {args.jobs} --gpus {args.gpus}: use whole numbers >= 1")
-    jobs, gpus = generate(args.out, args.jobs, args.gpus, args.seed)
+    jobs, gpus = generate(args.out, args.jobs, args.gpus, args.seed, args.laws)
     print(f"wrote {len(jobs)} jobs x {len(gpus)} GPUs ({len(jobs) * len(gpus)} pairs) to {args.out}")
     return 0
 

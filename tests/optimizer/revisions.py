@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from zeus_run.optimizer import REVISION, LegacyVOIOptimizer, ZeusVOIOptimizer
+from zeus_run.optimizer import REVISION, REVISION_10, LegacyVOIOptimizer, ZeusVOIOptimizer
+from zeus_run.optimizer.legacy import rev10
 
 
 def voi(batch_sizes: Iterable[int], default_batch_size: int, revision: int = REVISION, **kw: Any) -> Any:
     """``zeus-voi`` at ``revision`` (keyword arguments: the constructor's of that revision's class)."""
     if revision == REVISION:
         return ZeusVOIOptimizer(batch_sizes, default_batch_size, **kw)
+    if revision == REVISION_10:
+        return rev10.ZeusVOIOptimizer(batch_sizes, default_batch_size, **kw)
     return LegacyVOIOptimizer(batch_sizes, default_batch_size, revision=revision, **kw)

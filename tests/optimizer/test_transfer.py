@@ -6,9 +6,11 @@ import math
 
 import pytest
 
-from zeus_run.optimizer import Observation, TransferVOIOptimizer, WarmStart, ZeusVOIOptimizer, make_optimizer
-from zeus_run.optimizer.voi.transfer import EPOCHS_SD, PACE_SD, candidates, log_epochs, log_pace
-from zeus_run.optimizer.voi.warm import candidates as ratio_candidates
+from zeus_run.optimizer import Observation, TransferVOIOptimizer, ZeusVOIOptimizer, make_optimizer
+from zeus_run.optimizer.legacy.rev10 import WarmStart
+from zeus_run.optimizer.legacy.rev10 import ZeusVOIOptimizer as Revision10
+from zeus_run.optimizer.legacy.rev10.transfer import EPOCHS_SD, PACE_SD, candidates, log_epochs, log_pace
+from zeus_run.optimizer.legacy.rev10.warm import candidates as ratio_candidates
 from zeus_run.spec import OptimizerSettings
 
 BS = (32, 64, 128, 256, 512, 1024, 2048)
@@ -32,8 +34,8 @@ SOURCE = source(
 )
 
 
-def opt(revision: int = 11) -> ZeusVOIOptimizer:
-    cls = TransferVOIOptimizer if revision == 11 else ZeusVOIOptimizer
+def opt(revision: int = 11) -> Revision10:
+    cls = TransferVOIOptimizer if revision == 11 else Revision10
     return cls(BS, B0, seed=1, horizon=24, warm=SOURCE)
 
 
@@ -94,17 +96,17 @@ def test_revision_10_keeps_its_warm_prediction():
 
 def test_cold_revision_11_decides_as_revision_10():
     seen = [Observation(B0, 125_000.0, True, epochs=79), Observation(512, 72_000.0, True, epochs=43)]
-    ten = ZeusVOIOptimizer(BS, B0, seed=1, horizon=24)
+    ten = Revision10(BS, B0, seed=1, horizon=24)
     eleven = TransferVOIOptimizer(BS, B0, seed=1, horizon=24)
     for n in range(len(seen) + 1):
         assert ten.decide(ten.fold(seen[:n])) == eleven.decide(eleven.fold(seen[:n]))
 
 
-def test_a_spec_asks_for_revision_11_by_number_and_the_default_stays_10():
-    assert OptimizerSettings().revision == 10
+def test_a_spec_asks_for_revision_11_by_number_and_the_default_is_12():
+    assert OptimizerSettings().revision == 12
     eleven = make_optimizer(OptimizerSettings(revision=11), BS, B0, seed=1, horizon=24, warm=SOURCE)
     assert type(eleven) is TransferVOIOptimizer and eleven.revision == 11
     assert type(eleven.with_horizon(12)) is TransferVOIOptimizer  # a copy planning over another horizon keeps it
     assert type(make_optimizer(OptimizerSettings(), BS, B0, seed=1)) is ZeusVOIOptimizer
     with pytest.raises(ValueError, match="revision must be one of"):
-        make_optimizer(OptimizerSettings(revision=12), BS, B0, seed=1)
+        make_optimizer(OptimizerSettings(revision=13), BS, B0, seed=1)

@@ -8,7 +8,7 @@ from zeus_run.optimizer._pruning import PruningState
 from zeus_run.optimizer._zeus import ZeusOptimizer, ZeusState
 from zeus_run.optimizer._zeus_plus import CostAwarePruningState, ZeusPlusOptimizer
 from zeus_run.optimizer.legacy import REVISIONS as LEGACY_REVISIONS
-from zeus_run.optimizer.legacy import LegacyVOIOptimizer
+from zeus_run.optimizer.legacy import LegacyVOIOptimizer, rev10
 from zeus_run.optimizer.power_limit import (
     JITPowerLimitOptimizer,
     PowerLimitMeasurement,
@@ -16,8 +16,6 @@ from zeus_run.optimizer.power_limit import (
     best_power_limit,
 )
 from zeus_run.optimizer.voi import REVISION, Estimate, VOIState, WarmStart, ZeusVOIOptimizer
-from zeus_run.optimizer.voi.transfer import REVISION as TRANSFER_REVISION
-from zeus_run.optimizer.voi.transfer import TransferVOIOptimizer
 from zeus_run.spec import OptimizerSettings
 
 #: Policy name (``optimizer.policy``) -> its class at the current revision.
@@ -27,9 +25,20 @@ POLICIES: dict[str, type[ZeusOptimizer] | type[ZeusVOIOptimizer]] = {
     ZeusVOIOptimizer.name: ZeusVOIOptimizer,
 }
 
-#: ``zeus-voi``'s revisions: the frozen ones (`zeus_run.optimizer.legacy`), the live one (`zeus_run.optimizer.voi`)
-#: and the opt-in one built on it (`zeus_run.optimizer.voi.transfer`).
-REVISIONS = (*LEGACY_REVISIONS, REVISION, TRANSFER_REVISION)
+#: Revision 10, the default before revision 12, frozen (`zeus_run.optimizer.legacy.rev10`).
+REVISION_10 = rev10.REVISION
+#: Revision 11, revision 10 with another warm start, no longer offered (`zeus_run.optimizer.legacy.rev10.transfer`):
+#: built only for the run directories recorded under it.
+TRANSFER_REVISION = rev10.TRANSFER_REVISION
+TransferVOIOptimizer = rev10.TransferVOIOptimizer
+
+#: ``zeus-voi``'s revisions: the frozen ones (`zeus_run.optimizer.legacy`) and the live one (`zeus_run.optimizer.voi`).
+REVISIONS = (*LEGACY_REVISIONS, REVISION_10, TRANSFER_REVISION, REVISION)
+
+
+def _frozen_warm(warm: WarmStart | None) -> rev10.WarmStart | None:
+    """A warm start's source as revisions 10 and 11 read it (their own frozen copy of the class)."""
+    return None if warm is None else rev10.WarmStart(warm.source, warm.fingerprint, warm.observations)
 
 
 def make_optimizer(
@@ -70,8 +79,12 @@ def make_optimizer(
         opt = cls.from_settings(settings, batch_sizes, default_batch_size, seed)
     elif settings.revision == REVISION:
         opt = ZeusVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, warm)
+    elif settings.revision == REVISION_10:
+        frozen = _frozen_warm(warm)
+        opt = rev10.ZeusVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, frozen)
     elif settings.revision == TRANSFER_REVISION:
-        opt = TransferVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, warm)
+        frozen = _frozen_warm(warm)
+        opt = TransferVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon, frozen)
     elif settings.revision in LEGACY_REVISIONS:
         opt = LegacyVOIOptimizer.from_settings(settings, batch_sizes, default_batch_size, seed, horizon)
     else:
@@ -84,6 +97,8 @@ __all__ = [
     "POLICIES",
     "REVISION",
     "REVISIONS",
+    "REVISION_10",
+    "TRANSFER_REVISION",
     "ArmStats",
     "BatchSizeOptimizer",
     "CostAwarePruningState",

@@ -81,9 +81,12 @@ class OptimizerSettings:
         prior_precision: Precision of that prior (0: uninformative).
         num_explorations: Observations an arm needs before it is sampled rather than explored
             (default per policy).
-        revision: Revision of ``zeus-voi``'s rules: 11 (opt-in) is 10 with a warm start that predicts an untried
-            batch size's cost as its epochs carried over times its pace measured here (`zeus_run.optimizer.voi.transfer`);
-            10 (the default) is 9 with a walk at half a doubling a
+        revision: Revision of ``zeus-voi``'s rules: 12 (the default) is 10 whose exploration ends on the job's own
+            evidence on each side of b0: a probe's chance to converge and its share of the budget are counted per
+            side, so a probe below b0 that fails leaves the walk upwards open (`zeus_run.optimizer.voi`, docs/optimizer.md);
+            11 (no longer offered, built for the run directories recorded under it) is 10 with a warm start that
+            predicts an untried batch size's cost as its epochs carried over times its pace measured here
+            (`zeus_run.optimizer.legacy.rev10.transfer`); 10 is 9 with a walk at half a doubling a
             step whose probes save no more than the laws of epochs and pace allow and which jumps where the
             runs identify them (`zeus_run.optimizer.voi.laws`), a bandit that runs another batch size only where
             that pays over the recurrences left (`zeus_run.optimizer.voi.bandit`), and the warm start; 9 is 8
@@ -111,7 +114,7 @@ class OptimizerSettings:
     prior_mean: float = 0.0
     prior_precision: float = 0.0
     num_explorations: int = POLICY_DEFAULTS[DEFAULT_POLICY]["num_explorations"]
-    revision: int = 10
+    revision: int = 12
     warm_from: str | None = None
 
     @classmethod

@@ -275,13 +275,12 @@ def best_probe(
             found.append((cheapest, *warm[cheapest]))
     if idle(opt, state):
         found.sort(key=lambda c: c[0] < opt.default_batch_size)  # upwards first: ties go to the first
-    chance = opt.converge_chance(state)
     top = est[leader].mean
     h = opt.PLANNING_HORIZON if horizon is None else horizon
     best: tuple[float, int, str] | None = None
     for batch_size, why, (mu, sd) in found:
         there = warm_chance(opt, state, batch_size)
-        p = chance if there is None else there
+        p = opt.converge_chance(state, batch_size) if there is None else there
         expected = math.exp(mu + sd * sd / 2.0)
         gain = lognormal_shortfall(mu, sd, top)
         low = _floor_of(state, seen, est, leader, batch_size, var1)
@@ -289,7 +288,7 @@ def best_probe(
             gain -= (1.0 - LAW_DOUBT) * lognormal_shortfall(mu, sd, min(top, low))
             expected += (1.0 - LAW_DOUBT) * lognormal_shortfall(mu, sd, low)
         value = p * gain * h - (expected - p * top) - overhead_share(opt, state, batch_size) * expected
-        if value > 0 and opt.within_budget(state, est, expected, p) and (best is None or value > best[0]):
+        if value > 0 and opt.within_budget(state, est, expected, p, batch_size) and (best is None or value > best[0]):
             best = (value, batch_size, why)
     if best is None:
         return None

@@ -38,7 +38,7 @@ def second_look(opt: Policy, state: VOIState, est: Mapping[int, Estimate]) -> in
             continue
         pace = _median(state.paces[larger]) if state.paces.get(larger) else ref.cost / ref.epochs
         if first.cost / first.epochs > SLOWDOWN * pace * larger / b and opt.within_budget(
-            state, est, est[larger].mean, 1.0
+            state, est, est[larger].mean, 1.0, b
         ):
             return b
     return None
@@ -96,7 +96,7 @@ def recheck(
         gain = sum(w * max(0.0, best_cost - c / s) for w, s in zip(slowed, slowdowns, strict=True)) / total
         cost = (normal * c + sum(w * c / s for w, s in zip(slowed, slowdowns, strict=True))) / total
         value = gain * horizon - (cost - best_cost)
-        if value > 0 and opt.within_budget(state, est, cost, 1.0) and (best is None or value > best[0]):
+        if value > 0 and opt.within_budget(state, est, cost, 1.0, b) and (best is None or value > best[0]):
             best = (value, b)
     return best
 

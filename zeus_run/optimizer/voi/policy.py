@@ -42,6 +42,8 @@ from zeus_run.optimizer.early_stop import PACE_WINDOW, SLOWDOWN, EarlyStopRule
 from zeus_run.optimizer.voi.bandit import exploit
 from zeus_run.optimizer.voi.laws import best_probe, walk_grid
 from zeus_run.optimizer.voi.looks import recheck, second_look
+from zeus_run.optimizer.voi.sides import converge_chance as side_chance
+from zeus_run.optimizer.voi.sides import within_budget as side_budget
 from zeus_run.optimizer.voi.state import Estimate, VOIState, WarmStart, add_log
 from zeus_run.optimizer.voi.walk import without_sweep
 from zeus_run.optimizer.voi.warm import candidates as warm_candidates
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: The revision this module is (`zeus_run.spec.OptimizerSettings.revision`); earlier ones: `zeus_run.optimizer.legacy`.
-REVISION = 10
+REVISION = 12
 
 
 class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
@@ -161,11 +163,13 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
             return observe_warm(state, obs) if obs.batch_size in self.batch_sizes else state
         if obs.batch_size not in self.batch_sizes:
             raise ValueError(f"observed batch size {obs.batch_size} is not one of {list(self.batch_sizes)}")
-        spent = state.spent + obs.cost  # what was paid, the sweep included
+        paid = obs.cost  # what was paid, the sweep included
+        spent = state.spent + paid
         state, obs = without_sweep(state, obs)
         b = obs.batch_size
         arms = {**state.arms, b: state.arms.get(b, ArmStats()).add(obs.cost, self.window_size)}
-        changes: dict[str, Any] = {"step": state.step + 1, "arms": arms, "spent": spent}  # one copy of the state
+        spent_by = {**state.spent_by, b: state.spent_by.get(b, 0.0) + paid}
+        changes: dict[str, Any] = {"step": state.step + 1, "arms": arms, "spent": spent, "spent_by": spent_by}
         if obs.reached:
             changes["reached"] = {**state.reached, b: state.reached.get(b, 0) + 1}
         if obs.reached and obs.epochs > 0:
@@ -321,36 +325,38 @@ class ZeusVOIOptimizer(BatchSizeOptimizer[VOIState]):
         sd = math.sqrt(self.STEP_SD**2 + var_end + cv2)
         return mu, sd
 
-    def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool:
-        """Whether a probe keeps the job's expected cost within ``1 + BUDGET`` times the Default's
+    def within_budget(
+        self,
+        state: VOIState,
+        est: Mapping[int, Estimate],
+        probe: float,
+        converge: float,
+        batch_size: int | None = None,
+    ) -> bool:
+        """Whether a run of ``batch_size`` keeps its side's expected excess over the Default within its share of the
+        budget (`zeus_run.optimizer.voi.sides.within_budget`; ``batch_size`` None: b0's, both shares).
 
-        The Default is b0 every time; its cost ``D`` is b0's posterior mean (b0 runs first). The
-        excess so far is what the runs cost beyond ``D`` per recurrence done; the probe adds its
-        expected cost ``probe`` less ``D`` times the chance it converges (one that does not is lost
-        whole and its recurrence runs again). The job may exceed the Default by at most
-        ``BUDGET x D x N``, ``N`` its recurrences, or its expected ``lifetime`` when open-ended (100 by default,
-        the discount's effective horizon). Savings found so far (a leader cheaper than b0) fund more exploration.
+        The Default is b0 every time; its cost ``D`` is b0's posterior mean (b0 runs first). The job's sides may
+        each exceed the Default by at most ``SIDE_BUDGET x D x N``, ``N`` its recurrences, or its expected
+        ``lifetime`` when open-ended (100 by default, the discount's effective horizon).
 
         Args:
             state: What has been observed.
             est: Posterior of each converged arm.
-            probe: The probe's expected cost if it converges (unit: J).
+            probe: The run's expected cost if it converges (unit: J).
             converge: The chance that it converges (`converge_chance`).
+            batch_size: The batch size to run (its side's budget; None: b0's).
         """
-        b0 = self.default_batch_size
-        if b0 not in est:
-            return True
-        default = est[b0].mean
         n = self.lifetime if self.horizon is None else self.horizon
-        excess = state.spent - default * sum(state.reached.values())
-        return excess + probe - converge * default <= self.BUDGET * default * n
+        b = self.default_batch_size if batch_size is None else batch_size
+        return side_budget(self, state, est, probe, converge, b, n)
 
-    def converge_chance(self, state: VOIState) -> float:
-        """Chance that an untried batch size reaches the target.
-
-        The posterior mean under `CONVERGE_PRIOR` ``(a, b)`` over the batch sizes tried, each counted
-        by its first run: ``(converged + a) / (tried + a + b)``. With b0 alone converged: 3/4.
-        """
+    def converge_chance(self, state: VOIState, batch_size: int | None = None) -> float:
+        """Chance that the untried ``batch_size`` reaches the target: Jeffreys' prior over the batch sizes tried on
+        its side of b0 and b0 (`zeus_run.optimizer.voi.sides.converge_chance`; None: over every batch size tried).
+        With b0 alone converged: 3/4."""
+        if batch_size is not None:
+            return side_chance(self, state, batch_size)
         converged = sum(1 for f in state.first.values() if f.reached)
         a, b = self.CONVERGE_PRIOR
         return (converged + a) / (len(state.first) + a + b)

@@ -96,6 +96,8 @@ class VOIState:
     folding one more observation and deciding cost the same at recurrence 10 and 10,000; only ``slowdowns`` grows,
     with the runs found slow.
         warm: Per batch size, its runs in the warm start's source (`zeus_run.optimizer.voi.warm`).
+        spent_by: Per batch size, the cost of every observation of it, its sweep included (unit: J; each side's
+            budget, `zeus_run.optimizer.voi.sides`).
     """
 
     step: int
@@ -112,6 +114,7 @@ class VOIState:
     overheads: Mapping[int, float] = field(default_factory=dict)
     epoch_totals: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     warm: Mapping[int, WarmRuns] = field(default_factory=dict)
+    spent_by: Mapping[int, float] = field(default_factory=dict)
 
 
 class Estimate(NamedTuple):
@@ -143,9 +146,16 @@ class Policy(Protocol):
 
     def planning_horizon(self, state: VOIState) -> float: ...
 
-    def converge_chance(self, state: VOIState) -> float: ...
+    def converge_chance(self, state: VOIState, batch_size: int | None = None) -> float: ...
 
-    def within_budget(self, state: VOIState, est: Mapping[int, Estimate], probe: float, converge: float) -> bool: ...
+    def within_budget(
+        self,
+        state: VOIState,
+        est: Mapping[int, Estimate],
+        probe: float,
+        converge: float,
+        batch_size: int | None = None,
+    ) -> bool: ...
 
     def predict(
         self, bs: tuple[int, ...], est: Mapping[int, Estimate], end: int, step: int, cv2: float

@@ -1,6 +1,6 @@
 """``zeus-voi`` revision 11 (opt-in): a warm start that moves what is the job's and re-measures what is the GPU's.
 
-Revision 11 is revision 10 (`zeus_run.optimizer.voi.policy`) with one stage replaced: how a warm start prices
+Revision 11 is revision 10 (`zeus_run.optimizer.legacy.rev10.policy`) with one stage replaced: how a warm start prices
 the batch sizes its source ran (`TransferVOIOptimizer.warm_candidates`). Cold, the two decide alike.
 
 A recurrence's cost is its epochs to the target times the cost of one epoch (its pace). The epochs a
@@ -14,8 +14,8 @@ Revision 11 predicts an untried batch size's log cost here as
 
     log epochs(b) + log pace_here(b)
 
-* **epochs(b)**: the mean of its runs to the target, here and in the source together (`zeus_run.optimizer.voi.warm.epochs`),
-  with the epoch counts' pooled noise (`zeus_run.optimizer.voi.laws.pooled_noise`) over their number; a
+* **epochs(b)**: the mean of its runs to the target, here and in the source together (`zeus_run.optimizer.legacy.rev10.warm.epochs`),
+  with the epoch counts' pooled noise (`zeus_run.optimizer.legacy.rev10.laws.pooled_noise`) over their number; a
   batch size on the walk's grid between two that converged in the source is read on the straight line
   of log epochs between them (spread `EPOCHS_SD` per doubling, a Brownian bridge).
 * **pace_here(b)**: each converged batch size here gives its pace here (its cost estimate over its
@@ -28,7 +28,7 @@ Revision 11 predicts an untried batch size's log cost here as
   it), else flat; the spread grows by `PACE_SD` per doubling (a random walk). The source's level of
   pace and its power never enter.
 
-Which batch sizes never converged in the source still counts (`zeus_run.optimizer.voi.warm.converge_chance`), and its epochs
+Which batch sizes never converged in the source still counts (`zeus_run.optimizer.legacy.rev10.warm.converge_chance`), and its epochs
 still join the laws' fits. What the issue also asks and this revision does not do: stop a probe after
 its first epoch when its epochs times that epoch's pace pass the best cost (it needs the projected
 epochs carried through the trial's contract to every launcher's stop rule); a probe still runs until
@@ -44,13 +44,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from zeus_run.optimizer._stats import median as _median
-from zeus_run.optimizer.voi.laws import pooled_noise
-from zeus_run.optimizer.voi.policy import ZeusVOIOptimizer
-from zeus_run.optimizer.voi.warm import epoch_logs as warm_epoch_logs
-from zeus_run.optimizer.voi.warm import epochs as warm_epochs
+from zeus_run.optimizer.legacy.rev10.laws import pooled_noise
+from zeus_run.optimizer.legacy.rev10.policy import ZeusVOIOptimizer
+from zeus_run.optimizer.legacy.rev10.warm import epoch_logs as warm_epoch_logs
+from zeus_run.optimizer.legacy.rev10.warm import epochs as warm_epochs
 
 if TYPE_CHECKING:
-    from zeus_run.optimizer.voi.state import Estimate, Policy, VOIState
+    from zeus_run.optimizer.legacy.rev10.state import Estimate, Policy, VOIState
 
 #: This revision (`zeus_run.spec.OptimizerSettings.revision`).
 REVISION = 11
@@ -77,7 +77,7 @@ def log_epochs(seen: Mapping[int, tuple[int, int]], var1: float, b: int) -> tupl
     """Mean and variance of the log of ``b``'s mean epochs to the target (None: no converged size around it).
 
     Args:
-        seen: Per batch size, the sum and count of its converged runs' epochs (`zeus_run.optimizer.voi.warm.epochs`).
+        seen: Per batch size, the sum and count of its converged runs' epochs (`zeus_run.optimizer.legacy.rev10.warm.epochs`).
         var1: The noise of one run's log epochs.
         b: The batch size.
     """
