@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import statistics
@@ -171,3 +172,39 @@ def test_trace_jobs_defaults_to_the_paper_jobs_and_rejects_a_twice_named_job(tmp
     )
     with pytest.raises(TraceError, match="named twice"):
         trace_jobs(tmp_path)
+
+
+#: sha256 of seed 0's default draw as it was before `--laws` (commit e794a51): the set the issues' figures are on.
+SEED_0 = {
+    "summary_train.csv": "ca9a791e8c66493598e074baf0a97a16d0418177dd6ae5eec84c6cf27abfa588",
+    "jobs.csv": "ab6fdc9f099490c1af88abf6f6c2966fa8f41682ce2febeee3dc6667b4ce0e00",
+    "summary_power_g4.csv": "01a20cf2d466d537c4255ef38e5f1f23e988c8241335e5f9bc7d486470cdf13b",
+}
+
+
+def test_seed_0_default_laws_are_the_set_of_before(gen_dir):
+    got = {f: hashlib.sha256((gen_dir / f).read_bytes()).hexdigest() for f in SEED_0}
+    assert got == SEED_0
+
+
+def test_the_wide_laws_draw_what_the_paper_laws_do_not(tmp_path):
+    d = generate(tmp_path / "wide", "--laws", "wide", "--seed", "1")
+    laws = [r["law"] for r in rows(d / "jobs.csv")]
+    for kind in ("critical batch", "learning rate tuned for", "b_noise", "overhead", "default best", "default far"):
+        assert any(kind in law for law in laws), kind
+    assert "--laws wide" in (d / "README.md").read_text(encoding="utf-8")
+    # memory grows with the batch size: some pair runs out of memory above its default, never at or below it
+    defaults = {r["name"]: int(r["default_batch_size"]) for r in rows(d / "jobs.csv")}
+    grids = {job: set(per) for job, per in epochs_by_job(d).items()}
+    short = []
+    for gpu in trace_gpus(d):
+        for job, per in top_limit_pace(d, gpu).items():
+            assert defaults[job] in per
+            if set(per) != grids[job]:
+                short.append((job, gpu))
+                assert min(grids[job] - set(per)) > defaults[job]
+    assert short
+    # and the simulator reads every job of it
+    known = trace_jobs(d)
+    traces = load_traces(d / "summary_train.csv", d / "summary_power_g1.csv")
+    assert all(job_table(traces, known[j]).batch_sizes for j in known)
