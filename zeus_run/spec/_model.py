@@ -98,8 +98,8 @@ class OptimizerSettings:
             untried batch size's cost as epochs to the target x cost per epoch (`zeus_run.optimizer.legacy.pace`);
             4 also counts the chance that a probe never converges and stops a probe by its learning curve; 3
             also checks a batch size's first run for pace (a slow recurrence); 2 plans exploration over the
-            recurrences left and uses the robust early stop (`zeus_run.optimizer.early_stop`); 1 to 9 are how
-            runs recorded before them replay (frozen in `zeus_run.optimizer.legacy`; 10 is
+            recurrences left and uses the robust early stop (`zeus_run.optimizer.early_stop`); 1 to 11 are how
+            runs recorded before them replay (frozen in `zeus_run.optimizer.legacy`; 12 is
             `zeus_run.optimizer.voi`). ``zeus`` and ``zeus-plus`` keep the paper's rules in both.
         warm_from: A run directory of the same job elsewhere (another GPU, another cluster, or the run
             directory it ran in before a spec change forced a new one) whose history seeds ``zeus-voi``
