@@ -181,10 +181,10 @@ class Sections(Checker):
             d.revision,
             self.int_(
                 1,
-                11,
+                12,
                 fix=(
-                    "10: the current rules; 11: the warm start that moves epochs and re-measures pace (opt-in); "
-                    "5: the pace model (opt-in); 9, 8, 7, 6, 4, 3, 2 and 1: how runs from before them ran"
+                    "12: the current rules; 5: the pace model (opt-in); 11, 10, 9, 8, 7, 6, 4, 3, 2 and 1: how runs "
+                    "from before them ran"
                 ),
             ),
         )
