@@ -436,8 +436,12 @@ def simulate(
         objective=given,
         warm=warm,
     )
-    default = default_baseline(table, eta, objective)
-    nights = life.nights(seed, horizon, table.batch_sizes, table.default_batch_size, default.time) if life else ()
+    default, oracle = default_baseline(table, eta, objective), oracle_baseline(table, eta, objective)
+    nights = (
+        life.nights(seed, horizon, table.batch_sizes, table.default_batch_size, default.time, oracle.batch_size)
+        if life
+        else ()
+    )
     executor = TraceExecutor(table, eta, seed, slowdowns, objective, nights)
     runs = Clocked(executor) if concurrency > 1 else executor
     b0 = executor._profiles[table.index(table.default_batch_size)]
@@ -461,7 +465,7 @@ def simulate(
         energy=energy,
         time=time,
         default=default,
-        oracle=oracle_baseline(table, eta, objective),
+        oracle=oracle,
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
         knobs=knobs,

@@ -162,7 +162,7 @@ def belief_of(records: Sequence[TrialRecord], knobs: Knobs) -> Belief:
     recurrences = max((r.recurrence for r in records), default=0) + 1
     engine = knobs.engine(recurrences)
     ledger = Ledger.from_history(engine, records)
-    return Belief(engine.optimizer.leader(ledger.state), dict(ledger.slow))
+    return Belief(ledger.leader(), dict(ledger.slow))
 
 
 def _savings(value: float, baseline: float) -> float | None:

@@ -1,0 +1,126 @@
+"""Which batch sizes a job's out-of-memory crashes shut out, and until when: `MemoryBans`, a pure fold of the records.
+
+An out-of-memory crash is evidence, not a verdict. A crash marked ``oom`` in a recurrence that then reached the
+target below it shuts that batch size (and every larger one: they need more memory) out of the job's decisions.
+A night whose every try ran out of memory shuts nothing out: the machine is the likelier cause.
+
+How long (the record's ``oom_retry_after``, stamped from the spec's ``oom_retry_after`` when it was recorded,
+`zeus_run.engine.core.Engine.tell`): for ``N`` recurrences that reach the target after it, doubled with each
+earlier shut-out of the same batch size (``N``, ``2N``, ``4N``...); then the optimizer may decide it again. A
+co-tenant's one bad night costs the job ``N`` nights away from its best batch size; a batch size that truly does
+not fit costs one crashed try (an out-of-memory crash dies at its first steps) each time it is tried again, about
+``log2(L / N)`` over a life of ``L`` recurrences. A crash recorded without the stamp (before the rule, or under
+``oom_retry_after: null``) shuts its batch size out for ever, as it did when it was recorded: a recorded history
+replays as it was decided.
+
+The engine's decisions (`zeus_run.engine.ledger.Ledger`) and every view (`shut_out`) fold the same records
+through this one rule, so what the views recommend is what the decisions may run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from zeus_run.records import TrialRecord
+
+
+@dataclass(frozen=True)
+class Ban:
+    """A batch size shut out of the decisions by an out-of-memory crash (with every larger one).
+
+    Attributes:
+        batch_size: The batch size that ran out of memory.
+        since: The recurrence it ran out of memory in (that recurrence then reached the target below it).
+        trial: The crashed trial.
+        strikes: How many times it has been shut out (this one included).
+        wait: Recurrences that must reach the target after ``since`` before it may be decided again (None: never).
+        until: The count of recurrences reached (the job's, since its start) at which it lapses (None: never).
+        cause: What the crash said (``MemoryError``, ``CUDA out of memory...``).
+    """
+
+    batch_size: int
+    since: int
+    trial: int
+    strikes: int
+    wait: int | None
+    until: int | None
+    cause: str
+
+    def active(self, reached: int) -> bool:
+        """Whether it still shuts its batch size out once ``reached`` recurrences have reached the target."""
+        return self.until is None or reached < self.until
+
+    def left(self, reached: int) -> int | None:
+        """Recurrences still to reach the target before it lapses (None: never)."""
+        return None if self.until is None else max(0, self.until - reached)
+
+    def describe(self, reached: int) -> str:
+        """``shut out since recurrence 9 (MemoryError); tried again after 3 more recurrences with a model``."""
+        why = f"ran out of memory in recurrence {self.since} ({self.cause})"
+        if self.strikes > 1:
+            why += f", its {_ordinal(self.strikes)} time"
+        left = self.left(reached)
+        if left is None:
+            return f"{why}: shut out, with every larger batch size, for good (recorded before out-of-memory retries)"
+        return (
+            f"{why}: shut out, with every larger batch size, until {left} more recurrence(s) reach the target "
+            f"({self.wait} after it), then it may be tried again"
+        )
+
+
+class MemoryBans:
+    """The out-of-memory rule folded over a history, one record at a time (`fold`), in the order it was folded."""
+
+    def __init__(self) -> None:
+        #: Recurrences that reached the target so far.
+        self.reached = 0
+        #: Every shut-out so far, lapsed or not, by batch size (its latest).
+        self.bans: dict[int, Ban] = {}
+        self._ooms: dict[int, dict[int, TrialRecord]] = {}  # recurrence -> batch size -> its crash
+
+    def fold(self, record: TrialRecord) -> None:
+        """Learn from one ended trial."""
+        if record.oom:
+            self._ooms.setdefault(record.recurrence, {}).setdefault(record.batch_size, record)
+        if not record.reached:
+            return
+        self.reached += 1
+        ooms = self._ooms.pop(record.recurrence, None)
+        if not ooms or record.batch_size >= min(ooms):
+            return  # the smallest ran out of memory and ran again: nothing fits below it to compare with
+        for b, crash in ooms.items():
+            previous = self.bans.get(b)
+            strikes = 1 if previous is None else previous.strikes + 1
+            n = crash.oom_retry_after
+            wait = None if n is None else n * 2 ** (strikes - 1)
+            cause = crash.cause or crash.message or "out of memory"
+            until = None if wait is None else self.reached + wait
+            self.bans[b] = Ban(b, record.recurrence, crash.trial, strikes, wait, until, cause)
+
+    def active(self) -> dict[int, Ban]:
+        """The shut-outs in force, by batch size."""
+        return {b: ban for b, ban in sorted(self.bans.items()) if ban.active(self.reached)}
+
+    @property
+    def ceiling(self) -> int | None:
+        """The smallest batch size shut out (it and every larger one are not decided); None: none is."""
+        active = [b for b, ban in self.bans.items() if ban.active(self.reached)]
+        return min(active) if active else None
+
+    def excluded(self, batch_size: int) -> Ban | None:
+        """The shut-out that keeps ``batch_size`` out of the decisions (the largest in force at or below it)."""
+        held = [ban for b, ban in self.bans.items() if b <= batch_size and ban.active(self.reached)]
+        return max(held, key=lambda ban: ban.batch_size) if held else None
+
+
+def shut_out(records: Iterable[TrialRecord]) -> MemoryBans:
+    """The rule folded over ``records`` (a history, in the order it was folded): what the views show."""
+    bans = MemoryBans()
+    for record in records:
+        bans.fold(record)
+    return bans
+
+
+def _ordinal(n: int) -> str:
+    return {2: "second", 3: "third"}.get(n, f"{n}th")
