@@ -69,6 +69,37 @@ class Ban:
         )
 
 
+@dataclass(frozen=True)
+class ShutOut:
+    """A shut-out in force as the views show it (`MemoryBans.now`).
+
+    Attributes:
+        batch_size: The batch size that ran out of memory; every larger one is shut out with it.
+        since: The recurrence it ran out of memory in.
+        trial: The crashed trial.
+        strikes: How many times it has been shut out (this one included).
+        wait: Recurrences to reach the target after ``since`` before it may be decided again (None: never).
+        left: How many of them are still to come (None: never).
+        cause: What the crash said.
+        note: All of it in words (`Ban.describe`).
+    """
+
+    batch_size: int
+    since: int
+    trial: int
+    strikes: int
+    wait: int | None
+    left: int | None
+    cause: str
+    note: str
+
+    @property
+    def label(self) -> str:
+        """``shut out since recurrence 9 (out of memory), 3 more to go`` (a table's note)."""
+        more = "for good" if self.left is None else f"{self.left} more recurrence(s) with a model to go"
+        return f"shut out since recurrence {self.since} (out of memory at {self.batch_size}), {more}"
+
+
 class MemoryBans:
     """The out-of-memory rule folded over a history, one record at a time (`fold`), in the order it was folded."""
 
@@ -101,6 +132,14 @@ class MemoryBans:
     def active(self) -> dict[int, Ban]:
         """The shut-outs in force, by batch size."""
         return {b: ban for b, ban in sorted(self.bans.items()) if ban.active(self.reached)}
+
+    def now(self) -> tuple[ShutOut, ...]:
+        """The shut-outs in force, smallest batch size first, as the views show them."""
+        n = self.reached
+        return tuple(
+            ShutOut(b.batch_size, b.since, b.trial, b.strikes, b.wait, b.left(n), b.cause, b.describe(n))
+            for b in self.active().values()
+        )
 
     @property
     def ceiling(self) -> int | None:
