@@ -114,3 +114,22 @@ def test_simulate_life_on_the_command_line(traces_dir):
     assert out["cost_vs_default"] != quiet["cost_vs_default"]
     bad = CliRunner().invoke(app, [*args[:-1], "often"])
     assert bad.exit_code == 2 and "--life" in bad.output
+
+
+def test_a_one_night_oom_of_the_oracles_batch_size_does_not_keep_it_away(squad):
+    """``--life oom@N``: on night N alone the Oracle's batch size and every larger one run out of memory; the crash
+    is marked as a real one is, the job runs smaller for ``oom_retry_after`` nights with a model, then returns."""
+    quiet = simulate(squad, seed=2, horizon=30, baselines=False, life=Life(0.0), max_early_stops=3)
+    best = quiet.oracle.batch_size
+    night = next(r.recurrence for r in quiet.records if r.recurrence > 5 and r.batch_size == best and r.reached)
+    life = Life.parse(f"oom@{night}")
+    assert (life.scale, life.oom_night, life.describe()) == (0.0, night, f"oom@{night}")
+    run = simulate(squad, seed=2, horizon=30, baselines=False, life=life, max_early_stops=3)
+    crashes = [r for r in run.records if r.oom]
+    assert crashes and {r.recurrence for r in crashes} == {night} and crashes[0].batch_size >= best
+    assert crashes[0].oom_retry_after == 5
+    got = {r.recurrence: r.batch_size for r in run.records if r.reached}
+    assert all(got[n] < crashes[0].batch_size for n in range(night, night + 6)), got
+    assert best in [got[n] for n in range(night + 6, 31)], got  # it comes back
+    with pytest.raises(ValueError, match="night 1"):
+        Life.parse("oom@1")
