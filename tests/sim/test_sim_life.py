@@ -133,3 +133,20 @@ def test_a_one_night_oom_of_the_oracles_batch_size_does_not_keep_it_away(squad):
     assert best in [got[n] for n in range(night + 6, 31)], got  # it comes back
     with pytest.raises(ValueError, match="night 1"):
         Life.parse("oom@1")
+
+
+def test_after_a_one_night_oom_history_recommends_what_the_decisions_may_run(traces_dir, tmp_path):
+    """The simulator's run directory read by ``history``: while the Oracle's batch size is shut out, no view
+    recommends it or any larger one, the table marks them and says since when, and ``history`` says until when."""
+    args = ["simulate", "cifar100", "--traces", str(traces_dir), "--gpu", "v100", "--horizon", "13", "--seeds", "1"]
+    res = CliRunner().invoke(app, [*args, "--life", "oom@9", "--run-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    run_dir = next(tmp_path.iterdir())
+    out = json.loads(CliRunner().invoke(app, ["history", str(run_dir), "--format", "json"]).stdout)
+    summary = out.get("summary", out)
+    (ban,) = summary["shut_out"]
+    assert ban["since"] == 9 and ban["left"] is not None and ban["left"] >= 1
+    assert summary["recommendation"]["batch_size"] < ban["batch_size"]
+    text = CliRunner().invoke(app, ["history", str(run_dir)], env={"COLUMNS": "200", "NO_COLOR": "1"}).stdout
+    assert f"shut out since recurrence 9 (out of memory), {ban['left']} more recurrence(s)" in text
+    assert f"Shut out of the decisions: batch size {ban['batch_size']} and larger" in text

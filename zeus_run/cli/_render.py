@@ -255,7 +255,7 @@ def batch_size_table(s: Summary) -> Grid:
         cols.append(("power", "right"))
     cols.append(("note", "left"))
     table = Grid(
-        "Per batch size (conv.: converged runs; mean and std over them; best: the recommended one; shut out: by OOM)",
+        "Per batch size (conv.: converged runs; mean and std over them; best: the recommended one; shut out: after OOM)",
         cols,
         wrap=("note",),
     )
@@ -264,7 +264,7 @@ def batch_size_table(s: Summary) -> Grid:
     for b in s.by_batch_size:
         notes = [
             n for n, on in (("default", b.batch_size == s.default_batch_size), ("best", b.batch_size == rec)) if on
-        ] + [x.label for x in (s.shut_out_of(b.batch_size),) if x is not None]
+        ] + [x.label(b.batch_size) for x in (s.shut_out_of(b.batch_size),) if x is not None]
         cells = [
             str(b.batch_size),
             str(b.trials),

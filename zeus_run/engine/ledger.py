@@ -364,6 +364,15 @@ class Ledger:
             bs,
             decision.stage,
             f"batch size {decision.batch_size} is at least {ceiling}, which ran out of memory"
-            + (" in this recurrence" if ceiling == r.ceiling else " on this job")
+            + (" in this recurrence" if ceiling == r.ceiling else f" on this job{self._until(ceiling)}")
             + f": batch size {bs} instead",
         )
+
+    def _until(self, ceiling: int) -> str:
+        """`` (shut out since recurrence 9, 3 more recurrence(s) with a model to go)``."""
+        ban = self.memory.bans.get(ceiling)
+        if ban is None:
+            return ""
+        left = ban.left(self.memory.reached)
+        more = "for good" if left is None else f"{left} more recurrence(s) with a model to go"
+        return f" (shut out since recurrence {ban.since}, {more})"

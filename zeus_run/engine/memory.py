@@ -94,10 +94,16 @@ class ShutOut:
     note: str
 
     @property
-    def label(self) -> str:
-        """``shut out since recurrence 9 (out of memory), 3 more to go`` (a table's note)."""
-        more = "for good" if self.left is None else f"{self.left} more recurrence(s) with a model to go"
-        return f"shut out since recurrence {self.since} (out of memory at {self.batch_size}), {more}"
+    def until(self) -> str:
+        """``3 more recurrence(s) with a model to go``, or ``for good``."""
+        return "for good" if self.left is None else f"{self.left} more recurrence(s) with a model to go"
+
+    def label(self, batch_size: int) -> str:
+        """``batch_size``'s note in a table: ``shut out since recurrence 9 (out of memory), 3 more recurrence(s)
+        with a model to go``, or for a larger one ``shut out with 128``."""
+        if batch_size != self.batch_size:
+            return f"shut out with {self.batch_size}"
+        return f"shut out since recurrence {self.since} (out of memory), {self.until}"
 
 
 class MemoryBans:

@@ -111,7 +111,10 @@ def recommend(
     cheaper = min(ranked, key=lambda s: (s.mean_cost, -s.converged)) if ranked else None
     if cheaper is not None and not runnable(cheaper.batch_size):
         ban = max((x for x in shut_out if x.batch_size <= cheaper.batch_size), key=lambda x: x.batch_size)
-        notes.append(f"batch size {cheaper.batch_size} has a lower mean, but batch size {ban.batch_size} {ban.note}")
+        notes.append(
+            f"batch size {cheaper.batch_size} has a lower mean, but it is shut out of the decisions: batch size "
+            f"{ban.batch_size} ran out of memory in recurrence {ban.since} ({ban.until})"
+        )
     default = next((s for s in stats if s.batch_size == default_batch_size and s.mean_cost is not None), None)
     if default is not None and not runnable(default.batch_size):
         default = None  # the default itself is shut out: the cheapest that runs is recommended

@@ -224,7 +224,7 @@ def render_report(job: JobView) -> str:
                 )
                 if on
             )
-            + "".join(f" ({x.label})" for x in (s.shut_out_of(b.batch_size),) if x is not None),
+            + "".join(f" ({x.label(b.batch_size)})" for x in (s.shut_out_of(b.batch_size),) if x is not None),
         )
         for b in s.by_batch_size
     ]
