@@ -365,9 +365,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         lines.append(f"Recommended: {', '.join(parts)} ({vs}){provisional}")
         if r.note:
             lines.append(f"  ({escape(r.note)})")
-    lines += [
-        f"Shut out of the decisions: batch size {x.batch_size} and larger; it {escape(x.note)}" for x in s.shut_out
-    ]
+    lines += [f"Shut out of the decisions: {escape(x.sentence)}" for x in s.shut_out]
     if s.slow or s.charged_slow:
         charged = s.charged_slow
         shown = ", ".join(

@@ -94,6 +94,11 @@ class ShutOut:
     note: str
 
     @property
+    def sentence(self) -> str:
+        """``batch size 128 and larger; it ran out of memory in recurrence 9 (...): shut out ...``."""
+        return f"batch size {self.batch_size} and larger; it {self.note}"
+
+    @property
     def until(self) -> str:
         """``3 more recurrence(s) with a model to go``, or ``for good``."""
         return "for good" if self.left is None else f"{self.left} more recurrence(s) with a model to go"
