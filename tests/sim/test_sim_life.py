@@ -150,3 +150,25 @@ def test_after_a_one_night_oom_history_recommends_what_the_decisions_may_run(tra
     text = CliRunner().invoke(app, ["history", str(run_dir)], env={"COLUMNS": "200", "NO_COLOR": "1"}).stdout
     assert f"shut out since recurrence 9 (out of memory), {ban['left']} more recurrence(s)" in text
     assert f"Shut out of the decisions: batch size {ban['batch_size']} and larger" in text
+
+
+def test_replay_what_if_of_a_one_night_oom_obeys_the_rule(traces_dir, tmp_path):
+    """``zeus-run replay RUN_DIR --eta 0.8`` on a run that lived a one-night OOM: the audit holds, the replayed crash
+    is one, and no replayed decision runs a batch size the replayed records before it shut out (at eta 1 this
+    run's replay stops at recurrence 4, on a batch size it never observed)."""
+    from zeus_run.engine.memory import shut_out
+    from zeus_run.records import TrialRecord
+
+    args = ["simulate", "cifar100", "--traces", str(traces_dir), "--gpu", "v100", "--horizon", "20", "--seeds", "1"]
+    assert CliRunner().invoke(app, [*args, "--life", "oom@9", "--run-dir", str(tmp_path)]).exit_code == 0
+    run_dir = next(tmp_path.iterdir())
+    assert CliRunner().invoke(app, ["replay", str(run_dir)]).exit_code == 0  # the recorded decisions re-derive
+    res = CliRunner().invoke(app, ["replay", str(run_dir), "--eta", "0.8", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    replayed = [TrialRecord.from_json(t) for t in json.loads(res.stdout)["trials"]]
+    assert any(r.oom for r in replayed) and len({r.recurrence for r in replayed}) == 20
+    for i, r in enumerate(replayed):
+        ceiling = shut_out(replayed[:i]).ceiling
+        night = [x.batch_size for x in replayed[:i] if x.recurrence == r.recurrence and x.oom]
+        assert ceiling is None or r.batch_size < ceiling, (r.recurrence, r.batch_size, ceiling)
+        assert not night or r.batch_size < min(night), (r.recurrence, r.batch_size, night)
