@@ -6,8 +6,11 @@ A night whose every try ran out of memory shuts nothing out: the machine is the 
 
 How long (the record's ``oom_retry_after``, stamped from the spec's ``oom_retry_after`` when it was recorded,
 `zeus_run.engine.core.Engine.tell`): for ``N`` recurrences that reach the target after it, doubled with each
-earlier shut-out of the same batch size (``N``, ``2N``, ``4N``...); then the optimizer may decide it again. A
-co-tenant's one bad night costs the job ``N`` nights away from its best batch size; a batch size that truly does
+earlier shut-out of the same batch size (``N``, ``2N``, ``4N``...); then the optimizer may decide it again. The
+first crash of a batch size that had already reached the target on this job, or a larger one had (it fits: the
+machine is the likelier cause, a co-tenant on a shared GPU), shuts it out for its own night only, and its next
+crash for ``N``. A
+co-tenant's one bad night then costs the job nothing beyond that night's crashed try; a batch size that truly does
 not fit costs one crashed try (an out-of-memory crash dies at its first steps) each time it is tried again, about
 ``log2(L / N)`` over a life of ``L`` recurrences. A crash recorded without the stamp (before the rule, or under
 ``oom_retry_after: null``) shuts its batch size out for ever, as it did when it was recorded: a recorded history
@@ -119,23 +122,32 @@ class MemoryBans:
         self.reached = 0
         #: Every shut-out so far, lapsed or not, by batch size (its latest).
         self.bans: dict[int, Ban] = {}
-        self._ooms: dict[int, dict[int, TrialRecord]] = {}  # recurrence -> batch size -> its crash
+        #: Batch sizes that reached the target on this job (they fit).
+        self.fitted: set[int] = set()
+        self._ooms: dict[int, dict[int, tuple[TrialRecord, bool]]] = {}  # recurrence -> size -> crash, fitted then
+        self._forgiven: set[int] = set()  # batch sizes whose first shut-out lasted its night only
 
     def fold(self, record: TrialRecord) -> None:
         """Learn from one ended trial."""
         if record.oom:
-            self._ooms.setdefault(record.recurrence, {}).setdefault(record.batch_size, record)
+            crashes = self._ooms.setdefault(record.recurrence, {})
+            fits = any(b >= record.batch_size for b in self.fitted)  # it, or a larger one, reached the target
+            crashes.setdefault(record.batch_size, (record, fits))
         if not record.reached:
             return
         self.reached += 1
+        self.fitted.add(record.batch_size)
         ooms = self._ooms.pop(record.recurrence, None)
         if not ooms or record.batch_size >= min(ooms):
             return  # the smallest ran out of memory and ran again: nothing fits below it to compare with
-        for b, crash in ooms.items():
+        for b, (crash, fitted) in ooms.items():
             previous = self.bans.get(b)
             strikes = 1 if previous is None else previous.strikes + 1
             n = crash.oom_retry_after
-            wait = None if n is None else n * 2 ** (strikes - 1)
+            if n is not None and strikes == 1 and fitted:
+                self._forgiven.add(b)  # it fitted before: its night only
+            doublings = strikes - 1 - (b in self._forgiven)
+            wait = None if n is None else 0 if doublings < 0 else n * 2**doublings
             cause = crash.cause or crash.message or "out of memory"
             until = None if wait is None else self.reached + wait
             self.bans[b] = Ban(b, record.recurrence, crash.trial, strikes, wait, until, cause)

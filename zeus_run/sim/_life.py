@@ -11,9 +11,10 @@ night after the first (the first must converge at the default batch size, as in 
   outage while it ran);
 * the night's first try is **interrupted** part-way, **lost to the cluster** part-way
   (infrastructure), or cannot start (an **environment error**);
-* ``oom@N``: on night ``N`` alone, the best batch size (the Oracle's) and every larger one run out of
-  memory (a co-tenant on a shared GPU): the job shuts it out for ``oom_retry_after`` nights with a model,
-  then returns to it (`zeus_run.engine.memory`).
+* ``oom@N`` (``oom@N+M``: on nights N and M): on night ``N`` alone, the best batch size (the Oracle's) and
+  every larger one run out of memory (a co-tenant on a shared GPU): where it had reached the target before,
+  the job returns to it the next night; a second such night shuts it out for ``oom_retry_after`` nights with
+  a model, then the job returns to it (`zeus_run.engine.memory`).
 
 An out-of-memory crash is marked ``oom`` as a real one is, so the engine's retry goes smaller and its rule
 shuts the batch size out, as in a real run.
@@ -41,7 +42,7 @@ IDLE_SHARE = 0.3
 #: What an out-of-memory crash says.
 OOM_MESSAGE = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
-_SPEC = re.compile(r"^\s*(?:([0-9.]+))?\s*(?:(?<=[0-9.])\s*,\s*)?(?:oom@([0-9]+))?\s*$")
+_SPEC = re.compile(r"^\s*(?:([0-9.]+))?\s*(?:(?<=[0-9.])\s*,\s*)?(?:oom@([0-9]+(?:\+[0-9]+)*))?\s*$")
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,8 @@ class Life:
 
     Attributes:
         scale: Multiplies every probability (1.0: the default life; 0: a quiet one).
-        oom_night: A night (2 or later) on which the best batch size and every larger one run out of memory
-            (`nights`' ``best``; None: none beyond the drawn ones).
+        oom_nights: Nights (2 or later) on which the best batch size and every larger one run out of memory
+            (`nights`' ``best``), beyond the drawn ones.
     """
 
     scale: float = 1.0
@@ -99,11 +100,11 @@ class Life:
     environment: float = 0.02
     lo: float = 1.5
     hi: float = 3.0
-    oom_night: int | None = None
+    oom_nights: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.oom_night is not None and self.oom_night < 2:
-            raise ValueError(f"life oom@{self.oom_night}: night 1 must converge at the default; use oom@2 or later")
+        if any(n < 2 for n in self.oom_nights):
+            raise ValueError(f"life {self.describe()}: night 1 must converge at the default; use oom@2 or later")
         if not 0.0 <= self.scale <= self.limit():
             raise ValueError(f"life {self.scale:g}: use a scale in [0, {self.limit():g}], e.g. 1 (the default life)")
 
@@ -126,11 +127,11 @@ class Life:
                 f"life {text!r}: use a scale such as 1 (the default life) or 2 (twice as many bad nights), "
                 "oom@9 (the best batch size runs out of memory on night 9 alone), or both: 1,oom@9"
             )
-        night = None if m.group(2) is None else int(m.group(2))
-        return cls(0.0 if m.group(1) is None else float(m.group(1)), oom_night=night)
+        nights = () if m.group(2) is None else tuple(int(n) for n in m.group(2).split("+"))
+        return cls(0.0 if m.group(1) is None else float(m.group(1)), oom_nights=nights)
 
     def describe(self) -> str:
-        oom = f"oom@{self.oom_night}" if self.oom_night is not None else ""
+        oom = f"oom@{'+'.join(map(str, self.oom_nights))}" if self.oom_nights else ""
         if oom and self.scale == 0:
             return oom
         return f"{self.scale:g}" + (f",{oom}" if oom else "")
@@ -152,7 +153,7 @@ class Life:
             batch_sizes: The job's batch sizes (an out-of-memory night names one of them).
             b0: The default batch size.
             run_time: The default's mean run time (unit: s): a stall is a share of it.
-            best: The best batch size (the Oracle's): ``oom_night``'s out-of-memory starts there.
+            best: The best batch size (the Oracle's): ``oom_nights``' out-of-memory starts there.
         """
         rng = np.random.default_rng([seed, 0x11FE])
         above = sorted(b for b in batch_sizes if b > b0)
@@ -186,7 +187,7 @@ class Life:
             elif first < edges[3]:
                 night["environment"] = True
             out.append(NightLife(**night))  # type: ignore[arg-type]
-        n = self.oom_night
-        if n is not None and best is not None and n <= recurrences:
-            out[n - 1] = dataclasses.replace(out[n - 1], oom_from=best)
+        for n in self.oom_nights:
+            if best is not None and n <= recurrences:
+                out[n - 1] = dataclasses.replace(out[n - 1], oom_from=best)
         return tuple(out)

@@ -341,10 +341,11 @@ class JobSpec:
             the job goes on with the next one.
         oom_retry_after: A batch size that ran out of memory (where a smaller one then reached the target) is
             shut out, with every larger one, until this many recurrences have reached the target after it; then it
-            may be tried again, and each further out-of-memory crash of it doubles the wait (5, 10, 20...). One
-            bad night on a shared GPU then costs the job a few nights, not its best batch size for ever; a batch
-            size that truly does not fit costs one short crashed try each time. null: never again. Each crash
-            keeps the value it was recorded under, so a change applies to later crashes.
+            may be tried again, and each further out-of-memory crash of it doubles the wait (5, 10, 20...). Its
+            first crash after it (or a larger batch size) reached the target on this job shuts it out for that
+            night only: it fits, so the machine (a co-tenant on a shared GPU) is the likelier cause. A batch size
+            that truly does not fit costs one short crashed try each time it is tried again. null: never again.
+            Each crash keeps the value it was recorded under, so a change applies to later crashes.
         seed: Seed of the optimizer and the training scripts (trial seed = seed + trial index).
         timeout: Wall-clock limit of one trial (unit: s), or None.
         max_early_stops: Early stops (cost threshold) a recurrence may take; its next try
