@@ -131,5 +131,6 @@ def fault_record(
             message=OOM_MESSAGE,
             cause=OOM_MESSAGE,
         )
-        return dataclasses.replace(crash, oom=True)  # marked as a real one is (`zeus_run.engine.core.Engine.tell`)
+        # An ``oom@N`` night's crash is marked as a real one is (`zeus_run.engine.core.Engine.tell`); see `Life`.
+        return dataclasses.replace(crash, oom=True) if night.oom_marked else crash
     return None
