@@ -170,11 +170,6 @@ class MemoryBans:
         active = [b for b, ban in self.bans.items() if ban.active(self.reached)]
         return min(active) if active else None
 
-    def excluded(self, batch_size: int) -> Ban | None:
-        """The shut-out that keeps ``batch_size`` out of the decisions (the largest in force at or below it)."""
-        held = [ban for b, ban in self.bans.items() if b <= batch_size and ban.active(self.reached)]
-        return max(held, key=lambda ban: ban.batch_size) if held else None
-
 
 def shut_out(records: Iterable[TrialRecord]) -> MemoryBans:
     """The rule folded over ``records`` (a history, in the order it was folded): what the views show."""
