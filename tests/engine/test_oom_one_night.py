@@ -153,6 +153,8 @@ def test_while_the_best_batch_size_is_shut_out_no_view_recommends_it():
     assert s.shut_out_of(256) is s.shut_out[0] and s.shut_out_of(64) is None
     note = s.recommendation.note or ""
     assert f"batch size {BEST} has a lower mean" in note and f"recurrence {night + 1}" in note, note
+    if belief.batch_size != s.recommendation.batch_size:  # the line getting-started.md promises
+        assert f"the optimizer now favours batch size {belief.batch_size}" in note, note
     # What the engine decides next is what the views recommend instead of 128: both below it.
     ledger_next = k.engine(night + 5).run(records, BadNights(k, night, night + 1))[-1]
     assert ledger_next.batch_size < BEST
