@@ -27,6 +27,8 @@ recurrence (mean, max) and the share of recurrences that needed more than one.
 largest batch sizes, a slow night or a slow try (multiplied or added), an interrupted try, one lost to
 the cluster, an environment error; the truth each run is judged against is what the default would have
 spent over the same life (`zeus_run.sim._life`). SCALE multiplies how often (default 1).
+``--life oom@N`` (or ``1,oom@N``; ``oom@N+M``: two nights) makes the Oracle's batch size and every larger
+one run out of memory on night N alone: the job returns to it (`zeus_run.engine.memory`).
 ``--horizon N`` runs N recurrences instead of the paper's horizon (the
 optimizer is told N, as a spec's ``recurrences``).
 
@@ -244,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         const="1",
         default=None,
         help="[SCALE]: live bad nights (out of memory, slow nights and tries, interruptions, cluster losses, an "
-        "environment error), SCALE times as often as the default life (default: none; --life alone: 1)",
+        "environment error), SCALE times as often as the default life (default: none; --life alone: 1); "
+        "oom@N: the Oracle's batch size runs out of memory on night N alone (oom@N+M: nights N and M; 1,oom@N: both)",
     )
     ap.add_argument(
         "--horizon",

@@ -59,6 +59,7 @@ EXAMPLES: dict[str, Any] = {
     "recurrences": None,
     "lifetime": 365,
     "max_tries": 5,
+    "oom_retry_after": 10,
     "seed": 7,
     "timeout": 3600,
     "max_early_stops": 2,

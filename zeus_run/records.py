@@ -32,6 +32,7 @@ OPTIONAL_FIELDS = (
     "window",
     "warm",
     "oom",
+    "oom_retry_after",
     *("estimated_energy", "estimated_share"),
 )
 
@@ -140,6 +141,10 @@ class TrialRecord:
             OUT_OF_MEMORY): the job's batch sizes at least this large run out of memory, so its retry
             and every later decision take a smaller one (`zeus_run.engine.ledger.Ledger`). None: not
             such a crash, or recorded before out-of-memory crashes were marked (they steer nothing).
+        oom_retry_after: On an ``oom`` crash: the recurrences that must reach the target after it before its batch
+            size may be decided again (doubled with each earlier shut-out of it; `zeus_run.engine.memory`), as the
+            spec's ``oom_retry_after`` said when it was recorded. None: never again (recorded before the rule, or
+            under ``oom_retry_after: null``).
     """
 
     job: str
@@ -192,6 +197,7 @@ class TrialRecord:
     window: dict[str, Any] | None = None
     warm: str | None = None
     oom: bool | None = None
+    oom_retry_after: int | None = None
 
     estimated_energy: float | None = None
     estimated_share: float | None = None
@@ -269,7 +275,7 @@ class TrialRecord:
 _MAX_INT = 2**63 - 1
 #: Least value of whole-number fields (others: any sign).
 _INT_MIN: dict[str, int] = {"recurrence": 1, "attempt": 1, "trial": 0, "batch_size": 1, "epochs": 0, "schema": 0}
-_INT_MIN.update(seen=0, draw=0, horizon=1, lifetime=1)
+_INT_MIN.update(seen=0, draw=0, horizon=1, lifetime=1, oom_retry_after=1)
 #: Every field's name (`TrialRecord.to_json`).
 _FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 #: Number fields written as None when not finite (a required one reads back as infinity).

@@ -114,3 +114,69 @@ def test_simulate_life_on_the_command_line(traces_dir):
     assert out["cost_vs_default"] != quiet["cost_vs_default"]
     bad = CliRunner().invoke(app, [*args[:-1], "often"])
     assert bad.exit_code == 2 and "--life" in bad.output
+
+
+def test_a_one_night_oom_of_the_oracles_batch_size_does_not_keep_it_away(squad):
+    """``--life oom@N``: on night N alone the Oracle's batch size and every larger one run out of memory; the crash
+    is marked as a real one is, the night ends smaller, and the job returns to it (it had reached the target
+    before: nothing is shut out after that night). ``oom@N+M``: a second such night shuts it out for
+    ``oom_retry_after`` nights with a model, then the job returns to it."""
+    quiet = simulate(squad, seed=2, horizon=30, baselines=False, life=Life(0.0), max_early_stops=3)
+    best = quiet.oracle.batch_size
+    night = next(r.recurrence for r in quiet.records if r.recurrence > 5 and r.batch_size == best and r.reached)
+    life = Life.parse(f"oom@{night}")
+    assert (life.scale, life.oom_nights, life.describe()) == (0.0, (night,), f"oom@{night}")
+    run = simulate(squad, seed=2, horizon=30, baselines=False, life=life, max_early_stops=3)
+    crashes = [r for r in run.records if r.oom]
+    assert crashes and {r.recurrence for r in crashes} == {night} and crashes[0].batch_size >= best
+    assert crashes[0].oom_retry_after == 5
+    got = {r.recurrence: r.batch_size for r in run.records if r.reached}
+    assert got[night] < crashes[0].batch_size
+    assert [got[n] for n in range(night + 1, 31)].count(best) >= 10, got  # it comes back
+    twice = simulate(squad, seed=2, horizon=30, baselines=False, life=Life.parse(f"oom@{night}+{night + 1}"))
+    got = {r.recurrence: r.batch_size for r in twice.records if r.reached}
+    if any(r.oom for r in twice.records if r.recurrence == night + 1):  # the job ran it again: shut out for 5
+        assert all(got[n] < best for n in range(night + 1, night + 7)), got
+        assert best in [got[n] for n in range(night + 7, 31)], got
+    with pytest.raises(ValueError, match="night 1"):
+        Life.parse("oom@1")
+
+
+def test_after_a_one_night_oom_history_recommends_what_the_decisions_may_run(traces_dir, tmp_path):
+    """The simulator's run directory read by ``history`` after two out-of-memory nights of the Oracle's batch size
+    (8 and 9): while it is shut out, no view
+    recommends it or any larger one, the table marks them and says since when, and ``history`` says until when."""
+    args = ["simulate", "cifar100", "--traces", str(traces_dir), "--gpu", "v100", "--horizon", "13", "--seeds", "1"]
+    res = CliRunner().invoke(app, [*args, "--life", "oom@8+9", "--run-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    run_dir = next(tmp_path.iterdir())
+    out = json.loads(CliRunner().invoke(app, ["history", str(run_dir), "--format", "json"]).stdout)
+    summary = out.get("summary", out)
+    (ban,) = summary["shut_out"]
+    assert ban["since"] == 9 and ban["left"] is not None and ban["left"] >= 1
+    assert summary["recommendation"]["batch_size"] < ban["batch_size"]
+    text = CliRunner().invoke(app, ["history", str(run_dir)], env={"COLUMNS": "200", "NO_COLOR": "1"}).stdout
+    assert f"shut out since recurrence 9 (out of memory), {ban['left']} more recurrence(s)" in text
+    assert f"Shut out of the decisions: batch size {ban['batch_size']} and larger" in text
+
+
+def test_replay_what_if_of_a_one_night_oom_obeys_the_rule(traces_dir, tmp_path):
+    """``zeus-run replay RUN_DIR --eta 0.8`` on a run that lived a one-night OOM: the audit holds, the replayed crash
+    is one, and no replayed decision runs a batch size the replayed records before it shut out (at eta 1 this
+    run's replay stops at recurrence 4, on a batch size it never observed)."""
+    from zeus_run.engine.memory import shut_out
+    from zeus_run.records import TrialRecord
+
+    args = ["simulate", "cifar100", "--traces", str(traces_dir), "--gpu", "v100", "--horizon", "20", "--seeds", "1"]
+    assert CliRunner().invoke(app, [*args, "--life", "oom@8+9", "--run-dir", str(tmp_path)]).exit_code == 0
+    run_dir = next(tmp_path.iterdir())
+    assert CliRunner().invoke(app, ["replay", str(run_dir)]).exit_code == 0  # the recorded decisions re-derive
+    res = CliRunner().invoke(app, ["replay", str(run_dir), "--eta", "0.8", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    replayed = [TrialRecord.from_json(t) for t in json.loads(res.stdout)["trials"]]
+    assert any(r.oom for r in replayed) and len({r.recurrence for r in replayed}) == 20
+    for i, r in enumerate(replayed):
+        ceiling = shut_out(replayed[:i]).ceiling
+        night = [x.batch_size for x in replayed[:i] if x.recurrence == r.recurrence and x.oom]
+        assert ceiling is None or r.batch_size < ceiling, (r.recurrence, r.batch_size, ceiling)
+        assert not night or r.batch_size < min(night), (r.recurrence, r.batch_size, night)

@@ -1,7 +1,5 @@
-"""Rendering of histories with rich: recurrence and batch-size tables, summary lines, machine formats.
-
-The figures come from `zeus_run.views.summary`; this module only lays them out.
-"""
+"""Rendering of histories with rich: recurrence and batch-size tables, summary lines, machine formats; the
+figures come from `zeus_run.views.summary`, this module only lays them out."""
 
 from __future__ import annotations
 
@@ -257,7 +255,7 @@ def batch_size_table(s: Summary) -> Grid:
         cols.append(("power", "right"))
     cols.append(("note", "left"))
     table = Grid(
-        "Per batch size (conv.: converged runs; mean and std over them; best: the recommended one)",
+        "Per batch size (conv.: converged runs; mean and std over them; best: the recommended one; shut out: after OOM)",
         cols,
         wrap=("note",),
     )
@@ -266,7 +264,7 @@ def batch_size_table(s: Summary) -> Grid:
     for b in s.by_batch_size:
         notes = [
             n for n, on in (("default", b.batch_size == s.default_batch_size), ("best", b.batch_size == rec)) if on
-        ]
+        ] + [x.label(b.batch_size) for x in (s.shut_out_of(b.batch_size),) if x is not None]
         cells = [
             str(b.batch_size),
             str(b.trials),
@@ -367,6 +365,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
         lines.append(f"Recommended: {', '.join(parts)} ({vs}){provisional}")
         if r.note:
             lines.append(f"  ({escape(r.note)})")
+    lines += [f"Shut out of the decisions: {escape(x.sentence)}" for x in s.shut_out]
     if s.slow or s.charged_slow:
         charged = s.charged_slow
         shown = ", ".join(

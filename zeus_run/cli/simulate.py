@@ -135,7 +135,9 @@ def simulate_command(
         "--life",
         help="Live bad nights, SCALE times as often as the default life (1): out of memory at the largest batch "
         "sizes, slow nights and slow tries (multiplied or added), interruptions, cluster losses, an environment "
-        "error; seeded. The truth (cost_vs_default) is what the default would have spent over the same life.",
+        "error; seeded. The truth (cost_vs_default) is what the default would have spent over the same life. "
+        "oom@N: the Oracle's batch size and every larger one run out of memory on night N alone (oom@N+M: nights N and "
+        "M; 1,oom@N: both lives).",
         metavar="SCALE",
     ),
     run_dir: Path | None = typer.Option(

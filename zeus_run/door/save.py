@@ -88,7 +88,7 @@ class TrialSaver:
         `zeus_run.rundir.belief`): the views show it without folding the history again."""
         from zeus_run.rundir.belief import SavedBelief, write_belief
 
-        leader = ledger.engine.optimizer.leader(ledger.state)
+        leader = ledger.leader()  # never one out-of-memory crashes shut out (`zeus_run.engine.memory`)
         write_belief(self.rd.path, SavedBelief(ledger.folded, last_trial, leader, dict(ledger.slow)))
 
     def publish(self) -> None:

@@ -6,6 +6,7 @@
 * `zeus_run.engine.concurrent`: the executor contract and its slot pool.
 * `zeus_run.engine.knobs`: the settings that decide a run, built once.
 * `zeus_run.engine.position`: where a run stands, from its records.
+* `zeus_run.engine.memory`: the batch sizes out-of-memory crashes shut out, and until when (decisions and views).
 * `zeus_run.engine.replay`: the audit and the what-if replays.
 * `zeus_run.engine.record`: the one builder of a trial's record.
 * `zeus_run.engine.classify`: what a finished trial was, on its evidence (the judge of `Engine.tell`).

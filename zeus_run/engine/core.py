@@ -95,6 +95,8 @@ class Engine:
             (the published algorithm; the trace simulator's default).
         concurrency: Recurrences in flight at once (>= 1). With more than one, records
             carry the context of their decision (`TrialRequest.stamp`).
+        oom_retry_after: Stamped on each out-of-memory crash (`tell`): the recurrences that must reach the
+            target after it before its batch size may be decided again (`zeus_run.engine.memory`); None: never.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Engine:
         max_early_stops: int | None = None,
         concurrency: int = 1,
         charge: Callable[[Sequence[TrialRecord], TrialRecord], TrialRecord] | None = None,
+        oom_retry_after: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -121,6 +124,7 @@ class Engine:
         #: Recomputes an ended trial's cost from the history before it (the ``max-slowdown``
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
+        self.oom_retry_after = oom_retry_after
 
     # -- the decision path: every door asks, runs the trial its own way, and tells --------------------
 
@@ -187,6 +191,8 @@ class Engine:
         record, fault = judge(record, before, changed=self.metric_changed)
         if record.oom is None and record.kind == "real" and out_of_memory(record):
             record = dataclasses.replace(record, oom=True)  # its retry, and every decision after, goes smaller
+        if record.oom and record.oom_retry_after is None and self.oom_retry_after is not None:
+            record = dataclasses.replace(record, oom_retry_after=self.oom_retry_after)  # until when: the spec's now
         record = self._gave_up(record, before, ledger)
         return record, fault or self._failure(record)
 

@@ -19,7 +19,7 @@ from zeus_run.engine.core import Engine
 from zeus_run.errors import HistoryError
 from zeus_run.objective import Objective, charge_for
 from zeus_run.optimizer import PowerLimitMeasurement, WarmStart, make_optimizer
-from zeus_run.spec import DEFAULT_LIFETIME, OptimizerSettings
+from zeus_run.spec import DEFAULT_LIFETIME, DEFAULT_OOM_RETRY_AFTER, OptimizerSettings
 
 if TYPE_CHECKING:
     from zeus_run.spec import JobSpec
@@ -52,6 +52,9 @@ class Knobs:
             not a spec setting: `from_run_dir` reads it from ``power_profiles.json``.
         warm: The warm start's source (``optimizer.warm_from``), as the run directory keeps it
             (`zeus_run.engine.warm`); not a spec setting: `from_run_dir` reads its copy.
+        oom_retry_after: Stamped on each out-of-memory crash: the recurrences that must reach the target after it
+            before its batch size may be decided again (`zeus_run.engine.memory`); None (a run directory recorded
+            before the setting existed): never, as such a run decided.
     """
 
     batch_sizes: tuple[int, ...]
@@ -71,6 +74,7 @@ class Knobs:
     objective: Objective | None = None
     default_profile: tuple[PowerLimitMeasurement, ...] = ()
     warm: WarmStart | None = None
+    oom_retry_after: int | None = DEFAULT_OOM_RETRY_AFTER
 
     @property
     def goal(self) -> Objective:
@@ -184,7 +188,16 @@ class Knobs:
             self.lifetime,
         )
         charge = charge_for(self.goal, self.default_batch_size, profile or (lambda: self.default_profile))
-        return Engine(opt, recurrences, self.max_tries, self.beta, self.max_early_stops, self.concurrency, charge)
+        return Engine(
+            opt,
+            recurrences,
+            self.max_tries,
+            self.beta,
+            self.max_early_stops,
+            self.concurrency,
+            charge,
+            self.oom_retry_after,
+        )
 
 
 def _default_profile(run_dir: Path, batch_size: int) -> tuple[PowerLimitMeasurement, ...]:
@@ -227,6 +240,7 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "horizon": int,
     "lifetime": int,
     "objective": _objective,
+    "oom_retry_after": int,
 }
 
 #: Fields whose spec key has another name.

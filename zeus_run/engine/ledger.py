@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from zeus_run.engine.memory import MemoryBans
 from zeus_run.engine.position import best_known, observation_of
 from zeus_run.engine.request import Horizon, TrialRequest
 from zeus_run.optimizer import BatchSizeOptimizer, Decision, Observation
@@ -80,11 +81,9 @@ class Ledger:
         self.slow: dict[int, float] = {}
         self._branched = False  # a `branch`: shares its tallies with the ledger it came from
         self._planned: dict[Horizon, BatchSizeOptimizer] = {}  # the optimizer under other horizons (an audit's)
-        #: The smallest batch size that ran out of memory (a record marked ``oom``) in a recurrence that then
-        #: reached the target below it: on this job it and every larger one do not fit, and are never decided
-        #: again. A night whose every try ran out of memory sets none (the machine, not the batch size, is the
-        #: likelier cause), though its own retries went smaller. None: none did.
-        self.memory_ceiling: int | None = None
+        #: The batch sizes out-of-memory crashes shut out of the decisions, and until when (`zeus_run.engine.memory`:
+        #: the rule every view folds too).
+        self.memory = MemoryBans()
 
     @classmethod
     def from_history(
@@ -143,8 +142,7 @@ class Ledger:
         r = self._recurrence(record.recurrence)
         if record.oom and (r.ceiling is None or record.batch_size < r.ceiling):
             r.ceiling = record.batch_size
-        if record.reached and r.ceiling is not None and record.batch_size < r.ceiling:
-            self.memory_ceiling = r.ceiling if self.memory_ceiling is None else min(self.memory_ceiling, r.ceiling)
+        self.memory.fold(record)
         if record.attempt >= r.attempt:
             r.attempt = record.attempt + 1
         self._open.add(record.recurrence)
@@ -186,6 +184,21 @@ class Ledger:
         failures were stamped (it stopped the job then) fails on the try that reached ``max_tries``.
         """
         return record.recurrence_failed is not None or tries >= self.engine.max_tries
+
+    @property
+    def memory_ceiling(self) -> int | None:
+        """The smallest batch size out-of-memory crashes shut out of the decisions now (it and every larger one;
+        `zeus_run.engine.memory`); None: none is."""
+        return self.memory.ceiling
+
+    def leader(self) -> int | None:
+        """The batch size the optimizer treats as best, among those the decisions may run: where its own leader
+        is shut out (`memory_ceiling`), the one a decision of it runs instead (`_fitting`). None: no belief yet."""
+        lead = self.engine.optimizer.leader(self.state)
+        ceiling = self.memory_ceiling
+        if lead is None or ceiling is None or lead < ceiling:
+            return lead
+        return self._fitting(Decision(lead, "exploit", ""), _Recurrence()).batch_size
 
     def tries(self, recurrence: int) -> int:
         """Counted (observed) tries of ``recurrence`` folded so far."""
@@ -351,6 +364,15 @@ class Ledger:
             bs,
             decision.stage,
             f"batch size {decision.batch_size} is at least {ceiling}, which ran out of memory"
-            + (" in this recurrence" if ceiling == r.ceiling else " on this job")
+            + (" in this recurrence" if ceiling == r.ceiling else f" on this job{self._until(ceiling)}")
             + f": batch size {bs} instead",
         )
+
+    def _until(self, ceiling: int) -> str:
+        """`` (shut out since recurrence 9, 3 more recurrence(s) with a model to go)``."""
+        ban = self.memory.bans.get(ceiling)
+        if ban is None:
+            return ""
+        left = ban.left(self.memory.reached)
+        more = "for good" if left is None else f"{left} more recurrence(s) with a model to go"
+        return f" (shut out since recurrence {ban.since}, {more})"

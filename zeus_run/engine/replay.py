@@ -9,7 +9,9 @@ Both re-drive the shared `Engine` from the history alone:
   probe when concurrent). The first difference is a divergence.
 * `what_if` turns the recorded trials into an empirical trace (per batch size:
   each observed trial's epochs, time and energy) and replays it with changed
-  knobs. A batch size the history never observed is unknown: the replay stops
+  knobs. A recorded out-of-memory crash replays as one, under the rule the
+  decisions obey (`zeus_run.engine.memory`: its retry goes smaller, and its
+  batch size is shut out as long as the run's ``oom_retry_after`` says). A batch size the history never observed is unknown: the replay stops
   there and says so rather than inventing an outcome.
 """
 
@@ -349,7 +351,7 @@ class EmpiricalExecutor:
             metrics=r.metrics[:epochs],
             cause=None,
         )
-        return trial_record(
+        record = trial_record(
             "replay",
             req,
             outcome,
@@ -358,6 +360,11 @@ class EmpiricalExecutor:
             observed=True,  # replayed paths are observed ones (`empirical_paths`)
             detail=f"{req.decision.detail}; recorded trial #{r.trial}".lstrip("; "),
         )
+        if r.oom and reason is StopReason.CRASHED and reason is r.stop_reason:
+            # It runs out of memory again: its retry goes smaller and the job's rule shuts it out
+            # (`zeus_run.engine.memory`), for as long as the recorded run's spec said.
+            record = dataclasses.replace(record, oom=True)
+        return record
 
 
 def what_if(

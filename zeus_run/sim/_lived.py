@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -118,7 +119,7 @@ def fault_record(
         return cut(night.interrupted, StopReason.INTERRUPTED, "the launcher was interrupted")
     if night.ooms(t.batch_sizes[row]):
         energy, time = executor._charge(row, col, OOM_SHARE, False)
-        return executor._record(
+        crash = executor._record(
             req,
             col,
             epochs=0,
@@ -130,4 +131,6 @@ def fault_record(
             message=OOM_MESSAGE,
             cause=OOM_MESSAGE,
         )
+        # An ``oom@N`` night's crash is marked as a real one is (`zeus_run.engine.core.Engine.tell`); see `Life`.
+        return dataclasses.replace(crash, oom=True) if night.oom_marked else crash
     return None

@@ -42,7 +42,7 @@ from zeus_run.sim._life import IDLE_SHARE, Life, NightLife
 from zeus_run.sim._lived import default_truth, fault_record, live
 from zeus_run.sim._noise import Noise
 from zeus_run.sim._traces import JobTable
-from zeus_run.spec import OptimizerSettings
+from zeus_run.spec import DEFAULT_OOM_RETRY_AFTER, OptimizerSettings
 from zeus_run.views.saving import Saved, saved_json
 
 logger = logging.getLogger(__name__)
@@ -384,6 +384,7 @@ def simulate(
     objective: Objective | None = None,
     warm: WarmStart | None = None,
     life: Life | None = None,
+    oom_retry_after: int | None = DEFAULT_OOM_RETRY_AFTER,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -411,6 +412,8 @@ def simulate(
         life: Bad nights (`zeus_run.sim.Life`), drawn from ``seed``; None: none. An interrupted try or an
             environment error ends the engine's run as it ends a real one; the simulation resumes it, as
             the next trigger would.
+        oom_retry_after: Recurrences with a model before a batch size that ran out of memory is tried again
+            (the spec's ``oom_retry_after``; None: never, the rule before it existed).
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -435,9 +438,14 @@ def simulate(
         horizon=horizon if plan_horizon else None,
         objective=given,
         warm=warm,
+        oom_retry_after=oom_retry_after,
     )
-    default = default_baseline(table, eta, objective)
-    nights = life.nights(seed, horizon, table.batch_sizes, table.default_batch_size, default.time) if life else ()
+    default, oracle = default_baseline(table, eta, objective), oracle_baseline(table, eta, objective)
+    nights = (
+        life.nights(seed, horizon, table.batch_sizes, table.default_batch_size, default.time, oracle.batch_size)
+        if life
+        else ()
+    )
     executor = TraceExecutor(table, eta, seed, slowdowns, objective, nights)
     runs = Clocked(executor) if concurrency > 1 else executor
     b0 = executor._profiles[table.index(table.default_batch_size)]
@@ -461,7 +469,7 @@ def simulate(
         energy=energy,
         time=time,
         default=default,
-        oracle=oracle_baseline(table, eta, objective),
+        oracle=oracle,
         grid_cost=grid_search_cost(table, eta, horizon, seed) if baselines else math.nan,
         final=(last.batch_size, last.power_limit) if last else (0, None),
         knobs=knobs,

@@ -21,6 +21,7 @@ from zeus_run.spec._check import _REQUIRED, _whole, field_at_line
 from zeus_run.spec._model import (
     DEFAULT_LEASE,
     DEFAULT_LIFETIME,
+    DEFAULT_OOM_RETRY_AFTER,
     LR_SCALING_RULES,
     MAX_CONCURRENCY,
     MIN_LEASE,
@@ -58,6 +59,7 @@ _TOP_KEYS = (
     "recurrences",
     "lifetime",
     "max_tries",
+    "oom_retry_after",
     "seed",
     "timeout",
     "max_early_stops",
@@ -250,6 +252,21 @@ class _Validator(Sections):
                 d, "max_early_stops", "", 3, self.int_(1, fix="Early stops before the fallback try, or null for never")
             )
         )
+        oom_retry_after = (
+            None
+            if "oom_retry_after" in d and d["oom_retry_after"] is None
+            else g(
+                d,
+                "oom_retry_after",
+                "",
+                DEFAULT_OOM_RETRY_AFTER,
+                self.int_(
+                    1,
+                    fix="Recurrences to reach the target before a batch size that ran out of memory is tried again, "
+                    f"or null for never (default {DEFAULT_OOM_RETRY_AFTER})",
+                ),
+            )
+        )
 
         self.placeholders(command, env, learning_rate, metric.path)
         if workdir is not None and "workdir" in d and not workdir.is_dir():
@@ -282,6 +299,7 @@ class _Validator(Sections):
             recurrences=recurrences,
             lifetime=lifetime,
             max_tries=max_tries,
+            oom_retry_after=oom_retry_after,
             seed=seed,
             timeout=timeout,
             run_dir=run_dir,

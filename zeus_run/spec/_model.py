@@ -58,6 +58,9 @@ EXECUTOR_KINDS = ("local", "slurm")
 #: Recurrences an open-ended job (``recurrences: null``) is expected to live when its spec does not say
 #: (``lifetime``); records decided before lifetimes existed planned over it too.
 DEFAULT_LIFETIME = 100
+#: Recurrences that must reach the target after an out-of-memory crash before its batch size is tried again
+#: (``oom_retry_after``; doubled with each further crash of it: `zeus_run.engine.memory`).
+DEFAULT_OOM_RETRY_AFTER = 5
 
 #: Most recurrences a spec may keep in flight at once.
 MAX_CONCURRENCY = 1024
@@ -339,6 +342,13 @@ class JobSpec:
             finite ``recurrences``.
         max_tries: Trials per recurrence before giving up on the target: the recurrence is recorded as failed and
             the job goes on with the next one.
+        oom_retry_after: A batch size that ran out of memory (where a smaller one then reached the target) is
+            shut out, with every larger one, until this many recurrences have reached the target after it; then it
+            may be tried again, and each further out-of-memory crash of it doubles the wait (5, 10, 20...). Its
+            first crash after it (or a larger batch size) reached the target on this job shuts it out for that
+            night only: it fits, so the machine (a co-tenant on a shared GPU) is the likelier cause. A batch size
+            that truly does not fit costs one short crashed try each time it is tried again. null: never again.
+            Each crash keeps the value it was recorded under, so a change applies to later crashes.
         seed: Seed of the optimizer and the training scripts (trial seed = seed + trial index).
         timeout: Wall-clock limit of one trial (unit: s), or None.
         max_early_stops: Early stops (cost threshold) a recurrence may take; its next try
@@ -372,6 +382,7 @@ class JobSpec:
     recurrences: int | None = 20
     lifetime: int = DEFAULT_LIFETIME
     max_tries: int = 20
+    oom_retry_after: int | None = DEFAULT_OOM_RETRY_AFTER
     seed: int = 123456
     timeout: float | None = None
     max_early_stops: int | None = 3

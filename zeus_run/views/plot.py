@@ -221,6 +221,19 @@ def _batch_size_panel(ax: Any, records: Sequence[TrialRecord], s: Summary) -> No
         )
     if s.default_batch_size is not None:
         ax.axhline(s.default_batch_size, color=_DEFAULT, linestyle="--", linewidth=1, label="default")
+    last = max(r.recurrence for r in records) + 0.6
+    for x in s.shut_out:  # what the decisions exclude now, since the recurrence that ran out of memory
+        ax.fill_between(
+            [x.since + 0.5, last], x.batch_size / 2**0.25, max(sizes) * 2**0.25, color=_FAILED, alpha=0.12, lw=0
+        )
+        ax.annotate(
+            f"shut out since {x.since} (out of memory)",
+            xy=(x.since + 0.5, x.batch_size),
+            xytext=(2, 2),
+            textcoords="offset points",
+            fontsize=7,
+            color=_FAILED,
+        )
     ax.set_yscale("log", base=2)
     ax.set_yticks(sizes, [str(b) for b in sizes])
     ax.minorticks_off()
@@ -295,11 +308,13 @@ def _distribution_panel(ax: Any, records: Sequence[TrialRecord], s: Summary, uni
         ax.axhline(s.default_mean_cost / scale, color=_DEFAULT, linestyle="--", linewidth=1)
     labels = []
     for st in stats:
+        ban = s.shut_out_of(st.batch_size)
         notes = [
             note
             for note, on in (
                 ("default", st.batch_size == s.default_batch_size),
                 ("best", s.recommendation is not None and st.batch_size == s.recommendation.batch_size),
+                (f"shut out since {ban.since}" if ban else "", ban is not None),
             )
             if on
         ]

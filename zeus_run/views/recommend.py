@@ -6,7 +6,10 @@ A recommendation must agree with the data it is printed next to:
   default's (the default is recommended instead);
 * when the optimizer's own belief (`believed_best`: the batch size it treats
   as best after folding the history exactly as the engine does) is another
-  batch size, the recommendation says so and why.
+  batch size, the recommendation says so and why;
+* it never names a batch size that out-of-memory crashes shut out of the
+  decisions (`zeus_run.engine.memory`, the rule the decisions obey), and says
+  so where the cheapest mean is one of them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from zeus_run.engine.knobs import Knobs
+    from zeus_run.engine.memory import ShutOut
     from zeus_run.records import TrialRecord
     from zeus_run.views.saving import Saved
     from zeus_run.views.summary import BatchSizeStats
@@ -73,6 +77,7 @@ def recommend(
     default_mean_cost: float | None,
     default_batch_size: int | None = None,
     belief: int | None = None,
+    shut_out: Sequence[ShutOut] = (),
 ) -> Recommendation | None:
     """The batch size (with its learning rate and power limit) to run with.
 
@@ -85,28 +90,51 @@ def recommend(
         default_mean_cost: The default's mean converged cost (unit: J), if it converged.
         default_batch_size: b0.
         belief: The batch size the optimizer favours (`believed_best`), if known.
+        shut_out: The shut-outs in force (`zeus_run.engine.memory.MemoryBans.now`): none of their batch sizes,
+            nor any larger, is recommended.
     """
-    candidates = [s for s in stats if s.mean_cost is not None]
-    if any(s.converged >= 2 for s in candidates):
-        candidates = [s for s in candidates if s.converged >= 2]
+    ceiling = min((x.batch_size for x in shut_out), default=None)
+
+    def runnable(b: int) -> bool:
+        return ceiling is None or b < ceiling
+
+    ranked = [s for s in stats if s.mean_cost is not None]
+    if any(s.converged >= 2 for s in ranked):
+        ranked = [s for s in ranked if s.converged >= 2]
+    candidates = [s for s in ranked if runnable(s.batch_size)]
+    if not candidates:
+        candidates = [s for s in stats if s.mean_cost is not None and runnable(s.batch_size)]
     if not candidates:
         return None
     best = min(candidates, key=lambda s: (s.mean_cost, -s.converged))
-    note = None
+    notes = []
+    cheaper = min(ranked, key=lambda s: (s.mean_cost, -s.converged)) if ranked else None
+    if cheaper is not None and not runnable(cheaper.batch_size):
+        ban = max((x for x in shut_out if x.batch_size <= cheaper.batch_size), key=lambda x: x.batch_size)
+        notes.append(
+            f"batch size {cheaper.batch_size} has a lower mean, but it is shut out of the decisions: batch size "
+            f"{ban.batch_size} ran out of memory in recurrence {ban.since} ({ban.until})"
+        )
     default = next((s for s in stats if s.batch_size == default_batch_size and s.mean_cost is not None), None)
+    if default is not None and not runnable(default.batch_size):
+        default = None  # the default itself is shut out: the cheapest that runs is recommended
+    above = None
     if default is not None and default_mean_cost is not None and (best.mean_cost or 0.0) > default_mean_cost:
-        note = (
+        above = (
             f"batch size {best.batch_size}'s mean cost is above the default's, so the default is recommended; "
             "no batch size has beaten it yet"
         )
         best = default
-    if belief is not None and belief != best.batch_size:
-        note = (
+    if belief is not None and runnable(belief) and belief != best.batch_size:
+        above = None  # the optimizer's belief says more
+        notes.append(
             f"the optimizer now favours batch size {belief}: its estimate counts every observed try (failures and "
             "early stops too, slow recurrences at their usual pace) and needs no second run, while this "
             "recommendation is the lowest mean over converged runs"
             + (" with at least two of them" if best.converged >= 2 else "")
         )
+    notes += [above] if above else []
+    note = "; ".join(notes) if notes else None
     assert best.mean_cost is not None
     return Recommendation(
         batch_size=best.batch_size,
@@ -162,7 +190,7 @@ def belief_of(records: Sequence[TrialRecord], knobs: Knobs) -> Belief:
     recurrences = max((r.recurrence for r in records), default=0) + 1
     engine = knobs.engine(recurrences)
     ledger = Ledger.from_history(engine, records)
-    return Belief(engine.optimizer.leader(ledger.state), dict(ledger.slow))
+    return Belief(ledger.leader(), dict(ledger.slow))
 
 
 def _savings(value: float, baseline: float) -> float | None:

@@ -152,6 +152,7 @@ def summary_rows(job: JobView) -> list[tuple[str, str]]:
             f"energy {'~' if s.estimated else ''}{_j(s.total_energy)}, time {s.total_time:.2f} s, cost {_j(s.total_cost)}",
         ),
     ]
+    rows += [(f"shut out of the decisions: batch size {x.batch_size} and larger", x.note) for x in s.shut_out]
     if s.slow:
         rows.append(
             (
@@ -222,7 +223,8 @@ def render_report(job: JobView) -> str:
                     ("default", b.batch_size == s.default_batch_size),
                 )
                 if on
-            ),
+            )
+            + "".join(f" ({x.label(b.batch_size)})" for x in (s.shut_out_of(b.batch_size),) if x is not None),
         )
         for b in s.by_batch_size
     ]

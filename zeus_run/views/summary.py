@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zeus_run.contract import StopReason
+from zeus_run.engine.memory import ShutOut, shut_out
 from zeus_run.records import TrialRecord
 from zeus_run.views import saving as est
 from zeus_run.views.baseline import Baseline
@@ -196,6 +197,8 @@ class Summary:
         chosen_reached: For each of ``chosen``, whether its recurrence reached the target.
         chosen_recurrences: The recurrence of each of ``chosen``.
         nights: Each recurrence as the comparison with the default counts it (`zeus_run.views.nights`).
+        shut_out: The batch sizes out-of-memory crashes shut out of the decisions now, each with every larger
+            one (`zeus_run.engine.memory`, the rule the decisions obey): never recommended.
         saved_without_slow: The whole history's savings with the slow recurrences left out of both sides.
         slow_left_out: The recurrences ``saved_without_slow`` leaves out.
     """
@@ -249,6 +252,11 @@ class Summary:
     nights: tuple[Night, ...] = ()
     saved_without_slow: dict[str, est.Saved | None] = field(default_factory=dict)
     slow_left_out: tuple[int, ...] = ()
+    shut_out: tuple[ShutOut, ...] = ()
+
+    def shut_out_of(self, batch_size: int) -> ShutOut | None:
+        """The shut-out that keeps ``batch_size`` out of the decisions (None: the decisions may run it)."""
+        return max((x for x in self.shut_out if x.batch_size <= batch_size), key=lambda x: x.batch_size, default=None)
 
     @property
     def counted(self) -> str:
@@ -400,7 +408,8 @@ def summarize(
     with_cost = [s for s in stats if s.mean_cost is not None]
     best = min(with_cost, key=lambda s: s.mean_cost or 0.0).batch_size if with_cost else None
     exploration = exploration_status(records)
-    rec = recommend(stats, base.cost if base else None, default_batch_size, belief.batch_size if belief else None)
+    bans = shut_out(records).now()  # the rule the decisions obey: never recommend what they exclude
+    rec = recommend(stats, base.cost if base else None, default_batch_size, belief.batch_size if belief else None, bans)
     saved = {q: whole.get(q) for q in QUANTITIES}
     return Summary(
         trials=len(records),
@@ -452,6 +461,7 @@ def summarize(
         slow=slow,
         sweeps=sum(1 for r in records if r.profile_overhead is not None),
         sweep_cost=sum(r.profile_overhead or 0.0 for r in records),
+        shut_out=bans,
     )
 
 
