@@ -73,7 +73,7 @@ def when_command(
         )
     else:
         out = out_console()
-        dur = "unknown (too little history)" if p.duration is None else f"{p.duration / 3600:.2f} h"
+        dur = "unknown (too little history)" if p.duration is None else _span(p.duration)
         fc = (
             "none"
             if p.forecast_now is None
@@ -91,6 +91,12 @@ def when_command(
         from zeus_run.cli._common import fail
 
         raise fail(words[0].upper() + words[1:] + ".", 1)
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 def _iso(t: float) -> str:

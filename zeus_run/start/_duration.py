@@ -13,6 +13,9 @@ QUANTILE = 0.95
 MIN_RUNS = 5
 #: Slack over the quantile (unit: share of it): runs vary from night to night beyond what a few runs show.
 MARGIN = 0.10
+#: Recent runs the window is sought for, and the quantiles of them taken as scenarios.
+RECENT = 30
+SCENARIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 @dataclass(frozen=True)
@@ -23,13 +26,16 @@ class Duration:
         seconds: What the deadline is kept for: the run must end by the deadline if it takes this long.
         runs: Earlier runs it was sized from.
         why: Why there is none.
-        typical: The median run (unit: s), which the lowest-carbon window is sought for.
+        typical: The median run (unit: s).
+        scenarios: Runs the lowest-carbon window is sought for (quantiles of the recent runs, unit: s): the start
+            chosen has the lowest carbon summed over them, as a run whose length is not known in advance has.
     """
 
     seconds: float | None
     runs: int
     why: str = ""
     typical: float | None = None
+    scenarios: tuple[float, ...] = ()
 
 
 def planned(
@@ -47,4 +53,6 @@ def planned(
             f"only {len(runs)} earlier run(s) at this batch size and power limit; {min_runs} are needed to size the window",
         )
     q = float(np.quantile(runs, quantile)) * (1.0 + MARGIN)
-    return Duration(max(q, float(runs.max())), len(runs), typical=float(np.median(runs)))
+    recent = runs[-RECENT:]
+    scenarios = tuple(float(x) for x in np.unique(np.quantile(recent, SCENARIOS)))
+    return Duration(max(q, float(runs.max())), len(runs), typical=float(np.median(runs)), scenarios=scenarios)

@@ -9,9 +9,10 @@ plan says why):
   duration fits in the window: the chosen start finishes by the deadline for that duration;
 * the forecast promises a saving above ``min_saving`` against starting on time;
 * the forecast, asked the same question on up to `NIGHTS` earlier nights of the series (the same window a
-  day, two days ... earlier), saved carbon on average against what then happened, and tonight's promise
-  corrected by its measured error (the mean of realized minus promised saving on those nights) still beats
-  ``min_saving``.
+  day, two days ... earlier), saved carbon against what then happened: the mean realized saving less one
+  standard error of it is above zero;
+* tonight's promise, scaled by the share of its promises the forecast kept on those nights (mean realized
+  over mean promised saving, at most 1), still beats ``min_saving``.
 
 Every mean over a span integrates the step series, partial steps weighted by the part they cover
 (`zeus_run.start.Series`). One decision costs a few vectorised searches over the series (under a
@@ -53,7 +54,7 @@ class Plan:
         forecast_at_start: The forecast mean over the planned run from ``start_at``.
         forecast_on_time: The forecast mean over the planned run from the trigger.
         promised: The saving the forecast promises against starting on time (share).
-        expected: ``promised`` corrected by the forecast's measured error on earlier nights.
+        expected: ``promised`` times the share of its promises the forecast kept on earlier nights.
         skill: The forecast's mean realized saving on the earlier nights it was checked on.
         nights: Earlier nights it was checked on.
         provenance: Where the forecast came from.
@@ -104,31 +105,44 @@ class Plan:
 
 
 def best_start(
-    series: Series, window: Window, duration: float, latest: float | None = None
+    series: Series, window: Window, duration: float | Sequence[float], latest: float | None = None
 ) -> tuple[float, float, float]:
-    """The start in ``[trigger, latest]`` with the lowest mean of ``series`` over a run of ``duration``.
+    """The start in ``[trigger, latest]`` with the lowest carbon of a run of ``duration``.
 
-    ``latest`` defaults to ``deadline - duration``; the planner passes the deadline minus the duration it keeps
-    the deadline for (a high quantile), and seeks the window for the typical run.
-
-    The mean of a step series over a fixed-length span is piecewise linear in the start, so its minimum lies
-    where the span's start or end meets a row; those are the only candidates. Ties go to the earliest.
+    ``duration`` may be several lengths (scenarios of a run whose length is not known in advance): the start
+    with the lowest intensity integrated over each of them, summed, wins. ``latest`` defaults to
+    ``deadline - max(duration)``; the planner passes the deadline minus the duration it keeps the deadline for
+    (a high quantile). The integral of a step series over a span of fixed length is piecewise linear in its
+    start, so its minimum lies where the span's start or end meets a row; those are the only candidates.
+    Ties go to the earliest.
 
     Returns:
-        (start, mean from it, mean from the trigger).
+        (start, mean intensity from it, mean intensity from the trigger), weighted by length over the scenarios.
     """
+    lengths = np.atleast_1d(np.asarray(duration, dtype=float))
     lo = window.trigger
-    hi = window.deadline - duration if latest is None else latest
-    on_time = float(series.mean(lo, lo + duration))
+    hi = window.deadline - float(lengths.max()) if latest is None else latest
+    total = float(lengths.sum())
+
+    def means(starts: np.ndarray) -> np.ndarray:
+        ends = starts[:, None] + lengths[None, :]
+        return (series.cumulative(ends) - series.cumulative(starts)[:, None]).sum(axis=1) / total
+
+    on_time = float(means(np.array([lo]))[0])
     if hi <= lo:
         return lo, on_time, on_time
-    cands = np.concatenate(
-        ([lo, hi], series.breakpoints(lo, hi), series.breakpoints(lo + duration, hi + duration) - duration)
-    )
-    cands = np.unique(np.clip(cands, lo, hi))
-    means = series.mean(cands, cands + duration)
-    i = int(np.argmin(means))  # unique() sorted them: the first minimum is the earliest
-    return float(cands[i]), float(means[i]), on_time
+    cands = [np.array([lo, hi]), series.breakpoints(lo, hi)]
+    cands += [series.breakpoints(lo + d, hi + d) - d for d in lengths]
+    starts = np.unique(np.clip(np.concatenate(cands), lo, hi))
+    m = means(starts)
+    i = int(np.argmin(m))  # unique() sorted them: the first minimum is the earliest
+    return float(starts[i]), float(m[i]), on_time
+
+
+def span_mean(series: Series, start: float, duration: float | Sequence[float]) -> float:
+    """The mean of ``series`` over runs of ``duration`` (one length or several, weighted by length) from ``start``."""
+    lengths = np.atleast_1d(np.asarray(duration, dtype=float))
+    return float((series.cumulative(start + lengths) - series.cumulative(start)).sum() / lengths.sum())
 
 
 def _saving(start_mean: float, on_time: float) -> float:
@@ -136,10 +150,15 @@ def _saving(start_mean: float, on_time: float) -> float:
 
 
 def check_skill(
-    forecast: Forecast, actual: Series, window: Window, duration: float, keep: float | None = None, nights: int = NIGHTS
+    forecast: Forecast,
+    actual: Series,
+    window: Window,
+    duration: float | Sequence[float],
+    keep: float | None = None,
+    nights: int = NIGHTS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The forecast asked on up to ``nights`` earlier nights the actual series covers, for a run of ``duration``
-    that must start by the deadline minus ``keep`` (default: ``duration``).
+    (one length or scenarios of it) that must start by the deadline minus ``keep`` (default: the longest).
 
     Returns:
         (promised, realized) saving of following it on each night checked.
@@ -149,12 +168,10 @@ def check_skill(
         w = window.shifted(-k * DAY)
         if not actual.covers(w.trigger, w.deadline):
             continue
-        latest = w.deadline - (duration if keep is None else keep)
+        latest = None if keep is None else w.deadline - keep
         s, mean, on_time = best_start(forecast.predict(w.trigger, w.trigger, w.deadline), w, duration, latest)
         promised.append(_saving(mean, on_time))
-        realized.append(
-            _saving(float(actual.mean(s, s + duration)), float(actual.mean(w.trigger, w.trigger + duration)))
-        )
+        realized.append(_saving(span_mean(actual, s, duration), span_mean(actual, w.trigger, duration)))
     return np.asarray(promised), np.asarray(realized)
 
 
@@ -191,7 +208,7 @@ def plan(
     if d.seconds is None:
         return _with(on_time, reason=f"{d.why}: starting on time")
     dur = d.seconds
-    typical = d.typical if d.typical is not None else dur
+    typical: Sequence[float] = d.scenarios or (d.typical if d.typical is not None else dur,)
     on_time = _with(on_time, duration=dur)
     if T + dur > D:
         return _with(
@@ -224,12 +241,17 @@ def plan(
             reason=f"the forecast could be checked on {len(r)} earlier night(s) of the series, {min_nights} are needed: starting on time",
         )
     skill = float(r.mean())
-    expected = promised + float((r - p).mean())
+    low = skill - float(r.std(ddof=1)) / np.sqrt(len(r))  # one standard error under it
+    kept = min(max(skill / float(p.mean()), 0.0), 1.0) if float(p.mean()) > 0 else 0.0
+    expected = promised * kept
     on_time = _with(on_time, nights=len(r), skill=skill, expected=expected)
-    if skill <= 0:
+    if low <= 0:
         return _with(
             on_time,
-            reason=f"following this forecast saved {skill:+.1%} on the {len(r)} earlier nights checked: starting on time",
+            reason=(
+                f"following this forecast saved {skill:+.1%} on the {len(r)} earlier nights checked (one standard "
+                f"error under it: {low:+.1%}): starting on time"
+            ),
         )
     if expected <= min_saving:
         return _with(
