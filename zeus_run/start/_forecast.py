@@ -86,10 +86,12 @@ class Noisy:
         part = self.actual.window(lo, hi)
         rng = np.random.default_rng([self.seed, int(issued_at) & 0xFFFFFFFF])
         z = rng.standard_normal(len(part.times))
-        e = np.empty(len(z))
-        e[0] = self.sigma * z[0]
-        for i in range(1, len(z)):
-            e[i] = 0.9 * e[i - 1] + np.sqrt(0.19) * self.sigma * z[i]
+        # e(i) = 0.9 e(i-1) + sqrt(0.19) S z(i), e(0) = S z(0): a sum of the shocks, each decayed by 0.9 a step.
+        n = len(z)
+        shocks = np.sqrt(0.19) * self.sigma * z
+        shocks[0] = self.sigma * z[0]
+        decay = 0.9 ** np.arange(n)
+        e = decay * np.cumsum(shocks / decay) if n < 600 else _ar1(shocks)
         lead = np.clip((part.times - issued_at) / max(hi - issued_at, 1.0), 0.0, 1.0)
         return Series(part.times, np.maximum(part.values * (1.0 + e * lead), 0.0))
 
@@ -117,3 +119,12 @@ class Provider:
             f"start.forecast.provider {self.name!r}: this release fetches no forecast over the network. Write the "
             "provider's forecast to a CSV of timestamp,value rows and use start.forecast: {csv: PATH}."
         )
+
+
+def _ar1(shocks: np.ndarray) -> np.ndarray:
+    """``e(i) = 0.9 e(i-1) + shocks(i)`` step by step (long series, where 0.9**i underflows the closed form)."""
+    e = np.empty(len(shocks))
+    e[0] = shocks[0]
+    for i in range(1, len(shocks)):
+        e[i] = 0.9 * e[i - 1] + shocks[i]
+    return e

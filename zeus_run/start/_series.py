@@ -19,7 +19,7 @@ from zeus_run.accounting import read_series
 class Series:
     """A step series (times in Unix seconds, sorted; values per kWh) with its running integral."""
 
-    __slots__ = ("prefix", "step", "times", "values")
+    __slots__ = ("_step", "last_index", "prefix", "times", "values")
 
     def __init__(self, times: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> None:
         t = np.asarray(times, dtype=float)
@@ -31,10 +31,19 @@ class Series:
             t, v = t[order], v[order]
         self.times = t
         self.values = v
-        widths = np.diff(t)
-        self.prefix = np.concatenate(([0.0], np.cumsum(v[:-1] * widths)))
-        #: The usual distance between rows (the last row holds for one more of it, for `covers`).
-        self.step = float(np.median(widths[-50:])) if len(widths) else 0.0
+        self.prefix = np.empty(len(t))
+        self.prefix[0] = 0.0
+        np.cumsum(v[:-1] * (t[1:] - t[:-1]), out=self.prefix[1:])
+        self.last_index = len(t) - 1
+        self._step: float | None = None
+
+    @property
+    def step(self) -> float:
+        """The usual distance between rows (the last row holds for one more of it, for `covers`)."""
+        if self._step is None:
+            widths = np.diff(self.times[-51:])
+            self._step = float(np.median(widths)) if len(widths) else 0.0
+        return self._step
 
     @classmethod
     def read(cls, path: str | Path, shown: str | None = None) -> Series:
@@ -58,7 +67,7 @@ class Series:
     def cumulative(self, x: float | np.ndarray) -> np.ndarray:
         """The integral from the first row to ``x`` (unit: value x s; negative before the first row)."""
         x = np.asarray(x, dtype=float)
-        k = np.clip(np.searchsorted(self.times, x, side="right") - 1, 0, len(self.times) - 1)
+        k = np.maximum(np.searchsorted(self.times, x, side="right") - 1, 0)  # at most the last index already
         return self.prefix[k] + self.values[k] * (x - self.times[k])
 
     def mean(self, a: float | np.ndarray, b: float | np.ndarray) -> np.ndarray:
@@ -71,7 +80,7 @@ class Series:
 
     def at(self, x: float | np.ndarray) -> np.ndarray:
         """The value in force at ``x``."""
-        k = np.clip(np.searchsorted(self.times, np.asarray(x, dtype=float), side="right") - 1, 0, len(self.times) - 1)
+        k = np.maximum(np.searchsorted(self.times, np.asarray(x, dtype=float), side="right") - 1, 0)
         return self.values[k]
 
     def window(self, lo: float, hi: float) -> Series:
