@@ -71,3 +71,27 @@ def test_sigterm_while_waiting_ends_the_run_with_no_trial_started(tmp_path: Path
     events = [json.loads(line) for line in (run_dir / "starts.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["plan", "interrupted"] and events[1]["signal"] == "SIGTERM"
     assert events[0]["moved"] is True
+
+
+def test_a_slurm_job_is_submitted_with_begin_instead_of_a_waiting_process(tmp_path: Path) -> None:
+    import dataclasses
+
+    from zeus_run.cli._wait import with_begin
+    from zeus_run.spec import load_spec
+    from zeus_run.start import Plan
+
+    spec_path = tmp_path / "job.yaml"
+    spec_path.write_text(
+        job_spec("start: {within: 8h, forecast: none}\nexecutor: {kind: slurm, extra_args: ['--mem=4G']}\n")
+    )
+    spec = load_spec(spec_path)
+    now = time.time()
+    moved = Plan(now, now + 8 * 3600, now + 3 * 3600, True, "test")
+    held = with_begin(spec, moved)
+    begin = [a for a in held.executor.extra_args if a.startswith("--begin=now+")]
+    assert held.executor.extra_args[0] == "--mem=4G" and len(begin) == 1
+    assert abs(int(begin[0].split("+")[1]) - 3 * 3600) <= 5
+    assert with_begin(spec, dataclasses.replace(moved, moved=False)) is spec  # on time: nothing added
+    assert with_begin(held, dataclasses.replace(moved, moved=False)).executor.extra_args == ("--mem=4G",)  # nor kept
+    local = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor, kind="local", extra_args=()))
+    assert with_begin(local, moved) is local  # a local executor waits in the launcher instead

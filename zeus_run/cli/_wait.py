@@ -42,6 +42,10 @@ def wait_for_start(spec: JobSpec, run_dir: Path, err: Console, quiet: bool = Fal
         err.print(f"Start plan: {p.line()}", markup=False, highlight=False)
     if not p.moved or p.start_at <= time.time():
         return p
+    if spec.executor.kind == "slurm":  # Slurm holds the job (sbatch --begin, `with_begin`): no process waits
+        if not quiet:
+            err.print(f"Submitting with --begin={_begin(p)} (Slurm holds it until then)", markup=False, highlight=False)
+        return p
     actual = sources(spec).actual
     stop = threading.Event()
     got: list[int] = []
@@ -87,6 +91,26 @@ def wait_for_start(spec: JobSpec, run_dir: Path, err: Console, quiet: bool = Fal
         )
         raise typer.Exit(128 + signum)
     return p
+
+
+def with_begin(spec: JobSpec, p: Plan) -> JobSpec:
+    """``spec`` whose Slurm trials are submitted with ``--begin`` at the plan's start (a moved plan, a Slurm
+    executor); otherwise ``spec`` itself. A try submitted after that time (a retry) starts at once."""
+    import dataclasses
+
+    if spec.executor.kind != "slurm":
+        return spec
+    args = tuple(a for a in spec.executor.extra_args if not a.startswith("--begin"))  # a stored spec's earlier one
+    if p.moved:
+        args = (*args, f"--begin={_begin(p)}")
+    if args == spec.executor.extra_args:
+        return spec
+    return dataclasses.replace(spec, executor=dataclasses.replace(spec.executor, extra_args=args))
+
+
+def _begin(p: Plan) -> str:
+    """The plan's start as sbatch's ``--begin`` reads it: ``now+SECONDS`` (relative, so no time zone is assumed)."""
+    return f"now+{max(0, round(p.start_at - time.time()))}"
 
 
 def _now() -> str:
