@@ -114,6 +114,10 @@ EXAMPLES: dict[str, Any] = {
     "accounting.currency": "EUR",
     "export.mlflow": {"tracking_uri": "http://mlflow:5000", "experiment": "nightly"},
     "export.prometheus": {"push": "http://pushgateway:9091"},
+    "start.by": "07:00",
+    "start.within": "8h",
+    "start.forecast": "persistence",
+    "start.min_saving": 0.05,
 }
 #: Fields whose example needs another setting to be accepted.
 _CONTEXT: dict[str, dict[str, Any]] = {
@@ -128,6 +132,7 @@ _CONTEXT: dict[str, dict[str, Any]] = {
     "metric.key": {"metric": {"source": "jsonl"}},
     "metric.path": {"metric": {"source": "jsonl", "key": "val_acc"}},
     "default_batch_size": {"batch_sizes": [64, 128, 256]},
+    **{f"start.{k}": {"start": {"by": "07:00"}} for k in ("forecast", "min_saving")},
     "optimizer.pruning_rounds": {"optimizer": {"policy": "zeus"}},
     "optimizer.num_explorations": {"optimizer": {"policy": "zeus"}},
     "energy.include": {"energy": {"source": "estimate"}},

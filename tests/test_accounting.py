@@ -194,3 +194,35 @@ def test_history_on_a_file_that_is_no_csv_prints_no_line_of_it(sim_run):
         assert res.exit_code == 2 and "Traceback" not in res.output
         assert "'secret.csv', line 2" in res.output
         assert "TOPSECRET" not in res.output and "root:x" not in res.output
+
+
+def test_a_trial_across_a_step_in_intensity_is_charged_each_side_for_its_own_time(tmp_path):
+    csv_path = tmp_path / "grid.csv"  # 500 g/kWh until 01:00, then 100
+    csv_path.write_text("timestamp,value\n2026-01-01T00:00:00Z,500\n2026-01-01T01:00:00Z,100\n")
+    rec = dict(job="j", stage="explore", epochs=1, time=3600.0, max_power=300.0, cost=1.0, reached=True)
+    records = [  # b0, one hour from 00:30 to 01:30: half at 500, half at 100
+        make_record(
+            0,
+            recurrence=1,
+            batch_size=8,
+            energy=2 * KWH,
+            started_at="2026-01-01T00:30:00Z",
+            ended_at="2026-01-01T01:30:00Z",
+            **rec,
+        ),
+        # 45 minutes from 00:45: a quarter of the hour at 500, half at 100
+        make_record(
+            1,
+            recurrence=2,
+            batch_size=16,
+            energy=1 * KWH,
+            started_at="2026-01-01T00:45:00Z",
+            ended_at="2026-01-01T01:30:00Z",
+            **rec,
+        ),
+    ]
+    acc = account(records, AccountingSettings(carbon_g_per_kwh="grid.csv"), base=tmp_path)
+    assert acc is not None
+    assert acc.carbon_g == pytest.approx(2 * 300 + 1 * (500 * 15 + 100 * 30) / 45)
+    assert read_series(csv_path).over("2026-01-01T00:30:00Z", "2026-01-01T01:30:00Z") == pytest.approx(300)
+    assert read_series(csv_path).over("2026-01-01T00:30:00Z") == 500  # no end: the rate at its start

@@ -8,8 +8,10 @@ accounting: {carbon_g_per_kwh: grid.csv, price_per_kwh: 0.12}   # a CSV time ser
 A number is a constant rate; a string is a CSV file of ``timestamp,value`` rows (ISO-8601
 timestamps, naive ones read as UTC, or Unix seconds; an optional header row). A trial is
 charged at the rate in force when it started (the last row at or before its start; the first
-row before the series begins). Records without a start time (simulated runs) are charged at
-the series' mean. Nothing here touches the network: for live carbon intensity, write the CSV
+row before the series begins); a trial with both its start and end times is charged at the
+series' mean over its own span (each step weighted by the part of it the trial covers: a run
+across a step in intensity pays each side's rate for its own time on it). Records without a start
+time (simulated runs) are charged at the series' mean. Nothing here touches the network: for live carbon intensity, write the CSV
 from your provider's data.
 
 What a run's carbon and money are, against the default's, is `zeus_run.views.money.account`;
@@ -35,6 +37,7 @@ import datetime as _dt
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +95,30 @@ class Rate:
             return sum(self.values) / len(self.values)
         i = bisect.bisect_right(self.times, _seconds(started_at)) - 1
         return self.values[max(i, 0)]
+
+    def over(self, started_at: str | None, ended_at: str | None = None, duration: float | None = None) -> float:
+        """The mean rate over ``[started_at, ended_at]`` (or ``duration`` seconds from ``started_at``), partial steps
+        weighted by the part they cover; no span: the rate at ``started_at`` (`at`)."""
+        if not self.times or started_at is None:
+            return self.at(started_at)
+        a = _seconds(started_at)
+        b = _seconds(ended_at) if ended_at is not None else a + (duration or 0.0)
+        if not b > a:
+            return self.at(started_at)
+        return (self._integral(b) - self._integral(a)) / (b - a)
+
+    @cached_property
+    def _prefix(self) -> tuple[float, ...]:
+        out, total = [0.0], 0.0
+        for i in range(len(self.times) - 1):
+            total += self.values[i] * (self.times[i + 1] - self.times[i])
+            out.append(total)
+        return tuple(out)
+
+    def _integral(self, x: float) -> float:
+        """The rate integrated from the first row to ``x`` (the first value before it, the last after the end)."""
+        i = min(max(bisect.bisect_right(self.times, x) - 1, 0), len(self.times) - 1)
+        return self._prefix[i] + self.values[i] * (x - self.times[i])
 
 
 def read_series(path: Path, shown: str | None = None) -> Rate:

@@ -113,6 +113,11 @@ LAZY: dict[str, LazyCommand] = {
         "an infrastructure failure, as an expired lease is, not fed to the optimizer, and its recurrence goes to "
         "the next ask.",
     ),
+    "when": LazyCommand(
+        "when",
+        "when_command",
+        "Print when the next recurrence should start: the lowest-carbon start before its deadline, or now.",
+    ),
     "serve": LazyCommand(
         "serve",
         "serve_command",

@@ -160,6 +160,10 @@ def history_command(
         out.print(line, markup=False)
     for line in story_lines(hist.parent, records):  # a warm start, why it did not explore, a launcher's trials
         out.print(line, markup=False)
+    from zeus_run.door.start import start_lines
+
+    for line in start_lines(hist.parent):  # the start plans (spec section start) and what they saved
+        out.print(line, markup=False, highlight=False)
 
 
 def _nothing_recorded_yet(path: Path) -> bool:

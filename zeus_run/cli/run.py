@@ -124,6 +124,12 @@ def run_command(
         raise UsageError("-n/--recurrences and --next both say how many recurrences to run; pass only one.")
     if new and force:
         raise UsageError("--new and --force both start a fresh run directory; pass only one.")
+    start_plan = None
+    if spec.start.enabled:  # the job's start section: wait for the cleanest start before the deadline
+        from zeus_run.cli._wait import wait_for_start, with_begin
+
+        start_plan = wait_for_start(spec, run_dir if run_dir is not None else spec.run_dir, err_console(), quiet)
+        spec = with_begin(spec, start_plan)  # Slurm: sbatch --begin instead of a waiting process
     # One trigger: its run directory's spec.yaml is read once, the summary's reads included.
     with read_once():
         err = err_console()
@@ -131,6 +137,10 @@ def run_command(
             result = run_job(
                 spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k, until=recurrences
             )
+        if start_plan is not None:
+            from zeus_run.door.start import record_outcome, sources
+
+            record_outcome(result.run_dir, start_plan, result.new, sources(spec).actual)
         if not quiet:
             records = result.records
             out = out_console()

@@ -228,6 +228,7 @@ class _Validator(Sections):
         executor = self.section("executor", self.executor)
         accounting = self.section("accounting", self.accounting)
         export = self.section("export", self.export)
+        start = self.section("start", self.start)
         concurrency = g(
             d,
             "concurrency",
@@ -313,6 +314,7 @@ class _Validator(Sections):
             executor=executor,
             accounting=accounting,
             export=export,
+            start=start,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
         )

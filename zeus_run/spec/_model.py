@@ -14,6 +14,7 @@ from typing import Any
 
 from zeus_run.accounting import AccountingSettings
 from zeus_run.objective import Objective
+from zeus_run.start import StartSettings
 
 #: Names that may appear as ``{name}`` in ``command`` and ``env`` values.
 PLACEHOLDERS = (
@@ -359,6 +360,7 @@ class JobSpec:
         executor: Where trials run (local subprocesses or Slurm jobs).
         accounting: Carbon intensity and price of energy (`zeus_run.accounting`).
         export: Live export after each trial (MLflow, Prometheus Pushgateway).
+        start: When each recurrence starts: in the cleanest window before its deadline (`zeus_run.start`).
         run_dir: Directory of history, logs and resolved spec.
         source: The YAML file this came from, if any.
     """
@@ -397,6 +399,7 @@ class JobSpec:
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     export: ExportSettings = field(default_factory=ExportSettings)
+    start: StartSettings = field(default_factory=StartSettings)
     source: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -34,6 +34,9 @@ from zeus_run.spec._model import (
     PrometheusExport,
     StopSettings,
 )
+from zeus_run.spec._start import KEYS as _START_KEYS
+from zeus_run.spec._start import start_section
+from zeus_run.start import StartSettings
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ _SECTIONS: dict[str, type] = {
     "executor": ExecutorSettings,
     "accounting": AccountingSettings,
     "export": ExportSettings,
+    "start": StartSettings,
 }
 _SECTION_KEYS = {
     "optimizer": (
@@ -87,6 +91,7 @@ _SECTION_KEYS = {
     ),
     "accounting": ("carbon_g_per_kwh", "price_per_kwh", "currency"),
     "export": ("mlflow", "prometheus"),
+    "start": _START_KEYS,
 }
 #: ``executor`` keys that only a Slurm executor reads.
 _SLURM_KEYS = _SECTION_KEYS["executor"][1:]
@@ -170,6 +175,9 @@ class Sections(Checker):
             price_per_kwh=self.get(m, "price_per_kwh", p, None, rate),
             currency=currency or "USD",
         )
+
+    def start(self, m: Mapping, p: str) -> StartSettings:
+        return start_section(self, m, p)
 
     def optimizer(self, m: Mapping, p: str) -> OptimizerSettings:
         policy = self.get(m, "policy", p, OptimizerSettings().policy, self.choice(POLICIES))

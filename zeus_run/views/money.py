@@ -174,12 +174,12 @@ def account(
     currency = periods[-1].settings.currency
     starts: dict[int, str | None] = {}
     for r in records:
-        starts.setdefault(r.recurrence, r.started_at)
+        starts.setdefault(r.recurrence, r.triggered_at or r.started_at)  # the default's side: started on time
 
     def total(rates: list[tuple[int, Rate | None]]) -> float | None:
         if all(rate is None for _, rate in rates):
             return None
-        return sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at) for r in records)
+        return sum(r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at, r.ended_at) for r in records)
 
     def saved(rates: list[tuple[int, Rate | None]], spent: float | None) -> Saved | None:
         if spent is None or summary is None or summary.baseline is None:
@@ -189,14 +189,19 @@ def account(
         energy = summary.saved.get("energy")
         b0 = summary.baseline
         nights = summary.nights  # the one accounting of each night (`zeus_run.views.nights`)
-        certain = sum(n.held(lambda r: r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at)) for n in nights)
+        certain = sum(
+            n.held(lambda r: r.energy / J_PER_KWH * _at(rates, r.recurrence, r.started_at, r.ended_at)) for n in nights
+        )
         expected = sum(
-            n.default_runs * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence))
+            n.default_runs * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence), span=b0.time)
             for n in nights
             if n.compared
         )
         extra = sum(
-            (n.most - n.default_runs) * b0.energy / J_PER_KWH * _at(rates, n.recurrence, starts.get(n.recurrence))
+            (n.most - n.default_runs)
+            * b0.energy
+            / J_PER_KWH
+            * _at(rates, n.recurrence, starts.get(n.recurrence), span=b0.time)
             for n in nights
         )
         spread = summary.spread
@@ -229,12 +234,19 @@ def _rate(value: float | str | None, base: Path | None) -> Rate | None:
     return Rate.of(value, base) if value is not None else None
 
 
-def _at(rates: Sequence[tuple[int, Rate | None]], recurrence: int, started_at: str | None) -> float:
-    """The rate in force for ``recurrence`` (its period's), at ``started_at``; 0 where that period sets none."""
+def _at(
+    rates: Sequence[tuple[int, Rate | None]],
+    recurrence: int,
+    started_at: str | None,
+    ended_at: str | None = None,
+    span: float | None = None,
+) -> float:
+    """The rate for ``recurrence`` (its period's) over its span from ``started_at`` (to ``ended_at``, or ``span``
+    seconds long; `zeus_run.accounting.Rate.over`); 0 where that period sets none."""
     rate = None
     for first, r in rates:
         if first <= recurrence:
             rate = r
     if rate is None and rates and recurrence < rates[0][0]:
         rate = rates[0][1]
-    return rate.at(started_at) if rate is not None else 0.0
+    return rate.over(started_at, ended_at, span) if rate is not None else 0.0
