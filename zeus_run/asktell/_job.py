@@ -133,7 +133,7 @@ class AskedTrial:
             # What this process spends after the block (saving, evaluating, tearing down), up to its next ask or
             # its exit, is this trial's too, as a launcher charges a script to its exit (`zeus_run.rundir.tails`).
             orders = {"run_dir": str(Path(run_dir).absolute()), "token": token}
-            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token), orders)
+            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token, told=True), orders)
         # None: an exception raised in the block goes on after it is recorded
 
 
