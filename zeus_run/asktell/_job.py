@@ -34,7 +34,7 @@ from types import TracebackType
 from zeus_run._process_trials import PROCESS, asking, interactive
 from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._session import resolve_job
-from zeus_run.asktell._tell import tell, tell_tail
+from zeus_run.asktell._tell import tell, tell_tail, tell_tail_lost
 from zeus_run.contract import TrialFiles, exit_status, exit_watch
 from zeus_run.engine.measure import Measured
 from zeus_run.errors import UsageError
@@ -133,7 +133,11 @@ class AskedTrial:
             # What this process spends after the block (saving, evaluating, tearing down), up to its next ask or
             # its exit, is this trial's too, as a launcher charges a script to its exit (`zeus_run.rundir.tails`).
             orders = {"run_dir": str(Path(run_dir).absolute()), "token": token}
-            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token, told=True), orders)
+            PROCESS.tail_to(
+                functools.partial(tell_tail, run_dir, token, told=True),
+                orders,
+                lost=functools.partial(tell_tail_lost, run_dir, token),
+            )
         # None: an exception raised in the block goes on after it is recorded
 
 

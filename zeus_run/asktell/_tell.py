@@ -41,7 +41,7 @@ from zeus_run.errors import AlreadyTold, LeaseExpired, RunDirError, UnknownToken
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.store import read_running
-from zeus_run.rundir.tails import record_tail
+from zeus_run.rundir.tails import record_lost, record_tail
 from zeus_run.trial.events import EpochEvent, EventLogTail
 from zeus_run.trial.log import log_tail
 
@@ -130,6 +130,12 @@ def tell_tail(run_dir: str | Path, token: str, time: float, energy: float, to: s
         OSError: The file cannot be written.
     """
     record_tail(run_dir, token, time, energy, to, told)
+
+
+def tell_tail_lost(run_dir: str | Path, token: str, why: str) -> None:
+    """Mark that a told trial's tail could not be measured (``why``): its record says so (``window.tail: lost``)
+    instead of nothing (`zeus_run.rundir.tails.record_lost`; errors are logged)."""
+    record_lost(run_dir, token, why)
 
 
 def heartbeat(run_dir: str | Path, token: str) -> float:

@@ -1,0 +1,63 @@
+"""The watcher of a `Job` process's exit never loses a tail in silence (issue 54, 3).
+
+A process that tells its trials itself leaves a watcher (`zeus_run._tail_watch`) that reads the device's counter
+when the process is gone. Where the counter cannot be read then (the NVML double's counter fails after the tell),
+the trial's record says its tail is lost, and the run directory's ``tail_watch.log`` says why; before, nothing was
+written and nothing logged. Waited for with a bound that fails with a message.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.doors import helpers
+from tests.doors.window import Room, _setup, _sh
+
+#: How long the watcher may take to see the process gone and write (unit: s), on a loaded machine.
+WAIT_S = 60.0
+
+JOB_SCRIPT = """
+import os, pathlib, sys, time
+import zeus_run
+from zeus_run._process_trials import PROCESS
+
+job = zeus_run.Job(sys.argv[1])
+with job.ask() as trial:
+    deadline = time.monotonic() + 60
+    while not (PROCESS.watcher and PROCESS.watcher.ready()):  # the watcher has opened its source
+        assert time.monotonic() < deadline, "the watcher never said it was ready"
+        time.sleep(0.02)
+    for epoch in trial.epochs():
+        trial.report(0.95)
+if sys.argv[2] == "watcher-died":
+    PROCESS.watcher.stop()  # the process must see it gone and take the tail itself
+pathlib.Path(os.environ["FAKE_NVML_FAIL_COUNTER"]).touch()  # the device fails after the tell
+"""
+
+
+@pytest.mark.parametrize("case", ["watcher", "watcher-died"])
+def test_a_tail_that_cannot_be_measured_is_marked_lost_and_logged(tmp_path, case):
+    """The counter fails after the tell: the watcher (alive) marks the tail lost and logs why in the run
+    directory; a watcher that died is seen dead at the exit, and the process marks it lost itself."""
+    room = Room(tmp_path)
+    spec, run_dir = _setup(room)
+    script = tmp_path / "job_script.py"
+    script.write_text(JOB_SCRIPT)
+    fail = tmp_path / "counter-fails"
+    _sh(f"{helpers.PYTHON} {script} {spec} {case}", room, FAKE_NVML_FAIL_COUNTER=str(fail))
+    assert fail.exists()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        (record,) = helpers.history(run_dir)
+        window = record.window or {}
+        if window.get("tail") == "lost" or "tail_s" in window:
+            break
+        assert time.monotonic() < deadline, f"no tail and no 'tail lost' marker {WAIT_S:.0f} s after the exit: {window}"
+        time.sleep(0.05)
+    assert window.get("tail") == "lost" and "could not be read" in window["tail_why"], window
+    assert record.after_energy is None or "tail_s" not in window, record  # nothing made up
+    if case == "watcher":
+        log = (run_dir / "tail_watch.log").read_text()
+        assert record.provenance is not None and record.provenance["ask_token"] in log and "lost" in log, log
