@@ -20,6 +20,7 @@ file through `zeus_run._fs` (no links followed, temporaries with ``O_EXCL``).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -230,6 +231,12 @@ class RunDir:
                 self._in_flight.clear()
             else:
                 self._in_flight.pop(trial, None)
+            self._write_markers()
+
+    def sync_running(self) -> None:
+        """Write ``running.json`` as the trials in flight are now (a marker whose removal could not be written
+        earlier, out of file descriptors, is dropped)."""
+        with self._marker_lock:
             self._write_markers()
 
     def _write_markers(self) -> None:
@@ -454,7 +461,11 @@ def _probe(path: Path, probe: Path) -> None:
     except OSError as exc:
         raise RunDirError(
             f"Run directory {str(path)!r} is not writable: {exc.strerror or exc}. "
-            "Fix its permissions or free space, or choose another with --run-dir."
+            + (
+                f"{resource_fix(exc)[0].upper()}{resource_fix(exc)[1:]}, then run the same command again."
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+                else "Fix its permissions or free space, or choose another with --run-dir."
+            )
         ) from exc
 
 
@@ -468,9 +479,41 @@ def atomic_write(path: Path, text: str) -> None:
         _fs.atomic_write(path, text)
     except OSError as exc:
         raise RunDirError(
-            f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
-            "space or fix permissions, then run the same command again to resume."
-        ) from None
+            f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; "
+            f"{resource_fix(exc)}, then run the same command again to resume."
+        ) from exc
+
+
+#: What to do about a write that failed for want of a resource, by errno (else: disk space or permissions).
+_RESOURCE_FIXES = {
+    errno.EMFILE: "this process ran out of file descriptors: raise the open-file limit (ulimit -n)",
+    errno.ENFILE: "the system ran out of open files: close other programs, or raise fs.file-max",
+    errno.ENOMEM: "the machine ran out of memory: free memory",
+    errno.ENOSPC: "the disk is full: free disk space",
+    errno.EDQUOT: "the disk quota is used up: free space",
+    errno.EACCES: "fix the permissions",
+    errno.EPERM: "fix the permissions",
+    errno.EROFS: "the file system is read-only: choose another run directory",
+}
+
+
+def resource_fix(exc: OSError) -> str:
+    """What ran out (or is wrong) when a write failed with ``exc``, and what to do about it."""
+    return _RESOURCE_FIXES.get(exc.errno or 0, "free disk space or fix permissions")
+
+
+#: Errors of this machine running out of something (file descriptors, memory, processes, disk): nothing is wrong
+#: with the run directory or the job, and the same command runs once the resource is back.
+RAN_OUT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOSPC, errno.EDQUOT})
+
+
+def ran_out(exc: BaseException) -> OSError | None:
+    """The `OSError` of a resource that ran out (`RAN_OUT`) behind ``exc`` (itself, or the cause of a
+    `RunDirError`), else None."""
+    for e in (exc, exc.__cause__):
+        if isinstance(e, OSError) and e.errno in RAN_OUT:
+            return e
+    return None
 
 
 def _differs(stored: dict[str, Any], now: dict[str, Any]) -> bool:
