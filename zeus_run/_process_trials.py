@@ -209,9 +209,14 @@ class ProcessTrials:
             spent, self.ask_s, self.ask_cpu_s = (self.ask_s, self.ask_cpu_s), 0.0, 0.0
         return spent
 
-    def open_meter(self, energy: dict | None, count_startup: bool) -> tuple[SelfMeter | None, float | None]:
+    def open_meter(
+        self, energy: dict | None, count_startup: bool, asked_outside: bool = True
+    ) -> tuple[SelfMeter | None, float | None]:
         """A new trial's meter (None: ``energy`` None, the launcher measures) and when its window opens (None: now;
-        else this process's start or its previous trial's end, after its ask: `began`)."""
+        else this process's start or its previous trial's end, after its ask: `began`). ``asked_outside``: the
+        trial was asked for outside this process (a shell's ``zeus-run ask``), whose counter reading
+        (``ZEUS_ASK_ENERGY``, of the ask ``ZEUS_ASK_TOKEN`` names) its start-up is measured from; a process that
+        asked for itself (the `Job` API, a server's client) never takes a reading left in its environment."""
         began = self.began() if count_startup else None
         carry = self.take_carry() if count_startup and energy is not None else None
         ask = self.take_ask() if count_startup else (0.0, 0.0)
@@ -223,7 +228,9 @@ class ProcessTrials:
             if carry is None and began is not None:  # a shell's `zeus-run ask` on this host read the counter
                 from zeus_run.energy import parse_ask_reading
 
-                at_ask = parse_ask_reading(os.environ.get(Env.ASK_ENERGY))
+                at_ask = parse_ask_reading(os.environ.get(Env.ASK_ENERGY)) if asked_outside else None
+                if at_ask is not None and "token" in at_ask and at_ask["token"] != os.environ.get(Env.ASK_TOKEN):
+                    at_ask = None  # left exported by an earlier eval of another ask
             meter = SelfMeter(energy, began, carry, *ask, at_ask=at_ask)
             extended = float(meter.window.get("extended_s") or 0.0)
             if extended > STARTUP_WARN_S:

@@ -219,7 +219,7 @@ class Trial:
         #: Told in this process (the `Job` block, the server's client), with its process's life counted: what the
         #: process spends after the tell is this trial's tail (`zeus_run._process_trials.ProcessTrials.tail_to`).
         self._tail_here = count_startup and energy is not None and (remote is not None or told_in_process)
-        self._meter, began = PROCESS.open_meter(energy, count_startup)
+        self._meter, began = PROCESS.open_meter(energy, count_startup, remote is None and not told_in_process)
         #: Told by `zeus-run tell` after this process exits (ask/tell, not the `Job` block nor the server): the
         #: process's exit gets the last reading, its exit code and its last output.
         self._told_after_exit = bool(heartbeat_file) and remote is None and not told_in_process

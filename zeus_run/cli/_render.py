@@ -294,7 +294,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     Every saving is stated with the figures it is computed from and its 90% interval
     (`zeus_run.views.saving.words`), so each percentage can be checked against the numbers beside it.
     """
-    est = " (estimated: no GPU was measured)" if s.estimated else ""
+    est = estimate_note(s)
     lines = [
         f"Recurrences converged: {s.recurrences}   trials: {s.trials}"
         + (f"   interrupted: {s.interrupted}" if s.interrupted else "")
@@ -384,6 +384,23 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     for name, values in s.provenance.items():
         lines.append(f"{name.replace('_', ' ').capitalize()}: {escape('; '.join(values))}")
     return lines
+
+
+def estimate_note(s: Summary) -> str:
+    """What of the total energy was estimated: trials that measured no GPU (an estimate whole), and the estimated
+    part of measured trials (start-ups their process could not read), never one for the other."""
+    notes = []
+    if s.estimated_trials and s.estimated_trials >= s.trials:
+        notes.append("estimated: no GPU was measured")
+    elif s.estimated_trials:
+        notes.append(f"estimated: {s.estimated_trials} of {s.trials} trials measured no GPU")
+    if s.estimated_part > 0:
+        whole = s.total_energy + s.after_energy
+        share = f", {s.estimated_part / whole:.1%} of the whole" if whole > 0 else ""
+        notes.append(
+            f"measured; {fmt_energy(s.estimated_part)} of it estimated{share}: start-ups a process could not read"
+        )
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _compared(s: Summary) -> str:
