@@ -378,8 +378,15 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             "recommendation, in every total; the default is charged a slowdown only where two batch sizes or more "
             "ran slow that night): " + shown
         )
+    whole = (
+        f"; the whole process (after the target and after each tell included): energy "
+        f"{fmt_energy(s.total_energy + s.after_energy)}, time {fmt_time(s.total_time + s.after_time)}"
+        if s.after_time > 0 or s.after_energy > 0
+        else ""
+    )
     lines.append(
-        f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
+        f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost "
+        f"{fmt_energy(s.total_cost)}{whole}"
     )
     for name, values in s.provenance.items():
         lines.append(f"{name.replace('_', ' ').capitalize()}: {escape('; '.join(values))}")
