@@ -61,3 +61,48 @@ def test_a_tail_that_cannot_be_measured_is_marked_lost_and_logged(tmp_path, case
     if case == "watcher":
         log = (run_dir / "tail_watch.log").read_text()
         assert record.provenance is not None and record.provenance["ask_token"] in log and "lost" in log, log
+
+
+TOLD_FAILS = """
+import sys, time
+import zeus_run
+import zeus_run.asktell._job as job_module
+
+real = job_module.tell
+calls = []
+
+
+def tell(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 1:
+        raise OSError(28, "No space left on device")  # the first trial's tell fails
+    return real(*args, **kwargs)
+
+
+job_module.tell = tell
+job = zeus_run.Job(sys.argv[1])
+try:
+    with job.ask() as trial:
+        for epoch in trial.epochs():
+            trial.report(0.95)
+except OSError:
+    pass
+time.sleep(1.0)  # the first trial's after-work: no trial's
+with job.ask() as trial:
+    for epoch in trial.epochs():
+        trial.report(0.95)
+"""
+
+
+def test_a_block_whose_tell_failed_does_not_charge_its_after_work_to_the_next_trial(tmp_path):
+    """Issue 54, 6: the second trial's window opened at the first one's close (its after-work included) when the
+    first one's tell raised; it opens at its own ask."""
+    room = Room(tmp_path, spec_extra="concurrency: 2")  # the first ask, never told, stays in flight
+    spec, run_dir = _setup(room)
+    script = tmp_path / "told_fails.py"
+    script.write_text(TOLD_FAILS)
+    _sh(f"{helpers.PYTHON} {script} {spec}", room)
+    records = helpers.history(run_dir)
+    second = records[-1]
+    assert second.window is not None and second.window["from"] == "ask", second.window
+    assert second.time < 1.0, second  # not the second of after-work before its ask
