@@ -106,3 +106,51 @@ def test_a_block_whose_tell_failed_does_not_charge_its_after_work_to_the_next_tr
     second = records[-1]
     assert second.window is not None and second.window["from"] == "ask", second.window
     assert second.time < 1.0, second  # not the second of after-work before its ask
+
+
+CRASHES = """
+import time
+from zeus_run._process_trials import PROCESS
+from zeus_run.train import Trial
+
+trial = Trial.from_env()
+deadline = time.monotonic() + 60
+while not (PROCESS.watcher and PROCESS.watcher.ready()):  # a real trial runs longer than the watcher's start
+    assert time.monotonic() < deadline, "the watcher never said it was ready"
+    time.sleep(0.02)
+for epoch in trial.epochs():
+    trial.report(0.5)
+    break
+raise RuntimeError("the script crashed")  # told at the exit by the client's hook; the teardown follows
+"""
+
+
+def test_a_crashed_server_client_trial_is_charged_its_teardown_after_the_tell(tmp_path):
+    """Issue 54, 6: a server-client trial that crashed was told at its exit hook and not charged the teardown
+    after it (job_life.py: its last 0.11 s, -5.6%); the exit watcher measures it as the trial's tail."""
+    pytest.importorskip("fastapi", reason="the server extra is not installed: pip install -e '.[server]'")
+    pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install -e '.[server]'")
+    from tests.doors.window import _env
+    from tests.server.helpers import ServerProcess
+    from zeus_run.contract import Env
+    from zeus_run.records import TrialRecord
+
+    room = Room(tmp_path)
+    spec, _ = _setup(room)
+    script = tmp_path / "crashes.py"
+    script.write_text(CRASHES)
+    from tests.doors.window import SCRIPT
+
+    server = ServerProcess(tmp_path / "root", extra=("--allow-path", str(SCRIPT.parent)), env=_env(room))
+    try:
+        client = server.client()
+        client.register("crashes", spec.read_text().replace("name: window", "name: crashes"))
+        env = {Env.SERVER: server.url, Env.SERVER_TOKEN: server.token, Env.SERVER_JOB: "crashes"}
+        r = helpers.sh(f"{helpers.PYTHON} {script}", tmp_path, **_env(room, **env))
+        assert r.returncode == 1 and "the script crashed" in r.stderr, r.stderr
+        (record,) = helpers.with_tails(lambda: [TrialRecord.from_json(x) for x in client.history("crashes")], 1)
+    finally:
+        server.stop()
+    assert record.stop_reason == "crashed" or not record.reached, record
+    assert record.window is not None and record.window.get("tail_s", 0) > 0, record.window
+    assert record.window["to"] == "exit", record.window
