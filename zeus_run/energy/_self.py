@@ -287,9 +287,9 @@ def _same_counter(
 
 
 #: Longest from the ask's reading to the process's start (unit: s) for its start-up to count as measured: a shell
-#: that started the script right after its ask. Later, the counter's difference since the ask also holds what the
+#: that started the script right after its ask (the ask's own exit, seconds on a loaded machine, included). Later, the counter's difference since the ask also holds what the
 #: shell did in between, and the process's time share of it is an estimate (labelled so: ``extended_at``
 #: ``ask-counter-share``).
-ASK_GAP_S = 0.5
+ASK_GAP_S = 2.0
 #: How much later than the process's start (read from ``/proc`` to a clock tick) the ask's reading may be dated.
 _CLOCK_SLACK_S = 0.02
