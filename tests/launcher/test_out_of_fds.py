@@ -101,7 +101,8 @@ def test_a_write_that_ran_out_names_what_ran_out(tmp_path, monkeypatch, code, na
 
     from zeus_run import _fs
     from zeus_run.errors import RunDirError
-    from zeus_run.rundir.store import atomic_write, ran_out
+    from zeus_run.rundir.ranout import ran_out
+    from zeus_run.rundir.store import atomic_write
 
     def fail(path, text):
         raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))

@@ -30,8 +30,9 @@ from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_re
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.ranout import ran_out
 from zeus_run.rundir.settings import read_settings
-from zeus_run.rundir.store import check_writable, ran_out
+from zeus_run.rundir.store import check_writable
 from zeus_run.trial.agent import read_outcome, run_agent
 from zeus_run.trial.launch import launch_error
 from zeus_run.trial.orphan import finished_orphan

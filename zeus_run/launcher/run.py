@@ -47,8 +47,9 @@ from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import lock
+from zeus_run.rundir.ranout import ran_out
 from zeus_run.rundir.settings import read_once
-from zeus_run.rundir.store import first_missing, ran_out
+from zeus_run.rundir.store import first_missing
 from zeus_run.spec import JobSpec
 from zeus_run.trial.launch import launch_error
 from zeus_run.trial.run import preflight, trial_environment

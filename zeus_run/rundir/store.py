@@ -35,6 +35,7 @@ from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_f
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
+from zeus_run.rundir.ranout import resource_fix
 from zeus_run.rundir.settings import SPEC_NAME, forget, read_settings
 from zeus_run.spec import JobSpec
 
@@ -482,38 +483,6 @@ def atomic_write(path: Path, text: str) -> None:
             f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; "
             f"{resource_fix(exc)}, then run the same command again to resume."
         ) from exc
-
-
-#: What to do about a write that failed for want of a resource, by errno (else: disk space or permissions).
-_RESOURCE_FIXES = {
-    errno.EMFILE: "this process ran out of file descriptors: raise the open-file limit (ulimit -n)",
-    errno.ENFILE: "the system ran out of open files: close other programs, or raise fs.file-max",
-    errno.ENOMEM: "the machine ran out of memory: free memory",
-    errno.ENOSPC: "the disk is full: free disk space",
-    errno.EDQUOT: "the disk quota is used up: free space",
-    errno.EACCES: "fix the permissions",
-    errno.EPERM: "fix the permissions",
-    errno.EROFS: "the file system is read-only: choose another run directory",
-}
-
-
-def resource_fix(exc: OSError) -> str:
-    """What ran out (or is wrong) when a write failed with ``exc``, and what to do about it."""
-    return _RESOURCE_FIXES.get(exc.errno or 0, "free disk space or fix permissions")
-
-
-#: Errors of this machine running out of something (file descriptors, memory, processes, disk): nothing is wrong
-#: with the run directory or the job, and the same command runs once the resource is back.
-RAN_OUT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOSPC, errno.EDQUOT})
-
-
-def ran_out(exc: BaseException) -> OSError | None:
-    """The `OSError` of a resource that ran out (`RAN_OUT`) behind ``exc`` (itself, or the cause of a
-    `RunDirError`), else None."""
-    for e in (exc, exc.__cause__):
-        if isinstance(e, OSError) and e.errno in RAN_OUT:
-            return e
-    return None
 
 
 def _differs(stored: dict[str, Any], now: dict[str, Any]) -> bool:
