@@ -114,8 +114,10 @@ class ProcessTrials:
         #: and the CPU time of those asks (unit: s).
         self.ask_s = 0.0
         self.ask_cpu_s = 0.0
-        #: Where the tail of the last trial told in this process goes (`tail_to`; None: no such trial).
+        #: Where the tail of the last trial told in this process goes (`tail_to`; None: no such trial), and where
+        #: it is said lost, with why, when it cannot be measured.
         self.tail: Callable[[float, float, str], None] | None = None
+        self.lost: Callable[[str], None] | None = None
         #: The watcher that measures a tail to this process's exit, from outside it (None: none), and whether it
         #: holds the last told trial's tail.
         self.watcher: Watcher | None = None
@@ -140,16 +142,22 @@ class ProcessTrials:
                 self.ask_s += time.monotonic() - t
                 self.ask_cpu_s += _cpu_seconds() - cpu
 
-    def tail_to(self, send: Callable[[float, float, str], None], orders: dict | None = None) -> None:
+    def tail_to(
+        self,
+        send: Callable[[float, float, str], None],
+        orders: dict | None = None,
+        lost: Callable[[str], None] | None = None,
+    ) -> None:
         """The trial this process just told itself (closed, then told) has its tail sent by ``send(time s, energy J,
         to)``: from now (the tell is zeus-run's work, not the trial's) to this process's next ask (``to="next-ask"``)
         or its exit (``"exit"``), measured on the meter it handed on. Where ``orders`` say where the tail goes
         (``run_dir`` and ``token``, or ``server``, ``job`` and ``token``) and this process's watcher reads the same
         device counter, the watcher measures a tail to the exit, to the moment the process is gone
-        (`zeus_run._tail_watch`)."""
+        (`zeus_run._tail_watch`). ``lost(why)`` marks the tail lost where it cannot be measured."""
         with self._lock:
             carry = self.carry
             self.tail = send if carry is not None else None
+            self.lost = lost if carry is not None else None
             self._cancel_watch()
             if carry is None:
                 return
@@ -173,16 +181,19 @@ class ProcessTrials:
         then goes on from here, so the next trial starts where the tail ends."""
         with self._lock:
             if to == "exit" and self.watched and self.watcher is not None and self.watcher.ready():
-                self.tail = None  # the watcher measures it to the moment this process is gone, and sends it
+                self.tail = self.lost = None  # the watcher, alive, measures it to the moment this process is gone
                 return
             self._cancel_watch()
-            send, carry, self.tail = self.tail, self.carry, None
+            send, lost, carry, self.tail, self.lost = self.tail, self.lost, self.carry, None, None
             if send is None or carry is None:
                 return
             try:
                 now, mono, energy = time.time(), time.monotonic(), carry.source.read()
             except Exception as exc:  # a device error: the tail is not measured; the next trial goes on from the close
                 logger.warning("could not read the energy after the last trial's tell (%s): its tail is lost", exc)
+                if lost is not None:
+                    with contextlib.suppress(Exception):  # zeus-run's own bookkeeping: never the script's failure
+                        lost(f"the energy could not be read at the {to} ({exc})")
                 return
             spent = (max(mono - carry.mono, 0.0), max(energy - carry.energy, 0.0))
             carry.at, carry.mono, carry.energy, carry.at_ask = now, mono, energy, to == "next-ask"
@@ -198,9 +209,14 @@ class ProcessTrials:
             spent, self.ask_s, self.ask_cpu_s = (self.ask_s, self.ask_cpu_s), 0.0, 0.0
         return spent
 
-    def open_meter(self, energy: dict | None, count_startup: bool) -> tuple[SelfMeter | None, float | None]:
+    def open_meter(
+        self, energy: dict | None, count_startup: bool, asked_outside: bool = True
+    ) -> tuple[SelfMeter | None, float | None]:
         """A new trial's meter (None: ``energy`` None, the launcher measures) and when its window opens (None: now;
-        else this process's start or its previous trial's end, after its ask: `began`)."""
+        else this process's start or its previous trial's end, after its ask: `began`). ``asked_outside``: the
+        trial was asked for outside this process (a shell's ``zeus-run ask``), whose counter reading
+        (``ZEUS_ASK_ENERGY``, of the ask ``ZEUS_ASK_TOKEN`` names) its start-up is measured from; a process that
+        asked for itself (the `Job` API, a server's client) never takes a reading left in its environment."""
         began = self.began() if count_startup else None
         carry = self.take_carry() if count_startup and energy is not None else None
         ask = self.take_ask() if count_startup else (0.0, 0.0)
@@ -212,7 +228,9 @@ class ProcessTrials:
             if carry is None and began is not None:  # a shell's `zeus-run ask` on this host read the counter
                 from zeus_run.energy import parse_ask_reading
 
-                at_ask = parse_ask_reading(os.environ.get(Env.ASK_ENERGY))
+                at_ask = parse_ask_reading(os.environ.get(Env.ASK_ENERGY)) if asked_outside else None
+                if at_ask is not None and "token" in at_ask and at_ask["token"] != os.environ.get(Env.ASK_TOKEN):
+                    at_ask = None  # left exported by an earlier eval of another ask
             meter = SelfMeter(energy, began, carry, *ask, at_ask=at_ask)
             extended = float(meter.window.get("extended_s") or 0.0)
             if extended > STARTUP_WARN_S:
@@ -262,7 +280,7 @@ class ProcessTrials:
                 self.last = (trial, *reading) if trial._told_after_exit and reading is not None else None
             self.closed_at = time.time()
             self.ask_s = self.ask_cpu_s = 0.0
-            self.tail = None  # its own tail is set once it is told (`tail_to`)
+            self.tail = self.lost = None  # its own tail is set once it is told (`tail_to`)
             self._cancel_watch()
 
     def at_exit(self) -> None:

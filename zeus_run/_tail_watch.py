@@ -9,7 +9,10 @@ time and the device's counter, `zeus_run.energy.EnergySource.counter`, the same 
 and where the tail goes; at the process's next ask it cancels the order and records the tail itself
 (`zeus_run._process_trials.ProcessTrials.settle`). When the process is gone (its end of the pipe closes, or its
 pid is gone), the watcher reads the counter and appends the tail of the order it holds
-(`zeus_run.rundir.tails`: to the run directory, or to the server).
+(`zeus_run.rundir.tails`: to the run directory, or to the server, retried as briefly as the process's own). Where it
+cannot (the counter cannot be read, the tail cannot be written), it says so in `LOG_NAME` in the run directory and
+marks the trial's tail lost (`zeus_run.rundir.tails.record_lost`); a watcher that died before the process is seen
+by it (`Watcher.ready`), which then records the tail itself.
 
 Run as ``python -m zeus_run._tail_watch`` with ``ZEUS_TAIL_WATCH`` (JSON: ``pid``, ``fields``); orders on its
 standard input, one JSON line each (``mono``: the tail's start on ``CLOCK_MONOTONIC``, the same in every
@@ -33,6 +36,10 @@ logger = logging.getLogger(__name__)
 ORDERS = "ZEUS_TAIL_WATCH"
 #: How often the watcher looks whether the process is gone (unit: s).
 POLL_S = 0.01
+#: The watcher's log, in the run directory of the trial whose tail it holds (where a tail is lost, it says why).
+LOG_NAME = "tail_watch.log"
+#: How long a tail sent to a server is retried while the server is unreachable (unit: s).
+RETRY_S = 2.0
 
 
 class Watcher:
@@ -48,11 +55,14 @@ class Watcher:
         self._ready = False
 
     def ready(self) -> bool:
-        """Whether it has opened its source (said so on its pipe), without waiting."""
+        """Whether it has opened its source (said so on its pipe) and is still alive, without waiting: a watcher
+        that died since leaves the tail to the process itself."""
+        if self.proc.poll() is not None:
+            return False
         if self._ready:
             return True
         out: IO[bytes] | None = self.proc.stdout
-        if out is None or self.proc.poll() is not None:
+        if out is None:
             return False
         import select
 
@@ -117,14 +127,38 @@ def _alive(pid: int) -> bool:
 
 def _deliver(orders: dict[str, Any], spent: tuple[float, float]) -> None:
     if orders.get("run_dir"):
-        from zeus_run.rundir.tails import append_tail
+        from zeus_run.rundir.tails import record_tail
 
-        append_tail(orders["run_dir"], orders["token"], *spent, "exit")
+        record_tail(orders["run_dir"], orders["token"], *spent, "exit")
     elif orders.get("server"):
         from zeus_run.remote import ServerClient, read_token, token_file_from_env
 
-        client = ServerClient(orders["server"], read_token(), token_file=token_file_from_env())
-        client.tail(orders["job"], orders["token"], *spent, "exit")
+        # Retried as briefly as the process's own tail is (`zeus_run.remote`'s ``TAIL_RETRY_S``), not minutes.
+        client = ServerClient(orders["server"], read_token(), retry_s=RETRY_S, token_file=token_file_from_env())
+        try:
+            client.tail(orders["job"], orders["token"], *spent, "exit")
+        finally:
+            client.close()
+
+
+def _lost(orders: dict[str, Any], why: str) -> None:
+    """The tail of the order held could not be measured or recorded: logged where a user looks (`LOG_NAME` in the
+    run directory), and marked on the trial (`zeus_run.rundir.tails.record_lost`) where the run directory is
+    here."""
+    logger.warning("trial %s: its tail to the process's exit is lost: %s", orders.get("token"), why)
+    if orders.get("run_dir") and orders.get("token"):
+        from zeus_run.rundir.tails import record_lost
+
+        record_lost(orders["run_dir"], orders["token"], why)
+
+
+def _log_to(orders: dict[str, Any]) -> None:
+    """Log into the run directory's `LOG_NAME` (this process's stderr goes nowhere: its parent is gone)."""
+    if not orders.get("run_dir") or logging.getLogger().handlers:
+        return
+    handler = logging.FileHandler(os.path.join(orders["run_dir"], LOG_NAME), delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
 
 
 def main() -> int:
@@ -154,16 +188,33 @@ def main() -> int:
                     orders = json.loads(line)
         elif not _alive(pid):
             break
-    now, counter = time.monotonic(), source.counter()
-    source.close()
-    if counter is None or not orders.get("token"):
+    if not orders.get("token"):
         return 0
+    _log_to(orders)
+    now = time.monotonic()
+    try:
+        counter = source.counter()
+    except Exception as exc:  # the device's error at the exit
+        counter, why = None, f"the energy counter could not be read at the exit ({exc})"
+    else:
+        why = "the energy counter could not be read at the exit"
+    with contextlib.suppress(Exception):
+        source.close()
+    if counter is None:
+        _lost(orders, why)
+        return 1
     spent = (max(now - float(orders["mono"]), 0.0), max(counter - float(orders["counter"]), 0.0))
-    _deliver(orders, spent)
+    try:
+        _deliver(orders, spent)
+    except Exception as exc:  # a full disk, the server gone: never silent
+        _lost(orders, f"its {spent[0]:.1f} s, {spent[1]:.1f} J could not be recorded: {exc}")
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(Exception):
+    try:
         sys.exit(main())
-    sys.exit(1)
+    except Exception:  # logged where it can be (the run directory, once an order named one)
+        logger.exception("the watcher of a process's exit failed")
+        sys.exit(1)

@@ -185,5 +185,9 @@ class KeyReused(UsageError):
     """A request repeats an idempotency key that an earlier, different request already used."""
 
 
+class TailConflict(UsageError):
+    """A told trial already has a different tail (what its process spent after its tell): one tail per trial."""
+
+
 class EpochOutOfOrder(UsageError):
     """An epoch report names an epoch lower than one already reported for the trial."""

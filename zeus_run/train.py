@@ -219,7 +219,7 @@ class Trial:
         #: Told in this process (the `Job` block, the server's client), with its process's life counted: what the
         #: process spends after the tell is this trial's tail (`zeus_run._process_trials.ProcessTrials.tail_to`).
         self._tail_here = count_startup and energy is not None and (remote is not None or told_in_process)
-        self._meter, began = PROCESS.open_meter(energy, count_startup)
+        self._meter, began = PROCESS.open_meter(energy, count_startup, remote is None and not told_in_process)
         #: Told by `zeus-run tell` after this process exits (ask/tell, not the `Job` block nor the server): the
         #: process's exit gets the last reading, its exit code and its last output.
         self._told_after_exit = bool(heartbeat_file) and remote is None and not told_in_process
@@ -229,6 +229,7 @@ class Trial:
             self._emit({"event": "info", "measured": self._meter.info()})
             if remote is not None:
                 remote.meter = self.measured
+                remote.after_exit_tell = self._exit_tail
             PROCESS.opened(self)
         elif self.event_log:  # a launcher measures it: its exit is still dated in its event log
             PROCESS.opened(self)
@@ -469,6 +470,19 @@ class Trial:
             return None
         t, e = self._meter.now()
         return t, e, self._meter.info()
+
+    def _exit_tail(self) -> None:
+        """This trial was told at the process's exit (it crashed, or ended without closing it, under a server):
+        what the process spends after that tell, its teardown, is its tail, measured by the exit watcher to the
+        moment the process is gone (issue 54: a crashed trial's last tenth of a second was not charged)."""
+        w, meter, remote = PROCESS.watcher, self._meter, self.remote
+        if w is None or meter is None or remote is None or not self._tail_here or w.fields != meter._fields:
+            return
+        counter = meter.source.counter()
+        if counter is None or not w.ready():
+            return
+        orders = {"server": remote.client.url, "job": remote.job, "token": remote.token}
+        PROCESS.watched = w.order({**orders, "mono": time.monotonic(), "counter": counter})
 
     def close(self) -> None:
         """Close the event log, stop renewing the ask's lease, and, with a server, tell it the trial ended."""

@@ -27,6 +27,10 @@ AGREE = 0.05
 #: counter (continuous here) and the record's clock count one span, so only their reading moments differ (a
 #: door that under-charges its energy 5% is off by 5%).
 RATIO = 0.01
+#: How much longer than the script's process a launched door may charge (unit: s): the fork before the process's
+#: start and the poll that sees its exit, on a loaded machine. A door that charges its trial twice the process
+#: fails; the energy's upper bound grows by the idle draw over this and no more.
+LAUNCH_SLACK_S = 1.0
 
 pytestmark = pytest.mark.xdist_group("test_window")
 
@@ -94,18 +98,25 @@ def test_a_launched_door_charges_what_a_gpu_with_phases_drew(tmp_path, door):
     record, led = run_door_on_a_hard_double(door, tmp_path)
     t, e = whole(record)
     assert record.reached and record.energy_source == "nvml" and not record.estimated, record
+    # Its charged time is the process's span, and no more than a fork and an exit poll beyond it (issue 54, 5).
+    assert led.span * (1 - AGREE) <= t <= led.span + LAUNCH_SLACK_S, (t, led, record)
     assert e >= led.truth * (1 - AGREE) - led.slack, (e, led, record)
-    assert e <= led.truth * (1 + AGREE) + led.slack + PHASES["idle"] * max(t - led.span, 0.0), (e, led, record)
+    extra = min(max(t - led.span, 0.0), LAUNCH_SLACK_S)
+    assert e <= led.truth * (1 + AGREE) + led.slack + PHASES["idle"] * extra, (e, led, record)
 
 
 @pytest.mark.parametrize("door", ["ask/tell", "Job API"])
 def test_a_self_measuring_door_measures_a_start_up_of_another_draw_or_says_it_estimated(tmp_path, door):
     """The start-up idles, then wakes (data, CUDA) before the script reads its trial: the power read when its meter
-    opens is not the start-up's. The record is within 5% of what the GPU drew, or says that it estimated."""
+    opens is not the start-up's. The record is within 5% of what the GPU drew, plus the part it labels estimated
+    (``estimated_energy``) and no more: a label is not a pass (issue 54, 5: the Job API charged +13.9% over the
+    truth, and the check passed it because ``estimated`` was set)."""
     record, led = run_door_on_a_hard_double(door, tmp_path)
     _, e = whole(record)
     assert record.reached, record
-    assert abs(e - led.truth) <= AGREE * led.truth + led.slack or record.estimated, (e, led, record)
+    labelled = record.estimated_energy or 0.0
+    assert door != "Job API" or labelled > 0, record  # it asked for itself: its start-up is estimated, and says so
+    assert abs(e - led.truth) <= AGREE * led.truth + led.slack + labelled, (e, led, labelled, record)
 
 
 def test_the_record_says_how_its_window_was_measured(door_energies):

@@ -3,6 +3,7 @@ that reading is not of its counter, it estimates, and says so (issue 46)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -91,3 +92,38 @@ def test_a_reading_taken_after_the_process_started_is_not_its_start_up():
     m = SelfMeter(SETTINGS, since=since, at_ask=ask_reading(SETTINGS))  # it asked for itself, after its start
     assert m.window["extended_at"] == "power-at-start"
     m.close()
+
+
+def test_a_start_up_long_after_the_ask_is_a_labelled_share_not_a_measurement():
+    """Issue 54, 2: the shell did other work between its ask and the script: the process's time share of the
+    counter's difference since the ask is an estimate, and the record says so (``extended_j``: its estimated part)."""
+    from zeus_run.energy._self import ASK_GAP_S
+
+    at_ask = ask_reading(SETTINGS)
+    time.sleep(ASK_GAP_S + 0.3)  # the shell does something else first
+    since = time.time()
+    time.sleep(0.2)
+    m = SelfMeter(SETTINGS, since=since, at_ask=at_ask)
+    assert m.window["start"] == "ask-counter" and m.window.get("extended_at") == "ask-counter-share", m.window
+    assert m.window["extended_j"] > 0 and m.window["extended_s"] == pytest.approx(0.2, abs=0.1), m.window
+    m.close()
+
+
+@pytest.mark.parametrize("case", ["asked-for-itself", "another-ask"])
+def test_a_reading_left_by_an_earlier_eval_is_not_a_later_process_start_up(monkeypatch, case):
+    """Issue 54, 2: ``ZEUS_ASK_ENERGY`` left exported by an earlier ``eval`` of another ask was taken as the start-up
+    baseline of a later process (a `Job` API one that asked for itself), recorded as measured."""
+    from zeus_run._process_trials import ProcessTrials
+    from zeus_run.contract import Env, process_start_time
+
+    started = process_start_time()
+    assert started is not None
+    stale = {**(ask_reading(SETTINGS) or {}), "at": started - 5.0, "token": "earlier-ask"}
+    stale["energy"] = DRAW_W * (started - 5.0 - ORIGIN)
+    monkeypatch.setenv(Env.ASK_ENERGY, json.dumps(stale))
+    monkeypatch.setenv(Env.ASK_TOKEN, "earlier-ask" if case == "asked-for-itself" else "this-ask")
+    itself = {"asked_outside": False} if case == "asked-for-itself" else {}  # the Job API's (train.py's) call
+    meter, _ = ProcessTrials().open_meter(SETTINGS, True, **itself)
+    assert meter is not None
+    assert "start" not in meter.window and meter.window.get("extended_at") == "power-at-start", meter.window
+    meter.close()

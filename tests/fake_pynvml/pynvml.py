@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fake_nvml import TRUTH_FIELDS, FakeGpu, FakeNvml, GpuTruth, boot_clock
+from tests.fake_nvml import TRUTH_FIELDS, FakeGpu, FakeNvml, GpuTruth, NVMLError, boot_clock
 
 _NODE = os.environ.get("SLURMD_NODENAME", "local")
 _CONF = json.loads(Path(os.environ["FAKE_NVML_NODES"]).read_text())[_NODE]
@@ -59,6 +59,17 @@ def _record(*call) -> None:
 
 
 _FAKE._record = _record  # type: ignore[method-assign]
+
+
+#: A file whose existence makes the energy counter fail (``FAKE_NVML_FAIL_COUNTER``): a device error that starts
+#: while a process runs (issue 54, 3: the counter fails after the tell).
+_FAIL_COUNTER = os.environ.get("FAKE_NVML_FAIL_COUNTER")
+
+
+def nvmlDeviceGetTotalEnergyConsumption(h) -> int:
+    if _FAIL_COUNTER and os.path.exists(_FAIL_COUNTER):
+        raise NVMLError(999)
+    return _FAKE.nvmlDeviceGetTotalEnergyConsumption(h)
 
 
 def __getattr__(name: str):

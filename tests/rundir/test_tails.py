@@ -8,8 +8,9 @@ import json
 import pytest
 
 from tests.factories import make_record
+from zeus_run.errors import TailConflict, UnknownToken
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore, read_history
-from zeus_run.rundir.tails import TAILS_NAME, append_tail
+from zeus_run.rundir.tails import TAILS_NAME, append_tail, record_lost, record_tail
 
 
 def _history(tmp_path, *records):
@@ -62,3 +63,49 @@ def test_a_bad_tail_is_refused_naming_the_field(tmp_path, time_s, energy, to):
     with pytest.raises(ValueError, match=r"^(time|energy|to) = "):
         append_tail(tmp_path, "a", time_s, energy, to)
     assert not (tmp_path / TAILS_NAME).exists()
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_tail(tmp_path):
+    """Issue 54, 6: a torn last line of tails.jsonl swallowed the next tail (the history has repair_tail)."""
+    _history(tmp_path, make_record(0, provenance={"ask_token": "a"}), make_record(1, provenance={"ask_token": "b"}))
+    record_tail(tmp_path, "a", 1.0, 10.0, "exit")
+    with open(tmp_path / TAILS_NAME, "a") as f:
+        f.write('{"token": "b", "time": 1, "ene')  # a writer died mid-line
+    record_tail(tmp_path, "b", 2.0, 20.0, "exit")
+    a, b = read_history(tmp_path)
+    assert (a.after_energy, b.after_energy) == (10.0, 20.0)
+    assert (tmp_path / (TAILS_NAME + ".torn")).read_text().startswith('{"token": "b"')
+
+
+def test_a_tail_is_recorded_only_for_a_told_trial_and_once(tmp_path):
+    _history(tmp_path, make_record(0, provenance={"ask_token": "a"}))
+    with pytest.raises(UnknownToken, match="token = 'nobody'"):
+        record_tail(tmp_path, "nobody", 1.0, 1.0, "exit")
+    assert not (tmp_path / TAILS_NAME).exists()
+    record_tail(tmp_path, "a", 1.0, 10.0, "exit")
+    record_tail(tmp_path, "a", 1.0, 10.0, "exit")  # the same again: accepted, written once
+    with pytest.raises(TailConflict, match="already has its tail"):
+        record_tail(tmp_path, "a", 5.0, 10.0, "exit")
+    assert len((tmp_path / TAILS_NAME).read_text().splitlines()) == 1
+
+
+def test_tails_are_held_to_their_cap(tmp_path, monkeypatch):
+    import errno
+
+    from zeus_run.rundir import tails
+
+    _history(tmp_path, *(make_record(i, provenance={"ask_token": f"t{i}"}) for i in range(5)))
+    monkeypatch.setattr(tails, "MAX_TAILS_BYTES", 300)
+    with pytest.raises(OSError) as full:
+        for i in range(5):
+            record_tail(tmp_path, f"t{i}", 1.0, 1.0, "exit")
+    assert full.value.errno == errno.EFBIG and "cap" in str(full.value)
+    assert (tmp_path / TAILS_NAME).stat().st_size <= 300
+
+
+def test_a_lost_tail_is_marked_on_its_trial_and_adds_nothing(tmp_path):
+    _history(tmp_path, make_record(0, provenance={"ask_token": "a"}, energy=100.0))
+    record_lost(tmp_path, "a", "the energy counter could not be read at the exit")
+    (r,) = read_history(tmp_path)
+    assert r.window is not None and r.window["tail"] == "lost" and "counter" in r.window["tail_why"]
+    assert r.after_energy is None

@@ -36,3 +36,50 @@ def test_a_tail_is_refused_before_the_finish_and_added_to_the_record_after_it(se
     with pytest.raises(ServerError) as bad:
         client.tail("tailed", token, -1.0, 200.0, "exit")
     assert bad.value.status == 422
+
+
+def _told(client, job="tailed"):
+    token = client.ask(job)["token"]
+    client.report(job, token, 1, 0.95, 1.0, 100.0)
+    client.finish(job, token, 1.0, 100.0)
+    return token
+
+
+def test_a_tail_beyond_the_finishs_bound_is_refused_and_the_genuine_one_lands_after_it(server):
+    """Issue 54, 1: 1e14 J in 1 s was accepted (a finish refuses 1e9 J with 422), and the genuine tail then
+    ignored."""
+    client = server.client()
+    client.register("tailed", SPEC)
+    token = _told(client)
+    with pytest.raises(ServerError) as forged:
+        client.tail("tailed", token, 1.0, 1e14, "exit")
+    assert forged.value.status == 422 and forged.value.field == "body.energy", forged.value
+    client.tail("tailed", token, 2.0, 200.0, "exit")
+    (after,) = client.history("tailed")
+    assert after["window"]["tail_j"] == 200.0
+
+
+def test_a_tail_for_a_token_never_asked_is_404_and_nothing_is_appended(server):
+    client = server.client()
+    client.register("tailed", SPEC)
+    _told(client)
+    for i in range(3):
+        with pytest.raises(ServerError) as unknown:
+            client.tail("tailed", f"nobody-asked-{i}", 1.0, 1.0, "exit")
+        assert unknown.value.status == 404 and unknown.value.code == "unknown_trial", unknown.value
+    assert not (server.root / "tailed" / "tails.jsonl").exists()
+
+
+def test_one_tail_per_trial_the_same_one_again_accepted_another_409(server):
+    client = server.client()
+    client.register("tailed", SPEC)
+    token = _told(client)
+    client.tail("tailed", token, 2.0, 200.0, "exit")
+    client.tail("tailed", token, 2.0, 200.0, "exit")  # a retried POST: accepted, not written twice
+    with pytest.raises(ServerError) as other:
+        client.tail("tailed", token, 3.0, 50.0, "next-ask")
+    assert other.value.status == 409 and other.value.code == "tail_conflict", other.value
+    lines = (server.root / "tailed" / "tails.jsonl").read_text().splitlines()
+    assert len(lines) == 1, lines
+    (after,) = client.history("tailed")
+    assert (after["window"]["tail_s"], after["window"]["tail_j"]) == (2.0, 200.0)

@@ -241,8 +241,8 @@ def _reserve(s: Session, spec: JobSpec, host: str, stamped: str | None, write_pl
     }
     if write_plan:  # a script started from here (a shell's ask/tell) measures its start-up from this reading
         reading = ask_reading(dataclasses.asdict(spec.energy))
-        if reading is not None:
-            extra[Env.ASK_ENERGY] = json.dumps(reading, separators=(",", ":"))
+        if reading is not None:  # with its ask's token: a later ask's process never takes it for its own start
+            extra[Env.ASK_ENERGY] = json.dumps({**reading, "token": token}, separators=(",", ":"))
     plan = dataclasses.replace(
         prepared.plan, trial=dataclasses.replace(prepared.plan.trial, env={**prepared.plan.trial.env, **extra})
     )

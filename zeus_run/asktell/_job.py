@@ -34,7 +34,7 @@ from types import TracebackType
 from zeus_run._process_trials import PROCESS, asking, interactive
 from zeus_run.asktell._ask import Ask, ask
 from zeus_run.asktell._session import resolve_job
-from zeus_run.asktell._tell import tell, tell_tail
+from zeus_run.asktell._tell import tell, tell_tail, tell_tail_lost
 from zeus_run.contract import TrialFiles, exit_status, exit_watch
 from zeus_run.engine.measure import Measured
 from zeus_run.errors import UsageError
@@ -128,13 +128,34 @@ class AskedTrial:
                 measured = Measured.of(*m)
         code, message = _failure(exc)
         run_dir, token = self.asked.run_dir, self.asked.token
-        self.job.record = tell(run_dir, token, exit_code=code, message=message, measured=measured)
+        try:
+            self.job.record = tell(run_dir, token, exit_code=code, message=message, measured=measured)
+        except BaseException:
+            if measured is not None and self.job.count_startup:
+                # Its after-work is no other trial's: the next trial's window opens at its own ask, not at this close.
+                PROCESS.tail_to(functools.partial(_unrecorded, token))
+            raise
         if measured is not None and self.job.count_startup:
             # What this process spends after the block (saving, evaluating, tearing down), up to its next ask or
             # its exit, is this trial's too, as a launcher charges a script to its exit (`zeus_run.rundir.tails`).
             orders = {"run_dir": str(Path(run_dir).absolute()), "token": token}
-            PROCESS.tail_to(functools.partial(tell_tail, run_dir, token), orders)
+            PROCESS.tail_to(
+                functools.partial(tell_tail, run_dir, token, told=True),
+                orders,
+                lost=functools.partial(tell_tail_lost, run_dir, token),
+            )
         # None: an exception raised in the block goes on after it is recorded
+
+
+def _unrecorded(token: str, time_s: float, energy_j: float, to: str) -> None:
+    """The after-work of a trial whose tell failed (no record to charge it to): logged, and charged to no trial."""
+    logger.info(
+        "trial %s was not told, so its %.1f s (%.1f J) after its block up to the %s are charged to no trial",
+        token,
+        time_s,
+        energy_j,
+        to,
+    )
 
 
 def _failure(exc: BaseException | None) -> tuple[int | None, str | None]:

@@ -41,7 +41,7 @@ from zeus_run.errors import AlreadyTold, LeaseExpired, RunDirError, UnknownToken
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.store import read_running
-from zeus_run.rundir.tails import append_tail
+from zeus_run.rundir.tails import record_lost, record_tail
 from zeus_run.trial.events import EpochEvent, EventLogTail
 from zeus_run.trial.log import log_tail
 
@@ -115,16 +115,27 @@ def tell(
         return record
 
 
-def tell_tail(run_dir: str | Path, token: str, time: float, energy: float, to: str) -> None:
+def tell_tail(run_dir: str | Path, token: str, time: float, energy: float, to: str, told: bool | None = None) -> None:
     """Append what a told trial's process spent after its tell, up to its next ask (``to="next-ask"``) or its
-    exit (``"exit"``): attached to the trial's record as the history is read (`zeus_run.rundir.tails`); no lock
-    (one appended line), and no decision reads it.
+    exit (``"exit"``): attached to the trial's record as the history is read (`zeus_run.rundir.tails`); no run
+    directory lock (one appended line, under the file's own), and no decision reads it. One tail per trial.
+
+    Args:
+        told: Whether ``token``'s trial is known to be in the history (None: looked up).
 
     Raises:
         ValueError: A figure is negative or not finite, or ``to`` is unknown.
+        UnknownToken: No told trial of this run directory has that token.
+        TailConflict: The trial has another tail already (the same one again is accepted).
         OSError: The file cannot be written.
     """
-    append_tail(run_dir, token, time, energy, to)
+    record_tail(run_dir, token, time, energy, to, told)
+
+
+def tell_tail_lost(run_dir: str | Path, token: str, why: str) -> None:
+    """Mark that a told trial's tail could not be measured (``why``): its record says so (``window.tail: lost``)
+    instead of nothing (`zeus_run.rundir.tails.record_lost`; errors are logged)."""
+    record_lost(run_dir, token, why)
 
 
 def heartbeat(run_dir: str | Path, token: str) -> float:

@@ -292,7 +292,7 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
     Every saving is stated with the figures it is computed from and its 90% interval
     (`zeus_run.views.saving.words`), so each percentage can be checked against the numbers beside it.
     """
-    est = " (estimated: no GPU was measured)" if s.estimated else ""
+    est = estimate_note(s)
     lines = [
         f"Recurrences converged: {s.recurrences}   trials: {s.trials}"
         + (f"   interrupted: {s.interrupted}" if s.interrupted else "")
@@ -377,12 +377,36 @@ def summary_lines(s: Summary, ascii_only: bool = False) -> list[str]:
             "recommendation, in every total; the default is charged a slowdown only where two batch sizes or more "
             "ran slow that night): " + shown
         )
+    whole = (
+        f"; the whole process (after the target and after each tell included): energy "
+        f"{fmt_energy(s.total_energy + s.after_energy)}, time {fmt_time(s.total_time + s.after_time)}"
+        if s.after_time > 0 or s.after_energy > 0
+        else ""
+    )
     lines.append(
-        f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost {fmt_energy(s.total_cost)}"
+        f"Total: energy {fmt_energy(s.total_energy)}{est}, time {fmt_time(s.total_time)}, cost "
+        f"{fmt_energy(s.total_cost)}{whole}"
     )
     for name, values in s.provenance.items():
         lines.append(f"{name.replace('_', ' ').capitalize()}: {escape('; '.join(values))}")
     return lines
+
+
+def estimate_note(s: Summary) -> str:
+    """What of the total energy was estimated: trials that measured no GPU (an estimate whole), and the estimated
+    part of measured trials (start-ups their process could not read), never one for the other."""
+    notes = []
+    if s.estimated_trials and s.estimated_trials >= s.trials:
+        notes.append("estimated: no GPU was measured")
+    elif s.estimated_trials:
+        notes.append(f"estimated: {s.estimated_trials} of {s.trials} trials measured no GPU")
+    if s.estimated_part > 0:
+        whole = s.total_energy + s.after_energy
+        share = f", {s.estimated_part / whole:.1%} of the whole" if whole > 0 else ""
+        notes.append(
+            f"measured; {fmt_energy(s.estimated_part)} of it estimated{share}: start-ups a process could not read"
+        )
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _compared(s: Summary) -> str:

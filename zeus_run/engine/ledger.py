@@ -238,12 +238,14 @@ class Ledger:
         return obs
 
     def next_recurrence(self) -> int | None:
-        """The recurrence a free slot runs next: the oldest unfinished one not in flight, else a new one."""
-        if self._open:
-            busy = {q.recurrence for q in self.in_flight.values()}
-            waiting = [n for n in self._open if n not in busy and n <= self.engine.recurrences]
-            if waiting:
-                return min(waiting)
+        """The recurrence a free slot runs next: the oldest unfinished one not in flight, else a new one. A
+        recurrence below the newest that never started (its trial could not start, out of file descriptors, while
+        a later one's did) is unfinished too."""
+        busy = {q.recurrence for q in self.in_flight.values()}
+        never = [n for n in range(1, min(self._newest, self.engine.recurrences + 1)) if n not in self._recurrences]
+        waiting = [n for n in [*self._open, *never] if n not in busy and n <= self.engine.recurrences]
+        if waiting:
+            return min(waiting)
         return self._newest + 1 if self._newest < self.engine.recurrences else None
 
     def start(self, recurrence: int, horizon: Horizon | None = None) -> TrialRequest:

@@ -102,6 +102,8 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
     everything = [*records, *in_flight]
     ledger = Ledger(knobs.engine(max((r.recurrence for r in everything), default=0) + 1))
     order = sorted(range(len(everything)), key=lambda p: _started(everything[p], p))
+    ended = {_started(r, p) for p, r in enumerate(everything)}
+    never_started: set[int] = set()
     checked = 0
     for p in order:
         rec = everything[p]
@@ -116,8 +118,22 @@ def audit(records: Sequence[TrialRecord], knobs: Knobs, in_flight: Sequence[Tria
                     checked, Divergence(q, "end order", f"trial {_started(records[q], q)} ended", "it had not started")
                 )
             ledger.fold(records[q], _started(records[q], q))
+        for t in [t for t in never_started if t not in (rec.in_flight or ())]:  # a later launcher never saw it
+            ledger.in_flight.pop(t, None)
+            never_started.discard(t)
         req = ledger.engine.ask(ledger, Horizon.of(rec))  # the decision path's ask, under the record's horizon
         assert req is not None  # the limit is past every recorded recurrence
+        while (
+            rec.seen is not None
+            and req.trial < rec.trial
+            and req.trial in (rec.in_flight or ())
+            and req.trial not in ended
+        ):
+            # A trial decided and never started (out of file descriptors, say), so never recorded: the decisions
+            # after it counted it in flight, as it was, until a later launcher started its recurrence again.
+            never_started.add(req.trial)
+            req = ledger.engine.ask(ledger, Horizon.of(rec))
+            assert req is not None
         diff = _difference(rec, req)
         if diff is not None:
             return AuditResult(checked, Divergence(p, *diff))

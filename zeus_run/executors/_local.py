@@ -30,6 +30,7 @@ from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_re
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.ranout import ran_out
 from zeus_run.rundir.settings import read_settings
 from zeus_run.rundir.store import check_writable
 from zeus_run.trial.agent import read_outcome, run_agent
@@ -142,22 +143,26 @@ class LocalExecutor(RealExecutor):
             if power is not None
             else None
         )
-        prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
-        if self.spec.concurrency > 1:
-            prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, slot=slot))
-        plan = prepared.plan.trial
-        preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
-        check_writable(self.rd.path)
-        try:
+        try:  # nothing started yet: out of a resource here, it leaves no marker and uses no try
+            prepared = prepare(self.spec, self.rd, req, energy, profiler is not None and not profiler.done, extra_env)
+            if self.spec.concurrency > 1:
+                prepared = dataclasses.replace(prepared, running=dataclasses.replace(prepared.running, slot=slot))
+            plan = prepared.plan.trial
+            preflight(plan.argv, plan.workdir, trial_environment(plan.env), plan.shell)
+            check_writable(self.rd.path)
             self.rd.mark_running(prepared.running)
-        except OSError as exc:  # too many open files, disk full: nothing started, no marker left
-            raise launch_error(plan.argv[0], exc) from exc
+        except (OSError, RunDirError) as exc:  # too many open files, no memory, disk full
+            short = ran_out(exc)
+            if short is None:
+                raise
+            self._forget(req.trial)
+            raise launch_error(self.spec.command[0], short) from exc
         invalid_before = energy.invalid_windows
         try:
             self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
             out = run_agent(prepared.plan, energy, self.listener, self.cancel, profiler, heartbeat=False)
         except (LaunchError, LaunchEnvironmentError):
-            self.rd.clear_running(req.trial)  # nothing started: no try of the recurrence was used
+            self._forget(req.trial)  # nothing started: no try of the recurrence was used
             raise
         finally:
             if power is not None:
@@ -179,6 +184,14 @@ class LocalExecutor(RealExecutor):
         record = to_record(self.spec, self.rd, req, prepared, out, Measurement.of(energy), message, self.provenance)
         self.burst.check(record)
         return record
+
+    def _forget(self, trial: int) -> None:
+        """Drop the marker of a trial that never started (its write may fail too, out of file descriptors: it is
+        then dropped at the next write of ``running.json``)."""
+        try:
+            self.rd.clear_running(trial)
+        except (OSError, RunDirError) as exc:
+            logger.warning("could not remove trial %d from running.json yet: %s", trial, exc)
 
     def _adopted(self, req: TrialRequest, old: RunningMarker, energy: EnergySource) -> TrialRecord | None:
         """The record of an adopted trial from its written outcome, or from the event log of a script that

@@ -9,8 +9,10 @@ state, the recommendation and the totals, each saving with the two ends of its 9
 trials so far, so that re-exports draw them over time. Each trial's nested run
 carries batch size, learning rate, power limit, recurrence and try as params;
 stage, outcome, stop reason and kind as tags; energy, time, cost and epochs as
-metrics, and the validation metric after each epoch as the step series
-``metric``. With an ``accounting`` section the parent also carries ``carbon_grams``,
+metrics, the whole process's figures as the history has them (``whole_energy_joules``, ``after_energy_joules``,
+``estimated_share``: its tail after the tell included; a trial whose tail has not landed yet is tagged
+``zeus_run.tail: pending`` and logged again by the first export after it lands), and the validation metric after
+each epoch as the step series ``metric``. With an ``accounting`` section the parent also carries ``carbon_grams``,
 ``money`` (tag ``zeus_run.currency``) and their savings.
 
 The parent run is RUNNING while a launcher runs the job, and ends FINISHED when its
@@ -166,6 +168,7 @@ class MlflowExporter(Exporter):
 
         parent = self._parent(client, exp_id, job)
         done: set[str] = set()
+        pending: dict[str, str] = {}
         for run in _search(client, exp_id, f"tags.`mlflow.parentRunId` = '{parent}'"):
             tid = run.data.tags.get("zeus_run.trial_id")
             if tid is None:
@@ -174,7 +177,13 @@ class MlflowExporter(Exporter):
                 client.delete_run(run.info.run_id)
             else:
                 done.add(tid)
+            if run.data.tags.get("zeus_run.tail") == "pending":
+                pending[tid] = str(run.info.run_id)
         new = [r for r in job.records if trial_id(r) not in done]
+        for r in job.records:  # a tail that landed since the trial was logged: its figures, the history's now
+            run_id = pending.get(trial_id(r))
+            if run_id is not None and tail_state(r) != "pending":
+                _log_whole(client, run_id, r)
         if new:
             _set_status(client, parent, "RUNNING")  # reopen a parent an earlier export ended
         for record in new:
@@ -228,6 +237,7 @@ class MlflowExporter(Exporter):
             "kind": r.kind,
             "energy_source": r.energy_source,
             "estimated": "true" if r.estimated else "false",
+            "zeus_run.tail": tail_state(r),
         }
         if r.message:
             tags["message"] = r.message[:4000]
@@ -246,8 +256,7 @@ class MlflowExporter(Exporter):
             "seed": r.seed,
         }
         values = {"energy_joules": r.energy, "time_seconds": r.time, "cost_joules": r.cost, "epochs": r.epochs}
-        if r.estimated_energy is not None:  # a measured trial whose start-up was estimated
-            values["estimated_energy_joules"] = r.estimated_energy
+        values.update(_whole_values(r))
         metrics = [Metric(k, float(v), end, 0) for k, v in values.items()]
         metrics += [Metric("metric", float(m), end, epoch) for epoch, m in enumerate(r.metrics, start=1)]
         # learning_rate and power_limit read "none" where the spec sets none (a CPU job: no power limit).
@@ -275,6 +284,10 @@ class MlflowExporter(Exporter):
             **_with_ci("savings_time", s.saved.get("time")),
             "total_energy_joules": s.total_energy,
             "total_time_seconds": s.total_time,
+            # The whole process: with what each trial's process spent after its point (saving, its tail).
+            "whole_energy_joules": s.total_energy + s.after_energy,
+            "whole_time_seconds": s.total_time + s.after_time,
+            "estimated_part_joules": s.estimated_part,
             "total_cost_joules": s.total_cost,
             "recurrences": s.recurrences,
             "all_recurrences": s.all_recurrences,
@@ -309,6 +322,41 @@ class MlflowExporter(Exporter):
             "zeus_run.currency": acc.currency if acc is not None and acc.money is not None else "",
         }
         client.log_batch(parent, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items() if v])
+
+
+def tail_state(r: TrialRecord) -> str:
+    """Where a trial's tail after its tell stands: ``landed``, ``lost``, ``pending`` (a process that told its trial
+    itself has not sent it yet: its record ends at the close) or ``none`` (a door that measures to the exit)."""
+    window = r.window or {}
+    if "tail_s" in window:
+        return "landed"
+    if window.get("tail") == "lost":
+        return "lost"
+    return "pending" if window.get("to") == "close" and r.provenance and r.provenance.get("ask_token") else "none"
+
+
+def _whole_values(r: TrialRecord) -> dict[str, float]:
+    """A trial's figures over its whole process, as the history has them (its tail included once it landed)."""
+    values = {
+        "after_energy_joules": r.after_energy or 0.0,
+        "after_time_seconds": r.after_time or 0.0,
+        "whole_energy_joules": r.energy + (r.after_energy or 0.0),
+        "whole_time_seconds": r.time + (r.after_time or 0.0),
+    }
+    if r.estimated_energy is not None:  # a measured trial whose start-up was estimated
+        values["estimated_energy_joules"] = r.estimated_energy
+        if r.estimated_share is not None:
+            values["estimated_share"] = r.estimated_share
+    return values
+
+
+def _log_whole(client: Any, run_id: str, r: TrialRecord) -> None:
+    """Log a trial's whole figures again once its tail landed (or was lost), and say so in its tag."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in _whole_values(r).items()])
+    client.set_tag(run_id, "zeus_run.tail", tail_state(r))
 
 
 def _set_status(client: Any, run_id: str, status: str, end_time: int | None = None) -> None:

@@ -61,6 +61,12 @@ METRICS = {
         ),
         Metric("zeus_run_energy_joules_total", "counter", "Energy of every trial."),
         Metric(
+            "zeus_run_whole_energy_joules_total",
+            "counter",
+            "Energy of every trial's whole process: zeus_run_energy_joules_total plus what each process spent after "
+            "the point its trial was judged at (saving, tearing down, its tail after the tell).",
+        ),
+        Metric(
             "zeus_run_estimated_energy_joules_total",
             "counter",
             "The part of zeus_run_energy_joules_total that is an estimate, not a measurement (the CPU estimate, an "
@@ -180,6 +186,7 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     for b in s.by_batch_size:
         add("zeus_run_batch_size_trials_total", b.trials, batch_size=str(b.batch_size))
     add("zeus_run_energy_joules_total", s.total_energy)
+    add("zeus_run_whole_energy_joules_total", s.total_energy + s.after_energy)
     add("zeus_run_estimated_energy_joules_total", sum(r.estimated_joules for r in job.records))
     add("zeus_run_time_seconds_total", s.total_time)
     add("zeus_run_cost_joules_total", s.total_cost)

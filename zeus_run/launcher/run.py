@@ -26,7 +26,7 @@ from zeus_run.engine.concurrent import SlotPool
 from zeus_run.engine.core import Engine, TimedExecutor, TrialExecutor, TrialRequest
 from zeus_run.engine.ledger import Ledger
 from zeus_run.engine.position import Position, position
-from zeus_run.errors import Interrupted
+from zeus_run.errors import Interrupted, RunDirError
 from zeus_run.executors import (
     EXECUTORS,
     NullRunListener,
@@ -47,6 +47,7 @@ from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.joins import JoinDesk
 from zeus_run.rundir.lock import is_held
 from zeus_run.rundir.opener import lock
+from zeus_run.rundir.ranout import ran_out
 from zeus_run.rundir.settings import read_once
 from zeus_run.rundir.store import first_missing
 from zeus_run.spec import JobSpec
@@ -300,8 +301,11 @@ def _run_concurrent(
             if marked:
                 try:
                     executor.rd.mark_running(marker(executor.spec, req, executor.energy))
-                except OSError as exc:  # too many open files, disk full: nothing started, no marker left
-                    raise launch_error(executor.spec.command[0], exc) from exc
+                except (OSError, RunDirError) as exc:  # too many open files, disk full: nothing started, no marker
+                    short = ran_out(exc)
+                    if short is None:
+                        raise
+                    raise launch_error(executor.spec.command[0], short) from exc
             try:
                 target.start(req)
             except BaseException:
@@ -325,6 +329,10 @@ def _run_concurrent(
         left = pool.close() if pool is not None else executor.drain()
         for req, record in left:
             persist(req.stamp(record))
+        try:  # every trial that started is recorded: a marker left of one that never did is dropped
+            executor.rd.sync_running()
+        except (OSError, RunDirError) as exc:
+            logger.warning("could not rewrite running.json: %s", exc)
         raise
 
 

@@ -53,6 +53,9 @@ class RemoteTrial:
         #: Time (s), energy (J) and how they were measured, for a tell at interpreter exit (`zeus_run.train.Trial`
         #: sets it to its own meter's reading; None: not measured here).
         self.meter: Callable[[], tuple[float, float, dict[str, Any]] | None] | None = None
+        #: Called once a tell at the process's exit is on the server (the trial measured here hands what the
+        #: process spends after it, its teardown, to the exit watcher as its tail: `zeus_run.train.Trial`).
+        self.after_exit_tell: Callable[[], None] | None = None
         self.converged = False
         self.closed = False
         self._t0 = time.monotonic()
@@ -208,11 +211,17 @@ class RemoteTrial:
         energy, how, elapsed = (None, None, None) if m is None else (m[1], m[2], m[0])
         try:
             if code != 0:
-                self.fail(self._exit.failure(), exit_code=code, energy_j=energy, measured=how, time_s=elapsed)
+                told = self.fail(self._exit.failure(), exit_code=code, energy_j=energy, measured=how, time_s=elapsed)
             else:
-                self.finish(exit_code=0, energy_j=energy, measured=how, time_s=elapsed)
+                told = self.finish(exit_code=0, energy_j=energy, measured=how, time_s=elapsed)
         except ServerError as exc:
             logger.warning("could not tell the zeus-run server the trial ended: %s", exc)
+            return
+        if told is not None and m is not None and self.after_exit_tell is not None:
+            try:
+                self.after_exit_tell()
+            except Exception as exc:  # at exit: logged, never the script's failure
+                logger.info("the teardown after the tell is not measured: %s", exc)
 
 
 def _env_lease() -> float:

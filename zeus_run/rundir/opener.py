@@ -86,7 +86,8 @@ def _parse_stored(path_text: str, version: tuple[int, int, int] | None) -> JobSp
     if data is None:
         raise RunDirError(
             f"run_dir = {str(path)!r} has no {SPEC_NAME}: it is not a run directory zeus-run started. Pass the job "
-            "spec (zeus-run ask job.yaml) the first time; later asks and tells can name the run directory."
+            "spec the first time (zeus-run run job.yaml, zeus-run ask job.yaml; the Job API: zeus_run.Job('job.yaml')); "
+            "later commands can name the run directory."
         )
     data.pop("source", None)
     return parse_spec(yaml.safe_dump(data, sort_keys=False), source=path / SPEC_NAME)

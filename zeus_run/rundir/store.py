@@ -20,6 +20,7 @@ file through `zeus_run._fs` (no links followed, temporaries with ``O_EXCL``).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from zeus_run.contract import RUNNING_NAME, RunningMarker, TrialFiles, markers_f
 from zeus_run.errors import RunDirError
 from zeus_run.rundir.history import HISTORY_NAME, HistoryStore
 from zeus_run.rundir.lock import _LINK_ADVICE, LOCK_NAME, _lock_waiting, _unusable, _write_holder
+from zeus_run.rundir.ranout import resource_fix
 from zeus_run.rundir.settings import SPEC_NAME, forget, read_settings
 from zeus_run.spec import JobSpec
 
@@ -230,6 +232,12 @@ class RunDir:
                 self._in_flight.clear()
             else:
                 self._in_flight.pop(trial, None)
+            self._write_markers()
+
+    def sync_running(self) -> None:
+        """Write ``running.json`` as the trials in flight are now (a marker whose removal could not be written
+        earlier, out of file descriptors, is dropped)."""
+        with self._marker_lock:
             self._write_markers()
 
     def _write_markers(self) -> None:
@@ -454,7 +462,11 @@ def _probe(path: Path, probe: Path) -> None:
     except OSError as exc:
         raise RunDirError(
             f"Run directory {str(path)!r} is not writable: {exc.strerror or exc}. "
-            "Fix its permissions or free space, or choose another with --run-dir."
+            + (
+                f"{resource_fix(exc)[0].upper()}{resource_fix(exc)[1:]}, then run the same command again."
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+                else "Fix its permissions or free space, or choose another with --run-dir."
+            )
         ) from exc
 
 
@@ -468,9 +480,9 @@ def atomic_write(path: Path, text: str) -> None:
         _fs.atomic_write(path, text)
     except OSError as exc:
         raise RunDirError(
-            f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; free disk "
-            "space or fix permissions, then run the same command again to resume."
-        ) from None
+            f"Could not write {str(path)!r}: {exc.strerror or exc}. Nothing recorded so far is lost; "
+            f"{resource_fix(exc)}, then run the same command again to resume."
+        ) from exc
 
 
 def _differs(stored: dict[str, Any], now: dict[str, Any]) -> bool:

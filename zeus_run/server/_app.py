@@ -156,8 +156,10 @@ def create_app(service: JobService, token: str, max_body: int = DEFAULT_MAX_BODY
     @app.post(f"{v1}/jobs/{{job}}/trials/{{token}}/tail", response_model=Tail)
     async def tail(body: Tail, job: str = JOB, token: str = TOKEN) -> Tail:
         """What the trial's process spent after its finish, up to its next ask or its exit: charged to the trial
-        (its record's ``after_time`` and ``after_energy``), as a launcher charges a script to its exit. The first
-        tail of a trial counts; it changes no decision. 409 for a trial not told yet."""
+        (its record's ``after_time`` and ``after_energy``), as a launcher charges a script to its exit. One tail
+        per trial (the same one again is accepted; another is 409 ``tail_conflict``); it changes no decision. 404
+        for a token no told trial of this job has, 409 for a trial not told yet, 422 for an energy beyond the
+        bound a finish is held to."""
         await service.run(job, lambda: service.tail(job, token, body))
         return body
 

@@ -207,13 +207,14 @@ class JobService:
         from zeus_run import asktell
 
         path = self._existing(name)
+        check_energy(path, body.time, body.energy, None)  # the bound a finish is held to
         if any(m.token == token for m in read_running(path) or []):
             raise ApiError(
                 409, f"token = {token!r}: this trial is not told yet; send its tail after its finish.", "not_told"
             )
-        try:
+        try:  # a told trial of this job only (404), one tail per trial (409; the same one again is accepted)
             asktell.tell_tail(path, token, body.time, body.energy, body.to)
-        except OSError as exc:  # a full disk: the trial's record stands without its tail
+        except OSError as exc:  # a full disk, or the tails' cap: the trial's record stands without its tail
             raise ApiError(507, f"could not record the tail: {exc.strerror or exc}; free space", "storage") from None
 
     def fail(self, name: str, token: str, body: Fail, key: str | None = None) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def recurrence_rows(records: Sequence[TrialRecord]) -> list[RecurrenceRow]:
                 cost=sum(r.spent_cost for r in rs),
                 reached=any(r.reached for r in rs),
                 outcomes=tuple(r.stop_reason for r in rs),
-                estimated=any(r.estimated for r in rs),
+                estimated=any(r.estimated and r.estimated_energy is None for r in rs),  # an estimate whole
                 stages=tuple(r.stage for r in rs),
                 reasons=tuple(failure_reason(r) for r in rs),
                 power_limit=rs[-1].power_limit,

@@ -173,7 +173,10 @@ class Summary:
         spread: The run-to-run spread the intervals rest on (`zeus_run.views.saving.Spread`).
         compared_recurrences: Recurrences the default's side holds a run of: those that reached the target.
         baseline: The `Baseline` itself (None before b0 converged).
-        estimated: Whether energy figures are estimates.
+        estimated: Whether energy figures are estimates: a trial's energy is an estimate whole (no GPU measured).
+        estimated_trials: Trials whose energy is an estimate whole (no GPU measured).
+        estimated_part: Energy estimated inside measured trials (a start-up the process could not read, its
+            labelled ``estimated_energy``): measured trials with an estimated part, not estimates (unit: J).
         chosen: Batch size of the final trial of each recurrence a batch size ran in, failed ones
             included (``chosen_reached`` tells them), in order.
         interrupted: Trials cut short by the launcher's own interruption.
@@ -231,6 +234,8 @@ class Summary:
     compared_recurrences: int = 0
     baseline: Baseline | None = None
     estimated: bool = False
+    estimated_trials: int = 0
+    estimated_part: float = 0.0
     chosen: tuple[int, ...] = field(default_factory=tuple)
     interrupted: int = 0
     recurrence_costs: tuple[float, ...] = ()
@@ -439,7 +444,9 @@ def summarize(
         spread=evidence.spread,
         compared_recurrences=sum(1 for n in nights if n.compared),
         baseline=base,
-        estimated=any(r.estimated for r in records),
+        estimated=any(whole_estimate(r) for r in records),
+        estimated_trials=sum(1 for r in records if whole_estimate(r)),
+        estimated_part=sum(r.estimated_joules for r in records if not whole_estimate(r)),
         chosen=tuple(row.final_batch_size for row in ran_rows),
         chosen_reached=tuple(row.reached for row in ran_rows),
         chosen_recurrences=tuple(row.recurrence for row in ran_rows),
@@ -463,6 +470,12 @@ def summarize(
         sweep_cost=sum(r.profile_overhead or 0.0 for r in records),
         shut_out=bans,
     )
+
+
+def whole_estimate(r: TrialRecord) -> bool:
+    """Whether ``r``'s energy is an estimate whole (no GPU measured), not a measurement with an estimated part (its
+    start-up: ``estimated_energy``)."""
+    return r.estimated and r.estimated_energy is None
 
 
 def _mean(values: Sequence[float]) -> float | None:
