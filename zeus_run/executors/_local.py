@@ -5,7 +5,8 @@ launcher kills them (`LocalExecutor.recover`), except that a trial whose
 outcome was already written (the launcher died between the trial's end and its
 record) is adopted: its record is made from that outcome, and it is not run again.
 So is a trial whose script went on without the launcher, reached the target and
-exited (`zeus_run.trial.orphan`): its record is made from its event log, its
+exited (`zeus_run.trial.orphan`): its record is made from its event log (or, where
+its metric is read from its output, from the output log the relay kept writing), its
 energy imputed and said to be.
 """
 
@@ -34,7 +35,8 @@ from zeus_run.rundir.settings import read_settings
 from zeus_run.rundir.store import check_writable
 from zeus_run.trial.agent import read_outcome, run_agent
 from zeus_run.trial.launch import launch_error
-from zeus_run.trial.orphan import finished_orphan
+from zeus_run.trial.metric_regex import BoundedRegex, output_reader
+from zeus_run.trial.orphan import finished_orphan, finished_orphan_output
 from zeus_run.trial.proctree import ProcessTree
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -210,16 +212,23 @@ class LocalExecutor(RealExecutor):
         from zeus_run.engine.measure import PowerBasis  # imputes as a tell without a measurement does
 
         plan = prepared.plan.trial
-        run = finished_orphan(
-            plan.event_path, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
-        )
+        reader = output_reader(plan.metric_regex, plan.metric_key) if plan.metric_path is None else None
+        source = "its event log" if reader is None else "its output log"
+        if reader is None:
+            run = finished_orphan(
+                plan.event_path, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
+            )
+        else:
+            run = finished_orphan_output(
+                plan.log_path.parent, reader, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
+            )
         if run is None:
             logger.warning("the previous launcher's trial %d left no outcome; it runs again", old.trial)
             return None
         basis = PowerBasis.of(self.rd.history.read(warn=False))
         energy, how, max_power = basis.impute(req.decision.batch_size, run.time, self.spec.energy.watts)
         note = (
-            f"taken over from its event log: the launcher died during this trial, and the script reached the target "
+            f"taken over from {source}: the launcher died during this trial, and the script reached the target "
             f"after {len(run.metrics)} epoch(s) and exited; time from its launch to that epoch, energy not measured "
             f"({'imputed from the job' + chr(39) + 's measured trials' if how.method == 'imputed' else how.method})"
         )
@@ -242,10 +251,11 @@ class LocalExecutor(RealExecutor):
         self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
         logger.info(
             "recurrence %d try %d: reached the target after %d epoch(s) while no launcher watched it; taken over "
-            "from its event log",
+            "from %s",
             req.recurrence,
             req.attempt,
             len(run.metrics),
+            source,
         )
         return to_record(self.spec, self.rd, req, prepared, outcome, how, note, self.provenance)
 
@@ -294,7 +304,22 @@ def _reached_alone(info: RunningMarker) -> bool:
     target, higher, limit = job.get("target_metric"), job.get("higher_is_better", True), job.get("max_epochs")
     if not isinstance(target, (int, float)) or not isinstance(higher, bool) or not isinstance(limit, int):
         return False
+    reader = _output_reader(job.get("metric"))
+    if reader is not None:
+        return finished_orphan_output(trial_dir, reader, float(target), higher, limit, info.started_at) is not None
     return finished_orphan(trial_dir / TrialFiles.EVENTS, float(target), higher, limit, info.started_at) is not None
+
+
+def _output_reader(metric: object) -> BoundedRegex | None:
+    """The reader of the stored spec's ``metric`` section where it reads the script's output (None: elsewhere)."""
+    if not isinstance(metric, dict) or metric.get("path") is not None:
+        return None
+    source, regex, key = metric.get("source"), metric.get("regex"), metric.get("key")
+    if source == "jsonl" and isinstance(key, str):
+        return output_reader(None, key)
+    if source == "regex" and isinstance(regex, str):
+        return output_reader(regex, None)
+    return None
 
 
 def _prepend(note: str, message: str | None) -> str:

@@ -11,6 +11,12 @@ rather than as an interrupted trial to run again. Its energy was measured by
 no one: the record says so, and its cost is charged on an imputed energy
 (`zeus_run.engine.measure.PowerBasis.impute`), as a tell without a
 measurement is.
+
+A script whose metric is read from its output (``metric.source: regex``, or ``jsonl`` without a ``path``)
+leaves the same evidence in its output log: the relay (`zeus_run.trial.output`) goes on writing it after the
+launcher is gone and notes in ``output.times`` where the log stood and when, chunk by chunk.
+`finished_orphan_output` reads the log with the spec's reader and dates each epoch by the chunk that ended its
+line; the trial's whole process, to the end of its output, is charged (`OrphanRun.after_time`).
 """
 
 from __future__ import annotations
@@ -18,8 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from zeus_run.contract import iso_seconds, reaches_target
+from zeus_run import _fs
+from zeus_run.contract import TrialFiles, iso_seconds, reaches_target
 from zeus_run.trial.events import EventLogTail
+from zeus_run.trial.metric_regex import BoundedRegex
+
+#: Most of an orphan's output log read for its epochs (unit: bytes); its stamps file is read to 1 MiB.
+OUTPUT_READ_LIMIT = 256 << 20
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -78,3 +90,84 @@ def finished_orphan(
         time=end - start,
         after_time=max(last - end, 0.0),
     )
+
+
+def finished_orphan_output(
+    trial_dir: Path,
+    reader: BoundedRegex,
+    target: float,
+    higher_is_better: bool,
+    max_epochs: int,
+    started_at: str | None,
+) -> OrphanRun | None:
+    """What the output log of a trial whose launcher died shows, if its metric read from there reached the
+    target; None otherwise (or where the relay never outlived the launcher: no ``output.times``).
+
+    Args:
+        trial_dir: The trial's directory (its ``output.log`` and ``output.times``).
+        reader: The spec's reader of the output (`zeus_run.trial.metric_regex.output_reader`).
+        target, higher_is_better, max_epochs, started_at: As `finished_orphan`.
+    """
+    stamps = _stamps(trial_dir / TrialFiles.OUTPUT_TIMES)
+    if len(stamps) < 2:
+        return None
+    (offset, relay_start), marks = stamps[0], stamps[1:]
+    epochs: list[tuple[float, float]] = []  # (metric, time)
+    try:
+        with _fs.open_read(trial_dir / TrialFiles.OUTPUT) as f, reader:
+            f.seek(offset)
+            held, pos, end = b"", offset, offset + OUTPUT_READ_LIMIT
+            while pos < end:
+                chunk = f.read(min(_CHUNK, end - pos))
+                if not chunk:
+                    break
+                at = pos - len(held)  # where ``data`` starts in the log
+                data, pos = held + chunk, pos + len(chunk)
+                lines = data.split(b"\n")
+                held = lines.pop()
+                for line in lines:
+                    at += len(line) + 1
+                    epochs += [(ev.metric, _dated(marks, at)) for ev in reader.feed_line(line)]
+            if held:
+                epochs += [(ev.metric, _dated(marks, pos)) for ev in reader.feed_line(held)]
+    except OSError:
+        return None
+    hit = next((k for k, (m, _) in enumerate(epochs[:max_epochs]) if reaches_target(m, target, higher_is_better)), None)
+    if hit is None:
+        return None
+    start = iso_seconds(started_at)
+    if start is None:
+        start = relay_start
+    reached = epochs[hit][1]
+    if reached < start:
+        return None
+    last = max(marks[-1][1], reached)  # the end of its output (the relay's last note)
+    return OrphanRun(
+        metrics=tuple(m for m, _ in epochs[: hit + 1]),
+        after_metrics=tuple(m for m, _ in epochs[hit + 1 :]),
+        time=reached - start,
+        after_time=last - reached,
+    )
+
+
+def _stamps(path: Path) -> list[tuple[int, float]]:
+    """The relay's notes (offset in the log, Unix time), in order; empty where there are none."""
+    try:
+        with _fs.open_read(path) as f:
+            text = f.read(_CHUNK).decode("ascii", "replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        try:
+            out.append((int(parts[0]), float(parts[1])))
+        except (IndexError, ValueError):
+            break  # a torn last line
+    return out
+
+
+def _dated(marks: list[tuple[int, float]], line_end: int) -> float:
+    """When the output up to ``line_end`` was in the log: the first note at or past it (the chunk that ended the
+    line; output before the launcher died has the first note's time, at most)."""
+    return next((t for offset, t in marks if offset >= line_end), marks[-1][1])
