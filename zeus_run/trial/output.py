@@ -61,9 +61,9 @@ RELAY_WAIT_S = 5.0
 #: the log and when the relay started), and a last one at the end of the output. It exits with the ``errno`` of a
 #: write into the log that failed (the launcher says so), else 0. Kept small: it starts once per trial.
 RELAY = """
-import os,signal,sys,time
-signal.signal(signal.SIGINT,signal.SIG_IGN)
-signal.signal(signal.SIGPIPE,signal.SIG_IGN)
+import _signal,os,sys,time
+_signal.signal(_signal.SIGINT,_signal.SIG_IGN)
+_signal.signal(_signal.SIGPIPE,_signal.SIG_IGN)
 t0=time.time();log=int(sys.argv[1]);times=sys.argv[2];out=1;err=0;pos=0;st=-1
 def put(fd,b):
     while b:b=b[os.write(fd,b):]
