@@ -322,3 +322,30 @@ def test_a_trial_reading_no_metric_after_the_metric_section_changed_is_a_spec_er
     read = dataclasses.replace(silent, metrics=(0.3,), epochs=1)
     assert classify(read, [CONVERGED], changed="metric.regex").verdict is Verdict.NOT_REACHED  # it reads: fine
     assert classify(silent, [], changed="metric.regex").verdict is Verdict.SPEC_ERROR  # as ever, on a first trial
+
+
+def test_a_typo_cut_by_the_cost_threshold_is_a_spec_error_never_an_observation():
+    """Issue 53, item 6: the night after `metric.regex` was edited to a typo, the first try is cut by the cost
+    threshold with no metric read, though its script wrote lines. It is the spec's (config_error, not observed),
+    as the same typo is when the script runs to its end; without the doubt on the metric it stays a cut."""
+    cut = dataclasses.replace(BASE, stop_reason="cost_threshold", exit_code=-15, message=NO_MATCH.format(n=20))
+    found = classify(cut, [CONVERGED], changed="metric.regex")
+    assert (found.verdict, found.stop_reason) == (Verdict.SPEC_ERROR, "config_error")
+    assert "cost_threshold cut it" in (found.cause or "") and "`metric.regex`" in (found.fix or "")
+    record, error = judge(cut, [CONVERGED], changed="metric.regex")
+    assert record.stop_reason == "config_error" and record.observed is False and error is not None
+    timed_out = dataclasses.replace(cut, stop_reason="timeout")
+    assert classify(timed_out, [CONVERGED], changed="metric.regex").verdict is Verdict.SPEC_ERROR
+    # The typo left in place on a later night (nothing changed since the spec error it caused): still the spec's.
+    typo = dataclasses.replace(
+        BASE, stop_reason="config_error", observed=False, cause=NO_MATCH.format(n=20).split(";")[0]
+    )
+    assert classify(cut, [CONVERGED, typo]).verdict is Verdict.SPEC_ERROR
+    # No doubt on the metric, no line written, or no metric ever read: the cut's timing is no evidence.
+    assert classify(cut, [CONVERGED]).verdict is Verdict.EARLY_STOPPED
+    assert classify(cut, [CONVERGED, typo, CONVERGED]).verdict is Verdict.EARLY_STOPPED  # read since the error
+    silent = dataclasses.replace(cut, message=NO_MATCH.format(n=0))
+    assert classify(silent, [CONVERGED], changed="metric.regex").verdict is Verdict.EARLY_STOPPED
+    assert classify(cut, [], changed="metric.regex").verdict is Verdict.EARLY_STOPPED
+    read = dataclasses.replace(cut, metrics=(0.3,), epochs=1)
+    assert classify(read, [CONVERGED], changed="metric.regex").verdict is Verdict.EARLY_STOPPED
