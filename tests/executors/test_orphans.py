@@ -69,7 +69,9 @@ with open({done!r}, "w") as f:
 """
 
 
-def _spec(tmp_path: Path, metrics: list[float], prints: bool = False, regex: bool = False) -> Path:
+def _spec(
+    tmp_path: Path, metrics: list[float], prints: bool = False, regex: bool = False, recurrences: int = 1
+) -> Path:
     script = tmp_path / "train.py"
     pid, go, done = tmp_path / "pid", tmp_path / "go", tmp_path / "done"
     script.write_text(
@@ -88,7 +90,7 @@ def _spec(tmp_path: Path, metrics: list[float], prints: bool = False, regex: boo
             default_batch_size: 2
             target_metric: 0.9
             max_epochs: {len(metrics)}
-            recurrences: 1
+            recurrences: {recurrences}
             energy: {{source: estimate, watts: 100}}
             run_dir: runs
             {metric}
@@ -194,11 +196,12 @@ def test_an_orphan_still_running_is_stopped_and_its_span_charged(tmp_path):
 def test_an_orphan_whose_metric_is_read_by_regex_is_adopted_reached_with_its_whole_process(tmp_path):
     """Issue 53, item 3: the launcher is killed with SIGKILL after the first epoch of a script whose metric is
     read by a regex over its output. The script goes on through the relay, reaches the target at epoch 4 and
-    saves its model. The next trigger reads its epochs from the output log the relay kept writing: one record,
-    reached, charged from its launch to the end of its output, the recurrence not run again."""
-    spec = _spec(tmp_path, [0.5, 0.6, 0.7, 0.95], regex=True)
+    saves its model. The next trigger (`run --next`) reads its epochs from the output log the relay kept
+    writing: one record, reached, charged from its launch to the end of its output, the recurrence not run
+    again; and it goes on to its own night's recurrence, so the calendar catches up."""
+    spec = _spec(tmp_path, [0.5, 0.6, 0.7, 0.95], regex=True, recurrences=5)
     pid_file = tmp_path / "pid"
-    launcher = launch(spec)
+    launcher = launch(spec, "--next")
     trial_dir = tmp_path / "runs" / "trials" / "r0001-t01"
     wait_for(lambda: b"epoch 1" in _read(trial_dir / "output.log"))  # the launcher's relay has logged epoch 1
     launcher.send_signal(signal.SIGKILL)
@@ -208,10 +211,11 @@ def test_an_orphan_whose_metric_is_read_by_regex_is_adopted_reached_with_its_who
     wait_for(lambda: not alive(int(pid_file.read_text())), timeout=60)
     assert (tmp_path / "done").read_text() == "ran to its end"  # not killed by a broken pipe
     assert b"saved" in _read(trial_dir / "output.log")  # the relay wrote the log on alone
-    r = zeus("run", str(spec), "--no-output")
+    r = zeus("run", str(spec), "--no-output", "--next")
     assert r.returncode == 0, r.stderr
-    (rec,) = _records(tmp_path)  # adopted: not interrupted, not run again
+    rec, tonight = _records(tmp_path)  # adopted: not interrupted, not run again; then tonight's recurrence
     assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
+    assert (tonight["recurrence"], tonight["attempt"], tonight["reached"]) == (2, 1, True)
     assert rec["metrics"] == [0.5, 0.6, 0.7, 0.95] and rec["epochs"] == 4 and rec["observed"] is True
     assert "taken over from its output log" in rec["message"], rec["message"]
     started = datetime.datetime.fromisoformat(rec["started_at"]).timestamp()

@@ -28,6 +28,7 @@ from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.record import Measurement
 from zeus_run.errors import EnergyError, LaunchEnvironmentError, LaunchError, RunDirError
 from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
+from zeus_run.executors.kept import kept_model
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
@@ -61,6 +62,8 @@ class LocalExecutor(RealExecutor):
         #: Trials `recover` adopted (their outcome is written), by ``trial``.
         self._adopt = {m.trial: m for m in self.rd.running_trials() or [] if (m.executor or self.kind) == self.kind}
         self._adopt_lock = threading.Lock()
+        #: Whether the history's last record was looked at for a model a spec error kept (`zeus_run.executors.kept`).
+        self._kept_checked = False
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         return self.run_on_slot(req, 0)
@@ -137,6 +140,11 @@ class LocalExecutor(RealExecutor):
             record = self._adopted(req, old, energy)
             if record is not None:
                 return record
+        if not self._kept_checked:
+            self._kept_checked = True
+            record = self._kept(req, energy)
+            if record is not None:
+                return record
         bs = req.decision.batch_size
         power = self.power_for(slot, energy)
         profiler = (
@@ -205,6 +213,57 @@ class LocalExecutor(RealExecutor):
         record = to_record(self.spec, self.rd, req, prepared, outcome, Measurement.of(energy), message, self.provenance)
         self.burst.check(record)
         return record
+
+    def _kept(self, req: TrialRequest, energy: EnergySource) -> TrialRecord | None:
+        """The record of the try that follows a spec error whose script reached the target all the same (its log
+        read again under the fixed spec: `zeus_run.executors.kept`), where it is the same decision; None otherwise."""
+        kept = kept_model(list(self.rd.history.read(warn=False)), self.spec, self.rd.path)
+        if kept is None:
+            return None
+        last = kept.record
+        if (last.recurrence, last.attempt + 1, last.batch_size) != (
+            req.recurrence,
+            req.attempt,
+            req.decision.batch_size,
+        ):
+            return None
+        prepared = prepare(self.spec, self.rd, req, energy, False)
+        note = (
+            f"taken over from the output of try {last.attempt}, whose metric the spec could not read then (a spec "
+            f"error, fixed since): its script reached the target after {len(kept.metrics)} epoch(s) and saved its "
+            "model; its whole process is charged as it was measured, to its exit"
+        )
+        outcome = TrialOutcome.of(
+            StopReason.TARGET_REACHED,
+            epochs=len(kept.metrics),
+            time=last.time,
+            energy=last.energy,
+            max_power=last.max_power,
+            cost=last.cost,
+            exit_code=last.exit_code,
+            metrics=kept.metrics,
+            after_metrics=kept.after_metrics or None,
+            message=note,
+            cause=None,
+        )
+        self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
+        logger.info(
+            "recurrence %d try %d: taken over from try %d's output, which reached the target (its metric was "
+            "unreadable under the spec then)",
+            req.recurrence,
+            req.attempt,
+            last.attempt,
+        )
+        record = to_record(self.spec, self.rd, req, prepared, outcome, Measurement.of(energy), note, self.provenance)
+        return dataclasses.replace(
+            record,
+            energy_source=last.energy_source,
+            estimated=last.estimated,
+            energy_method=last.energy_method,
+            started_at=last.started_at,
+            ended_at=last.ended_at,
+            log=last.log,
+        )
 
     def _orphan(self, req: TrialRequest, old: RunningMarker, prepared: PreparedTrial) -> TrialRecord | None:
         """The record of a trial whose script reached the target while no launcher watched it, from its event

@@ -112,9 +112,48 @@ def finished_orphan_output(
     if len(stamps) < 2:
         return None
     (offset, relay_start), marks = stamps[0], stamps[1:]
-    epochs: list[tuple[float, float]] = []  # (metric, time)
+    epochs = output_epochs(trial_dir / TrialFiles.OUTPUT, reader, offset)
+    if epochs is None:
+        return None
+    dated = [(m, _dated(marks, at)) for m, at in epochs]
+    hit = _hit([m for m, _ in dated], target, higher_is_better, max_epochs)
+    if hit is None:
+        return None
+    start = iso_seconds(started_at)
+    if start is None:
+        start = relay_start
+    reached = dated[hit][1]
+    if reached < start:
+        return None
+    last = max(marks[-1][1], reached)  # the end of its output (the relay's last note)
+    return OrphanRun(
+        metrics=tuple(m for m, _ in dated[: hit + 1]),
+        after_metrics=tuple(m for m, _ in dated[hit + 1 :]),
+        time=reached - start,
+        after_time=last - reached,
+    )
+
+
+def reached_in_output(
+    log: Path, reader: BoundedRegex, target: float, higher_is_better: bool, max_epochs: int
+) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The metrics read from a whole output log through the target, and those after it; None where they do not
+    reach it (or the log cannot be read). The log of a trial whose reader read nothing at the time (a typo in
+    ``metric.regex``), read again under the fixed spec."""
+    epochs = output_epochs(log, reader, 0)
+    if epochs is None:
+        return None
+    metrics = [m for m, _ in epochs]
+    hit = _hit(metrics, target, higher_is_better, max_epochs)
+    return None if hit is None else (tuple(metrics[: hit + 1]), tuple(metrics[hit + 1 :]))
+
+
+def output_epochs(log: Path, reader: BoundedRegex, offset: int) -> list[tuple[float, int]] | None:
+    """Each epoch's metric ``reader`` reads from ``log`` past ``offset``, with where its line ends in the log (at
+    most `OUTPUT_READ_LIMIT` bytes read); None where the log cannot be read."""
+    epochs: list[tuple[float, int]] = []
     try:
-        with _fs.open_read(trial_dir / TrialFiles.OUTPUT) as f, reader:
+        with _fs.open_read(log) as f, reader:
             f.seek(offset)
             held, pos, end = b"", offset, offset + OUTPUT_READ_LIMIT
             while pos < end:
@@ -127,27 +166,16 @@ def finished_orphan_output(
                 held = lines.pop()
                 for line in lines:
                     at += len(line) + 1
-                    epochs += [(ev.metric, _dated(marks, at)) for ev in reader.feed_line(line)]
+                    epochs += [(ev.metric, at) for ev in reader.feed_line(line)]
             if held:
-                epochs += [(ev.metric, _dated(marks, pos)) for ev in reader.feed_line(held)]
+                epochs += [(ev.metric, pos) for ev in reader.feed_line(held)]
     except OSError:
         return None
-    hit = next((k for k, (m, _) in enumerate(epochs[:max_epochs]) if reaches_target(m, target, higher_is_better)), None)
-    if hit is None:
-        return None
-    start = iso_seconds(started_at)
-    if start is None:
-        start = relay_start
-    reached = epochs[hit][1]
-    if reached < start:
-        return None
-    last = max(marks[-1][1], reached)  # the end of its output (the relay's last note)
-    return OrphanRun(
-        metrics=tuple(m for m, _ in epochs[: hit + 1]),
-        after_metrics=tuple(m for m, _ in epochs[hit + 1 :]),
-        time=reached - start,
-        after_time=last - reached,
-    )
+    return epochs
+
+
+def _hit(metrics: list[float], target: float, higher_is_better: bool, max_epochs: int) -> int | None:
+    return next((k for k, m in enumerate(metrics[:max_epochs]) if reaches_target(m, target, higher_is_better)), None)
 
 
 def _stamps(path: Path) -> list[tuple[int, float]]:
