@@ -322,3 +322,60 @@ def test_a_trial_reading_no_metric_after_the_metric_section_changed_is_a_spec_er
     read = dataclasses.replace(silent, metrics=(0.3,), epochs=1)
     assert classify(read, [CONVERGED], changed="metric.regex").verdict is Verdict.NOT_REACHED  # it reads: fine
     assert classify(silent, [], changed="metric.regex").verdict is Verdict.SPEC_ERROR  # as ever, on a first trial
+
+
+def test_a_typo_cut_by_the_cost_threshold_is_a_spec_error_never_an_observation():
+    """Issue 53, item 6: the night after `metric.regex` was edited to a typo, the first try is cut by the cost
+    threshold with no metric read, though its script wrote lines. It is the spec's (config_error, not observed),
+    as the same typo is when the script runs to its end; without the doubt on the metric it stays a cut."""
+    cut = dataclasses.replace(BASE, stop_reason="cost_threshold", exit_code=-15, message=NO_MATCH.format(n=20))
+    found = classify(cut, [CONVERGED], changed="metric.regex")
+    assert (found.verdict, found.stop_reason) == (Verdict.SPEC_ERROR, "config_error")
+    assert "cost_threshold cut it" in (found.cause or "") and "`metric.regex`" in (found.fix or "")
+    record, error = judge(cut, [CONVERGED], changed="metric.regex")
+    assert record.stop_reason == "config_error" and record.observed is False and error is not None
+    timed_out = dataclasses.replace(cut, stop_reason="timeout")
+    assert classify(timed_out, [CONVERGED], changed="metric.regex").verdict is Verdict.SPEC_ERROR
+    # The typo left in place on a later night (nothing changed since the spec error it caused): still the spec's.
+    typo = dataclasses.replace(
+        BASE, stop_reason="config_error", observed=False, cause=NO_MATCH.format(n=20).split(";")[0]
+    )
+    assert classify(cut, [CONVERGED, typo]).verdict is Verdict.SPEC_ERROR
+    # No doubt on the metric, no line written, or no metric ever read: the cut's timing is no evidence.
+    assert classify(cut, [CONVERGED]).verdict is Verdict.EARLY_STOPPED
+    assert classify(cut, [CONVERGED, typo, CONVERGED]).verdict is Verdict.EARLY_STOPPED  # read since the error
+    silent = dataclasses.replace(cut, message=NO_MATCH.format(n=0))
+    assert classify(silent, [CONVERGED], changed="metric.regex").verdict is Verdict.EARLY_STOPPED
+    assert classify(cut, [], changed="metric.regex").verdict is Verdict.EARLY_STOPPED
+    read = dataclasses.replace(cut, metrics=(0.3,), epochs=1)
+    assert classify(read, [CONVERGED], changed="metric.regex").verdict is Verdict.EARLY_STOPPED
+
+
+def test_a_typo_nights_model_is_kept_once_the_spec_is_fixed_and_the_calendar_catches_up(write_spec):
+    """Issue 53, item 4: on the typo night the script trained to the target and saved its model, but its metric
+    could not be read (config_error, exit 2). Fixed, the next trigger reads that try's output again: the
+    recurrence is recorded reached from it (its whole process, as measured), not run again, and the same
+    `--next` trigger goes on to tonight's recurrence, so the job is no night behind its calendar."""
+    body = "recurrences: 5\nmax_tries: 2\nmetric: {regex: 'val_acc=([0-9.]+)'}\n"
+    spec = write_spec(spec_text("--mode print", body).replace("recurrences: 1\n", ""))
+    assert zeus("run", str(spec), "--no-output", "--next").returncode == 0  # night 1
+    spec.write_text(spec.read_text().replace("val_acc=", "val_accuracy="))  # the typo, on night 2
+    assert zeus("run", str(spec), "--no-output", "--next").returncode == 2
+    typo = history(spec)[-1]
+    assert (typo["recurrence"], typo["stop_reason"], typo["exit_code"]) == (2, "config_error", 0)
+    spec.write_text(spec.read_text().replace("val_accuracy=", "val_acc="))  # fixed before night 3
+    r = zeus("run", str(spec), "--no-output", "--next")
+    assert r.returncode == 0, r.stderr
+    recs = history(spec)
+    assert [(x["recurrence"], x["attempt"], x["stop_reason"]) for x in recs] == [
+        (1, 1, "target_reached"),
+        (2, 1, "config_error"),
+        (2, 2, "target_reached"),  # the typo night's model, kept: not run again
+        (3, 1, "target_reached"),  # tonight's: the calendar caught up
+    ]
+    kept = recs[2]
+    assert kept["observed"] is True and kept["reached"] is True and kept["batch_size"] == typo["batch_size"]
+    assert kept["metrics"] and kept["metrics"][-1] >= 0.9 and "taken over from the output of try 1" in kept["message"]
+    assert (kept["time"], kept["energy"], kept["started_at"]) == (typo["time"], typo["energy"], typo["started_at"])
+    audit = zeus("replay", str(spec.parent / "runs"))
+    assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -47,12 +47,39 @@ with open({done!r}, "w") as f:
 """
 
 
-def _spec(tmp_path: Path, metrics: list[float], prints: bool = False) -> Path:
+#: Prints each epoch's metric, read by the spec's regex (no event log, no zeus_run import), with Python's own
+#: buffering where PYTHONUNBUFFERED is unset (a line at a time: it flushes). It waits in its second epoch until
+#: ``go`` exists, then saves its model after the target.
+REGEX_SCRIPT = """
+import os, sys, time
+with open({pid!r} + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace({pid!r} + ".tmp", {pid!r})
+metrics = {metrics!r}
+for epoch, metric in enumerate(metrics, 1):
+    print(f"epoch {{epoch}} val_acc={{metric}}", flush=True)
+    while epoch == 1 and not os.path.exists({go!r}):
+        time.sleep(0.02)
+    if metric >= 0.9:
+        break
+time.sleep(0.3)  # saving the model, after the target
+print("saved", flush=True)
+with open({done!r}, "w") as f:
+    f.write("ran to its end")
+"""
+
+
+def _spec(
+    tmp_path: Path, metrics: list[float], prints: bool = False, regex: bool = False, recurrences: int = 1
+) -> Path:
     script = tmp_path / "train.py"
     pid, go, done = tmp_path / "pid", tmp_path / "go", tmp_path / "done"
     script.write_text(
-        SCRIPT.format(repo=str(REPO), pid=str(pid), go=str(go), done=str(done), metrics=metrics, prints=prints)
+        (REGEX_SCRIPT if regex else SCRIPT).format(
+            repo=str(REPO), pid=str(pid), go=str(go), done=str(done), metrics=metrics, prints=prints
+        )
     )
+    metric = "metric: {source: regex, regex: 'val_acc=([0-9.]+)'}" if regex else ""
     spec = tmp_path / "job.yaml"
     spec.write_text(
         textwrap.dedent(
@@ -63,9 +90,10 @@ def _spec(tmp_path: Path, metrics: list[float], prints: bool = False) -> Path:
             default_batch_size: 2
             target_metric: 0.9
             max_epochs: {len(metrics)}
-            recurrences: 1
+            recurrences: {recurrences}
             energy: {{source: estimate, watts: 100}}
             run_dir: runs
+            {metric}
             """
         )
     )
@@ -163,3 +191,43 @@ def test_an_orphan_still_running_is_stopped_and_its_span_charged(tmp_path):
     assert float((trial_dir / "killed_at").read_text()) == pytest.approx(started + rec["time"], abs=0.01)
     audit = zeus("replay", str(tmp_path / "runs"))
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_an_orphan_whose_metric_is_read_by_regex_is_adopted_reached_with_its_whole_process(tmp_path):
+    """Issue 53, item 3: the launcher is killed with SIGKILL after the first epoch of a script whose metric is
+    read by a regex over its output. The script goes on through the relay, reaches the target at epoch 4 and
+    saves its model. The next trigger (`run --next`) reads its epochs from the output log the relay kept
+    writing: one record, reached, charged from its launch to the end of its output, the recurrence not run
+    again; and it goes on to its own night's recurrence, so the calendar catches up."""
+    spec = _spec(tmp_path, [0.5, 0.6, 0.7, 0.95], regex=True, recurrences=5)
+    pid_file = tmp_path / "pid"
+    launcher = launch(spec, "--next")
+    trial_dir = tmp_path / "runs" / "trials" / "r0001-t01"
+    wait_for(lambda: b"epoch 1" in _read(trial_dir / "output.log"))  # the launcher's relay has logged epoch 1
+    launcher.send_signal(signal.SIGKILL)
+    launcher.communicate(timeout=30)
+    killed = time.time()
+    (tmp_path / "go").touch()
+    wait_for(lambda: not alive(int(pid_file.read_text())), timeout=60)
+    assert (tmp_path / "done").read_text() == "ran to its end"  # not killed by a broken pipe
+    assert b"saved" in _read(trial_dir / "output.log")  # the relay wrote the log on alone
+    r = zeus("run", str(spec), "--no-output", "--next")
+    assert r.returncode == 0, r.stderr
+    rec, tonight = _records(tmp_path)  # adopted: not interrupted, not run again; then tonight's recurrence
+    assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
+    assert (tonight["recurrence"], tonight["attempt"], tonight["reached"]) == (2, 1, True)
+    assert rec["metrics"] == [0.5, 0.6, 0.7, 0.95] and rec["epochs"] == 4 and rec["observed"] is True
+    assert "taken over from its output log" in rec["message"], rec["message"]
+    started = datetime.datetime.fromisoformat(rec["started_at"]).timestamp()
+    # The whole process: its epochs after the kill and its save (0.3 s) after the target are charged.
+    assert started + rec["time"] >= killed - 0.5, rec
+    assert rec["after_time"] >= 0.25 and rec["after_energy"] == pytest.approx(100.0 * rec["after_time"], rel=0.01)
+    audit = zeus("replay", str(tmp_path / "runs"))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

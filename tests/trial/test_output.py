@@ -130,3 +130,67 @@ def test_escape_filter(chunks, expected):
     f = EscapeFilter()
     got = b"".join(f.feed(c) for c in chunks) + f.flush()
     assert got == expected
+
+
+def test_the_relay_needs_no_gnu_tee_and_logs_on_after_its_reader_is_gone(tmp_path, monkeypatch):
+    """Issue 54, item 7: with no ``tee`` that takes ``-p`` anywhere (a fake one that refuses it first on PATH),
+    the script still writes through a relay: once the launcher's end of the pipe is gone, the script goes on
+    printing without a broken pipe, and the relay writes the rest into the log, dated in ``output.times``."""
+    import select
+
+    from zeus_run.trial import output
+    from zeus_run.trial.log import TrialLog
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "tee").write_text("#!/bin/sh\necho 'tee: unrecognized option -p' >&2\nexit 1\n")
+    (fake / "tee").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    monkeypatch.setattr(os, "defpath", str(fake))
+    output.relay_argv.cache_clear()
+    go, done = tmp_path / "go", tmp_path / "done"
+    script = (
+        "import os, time\nprint('epoch 1', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.02)\n"
+        "for e in (2, 3):\n    print(f'epoch {e}', flush=True)\n"
+        f"open({str(done)!r}, 'w').write('ran to its end')\n"
+    )
+    log = TrialLog(tmp_path / "output.log")
+    out = output.OutputChannel("pipe", log, tmp_path / "output.times")
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=out.child, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        fd = out.started(proc)
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready and os.read(fd, 100) == b"epoch 1\n", "the relay passed nothing on"
+        r, w = os.pipe()  # the launcher is gone: its end of the relay's pipe closes
+        os.dup2(r, fd)
+        os.close(r)
+        os.close(w)
+        go.touch()
+        assert proc.wait(timeout=60) == 0  # no BrokenPipeError at its next print
+        assert done.read_text() == "ran to its end"
+    finally:
+        out.close()
+        log.close()
+    assert log.error is None
+    assert (tmp_path / "output.log").read_bytes() == b"epoch 1\nepoch 2\nepoch 3\n"
+    stamps = [line.split() for line in (tmp_path / "output.times").read_text().splitlines()]
+    assert stamps[0][0] == "0" and int(stamps[-1][0]) == len(b"epoch 1\nepoch 2\nepoch 3\n")
+    output.relay_argv.cache_clear()
+
+
+def test_without_an_interpreter_for_the_relay_a_warning_says_so_once(monkeypatch, caplog):
+    from zeus_run.trial import output
+
+    monkeypatch.setattr(sys, "executable", "")
+    output.relay_argv.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="zeus_run.trial.output"):
+            assert output.relay_argv() is None and output.relay_argv() is None
+        warned = [r for r in caplog.records if "relay" in r.getMessage()]
+        assert len(warned) == 1 and "dies with a launcher" in warned[0].getMessage()
+    finally:
+        output.relay_argv.cache_clear()

@@ -471,11 +471,17 @@ def _default_line(s: Summary) -> str:
 def summary_json(summary: Summary) -> dict[str, Any]:
     """The summary as a JSON-ready dict (nested dataclasses as objects).
 
-    Every saving has its 90% interval beside it under the same name with ``_ci`` (``[low, high]``,
+    ``recurrences`` counts every recurrence in the history (what every view calls "N recurrences"),
+    ``converged`` those that reached the target. Every saving has its 90% interval beside it under the
+    same name with ``_ci`` (``[low, high]``,
     fractions; null where none can be stated yet); ``saved`` holds each with the figures it is
     computed from (`zeus_run.views.saving.Saved.to_json`).
     """
     out = dataclasses.asdict(dataclasses.replace(summary, nights=()))
+    # One word, one count: ``recurrences`` is every recurrence in the history, as the text, the plot, the report,
+    # the jobs table and Prometheus count them ("8 recurrences"); those that reached the target are ``converged``.
+    out["converged"] = out.pop("recurrences")
+    out["recurrences"] = out.pop("all_recurrences")
     out["saved"] = {q: v.to_json() if v else None for q, v in summary.saved.items()}
     out["nights"] = [
         {"recurrence": n.recurrence, "kind": n.kind.value, "default_runs": n.default_runs, "slowdown": n.slowdown}

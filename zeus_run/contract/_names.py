@@ -73,6 +73,10 @@ class TrialFiles:
 
     #: The script's stdout and stderr (and, under Slurm, the agent's own log).
     OUTPUT = "output.log"
+    #: Written by the output's relay only once the launcher is gone: where ``output.log`` stood and when (the
+    #: first line: the trial's start; then one line per chunk), so an orphan's epochs read from its output have
+    #: times (`zeus_run.trial.output`, `zeus_run.trial.orphan`).
+    OUTPUT_TIMES = "output.times"
     #: The script's JSON-lines event log (``ZEUS_EVENT_LOG``).
     EVENTS = "events.jsonl"
     #: Created to ask the script to stop (``ZEUS_STOP_FILE``).
@@ -94,7 +98,7 @@ class TrialFiles:
     KILLED = "killed_at"
 
     #: Files zeus-run writes where the script may have planted links (``events.jsonl`` is the script's own).
-    WRITTEN = (OUTPUT, STOP, PROFILE_DONE)
+    WRITTEN = (OUTPUT, OUTPUT_TIMES, STOP, PROFILE_DONE)
     #: Files an earlier job of the same trial directory may have left (removed before a new submission).
     AGENT_FILES = (OUTCOME, HEARTBEAT, AGENT, EPOCHS)
 

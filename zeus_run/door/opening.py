@@ -250,7 +250,7 @@ def open_job(
             metric_changed = changed_fields(stored, spec, "metric")
             rd.keep_spec(spec)  # the spec in force (a new job's first); one it replaces is kept as spec.<n>.yaml
         if role == "run":
-            total = recurrences(job.position()) if recurrences is not None else spec.recurrences
+            total = recurrences(_carried(job, adopted)) if recurrences is not None else spec.recurrences
             knobs = dataclasses.replace(Knobs.from_spec(spec), warm=warm)
             job.engine = knobs.engine(_NO_LIMIT if total is None else total, profile)
             # a trial then reading none of its output: the spec's error, not the batch size's
@@ -285,6 +285,20 @@ def engine_of(spec: JobSpec, path: Path) -> Engine:
 
 _ENGINES: dict[tuple[int, str], tuple[JobSpec, Engine]] = {}
 _ENGINES_LOCK = threading.Lock()
+
+
+def _carried(job: OpenJob, adopted: Sequence[RunningMarker]) -> Position:
+    """Where the job stands for ``run --next``: the recurrences an earlier trigger ran that this one only takes
+    over (a dead launcher's trials adopted, a spec error's trial that reached: `zeus_run.executors.kept`) count as
+    that trigger's night, so the job's calendar catches up."""
+    from zeus_run.executors.kept import kept_model  # the executors load where a door opens a job
+
+    at = job.position()
+    carried = len({m.recurrence for m in adopted})
+    kept = kept_model(job.records(), job.spec, job.rd.path)
+    if kept is not None and kept.record.recurrence not in {m.recurrence for m in adopted}:
+        carried += 1
+    return dataclasses.replace(at, completed=at.completed + carried) if carried else at
 
 
 def _interrupted(spec: JobSpec, rd: RunDir, marker: RunningMarker) -> TrialRecord:

@@ -23,7 +23,10 @@ finished proves the metric works), the records before it, and the tail of the
 script's output (kept in the record's ``message`` by the launcher and the agent, and by
 ``zeus-run tell --log FILE``). Timing is never evidence: a trial the launcher cut (the
 cost threshold, a stop, a timeout it imposed) is never a spec error because it ran long
-without a metric; on a busy machine that is only a slow epoch.
+without a metric; on a busy machine that is only a slow epoch. It is one on the evidence of
+its reader: where it read none of the lines its script wrote while earlier trials read theirs,
+and the spec's ``metric`` section changed since (or no trial read a metric since the last spec
+error of that section), a typo cut by the cost threshold teaches no failure either.
 
 Spec and environment errors are not observations: `judge` records them as
 ``config_error`` or ``environment_error`` (the optimizer never learns from them) and
@@ -244,6 +247,10 @@ def classify(
         return Finding(verdict, reason, cause, fix or None)
     if reason is StopReason.TARGET_REACHED or record.reached:
         return Finding(Verdict.REACHED, reason)
+    if reason.early_stop or reason is StopReason.TIMEOUT:
+        cut = _cut_unread(record, history, record.message if tail is None else tail, changed)
+        if cut is not None:
+            return cut
     if reason.early_stop:
         return Finding(Verdict.EARLY_STOPPED, reason)
     if not reason.observed:
@@ -314,6 +321,50 @@ def _unread_metric(
             "zeus_run callback)",
         )
     return _failure(record, record.stop_reason)
+
+
+def _cut_unread(
+    record: TrialRecord, history: Iterable[TrialRecord], tail: str | None, changed: str | None
+) -> Finding | None:
+    """A spec error where the launcher cut a trial (cost threshold, timeout) that read no metric although its
+    script wrote lines, earlier trials read theirs, and the spec's metric is in doubt: its ``metric`` section
+    changed since (``changed``), or the last spec error of the metric was followed by no trial that read one.
+    The cut's timing alone is never the evidence (a slow first epoch is not a typo); the broken reader is."""
+    if record.kind != "real" or record.exit_code is None or read_a_metric(record):
+        return None
+    note = _NO_MATCH.search(tail or "")
+    if note is None or int(note["lines"] or note["appended"] or 0) == 0:
+        return None
+    before = [r for r in history if r.kind == "real"]
+    if not any(read_a_metric(r) for r in before):
+        return None
+    if changed is not None:
+        doubt = f"{changed} changed since earlier trials of this job read their metric"
+        field = changed.split(", ")[0]
+    else:
+        last = next(
+            (
+                k
+                for k in range(len(before) - 1, -1, -1)
+                if before[k].stop_reason is CONFIG_ERROR and _about_metric(before[k])
+            ),
+            None,
+        )
+        if last is None or any(read_a_metric(r) for r in before[last + 1 :]):
+            return None
+        doubt = "no trial has read the metric since the spec error of its metric section"
+        field = note["field"]
+    return Finding(
+        Verdict.SPEC_ERROR,
+        CONFIG_ERROR,
+        f"{doubt}, and this trial read none before {record.stop_reason} cut it ({note['what']})",
+        f"Fix `{field}` in the job spec so that it reads the metric the script writes each epoch",
+    )
+
+
+def _about_metric(record: TrialRecord) -> bool:
+    """Whether a spec error's cause names the ``metric`` section."""
+    return "metric." in (record.cause or record.message or "")
 
 
 def _failure(record: TrialRecord, reason: StopReason) -> Finding:

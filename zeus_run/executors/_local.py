@@ -5,7 +5,8 @@ launcher kills them (`LocalExecutor.recover`), except that a trial whose
 outcome was already written (the launcher died between the trial's end and its
 record) is adopted: its record is made from that outcome, and it is not run again.
 So is a trial whose script went on without the launcher, reached the target and
-exited (`zeus_run.trial.orphan`): its record is made from its event log, its
+exited (`zeus_run.trial.orphan`): its record is made from its event log (or, where
+its metric is read from its output, from the output log the relay kept writing), its
 energy imputed and said to be.
 """
 
@@ -27,6 +28,7 @@ from zeus_run.engine.core import TrialRequest
 from zeus_run.engine.record import Measurement
 from zeus_run.errors import EnergyError, LaunchEnvironmentError, LaunchError, RunDirError
 from zeus_run.executors._base import PreparedTrial, RealExecutor, prepare, to_record
+from zeus_run.executors.kept import kept_model
 from zeus_run.optimizer.power_limit import recurrences_left
 from zeus_run.power import PowerSession
 from zeus_run.records import TrialRecord
@@ -35,7 +37,8 @@ from zeus_run.rundir.settings import read_settings
 from zeus_run.rundir.store import check_writable
 from zeus_run.trial.agent import read_outcome, run_agent
 from zeus_run.trial.launch import launch_error
-from zeus_run.trial.orphan import finished_orphan
+from zeus_run.trial.metric_regex import BoundedRegex, output_reader
+from zeus_run.trial.orphan import finished_orphan, finished_orphan_output
 from zeus_run.trial.proctree import ProcessTree
 from zeus_run.trial.run import preflight, trial_environment
 
@@ -60,6 +63,8 @@ class LocalExecutor(RealExecutor):
         #: Trials `recover` adopted (their outcome is written), by ``trial``.
         self._adopt = {m.trial: m for m in self.rd.running_trials() or [] if (m.executor or self.kind) == self.kind}
         self._adopt_lock = threading.Lock()
+        #: Whether the history's last record was looked at for a model a spec error kept (`zeus_run.executors.kept`).
+        self._kept_checked = False
 
     def __call__(self, req: TrialRequest) -> TrialRecord:
         return self.run_on_slot(req, 0)
@@ -134,6 +139,11 @@ class LocalExecutor(RealExecutor):
             old = self._adopt.pop(req.trial, None)
         if old is not None:
             record = self._adopted(req, old, energy)
+            if record is not None:
+                return record
+        if not self._kept_checked:
+            self._kept_checked = True
+            record = self._kept(req, energy)
             if record is not None:
                 return record
         bs = req.decision.batch_size
@@ -217,22 +227,80 @@ class LocalExecutor(RealExecutor):
         self.burst.check(record)
         return record
 
+    def _kept(self, req: TrialRequest, energy: EnergySource) -> TrialRecord | None:
+        """The record of the try that follows a spec error whose script reached the target all the same (its log
+        read again under the fixed spec: `zeus_run.executors.kept`), where it is the same decision; None otherwise."""
+        kept = kept_model(list(self.rd.history.read(warn=False)), self.spec, self.rd.path)
+        if kept is None:
+            return None
+        last = kept.record
+        if (last.recurrence, last.attempt + 1, last.batch_size) != (
+            req.recurrence,
+            req.attempt,
+            req.decision.batch_size,
+        ):
+            return None
+        prepared = prepare(self.spec, self.rd, req, energy, False)
+        note = (
+            f"taken over from the output of try {last.attempt}, whose metric the spec could not read then (a spec "
+            f"error, fixed since): its script reached the target after {len(kept.metrics)} epoch(s) and saved its "
+            "model; its whole process is charged as it was measured, to its exit"
+        )
+        outcome = TrialOutcome.of(
+            StopReason.TARGET_REACHED,
+            epochs=len(kept.metrics),
+            time=last.time,
+            energy=last.energy,
+            max_power=last.max_power,
+            cost=last.cost,
+            exit_code=last.exit_code,
+            metrics=kept.metrics,
+            after_metrics=kept.after_metrics or None,
+            message=note,
+            cause=None,
+        )
+        self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
+        logger.info(
+            "recurrence %d try %d: taken over from try %d's output, which reached the target (its metric was "
+            "unreadable under the spec then)",
+            req.recurrence,
+            req.attempt,
+            last.attempt,
+        )
+        record = to_record(self.spec, self.rd, req, prepared, outcome, Measurement.of(energy), note, self.provenance)
+        return dataclasses.replace(
+            record,
+            energy_source=last.energy_source,
+            estimated=last.estimated,
+            energy_method=last.energy_method,
+            started_at=last.started_at,
+            ended_at=last.ended_at,
+            log=last.log,
+        )
+
     def _orphan(self, req: TrialRequest, old: RunningMarker, prepared: PreparedTrial) -> TrialRecord | None:
         """The record of a trial whose script reached the target while no launcher watched it, from its event
         log (`zeus_run.trial.orphan`); None if the log does not show that (it runs again)."""
         from zeus_run.engine.measure import PowerBasis  # imputes as a tell without a measurement does
 
         plan = prepared.plan.trial
-        run = finished_orphan(
-            plan.event_path, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
-        )
+        reader = output_reader(plan.metric_regex, plan.metric_key) if plan.metric_path is None else None
+        source = "its event log" if reader is None else "its output log"
+        if reader is None:
+            run = finished_orphan(
+                plan.event_path, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
+            )
+        else:
+            run = finished_orphan_output(
+                plan.log_path.parent, reader, plan.target_metric, plan.higher_is_better, plan.max_epochs, old.started_at
+            )
         if run is None:
             logger.warning("the previous launcher's trial %d left no outcome; it runs again", old.trial)
             return None
         basis = PowerBasis.of(self.rd.history.read(warn=False))
         energy, how, max_power = basis.impute(req.decision.batch_size, run.time, self.spec.energy.watts)
         note = (
-            f"taken over from its event log: the launcher died during this trial, and the script reached the target "
+            f"taken over from {source}: the launcher died during this trial, and the script reached the target "
             f"after {len(run.metrics)} epoch(s) and exited; time from its launch to that epoch, energy not measured "
             f"({'imputed from the job' + chr(39) + 's measured trials' if how.method == 'imputed' else how.method})"
         )
@@ -255,10 +323,11 @@ class LocalExecutor(RealExecutor):
         self.listener.on_trial_start(req, prepared.learning_rate, prepared.plan.dir)
         logger.info(
             "recurrence %d try %d: reached the target after %d epoch(s) while no launcher watched it; taken over "
-            "from its event log",
+            "from %s",
             req.recurrence,
             req.attempt,
             len(run.metrics),
+            source,
         )
         return to_record(self.spec, self.rd, req, prepared, outcome, how, note, self.provenance)
 
@@ -307,7 +376,22 @@ def _reached_alone(info: RunningMarker) -> bool:
     target, higher, limit = job.get("target_metric"), job.get("higher_is_better", True), job.get("max_epochs")
     if not isinstance(target, (int, float)) or not isinstance(higher, bool) or not isinstance(limit, int):
         return False
+    reader = _output_reader(job.get("metric"))
+    if reader is not None:
+        return finished_orphan_output(trial_dir, reader, float(target), higher, limit, info.started_at) is not None
     return finished_orphan(trial_dir / TrialFiles.EVENTS, float(target), higher, limit, info.started_at) is not None
+
+
+def _output_reader(metric: object) -> BoundedRegex | None:
+    """The reader of the stored spec's ``metric`` section where it reads the script's output (None: elsewhere)."""
+    if not isinstance(metric, dict) or metric.get("path") is not None:
+        return None
+    source, regex, key = metric.get("source"), metric.get("regex"), metric.get("key")
+    if source == "jsonl" and isinstance(key, str):
+        return output_reader(None, key)
+    if source == "regex" and isinstance(regex, str):
+        return output_reader(regex, None)
+    return None
 
 
 def _prepend(note: str, message: str | None) -> str:

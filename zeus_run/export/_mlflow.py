@@ -289,8 +289,8 @@ class MlflowExporter(Exporter):
             "whole_time_seconds": s.total_time + s.after_time,
             "estimated_part_joules": s.estimated_part,
             "total_cost_joules": s.total_cost,
-            "recurrences": s.recurrences,
-            "all_recurrences": s.all_recurrences,
+            "recurrences": s.all_recurrences,  # every recurrence, as every view counts them
+            "converged_recurrences": s.recurrences,
             "failed_recurrences": s.failed_recurrences,
             "trials": s.trials,
             **{f"batch_size_{b.batch_size}_trials": b.trials for b in s.by_batch_size},

@@ -18,13 +18,30 @@ class TrialLog:
         self.path = path
         self.error: str | None = None
         self._fd = -1
+        self._relayed = False
         try:
             _fs.make_dirs(path.parent)
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             self._fail(exc)
 
+    def hand_over(self) -> int:
+        """The log's file descriptor, for the output's relay to write (`zeus_run.trial.output`): `write` writes
+        nothing until `take_back`. -1 where the log could not be opened."""
+        self._relayed = self._fd >= 0
+        return self._fd
+
+    def take_back(self) -> None:
+        """The relay is done: `write` writes again."""
+        self._relayed = False
+
+    def failed(self, exc: OSError) -> None:
+        """A write into the log failed elsewhere (the relay's): reported as one of ours."""
+        self._fail(exc)
+
     def write(self, data: bytes) -> None:
+        if self._relayed:
+            return
         view = memoryview(data)
         while self._fd >= 0 and view:
             try:

@@ -171,12 +171,18 @@ def metric_readers(plan: TrialPlan) -> tuple[EventLogTail | FileMetricTail | Non
         except OSError:
             pass
         return tail, None
-    if plan.metric_key is not None:
-        what = f"metric.key {plan.metric_key!r} (JSON lines)"
-        return None, BoundedRegex("", JsonLinesMetricReader(plan.metric_key), what)
-    if plan.metric_regex is not None:
-        return None, BoundedRegex(plan.metric_regex)
-    return EventLogTail(str(plan.event_path)), None
+    regex = output_reader(plan.metric_regex, plan.metric_key)
+    return (EventLogTail(str(plan.event_path)), None) if regex is None else (None, regex)
+
+
+def output_reader(regex: str | None, key: str | None) -> BoundedRegex | None:
+    """The reader of a metric read from the script's output: ``key``'s JSON lines, else ``regex``'s matches;
+    None when neither is set (the metric is not in the output)."""
+    if key is not None:
+        return BoundedRegex("", JsonLinesMetricReader(key), f"metric.key {key!r} (JSON lines)")
+    if regex is not None:
+        return BoundedRegex(regex)
+    return None
 
 
 def reading_notes(

@@ -43,7 +43,7 @@ import threading
 import time
 
 from zeus_run import _fs
-from zeus_run.contract import Env, StopReason, TrialOutcome, TrialPlan, crash_cause, reaches_target
+from zeus_run.contract import Env, StopReason, TrialFiles, TrialOutcome, TrialPlan, crash_cause, reaches_target
 from zeus_run.energy import EnergySource
 from zeus_run.trial import burst
 from zeus_run.trial._cgroup import TrialCgroup
@@ -216,11 +216,15 @@ class _TrialRun:
             " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
             + (f" {Env.TRIAL_TOKEN}={p.token}" if p.token else ""),
         )
-        try:
-            out = OutputChannel(p.stdout)
-        except OSError as exc:  # no pipe or terminal to be had (too many open files)
-            raise launch_error(p.argv[0], exc) from exc
+        times = p.log_path.parent / TrialFiles.OUTPUT_TIMES
+        if os.path.lexists(times):  # an earlier attempt's
+            remove_quietly(str(times))
         log = TrialLog(p.log_path)
+        try:
+            out = OutputChannel(p.stdout, log, times)
+        except OSError as exc:  # no pipe or terminal to be had (too many open files)
+            log.close()
+            raise launch_error(p.argv[0], exc) from exc
         tree = ProcessTree(p.token) if p.token else None
         if tree is not None:
             self.energy.track(tree.cpu_seconds)
