@@ -391,7 +391,7 @@ def run_job_life(tree: Path) -> Result:
     crash."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith("ZEUS_")}
     env["PYTHONPATH"] = str(tree)
-    argv = [sys.executable, str(tree / "scripts" / "job_life.py"), "--nights", "10", "-q"]
+    argv = [sys.executable, str(tree / "scripts" / "job_life.py"), "--short", "-q"]
     t0 = time.monotonic()
     try:
         done = subprocess.run(

@@ -85,6 +85,18 @@ def test_the_schedule_leaves_out_skipped_faults_and_faults_whose_door_is_not_use
     assert "kill-launcher" in faults and {n.door for n in nights} == {"cron", "exec"}
 
 
+def test_the_short_form_is_the_fewest_nights_that_take_every_fault_kind_and_door():
+    for seed in (1, 3):
+        n = jl.fewest_nights(seed)
+        covers = [
+            {f for night in jl.schedule(k, seed) for f in night.faults} == set(jl.FAULTS)
+            and {night.door for night in jl.schedule(k, seed)} == set(jl.DOORS)
+            for k in (n - 1, n)
+        ]
+        assert covers == [False, True], (seed, n)
+    assert jl.fewest_nights(1) == 9 and jl.fewest_nights(3) == 8  # as .ci/run's form says
+
+
 # -- the ledger paired with the history ---------------------------------------------------------------------
 
 
