@@ -22,7 +22,7 @@ check passed unplanted.
 The checks are the door tests' truths, none taken from zeus-run's own code: the NVML double's energy over the
 process's life (tests/doors, the ledger read from ``/proc``), hand-computed spans (tests/asktell), a server's answer
 and log (tests/server), the orphan's own file (tests/executors), and job_life's ledger of the double's true power
-(scripts/job_life.py, full form only: a 10-night life takes minutes).
+(scripts/job_life.py --short, full form only: its 9 nights take minutes).
 """
 
 from __future__ import annotations
@@ -460,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stale:
         return 1
     used = sorted({c for p in plants for c in p.checks(args.quick)})
-    form = "quick (door tests)" if args.quick else "full (door tests and job_life --nights 10)"
+    form = "quick (door tests)" if args.quick else "full (door tests and job_life --short)"
     print(f"check_the_checks: {len(plants)} plant(s), {form}, {len(used)} check(s); work directory {work}", flush=True)
     t0 = time.monotonic()
     base = copy_tree(REPO, work / "tree")  # the one copy; each plant's tree links to it
