@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -338,25 +339,36 @@ def junit_verdicts(report: Path, nodes: Sequence[str]) -> dict[str, tuple[str, s
     cases = {(c.get("classname", ""), c.get("name", "")): c for c in ET.parse(report).iter("testcase")}
     out: dict[str, tuple[str, str]] = {}
     for node in nodes:
-        case = cases.get(junit_key(node))
-        if case is None:
+        key = junit_key(node)
+        found = (
+            [cases[key]]
+            if key in cases
+            else [c for k, c in cases.items() if k[0] == key[0] and k[1].startswith(key[1] + "[")]
+        )
+        if not found:  # (a node without its parameters names every parametrized case)
             out[node] = (BROKE, "not run (not collected: an import error?)")
             continue
-        errors, failures = case.findall("error"), case.findall("failure")
-        if case.find("skipped") is not None and not failures:
-            out[node] = (BROKE, "skipped: " + (case.find("skipped").get("message") or "")[:120])  # type: ignore[union-attr]
-        elif errors:
-            out[node] = (BROKE, "error (not an assertion): " + _first(errors[0].get("message")))
-        elif failures:
-            message = failures[0].get("message") or ""
-            text = (failures[0].text or "") + message
-            if message.startswith(("assert ", "AssertionError")) or "\nE       AssertionError" in text:
-                out[node] = (ASSERTION, _first(message))
-            else:
-                out[node] = (BROKE, "failed, not on an assertion: " + _first(message))
-        else:
-            out[node] = (PASSED, "")
+        verdicts = [_verdict(case) for case in found]
+        out[node] = next((v for v in verdicts if v[0] == ASSERTION), None) or next(
+            (v for v in verdicts if v[0] == BROKE), verdicts[0]
+        )
     return out
+
+
+def _verdict(case: Any) -> tuple[str, str]:
+    """One junit test case's verdict and what it saw."""
+    errors, failures = case.findall("error"), case.findall("failure")
+    if case.find("skipped") is not None and not failures:
+        return BROKE, "skipped: " + (case.find("skipped").get("message") or "")[:120]
+    if errors:
+        return BROKE, "error (not an assertion): " + _first(errors[0].get("message"))
+    if failures:
+        message = failures[0].get("message") or ""
+        text = (failures[0].text or "") + message
+        if message.startswith(("assert ", "AssertionError")) or "\nE       AssertionError" in text:
+            return ASSERTION, _first(message)
+        return BROKE, "failed, not on an assertion: " + _first(message)
+    return PASSED, ""
 
 
 def _first(message: str | None) -> str:

@@ -44,16 +44,20 @@ def test_passes():
 
 def test_skips():
     pytest.skip("not here")
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_param(x):
+    assert x == 1
 """
 
 
 def test_only_an_assertion_of_the_named_test_catches(tmp_path):
     (tmp_path / "test_kinds.py").write_text(textwrap.dedent(TESTS))
     nodes = [f"test_kinds.py::{n}" for n in ("test_asserts", "test_raises", "test_fixture_crash", "test_passes")]
-    nodes += ["test_kinds.py::test_skips", "test_kinds.py::test_never_written"]
+    nodes += ["test_kinds.py::test_skips", "test_kinds.py::test_param", "test_kinds.py::test_never_written"]
     report = tmp_path / "report.xml"
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-o", "addopts="]
-    subprocess.run([*argv, "-o", "junit_family=xunit1", f"--junitxml={report}", *nodes[:5]], cwd=tmp_path, check=False)
+    subprocess.run([*argv, "-o", "junit_family=xunit1", f"--junitxml={report}", *nodes[:6]], cwd=tmp_path, check=False)
     got = ctc.junit_verdicts(report, nodes)
     assert {n.split("::")[1]: v[0] for n, v in got.items()} == {
         "test_asserts": ctc.ASSERTION,
@@ -61,6 +65,7 @@ def test_only_an_assertion_of_the_named_test_catches(tmp_path):
         "test_fixture_crash": ctc.BROKE,
         "test_passes": ctc.PASSED,
         "test_skips": ctc.BROKE,
+        "test_param": ctc.ASSERTION,  # a node without its parameters: every case, one of which asserts
         "test_never_written": ctc.BROKE,
     }
     assert "one and one" in got["test_kinds.py::test_asserts"][1]
