@@ -48,6 +48,7 @@ _WINDOW = "tests/doors/test_window.py::test_every_door_charges_the_trials_whole_
 CHECKS: dict[str, str] = {
     "window[Job API]": f"{_WINDOW}[Job API]",
     "window[ask/tell]": f"{_WINDOW}[ask/tell]",
+    "ask/tell saved": "tests/asktell/test_asktell_api.py::test_ask_then_tell_records_a_trial_and_the_history_audits",
     "expired lease charged": (
         "tests/asktell/test_asktell_api.py::test_an_expired_ask_is_charged_its_span_at_the_jobs_measured_power"
     ),
@@ -128,7 +129,7 @@ PLANTS: tuple[Plant, ...] = (
         "zeus_run/asktell/_session.py",
         "        self.saver.save(record)\n",
         "        pass  # planted: the record is dropped\n",
-        ("window[ask/tell]",),
+        ("window[ask/tell]", "ask/tell saved"),
     ),
     Plant(
         "start-late",
