@@ -2,21 +2,27 @@
 """Check the checks: plant each bug the energy checks exist to catch, one at a time, and see that they catch it.
 
     python scripts/check_the_checks.py            # every plant against its door tests and job_life's short form
-    python scripts/check_the_checks.py --quick    # every plant against its door tests only (.ci/run; ~3 min)
+    python scripts/check_the_checks.py --quick    # every plant against its door tests only (.ci/run)
     python scripts/check_the_checks.py --only dropped-record,start-late --keep
 
 Each plant is a small textual mutation of one file, found by an exact anchor that must occur once (`PLANTS`, the
-one table to re-anchor when the code moves). For each plant the script copies the tree's files (``git ls-files``:
-tracked and untracked-but-not-ignored) into a temporary directory, applies the plant there, and runs the checks
-named for it from that copy (``PYTHONPATH`` = the copy, so zeus-run's code, its tests and ``scripts/job_life.py``
-are the copy's); a check that fails has caught the bug. First every check runs once on an unplanted copy: a check
-that fails without a bug catches nothing. Then it prints a table (bug, what caught it, caught yes/no) and exits 0
-only when every plant was caught by at least one of its checks and every check passed unplanted.
+one table to re-anchor when the code moves; a moved anchor is named, "plant did not apply", before anything runs).
+The tree's files (``git ls-files``: tracked and untracked-but-not-ignored) are copied once into a temporary
+directory and compiled there; each plant gets a tree of hard links to that copy with its one file replaced, and its
+checks run from it in one pytest process (``PYTHONPATH`` = that tree, so zeus-run's code, its tests and
+``scripts/job_life.py`` are the planted ones). First every check runs once on an unplanted tree: a check that fails
+without a bug catches nothing.
+
+A plant counts as caught only where a named test fails on an assertion: pytest's junit report gives that test a
+failure (no error) raised by an ``AssertionError``. An import error, a crash in a fixture or in the code, a skip and
+a timeout catch nothing (job_life catches only by a violated invariant, a ``✗`` line). The table gives each plant,
+the test that caught it and how (the assertion's first line); it exits 0 only when every plant was caught and every
+check passed unplanted.
 
 The checks are the door tests' truths, none taken from zeus-run's own code: the NVML double's energy over the
 process's life (tests/doors, the ledger read from ``/proc``), hand-computed spans (tests/asktell), a server's answer
 and log (tests/server), the orphan's own file (tests/executors), and job_life's ledger of the double's true power
-(scripts/job_life.py, full form only: a 10-night life takes minutes).
+(scripts/job_life.py --short, full form only: its 9 nights take minutes).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,6 +48,7 @@ _WINDOW = "tests/doors/test_window.py::test_every_door_charges_the_trials_whole_
 CHECKS: dict[str, str] = {
     "window[Job API]": f"{_WINDOW}[Job API]",
     "window[ask/tell]": f"{_WINDOW}[ask/tell]",
+    "ask/tell saved": "tests/asktell/test_asktell_api.py::test_ask_then_tell_records_a_trial_and_the_history_audits",
     "expired lease charged": (
         "tests/asktell/test_asktell_api.py::test_an_expired_ask_is_charged_its_span_at_the_jobs_measured_power"
     ),
@@ -58,6 +66,19 @@ CHECKS: dict[str, str] = {
     ),
     "start-up estimate said": (
         "tests/doors/test_whole_process.py::test_a_trial_that_asked_for_itself_says_its_start_up_was_estimated"
+    ),
+    "jobs view: estimate said": (
+        "tests/export/test_jobs.py::test_a_folder_of_run_directories_reads_as_its_jobs_in_every_format"
+    ),
+    "torn line repaired": (
+        "tests/rundir/test_history.py::test_torn_last_line_is_ignored_with_a_warning_and_cut_before_appending"
+    ),
+    "unphysical tell refused": "tests/server/test_limits.py::test_unphysical_tells_get_422_and_two_idempotency_keys_400",
+    "ask-counter share": (
+        "tests/energy/test_ask_counter.py::test_the_start_up_is_the_counters_difference_since_the_ask"
+    ),
+    "spec error in a crash": (
+        "tests/engine/test_classify.py::test_a_placeholder_the_script_rejects_is_a_configuration_error"
     ),
     "job_life": "job_life",
 }
@@ -108,7 +129,7 @@ PLANTS: tuple[Plant, ...] = (
         "zeus_run/asktell/_session.py",
         "        self.saver.save(record)\n",
         "        pass  # planted: the record is dropped\n",
-        ("window[ask/tell]",),
+        ("window[ask/tell]", "ask/tell saved"),
     ),
     Plant(
         "start-late",
@@ -182,9 +203,50 @@ PLANTS: tuple[Plant, ...] = (
         '    return {"estimated": False, "estimated_energy": float(part), "estimated_share": share}\n',
         ("start-up estimate said", "window[Job API]"),
     ),
+    # Beyond the energy window (issue 54, item 5): one plant in each of views/, rundir/, server/ and energy/.
+    Plant(
+        "views-estimate-unsaid",
+        "a history of estimates shown as measured (the summary's estimated flag dropped)",
+        "zeus_run/views/summary.py",
+        "        estimated=any(r.estimated for r in records),\n",
+        "        estimated=False,\n",
+        ("jobs view: estimate said",),
+    ),
+    Plant(
+        "rundir-torn-cut-too-far",
+        "the repair of a torn last line of history.jsonl cuts the record before it too",
+        "zeus_run/rundir/history.py",
+        '                cut = data.rstrip(b"\\n").rfind(b"\\n") + 1\n',
+        '                cut = data.rstrip(b"\\n").rfind(b"\\n")\n',
+        ("torn line repaired",),
+    ),
+    Plant(
+        "server-energy-unbounded",
+        "the server takes any finite energy (the plausibility bound on a tell dropped)",
+        "zeus_run/server/_limits.py",
+        "    if not (math.isfinite(energy) and energy <= bound):\n",
+        "    if not math.isfinite(energy):\n",
+        ("unphysical tell refused",),
+    ),
+    Plant(
+        "energy-ask-counter-whole",
+        "the ask-counter start-up charged the whole span since the ask (not the process's share)",
+        "zeus_run/energy/_self.py",
+        "                share = min(self._pre_t / span, 1.0) if span > 0 else 1.0",
+        "                share = 1.0",
+        ("ask-counter share",),
+    ),
+    Plant(
+        "spec-error-as-crash",
+        "a spec error in a crash's output taken as the batch size's crash (the spec-error rule dropped)",
+        "zeus_run/engine/classify.py",
+        "            return Finding(Verdict.SPEC_ERROR, CONFIG_ERROR, *spec)\n",
+        "            return _failure(record, reason)\n",
+        ("spec error in a crash",),
+    ),
 )
 
-#: Longest a check may run (unit: s); one that runs longer counts as failed (caught), and says so.
+#: Longest a check may run (unit: s); one that runs longer has not caught anything, and says so.
 CHECK_TIMEOUT = {"job_life": 1800.0}
 DEFAULT_TIMEOUT = 600.0
 
@@ -204,17 +266,32 @@ def tree_files(root: Path) -> list[str]:
     return [f for f in out.decode().split("\0") if f and (root / f).is_file()]
 
 
-def copy_tree(root: Path, dest: Path) -> Path:
+def copy_tree(root: Path, dest: Path, files: Sequence[str] | None = None) -> Path:
     """A copy of the tree's files under ``dest``; returns it."""
-    for rel in tree_files(root):
+    for rel in tree_files(root) if files is None else files:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, target)
     return dest
 
 
+def link_tree(base: Path, dest: Path) -> Path:
+    """A tree of hard links to ``base``'s files under ``dest`` (its own directories, so what a run writes, a
+    ``.pyc``, stays its own): every plant shares the one copy and its compiled modules. A plant replaces its file
+    (`apply` unlinks it first), never writes through a link. Falls back to a copy where links are refused."""
+    for dirpath, _dirs, names in os.walk(base):
+        here = dest / Path(dirpath).relative_to(base)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            try:
+                os.link(Path(dirpath) / name, here / name)
+            except OSError:
+                shutil.copy2(Path(dirpath) / name, here / name)
+    return dest
+
+
 def apply(plant: Plant, tree: Path) -> None:
-    """Plant the bug in the copy ``tree``.
+    """Plant the bug in the copy ``tree`` (a new file: the shared copy's link to it is left as it was).
 
     Raises:
         AnchorError: The anchor is not in the file exactly once.
@@ -224,61 +301,154 @@ def apply(plant: Plant, tree: Path) -> None:
     n = text.count(plant.anchor)
     if n != 1:
         raise AnchorError(
-            f"{plant.key}: its anchor occurs {n} times in {plant.path} (it must occur once): re-anchor it"
+            f"{plant.key}: plant did not apply: its anchor occurs {n} times in {plant.path} (it must occur once): "
+            "re-anchor it (PLANTS)"
         )
+    path.unlink()
     path.write_text(text.replace(plant.anchor, plant.planted), encoding="utf-8")
+
+
+#: A check's verdicts: it passed; it failed on an assertion (the only failure that catches a bug); it failed
+#: otherwise (an error in a fixture or at import, an exception that is not an assertion, a timeout, no test run).
+PASSED, ASSERTION, BROKE = "passed", "assertion", "broke"
 
 
 @dataclass(frozen=True)
 class Result:
     check: str
-    passed: bool
+    verdict: str
     seconds: float
-    tail: str
+    how: str  # what it saw: the assertion's first line, or why it broke
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASSED
 
 
-def run_check(name: str, tree: Path) -> Result:
-    """Run one check from the copy ``tree``: passed (exit 0) or not, and the last lines of its output."""
+def junit_key(node: str) -> tuple[str, str]:
+    """The (classname, name) pytest's junit report gives the test ``node`` (a pytest node id)."""
+    path, *parts = node.split("::")
+    module = path.removesuffix(".py").replace("/", ".")
+    return ".".join([module, *parts[:-1]]), parts[-1]
+
+
+def junit_verdicts(report: Path, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Each node's verdict and what it saw, from pytest's junit report: an assertion only where the test itself
+    failed (``<failure>``, no ``<error>``) and what failed is an ``AssertionError`` (a bare ``assert`` too)."""
+    import xml.etree.ElementTree as ET
+
+    cases = {(c.get("classname", ""), c.get("name", "")): c for c in ET.parse(report).iter("testcase")}
+    out: dict[str, tuple[str, str]] = {}
+    for node in nodes:
+        key = junit_key(node)
+        found = (
+            [cases[key]]
+            if key in cases
+            else [c for k, c in cases.items() if k[0] == key[0] and k[1].startswith(key[1] + "[")]
+        )
+        if not found:  # (a node without its parameters names every parametrized case)
+            out[node] = (BROKE, "not run (not collected: an import error?)")
+            continue
+        verdicts = [_verdict(case) for case in found]
+        out[node] = next((v for v in verdicts if v[0] == ASSERTION), None) or next(
+            (v for v in verdicts if v[0] == BROKE), verdicts[0]
+        )
+    return out
+
+
+def _verdict(case: Any) -> tuple[str, str]:
+    """One junit test case's verdict and what it saw."""
+    errors, failures = case.findall("error"), case.findall("failure")
+    if case.find("skipped") is not None and not failures:
+        return BROKE, "skipped: " + (case.find("skipped").get("message") or "")[:120]
+    if errors:
+        return BROKE, "error (not an assertion): " + _first(errors[0].get("message"))
+    if failures:
+        message = failures[0].get("message") or ""
+        text = (failures[0].text or "") + message
+        if message.startswith(("assert ", "AssertionError")) or "\nE       AssertionError" in text:
+            return ASSERTION, _first(message)
+        return BROKE, "failed, not on an assertion: " + _first(message)
+    return PASSED, ""
+
+
+def _first(message: str | None) -> str:
+    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
+    return (lines[0] if lines else "(no message)")[:150]
+
+
+def run_pytest(names: Sequence[str], tree: Path, report: Path) -> list[Result]:
+    """Run the pytest checks ``names`` from the copy ``tree`` in one pytest process (one collection), each judged
+    from the junit report."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith("ZEUS_")}
     env["PYTHONPATH"] = str(tree)
-    what = CHECKS[name]
-    if what == "job_life":
-        argv = [sys.executable, str(tree / "scripts" / "job_life.py"), "--nights", "10", "-q"]
-    else:
-        argv = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider"]
-        argv += ["-n", "0", "-o", "addopts=", what]
+    nodes = [CHECKS[n] for n in names]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0"]
+    argv += ["-o", "addopts=", "-o", "junit_family=xunit1", f"--junitxml={report}", *nodes]
+    t0 = time.monotonic()
+    timeout = DEFAULT_TIMEOUT * len(nodes) ** 0.5
+    try:
+        subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        took = time.monotonic() - t0
+        return [Result(n, BROKE, took, f"ran past {timeout:.0f} s (a timeout is not an assertion)") for n in names]
+    took = time.monotonic() - t0
+    if not report.exists():
+        return [Result(n, BROKE, took, "no junit report: pytest did not run") for n in names]
+    verdicts = junit_verdicts(report, nodes)
+    return [Result(n, *verdicts[CHECKS[n]][:1], took, verdicts[CHECKS[n]][1]) for n in names]
+
+
+def run_job_life(tree: Path) -> Result:
+    """job_life's short form from the copy ``tree``: caught only by a violated invariant (a ``✗`` line), not by a
+    crash."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith("ZEUS_")}
+    env["PYTHONPATH"] = str(tree)
+    argv = [sys.executable, str(tree / "scripts" / "job_life.py"), "--short", "-q"]
     t0 = time.monotonic()
     try:
         done = subprocess.run(
-            argv, cwd=tree, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT.get(name, DEFAULT_TIMEOUT)
+            argv, cwd=tree, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT["job_life"]
         )
-        passed, out = done.returncode == 0, done.stdout + done.stderr
-        last = out.strip().splitlines()[-1] if out.strip() else ""
-        if what != "job_life" and " passed" not in last:  # skipped: a check that does not run catches nothing
-            passed, out = False, out + "\n(it ran no test)"
     except subprocess.TimeoutExpired:
-        passed, out = False, f"(ran past {CHECK_TIMEOUT.get(name, DEFAULT_TIMEOUT):.0f} s)"
-    lines = out.strip().splitlines()
-    tail = "\n".join([ln for ln in lines if ln.startswith(("E ", "  ✗"))][:3] + lines[-3:])
-    return Result(name, passed, time.monotonic() - t0, tail)
+        return Result("job_life", BROKE, time.monotonic() - t0, "ran past its limit (not an assertion)")
+    took, out = time.monotonic() - t0, done.stdout + done.stderr
+    violations = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("✗")]
+    if done.returncode == 0:
+        return Result("job_life", PASSED, took, "")
+    if violations:
+        return Result("job_life", ASSERTION, took, violations[0][:150])
+    return Result("job_life", BROKE, took, "failed without a violated invariant: " + _first(out.strip()[-300:]))
 
 
-def why(tail: str) -> str:
-    """The line of a failed check's output that says what it saw (an assertion, a violation, a summary)."""
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-    for mark in ("E ", "✗", "FAILED", "job_life: FAIL"):
-        hits = [ln for ln in lines if ln.startswith(mark)]
-        if hits:
-            return hits[0][:150]
-    return (lines or ["(no output)"])[-1][:150]
+def run_checks(names: Sequence[str], tree: Path, label: str) -> list[Result]:
+    tests = [n for n in names if CHECKS[n] != "job_life"]
+    results = run_pytest(tests, tree, tree.parent / f"{label}.junit.xml") if tests else []
+    if len(tests) < len(names):
+        results.append(run_job_life(tree))
+    return results
 
 
-def try_plant(plant: Plant | None, checks: Sequence[str], work: Path) -> list[Result]:
-    """Copy the tree, plant ``plant`` (None: the baseline), run ``checks`` there."""
-    tree = copy_tree(REPO, work / (plant.key if plant else "baseline"))
+def try_plant(plant: Plant | None, checks: Sequence[str], base: Path, work: Path) -> list[Result]:
+    """Link a tree to the shared copy ``base``, plant ``plant`` (None: the baseline), run ``checks`` there."""
+    label = plant.key if plant else "baseline"
+    tree = link_tree(base, work / label)
     if plant is not None:
-        apply(plant, tree)
-    return [run_check(c, tree) for c in checks]
+        try:
+            apply(plant, tree)
+        except AnchorError as exc:
+            return [Result(c, BROKE, 0.0, str(exc)) for c in checks]
+    return run_checks(checks, tree, label)
+
+
+def compile_tree(tree: Path) -> None:
+    """Compile the shared copy's modules once, so that every plant's tree links to them rather than each
+    compiling its own (a planted module is compiled again: its source differs)."""
+    import compileall
+
+    for top in ("zeus_run", "tests", "scripts"):
+        if (tree / top).is_dir():
+            compileall.compile_dir(tree / top, quiet=1, workers=1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -294,39 +464,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown plant(s) {sorted(unknown)}: the plants are {', '.join(p.key for p in PLANTS)}")
     plants = [p for p in PLANTS if not only or p.key in only]
     work = Path(tempfile.mkdtemp(prefix="check_the_checks-"))
-    for p in plants:  # every anchor first, in the tree itself: a stale one is named before anything runs
-        if (REPO / p.path).read_text(encoding="utf-8").count(p.anchor) != 1:
-            print(f"check_the_checks: {p.key}: its anchor is not in {p.path} exactly once: re-anchor it (PLANTS)")
-            return 1
+    stale = [p for p in plants if (REPO / p.path).read_text(encoding="utf-8").count(p.anchor) != 1]
+    for p in stale:  # every anchor first, in the tree itself: a stale one is named before anything runs
+        print(
+            f"check_the_checks: {p.key}: plant did not apply: its anchor is not in {p.path} exactly once: "
+            "re-anchor it (PLANTS)"
+        )
+    if stale:
+        return 1
     used = sorted({c for p in plants for c in p.checks(args.quick)})
-    form = "quick (door tests)" if args.quick else "full (door tests and job_life --nights 10)"
+    form = "quick (door tests)" if args.quick else "full (door tests and job_life --short)"
     print(f"check_the_checks: {len(plants)} plant(s), {form}, {len(used)} check(s); work directory {work}", flush=True)
     t0 = time.monotonic()
+    base = copy_tree(REPO, work / "tree")  # the one copy; each plant's tree links to it
+    compile_tree(base)
     with concurrent.futures.ThreadPoolExecutor(max(args.jobs, 1)) as pool:
-        base_f = pool.submit(try_plant, None, used, work)
-        futures = {p.key: pool.submit(try_plant, p, p.checks(args.quick), work) for p in plants}
+        base_f = pool.submit(try_plant, None, used, base, work)
+        futures = {p.key: pool.submit(try_plant, p, p.checks(args.quick), base, work) for p in plants}
         baseline = base_f.result()
         results = {k: f.result() for k, f in futures.items()}
     ok = True
-    print(f"\n{'check':<24}unplanted")
+    print(f"\n{'check':<26}unplanted")
     for r in baseline:
-        print(f"{r.check:<24}{'passes' if r.passed else 'FAILS'} ({r.seconds:.0f} s)")
+        print(f"{r.check:<26}{'passes' if r.passed else 'FAILS'} ({r.seconds:.0f} s)")
         if not r.passed:
             ok = False
-            print("    " + r.tail.replace("\n", "\n    "))
-    print(f"\n{'bug':<72}{'caught':<8}what caught it")
+            print(f"    {r.verdict}: {r.how}")
+    print(f"\n{'plant':<32}{'caught by':<26}how")
     for p in plants:
-        caught = [r.check for r in results[p.key] if not r.passed]
-        missed = [r.check for r in results[p.key] if r.passed]
+        caught = [r for r in results[p.key] if r.verdict == ASSERTION]
         ok = ok and bool(caught)
-        by = ", ".join(caught) if caught else f"nothing ({', '.join(missed)} passed)"
-        print(f"{p.bug[:70]:<72}{'yes' if caught else 'NO':<8}{by}")
+        if caught:
+            for i, r in enumerate(caught):
+                print(f"{p.key if i == 0 else '':<32}{r.check:<26}{r.how}")
+        else:
+            print(f"{p.key:<32}{'NOTHING':<26}{p.bug}")
         for r in results[p.key]:
-            if not r.passed:
-                print(f"{'':<4}{r.check}: {why(r.tail)}")
+            if r.verdict != ASSERTION:
+                print(f"{'':<32}{'(' + r.check + ')':<26}{'passed' if r.passed else r.how}")
         if p.note:
-            print(f"{'':<4}({p.note})")
-    verdict = "every planted bug caught" if ok else "a planted bug went uncaught, or a check fails unplanted"
+            print(f"{'':<32}({p.note})")
+    verdict = (
+        "every planted bug caught by an assertion"
+        if ok
+        else "a planted bug was caught by no assertion, or a check fails unplanted"
+    )
     print(f"\ncheck_the_checks: {'PASS' if ok else 'FAIL'}: {verdict} ({time.monotonic() - t0:.0f} s)")
     if args.keep:
         print(f"kept: {work}")

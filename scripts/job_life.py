@@ -2,7 +2,8 @@
 """A job's life: one nightly job through every door for N nights, with faults, checked after every night.
 
     python scripts/job_life.py --nights 60     # the long form (10-20 minutes)
-    python scripts/job_life.py --nights 10     # the short form (.ci/run): every fault kind once, then 2 plain nights
+    python scripts/job_life.py --short         # the short form (.ci/run): every fault kind once, every door (9 nights)
+    python scripts/job_life.py --nights 10     # every fault kind once, then 2 more nights
     python scripts/job_life.py --lives 10 --nights 30 -q   # the saving's coverage over 10 lives (seeds 1-10)
 
 Exit code 0 only when every invariant held on every night; the last line is the summary.
@@ -235,6 +236,17 @@ def schedule(nights: int, seed: int, doors: Sequence[str] = DOORS, skip: Sequenc
             )
         )
     return out
+
+
+def fewest_nights(seed: int, doors: Sequence[str] = DOORS, skip: Sequence[str] = ()) -> int:
+    """The short form's length (``--short``): the fewest nights whose schedule from ``seed`` takes every fault kind
+    (not skipped) and goes through every door, at least 8 (night 1 plain, then one night per fault kind)."""
+    kinds = {k for k in FAULTS if k not in skip and FAULT_DOOR.get(k, doors[0]) in doors}
+    for n in range(1 + len(kinds), 1 + len(kinds) + 4 * len(doors)):
+        plan = schedule(n, seed, doors, skip)
+        if {f for night in plan for f in night.faults} >= kinds and {night.door for night in plan} >= set(doors):
+            return n
+    return 1 + len(kinds) + 4 * len(doors)
 
 
 # -- violations ---------------------------------------------------------------------------------------------
@@ -1853,6 +1865,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--nights", type=int, default=60, help="Nights to live (default 60; 10 covers every fault kind).")
+    ap.add_argument(
+        "--short",
+        action="store_true",
+        help="The short form (.ci/run): the fewest nights that take every fault kind once and go through every "
+        "door (9 for seed 1); instead of --nights.",
+    )
     ap.add_argument("--seed", type=int, default=1, help="Seed of the schedule and of the job (default 1).")
     ap.add_argument(
         "--doors", default=",".join(DOORS), help=f"Doors to use, comma-separated (default: {','.join(DOORS)})."
@@ -1903,6 +1921,8 @@ def one_life(
     work = args.workdir / f"life-{seed}" if args.workdir and args.lives > 1 else args.workdir
     work = work or Path(tempfile.mkdtemp(prefix="job_life-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.short:
+        args = argparse.Namespace(**{**vars(args), "nights": fewest_nights(seed, doors, skip)})
     plan = schedule(args.nights, seed, doors, skip)
     life = Life(work, seed, args.quiet)
     print(f"job_life: {args.nights} nights, seed {seed}, work directory {work}", flush=True)

@@ -75,6 +75,48 @@ def write_spec(tmp_path: Path):
     return write
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``: each ``xdist_group`` in one worker, and the groups first.
+
+    pytest-xdist names a test's group in its node id (``...@group``) by setting ``item._nodeid``, which pytest 9
+    no longer reads (the node id is derived from ``item._id``): every group was split over both workers, and each
+    module-scoped fixture of a grouped module (the doors' runs, the Slurm cluster's jobs) set up in both. Where
+    xdist's name did not take, it is set here; a test that uses a module-scoped fixture joins its module's group
+    (`_module_fixture_group`). Then the groups (minutes of real processes each, one worker's) go
+    first and the single tests after them, so that the two workers end together rather than one finishing a
+    large group alone (the longest work first)."""
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers under --dist loadgroup
+        return
+    grouped: list[pytest.Item] = []
+    single: list[pytest.Item] = []
+    for item in items:
+        names = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        ) or _module_fixture_group(item)
+        if not names:
+            single.append(item)
+            continue
+        grouped.append(item)
+        suffix = "@" + "_".join(names)
+        if not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id  # pytest 9's node id (xdist's rename did not reach it)
+
+            item._id = coerce_node_id(item.nodeid + suffix)
+    items[:] = grouped + single
+
+
+def _module_fixture_group(item: pytest.Item) -> list[str]:
+    """A test that uses a module-scoped fixture (a real server, a module's shared runs) runs in its module's group,
+    so that the fixture is set up in one worker, once."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(info, "names_closure", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope == "module":
+            return [item.nodeid.split("::")[0].removesuffix(".py").replace("/", ".")]
+    return []
+
+
 PYTHON = sys.executable
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fake_nvml.py
 

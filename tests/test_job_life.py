@@ -1,6 +1,6 @@
 """The job-life harness's own parts (scripts/job_life.py): its schedule, ledger pairing and checks.
 
-The harness itself (minutes of real triggers) runs in `.ci/run` as ``scripts/job_life.py --nights 10``;
+The harness itself (minutes of real triggers) runs in `.ci/run` as ``scripts/job_life.py --short``;
 these tests check, fast, that each of its checks can fail and agrees with the formats it reads.
 """
 
@@ -83,6 +83,18 @@ def test_the_schedule_leaves_out_skipped_faults_and_faults_whose_door_is_not_use
     faults = {f for n in nights for f in n.faults}
     assert "oom" not in faults and "kill-server" not in faults and "restart" not in faults
     assert "kill-launcher" in faults and {n.door for n in nights} == {"cron", "exec"}
+
+
+def test_the_short_form_is_the_fewest_nights_that_take_every_fault_kind_and_door():
+    for seed in (1, 3):
+        n = jl.fewest_nights(seed)
+        covers = [
+            {f for night in jl.schedule(k, seed) for f in night.faults} == set(jl.FAULTS)
+            and {night.door for night in jl.schedule(k, seed)} == set(jl.DOORS)
+            for k in (n - 1, n)
+        ]
+        assert covers == [False, True], (seed, n)
+    assert jl.fewest_nights(1) == 9 and jl.fewest_nights(3) == 8  # as .ci/run's form says
 
 
 # -- the ledger paired with the history ---------------------------------------------------------------------

@@ -29,7 +29,9 @@ def spec_text(concurrency: int = 1, lease: float = 600, extra: str = "") -> str:
 
 
 def audited(run_dir: Path, spec: Path) -> list:
-    records = list(read_history(run_dir / "history.jsonl"))
+    path = run_dir / "history.jsonl"
+    assert path.exists(), f"no {path}: the told trials' records were not saved"
+    records = list(read_history(path))
     result = audit(records, Knobs.from_spec(load_spec(spec)))
     assert result.divergence is None, result.divergence.describe()
     assert result.checked == len(records)  # every decision re-derived (none skipped)

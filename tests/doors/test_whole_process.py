@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,26 +188,52 @@ class Door:
         return json.loads(line)
 
 
+class _Doors(dict):
+    """Each door's records and the double's truth for each, run when a test first asks for the door (``door in
+    doors`` or ``doors[door]``): a test of one door runs that door only (check_the_checks runs one or three)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.factory = factory
+        self.unavailable: set[str] = set()
+
+    def _run(self, name: object) -> None:
+        if isinstance(name, str) and name in DOORS and name not in self.unavailable and not super().__contains__(name):
+            tmp = self.factory.mktemp(name.replace(" ", "_").replace("/", "_"))
+            try:
+                self[name] = Door(DOORS[name](tmp), truth(tmp, name in SELF_ASKED), tmp)
+            except pytest.skip.Exception:
+                self.unavailable.add(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._run(name)
+        return super().__contains__(name)
+
+    def __getitem__(self, name: str) -> Door:
+        self._run(name)
+        return super().__getitem__(name)
+
+    def table(self) -> None:
+        run = self.get("run")
+        run_rate = whole(run.records[0])[1] / run.truths[0] if run is not None else None
+        print(
+            f"\n{'door':<28}{'trial':>6}{'time s':>8}{'energy J':>10}{'truth J':>10}{'vs truth':>10}{'vs run':>8}  est"
+        )
+        for name, door in self.items():
+            for k, (r, j) in enumerate(zip(door.records, door.truths, strict=False)):
+                t, e = whole(r)
+                est = f"{r.estimated_share:.1%}" if r.estimated_share is not None else "-"
+                vs_run = f"{e / j / run_rate - 1:>+8.1%}" if run_rate else f"{'-':>8}"
+                print(f"{name:<28}{k + 1:>6}{t:>8.2f}{e:>10.1f}{j:>10.1f}{e / j - 1:>+10.1%}{vs_run}  {est}")
+
+
 @pytest.fixture(scope="module")
-def doors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Door]:
-    """Each door's records and the double's truth for each (run once); prints the table."""
-    out = {}
-    for name, go in DOORS.items():
-        tmp = tmp_path_factory.mktemp(name.replace(" ", "_").replace("/", "_"))
-        try:
-            out[name] = Door(go(tmp), truth(tmp, name in SELF_ASKED), tmp)
-        except pytest.skip.Exception:
-            continue
-    run_rate = whole(out["run"].records[0])[1] / out["run"].truths[0]
-    print(f"\n{'door':<28}{'trial':>6}{'time s':>8}{'energy J':>10}{'truth J':>10}{'vs truth':>10}{'vs run':>8}  est")
-    for name, door in out.items():
-        for k, (r, j) in enumerate(zip(door.records, door.truths, strict=False)):
-            t, e = whole(r)
-            est = f"{r.estimated_share:.1%}" if r.estimated_share is not None else "-"
-            print(
-                f"{name:<28}{k + 1:>6}{t:>8.2f}{e:>10.1f}{j:>10.1f}{e / j - 1:>+10.1%}{e / j / run_rate - 1:>+8.1%}  {est}"
-            )
-    return out
+def doors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Doors]:
+    """Each door's records and the double's truth for each (each door run once, when first asked for); prints the
+    table at the end (``pytest -s``)."""
+    out = _Doors(tmp_path_factory)
+    yield out
+    out.table()
 
 
 @pytest.mark.parametrize("door", list(DOORS))

@@ -121,7 +121,9 @@ def test_a_trial_that_reached_its_target_while_the_launcher_was_dead_is_recorded
     _orphaned(tmp_path, spec)
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
-    (rec,) = _records(tmp_path)  # not interrupted, and not run again
+    records = _records(tmp_path)
+    assert len(records) == 1, [(r["attempt"], r["stop_reason"]) for r in records]  # not interrupted, not run again
+    (rec,) = records
     assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
     assert rec["epochs"] == 3 and rec["metrics"] == [0.5, 0.7, 0.95]
     assert rec["observed"] is True
@@ -139,10 +141,14 @@ def test_an_orphan_that_prints_every_epoch_survives_its_launcher_and_is_adopted(
     need the dead launcher's pipe), and the next trigger records its epochs as reached without running it again."""
     spec = _spec(tmp_path, [0.5, 0.7, 0.95], prints=True)
     _orphaned(tmp_path, spec)
-    assert (tmp_path / "done").read_text() == "ran to its end"  # not killed by a broken pipe at its first print
+    done = tmp_path / "done"
+    assert done.exists(), "the orphan did not run to its end (killed by a broken pipe at its first print?)"
+    assert done.read_text() == "ran to its end"
     r = zeus("run", str(spec), "--no-output")
     assert r.returncode == 0, r.stderr
-    (rec,) = _records(tmp_path)  # adopted: one record, not an interrupted one and a re-run
+    records = _records(tmp_path)
+    assert len(records) == 1, [(r["attempt"], r["stop_reason"]) for r in records]  # adopted, not re-run
+    (rec,) = records
     assert (rec["recurrence"], rec["attempt"], rec["stop_reason"], rec["reached"]) == (1, 1, "target_reached", True)
     assert rec["epochs"] == 3 and rec["metrics"] == [0.5, 0.7, 0.95]
     assert "taken over from its event log" in rec["message"], rec["message"]

@@ -131,7 +131,7 @@ COMMANDS = tuple(LAZY)
 ROOT_HELP = (
     "Run recurring training jobs with the Zeus energy optimizer: it picks each recurrence's batch size "
     "(and GPU power limit) to cut energy and time.\n\n"
-    "Example: zeus-run configs/demo.yaml   (same as: zeus-run run configs/demo.yaml)"
+    "Example: zeus-run configs/demo.yaml  # or: zeus-run run configs/demo.yaml"
 )
 #: The root's options and their help, as typer lists them (`root_help`).
 ROOT_OPTIONS = (

@@ -43,7 +43,7 @@ class LazyGroup(TyperGroup):
         # A command with subcommands (serve, and serve tokens ...) names its click class in its module.
         cls = getattr(module, "COMMAND_CLASS", None)
         one.command(cmd_name, cls=cls)(getattr(module, entry.function))
-        return typer.main.get_command(one)
+        return verbatim_examples(typer.main.get_command(one))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The command list from the summaries, as typer writes it, without importing any command."""
@@ -51,6 +51,20 @@ class LazyGroup(TyperGroup):
         rows = [(name, TyperCommand(name=name, help=c.summary).get_short_help_str(limit)) for name, c in LAZY.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def verbatim_examples(command: Any) -> Any:
+    """``command`` (and its subcommands) with each indented paragraph of its help (an example) printed as written,
+    line for line, never re-wrapped by click: an example runs as printed when pasted into a shell."""
+    if command.help:
+        paras = command.help.split("\n\n")
+        command.help = "\n\n".join(
+            "\b\n" + p if p.strip() and all(ln.startswith("    ") for ln in p.split("\n") if ln.strip()) else p
+            for p in paras
+        )
+    for sub in getattr(command, "commands", {}).values():
+        verbatim_examples(sub)
+    return command
 
 
 app = typer.Typer(

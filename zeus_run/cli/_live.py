@@ -16,15 +16,9 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from rich.markup import escape
-from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn
-from rich.table import Column
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from zeus_run._terminal import printable
-from zeus_run.cli._render import fmt_duration, fmt_energy, fmt_time, outcome_text, shorten
 from zeus_run.contract import StopReason
 from zeus_run.records import TrialRecord
 from zeus_run.views.rows import failure_reason
@@ -36,6 +30,13 @@ if TYPE_CHECKING:
     from zeus_run.spec import JobSpec
 
 logger = logging.getLogger("zeus_run.cli")
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, rich loaded on first use: a ``-q`` run (cron) shows nothing and loads none of it."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class RunClock:
@@ -85,6 +86,8 @@ class RunClock:
 
     def head(self, recurrence: int | None = None) -> str:
         """``recurrence 3/20 | elapsed 1m05s | ETA 7m20s`` (``recurrence``: default `current`)."""
+        from zeus_run.cli._render import fmt_duration
+
         eta = self.eta()
         return (
             f"recurrence {recurrence or self.current}/{self.total} | elapsed {fmt_duration(self.elapsed())} | "
@@ -100,6 +103,8 @@ def trial_label(req: TrialRequest, learning_rate: float | None) -> str:
 
 def trial_result(record: TrialRecord) -> str:
     """``bs=256 reached after 5 epoch(s), 0.27 s, ~17.4 J, cost 17.4 J`` (with markup)."""
+    from zeus_run.cli._render import fmt_energy, fmt_time, outcome_text
+
     est = "~" if record.estimated else ""
     pl = f" at {record.power_limit:g} W" if record.power_limit is not None else ""
     return (
@@ -110,6 +115,8 @@ def trial_result(record: TrialRecord) -> str:
 
 def failure_line(record: TrialRecord) -> str | None:
     """``RuntimeError: CUDA out of memory (exit code 1; log: trials/r0003-t01/output.log)``, for failed trials."""
+    from zeus_run.cli._render import shorten
+
     reason = failure_reason(record)
     if reason is None:
         return None
@@ -125,16 +132,21 @@ def failure_line(record: TrialRecord) -> str | None:
     return shorten(reason, 160) + (f" ({'; '.join(extra)})" if extra else "")
 
 
-class _HeadColumn(ProgressColumn):
-    """N/M, elapsed and ETA, recomputed at every refresh."""
+def _head_column(clock: Callable[[], RunClock | None]) -> Any:
+    """A rich progress column: N/M, elapsed and ETA, recomputed at every refresh."""
+    from rich.progress import ProgressColumn, Task
+    from rich.table import Column
+    from rich.text import Text
 
-    def __init__(self, clock: Callable[[], RunClock | None]) -> None:
-        super().__init__(table_column=Column(no_wrap=True))
-        self._clock = clock
+    class HeadColumn(ProgressColumn):
+        def __init__(self) -> None:
+            super().__init__(table_column=Column(no_wrap=True))
 
-    def render(self, task: Task) -> Text:
-        c = self._clock()
-        return Text(c.head() if c else "starting", style="bold")
+        def render(self, task: Task) -> Text:
+            c = clock()
+            return Text(c.head() if c else "starting", style="bold")
+
+    return HeadColumn()
 
 
 class LiveRunView:
@@ -143,10 +155,13 @@ class LiveRunView:
     def __init__(self, console: Console, show_output: bool = True) -> None:
         self.console = console
         self.show_output = show_output
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+        from rich.table import Column
+
         self.clock: RunClock | None = None
         self.progress = Progress(
             SpinnerColumn(),
-            _HeadColumn(lambda: self.clock),
+            _head_column(lambda: self.clock),
             TextColumn(
                 "{task.fields[status]}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1, min_width=0)
             ),
@@ -211,6 +226,8 @@ class LiveRunView:
             self.console.print(f"[dim]    {escape(printable(why))}[/]")
 
     def _update(self, energy: float, cost: float) -> None:
+        from zeus_run.cli._render import fmt_energy
+
         est = "~" if self.estimated else ""
         parts = [
             self.trial_text,
@@ -278,16 +295,26 @@ class PlainRunView:
 
 
 class QuietRunView(PlainRunView):
-    """``-q``: only failed trials, as warnings through logging."""
+    """``-q``: only failed trials, as warnings through logging (no console: nothing of rich is loaded)."""
+
+    def __init__(self, console: Console | None = None, show_output: bool = False) -> None:
+        super().__init__(console, show_output=False)  # type: ignore[arg-type]
 
     def _line(self, text: str, recurrence: int | None = None) -> None:
+        pass
+
+    def on_run_start(self, spec: JobSpec, run_dir: Path, energy: str, done: int) -> None:
+        self.clock = RunClock(spec.recurrences or done + 1, done)
+
+    def on_trial_start(self, req: TrialRequest, learning_rate: float | None, trial_dir: Path) -> None:
         pass
 
     def on_output(self, line: str) -> None:
         pass
 
     def on_trial_end(self, record: TrialRecord) -> None:
-        super().on_trial_end(record)
+        if (record.reached or record.recurrence_failed) and self.clock is not None:
+            self.clock.complete()
         if record.stop_reason in (StopReason.CRASHED, StopReason.TIMEOUT):
             logger.warning(
                 "recurrence %d try %d: bs=%d %s: %s",
@@ -299,10 +326,10 @@ class QuietRunView(PlainRunView):
             )
 
 
-def make_run_view(console: Console, show_output: bool, quiet: bool) -> LiveRunView | PlainRunView:
-    """The view that fits: quiet, a live line on a terminal, or plain lines elsewhere."""
-    if quiet:
-        return QuietRunView(console, show_output=False)
+def make_run_view(console: Console | None, show_output: bool, quiet: bool) -> LiveRunView | PlainRunView:
+    """The view that fits: quiet (no console needed), a live line on a terminal, or plain lines elsewhere."""
+    if quiet or console is None:
+        return QuietRunView()
     if console.is_terminal:
         return LiveRunView(console, show_output=show_output)
     return PlainRunView(console, show_output=show_output)

@@ -67,11 +67,11 @@ def ask_command(
 
     Example:
 
-        eval "$(zeus-run ask job.yaml --format env)" && zeus-run exec -- python train.py --bs "$ZEUS_BATCH_SIZE"
+        out=$(zeus-run ask job.yaml --format env) && eval "$out" && zeus-run exec -- python train.py --bs "$ZEUS_BATCH_SIZE"
 
         zeus-run ask runs/nightly --format json
 
-        zeus-run ask runs/nightly --format env --idempotency-key "$PIPELINE_RUN_ID"   (safe to retry)
+        zeus-run ask runs/nightly --format env --idempotency-key "$PIPELINE_RUN_ID"   # safe to retry
     """
     from zeus_run.asktell import ask
 

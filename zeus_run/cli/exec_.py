@@ -57,8 +57,7 @@ def exec_command(
 
     Example:
 
-        eval "$(zeus-run ask job.yaml --format env)"
-        zeus-run exec -- python train.py --batch-size "$ZEUS_BATCH_SIZE"
+        out=$(zeus-run ask job.yaml --format env) && eval "$out" && zeus-run exec -- python train.py --batch-size "$ZEUS_BATCH_SIZE"
 
         zeus-run exec --job job.yaml        # ask, then run the spec's own command
     """

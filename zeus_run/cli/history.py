@@ -98,7 +98,7 @@ def history_command(
 
         zeus-run history runs/demo --format csv > demo.csv
 
-        zeus-run history runs/*   (one line per job, then a total)
+        zeus-run history runs/*   # one line per job, then a total
     """
     from zeus_run.cli._render import (
         batch_size_table,

@@ -39,7 +39,7 @@ def plot_command(
 
         zeus-run plot runs/sim/cifar100-a40-zeus-seed1 -o cifar100.png
 
-        zeus-run plot runs/* -o savings.png   (the savings of all jobs on one figure)
+        zeus-run plot runs/* -o savings.png   # the savings of all jobs on one figure
     """
     from zeus_run.rundir.history import read_history
     from zeus_run.rundir.settings import RunSettings

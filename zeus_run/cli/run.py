@@ -103,7 +103,6 @@ def run_command(
     nothing was run), 128+N signal N.
     """
     from zeus_run.cli._live import make_run_view
-    from zeus_run.cli._render import history_table, print_grid
     from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE, UsageError
     from zeus_run.launcher import run_job
     from zeus_run.rundir.settings import read_once
@@ -132,7 +131,7 @@ def run_command(
         spec = with_begin(spec, start_plan)  # Slurm: sbatch --begin instead of a waiting process
     # One trigger: its run directory's spec.yaml is read once, the summary's reads included.
     with read_once():
-        err = err_console()
+        err = None if quiet else err_console()  # -q (cron): no console, and nothing of rich loaded
         with make_run_view(err, show_output=not no_output, quiet=quiet) as view:
             result = run_job(
                 spec, run_dir=run_dir, listener=view, new=new, force=force, next_recurrences=next_k, until=recurrences
@@ -141,13 +140,16 @@ def run_command(
             from zeus_run.door.start import record_outcome, sources
 
             record_outcome(result.run_dir, start_plan, result.new, sources(spec).actual)
-        if not quiet:
+        if err is not None:
+            from zeus_run.cli._render import history_table, print_grid
+
             records = result.records
             out = out_console()
             print_grid(out, history_table(records, f"{spec.name}: {len(records)} trial(s) in {result.run_dir}"))
             print_run_summary(out, records, result.run_dir, spec.default_batch_size)
             err.print(f"History: {result.run_dir / 'history.jsonl'}   resolved spec: {result.run_dir / SPEC_NAME}")
     if result.failed:
+        err = err or err_console()
         for r in result.failed:
             err.print(
                 f"Recurrence {r.recurrence} failed: {r.recurrence_failed}. It is recorded as failed and the job "

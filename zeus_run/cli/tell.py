@@ -61,8 +61,7 @@ def tell_command(
 
         zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code 0 --metric 0.71 --metric 0.83 --metric 0.91
 
-        python train.py 2>&1 | tee train.log; zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" \
-            --exit-code ${PIPESTATUS[0]} --log train.log
+        python train.py 2>&1 | tee train.log; zeus-run tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code ${PIPESTATUS[0]} --log train.log
     """
     from zeus_run.asktell import report_epoch, tell
 

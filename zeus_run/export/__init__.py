@@ -14,9 +14,30 @@ section ``export``); a sink that fails is a warning and is retried at the next
 trial, never a failed recurrence.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from zeus_run.export._base import Exporter, ExportError, LiveExports, trial_id
-from zeus_run.export._mlflow import MlflowExporter
-from zeus_run.export._prometheus import PrometheusExporter, exposition, push
+
+if TYPE_CHECKING:
+    from zeus_run.export._mlflow import MlflowExporter
+    from zeus_run.export._prometheus import PrometheusExporter, exposition, push
+
+#: The sinks, loaded on first use: a trial's save reaches `LiveExports` without loading the views they read.
+_LAZY = {
+    "MlflowExporter": "zeus_run.export._mlflow",
+    "PrometheusExporter": "zeus_run.export._prometheus",
+    "exposition": "zeus_run.export._prometheus",
+    "push": "zeus_run.export._prometheus",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'zeus_run.export' has no attribute {name!r}")
+
 
 __all__ = [
     "ExportError",

@@ -23,7 +23,7 @@ go to NVML, the two writes go to zeusd. `ZeusdPermissionError` is its "no permis
 
 from __future__ import annotations
 
-import http.client
+import functools
 import json
 import os
 import socket
@@ -59,20 +59,28 @@ class ZeusdPermissionError(ZeusdError):
     """zeusd (or NVML behind it) refused for lack of permission (HTTP 401/403, or the socket itself)."""
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
+@functools.cache
+def _unix_connection() -> Any:
+    """An `http.client.HTTPConnection` over a Unix socket (its class made on first use: `http.client` loads `ssl`,
+    which every launcher would otherwise pay for at start-up, with or without zeusd)."""
+    import http.client
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+    class UnixHTTPConnection(http.client.HTTPConnection):
+        def __init__(self, path: str, timeout: float) -> None:
+            super().__init__("localhost", timeout=timeout)
+            self.socket_path = path
+
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(self.socket_path)
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixHTTPConnection
 
 
 class ZeusdClient:
@@ -93,7 +101,9 @@ class ZeusdClient:
         where = f"zeusd at {self.socket_path}"
         url = path + ("?" + urllib.parse.urlencode(params) if params else "")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        conn = _UnixHTTPConnection(self.socket_path, self.timeout)
+        import http.client
+
+        conn = _unix_connection()(self.socket_path, self.timeout)
         try:
             conn.request(method, url, headers=headers)
             resp = conn.getresponse()
