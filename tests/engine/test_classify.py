@@ -253,12 +253,14 @@ def test_a_regex_typo_on_the_second_night_is_a_spec_error_never_an_observation(w
     # The run directory's spec.yaml is the spec in force; the one before is kept beside it.
     stored = (spec.parent / "runs" / "spec.yaml").read_text()
     assert "val_accuracy=" in stored and "val_acc=" in (spec.parent / "runs" / "spec.1.yaml").read_text()
-    # Fixed, the same trigger runs night 2 from its first observed try.
+    # Fixed: night 2's script had reached its target (it exited 0), so its model is kept (taken over from its
+    # output, not run again), and the calendar catches up: the same trigger runs night 3.
     spec.write_text(spec.read_text().replace("val_accuracy=", "val_acc="))
     r = zeus("run", str(spec), "--no-output", "--next")
     assert r.returncode == 0, r.stderr
-    last = history(spec)[-1]
-    assert (last["recurrence"], last["reached"]) == (2, True)
+    kept, last = history(spec)[-2:]
+    assert (kept["recurrence"], kept["reached"], last["recurrence"], last["reached"]) == (2, True, 3, True)
+    assert "taken over from the output of try 1" in kept["message"]
 
 
 def test_a_placeholder_the_script_rejects_is_a_configuration_error(write_spec):
