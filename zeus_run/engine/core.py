@@ -95,6 +95,8 @@ class Engine:
             (the published algorithm; the trace simulator's default).
         concurrency: Recurrences in flight at once (>= 1). With more than one, records
             carry the context of their decision (`TrialRequest.stamp`).
+        control_share: The most control runs of the default may take of the job's spend (the spec's
+            ``saving.control.max_share``; `zeus_run.engine.control`, consulted before the optimizer); None: never.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Engine:
         max_early_stops: int | None = None,
         concurrency: int = 1,
         charge: Callable[[Sequence[TrialRecord], TrialRecord], TrialRecord] | None = None,
+        control_share: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -121,6 +124,9 @@ class Engine:
         #: Recomputes an ended trial's cost from the history before it (the ``max-slowdown``
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
+        #: The most a control run of the default may take of the job's spend (``saving.control.max_share``;
+        #: `zeus_run.engine.control`); None: never.
+        self.control_share = control_share
 
     # -- the decision path: every door asks, runs the trial its own way, and tells --------------------
 

@@ -384,6 +384,7 @@ def simulate(
     objective: Objective | None = None,
     warm: WarmStart | None = None,
     life: Life | None = None,
+    control: float | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -411,6 +412,8 @@ def simulate(
         life: Bad nights (`zeus_run.sim.Life`), drawn from ``seed``; None: none. An interrupted try or an
             environment error ends the engine's run as it ends a real one; the simulation resumes it, as
             the next trigger would.
+        control: ``saving.control.max_share`` (`zeus_run.engine.control`): the default re-run as a control while
+            the saving is too wide to say anything, within this share of the spend; None: never.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -435,6 +438,7 @@ def simulate(
         horizon=horizon if plan_horizon else None,
         objective=given,
         warm=warm,
+        control_share=control,
     )
     default = default_baseline(table, eta, objective)
     nights = life.nights(seed, horizon, table.batch_sizes, table.default_batch_size, default.time) if life else ()

@@ -225,6 +225,7 @@ class _Validator(Sections):
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
         accounting = self.section("accounting", self.accounting)
+        saving = self.section("saving", self.saving)
         export = self.section("export", self.export)
         concurrency = g(
             d,
@@ -294,6 +295,7 @@ class _Validator(Sections):
             lease=lease,
             executor=executor,
             accounting=accounting,
+            saving=saving,
             export=export,
             max_early_stops=max_early_stops,
             source=self.source.resolve() if self.source else None,
