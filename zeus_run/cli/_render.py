@@ -440,10 +440,8 @@ def _default_line(s: Summary) -> str:
     if s.spread.df <= 0:
         spread = "; no batch size has converged twice yet, so how much runs vary, and any interval, is unknown"
     rests = f" ({b.rests_on})" if b is not None and (b.controls or b.pace_from) else ""
-    return (
-        f"Default batch size {s.default_batch_size}{at}: mean cost {fmt_energy(s.default_mean_cost)} "
-        f"over {runs}{scaled}{rests}{spread}"
-    )
+    mean = f"mean cost {fmt_energy(s.default_mean_cost)} over {runs}{scaled}{rests}{spread}"
+    return f"Default batch size {s.default_batch_size}{at}: {mean}"
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:
