@@ -94,3 +94,12 @@ def test_a_simulated_life_runs_controls_within_their_share_and_replays_exactly()
     assert audit(r.records, r.knobs).divergence is None
     quiet = simulate(table, seed=3, horizon=30, baselines=False, life=Life())
     assert not [x for x in quiet.records if x.stage == STAGE]  # none without saving.control
+
+
+def test_a_control_run_is_out_of_the_steady_state_and_in_the_default():
+    records = lucky_life(4)
+    records.append(run(len(records), 32, 1.0, STAGE))
+    s = summarize(records, 32)
+    assert s.steady is not None and 32 not in s.steady.batch_sizes
+    assert s.baseline is not None and (s.baseline.runs, s.baseline.controls) == (2, 1)
+    assert s.baseline.rests_on.startswith("the default ran 2 times (1 as control); its pace is also read from")
