@@ -250,6 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         "oom@N: the Oracle's batch size runs out of memory on night N alone (oom@N+M: nights N and M; 1,oom@N: both)",
     )
     ap.add_argument(
+        "--control",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="re-run the default as a control while the saving is too wide to say anything, within SHARE of the "
+        "spend (a spec's saving.control.max_share, e.g. 0.05; default: none, the published algorithm)",
+    )
+    ap.add_argument(
         "--horizon",
         default=None,
         help="recurrences per run, told to the optimizer as a spec's recurrences, or a comma-separated list of them "
@@ -489,6 +497,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
                     args.revision,
                     warm_source(tables, t) if args.warm_from and policy == DEFAULT_POLICY else None,
                     args.life,
+                    args.control,
                 )
                 for t in judged
             ]
@@ -512,6 +521,7 @@ def run(args: argparse.Namespace, seeds: list[int], beta: float | None) -> int:
     overlap = "" if args.concurrency == [1] else f", concurrency {','.join(map(str, args.concurrency))}"
     noise = "" if args.noise is None else f", noise {args.noise.describe()}"
     noise += "" if args.life is None else f", life {args.life.describe()}"
+    noise += "" if args.control is None else f", control {args.control:g}"
     extra = "" if args.revision is None else f", zeus-voi revision {args.revision}"
     extra += "" if args.warm_from is None else f", {DEFAULT_POLICY} warm from the next GPU's run (paper horizon)"
     extra += "" if args.judge_on is None else f", judged on {args.judge_on} alone"
@@ -539,7 +549,22 @@ def simulate_row(task: tuple) -> list[Row]:
 
     A warm start is drawn once per seed and serves every horizon.
     """
-    table, policy, eta, beta, seeds, keep, max_early_stops, concurrency, noise, horizons, revision, source, life = task
+    (
+        table,
+        policy,
+        eta,
+        beta,
+        seeds,
+        keep,
+        max_early_stops,
+        concurrency,
+        noise,
+        horizons,
+        revision,
+        source,
+        life,
+        control,
+    ) = task
     if life is not None:  # a life's failed nights are expected: not one warning each
         logging.getLogger("zeus_run.engine").setLevel(logging.ERROR)
     settings = OptimizerSettings.for_policy(policy, **({} if revision is None else {"revision": revision}))
@@ -584,6 +609,7 @@ def simulate_row(task: tuple) -> list[Row]:
                     horizon=horizon,
                     warm=warm,
                     life=life,
+                    control=control,
                 )
             except ZeusRunError as exc:
                 raise ZeusRunError(f"{table.job.name} on {table.gpu}, {policy}, seed {seed}: {exc}") from None

@@ -112,6 +112,7 @@ EXAMPLES: dict[str, Any] = {
     "accounting.carbon_g_per_kwh": 350,
     "accounting.price_per_kwh": 0.12,
     "accounting.currency": "EUR",
+    "saving.control": {"max_share": 0.1},
     "export.mlflow": {"tracking_uri": "http://mlflow:5000", "experiment": "nightly"},
     "export.prometheus": {"push": "http://pushgateway:9091"},
     "start.by": "07:00",

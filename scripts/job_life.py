@@ -97,8 +97,10 @@ the ask and the tell out (zeus-run's work, as ``run``'s decision and tell are) a
 epoch, its epochs to the target, its save), so the harness knows what always running the default batch size
 would have spent, from its own ledger (`true_sides`): one run of the default for each recurrence that reached
 the target, at its known cost plus what a launch adds (the median over the reached runs) at the night's draw;
-a try no batch size caused (unobserved, or without a record) and every try of a recurrence that never reached
-(an out-of-memory night fails every batch size) on both sides, as it ran. zeus-run's side is every script's
+the tries that would have hit the default too on both sides, as they ran, by the one rule for bad nights
+(docs/savings.md; `hits_default`): an environment error, a lost node, a try without a record, and on a night
+no batch size reached (an out-of-memory night fails every batch size) each try at or below the default batch size;
+an interrupted launcher, a spec error and a failure above the default batch size are zeus-run's alone. zeus-run's side is every script's
 span times its night's draw. After every night it checks that the 90% interval ``history --format json``
 states for the energy and time saving holds the truth (`check_saving`); a miss is not a violation (a 90%
 interval misses one time in ten): the summary gives how often it held, and ``--lives N`` the same over N lives.
@@ -1561,8 +1563,8 @@ def true_sides(
     cost (the script's start-up and ``b0``'s epochs to the target at its seconds per epoch; a reached run's save,
     after the target, is out of both sides as ``after_time`` is out of zeus-run's totals), plus what a
     launch adds beyond the script's own time (the median over the reached runs), at the draw of the night it
-    reached on; a try no batch size caused (its record unobserved, or none) and every try of a recurrence that
-    never reached (an out-of-memory fault fails every batch size) on both sides, as it ran. None before the
+    reached on; the tries that would have hit the default too (`hits_default`: an environment error, a lost node,
+    a try at or below ``b0`` of a recurrence that never reached) on both sides, as they ran. None before the
     default's cost can be stated (no reached run yet).
     """
     startup, save, epoch_s, reach = _train_constants()
@@ -1591,15 +1593,37 @@ def true_sides(
         span, draw = float(run.span or 0.0) - (save if run.reached else 0.0), draws.get(run.night, 0.0)
         spent_e, spent_t = spent_e + span * draw, spent_t + span
         record = by_run.get(id(run))
-        unobserved = record is None or record.get("stop_reason") in UNOBSERVED
-        never = run.recurrence is not None and int(run.recurrence) not in reached_on
-        if unobserved or never:
+        if hits_default(record, run, b0, reached_on):
             default_e, default_t = default_e + span * draw, default_t + span
     one = model(b0) + overhead
     for _, night in reached_on.items():
         default_e, default_t = default_e + one * draws.get(night, 0.0), default_t + one
     del lost
     return {"energy": (spent_e, default_e), "time": (spent_t, default_t)}
+
+
+#: Unobserved ends that hit the default's job too (an environment error, a lost node); an interrupted launcher or
+#: zeus-run's own spec error would not (`zeus_run.views.nights.hits_default`).
+HITS_DEFAULT = ("environment_error", "infrastructure")
+
+
+def hits_default(record: dict | None, run: Run, b0: int, reached_on: dict[int, int]) -> bool:
+    """Whether always running ``b0`` would have spent this try too: the one rule for bad nights (docs/savings.md).
+
+    An environment error or a lost node (and a try zeus-run kept no record of) would have hit the default; on a
+    night no batch size reached (this harness's out-of-memory and full-disk faults hit every batch size), a try at
+    or below ``b0`` would have (the default needs at least its memory); a failure above ``b0``, an interrupted
+    launcher or a spec error would not.
+    """
+    if record is None:
+        return True
+    reason = record.get("stop_reason")
+    if reason in HITS_DEFAULT:
+        return True
+    if reason in UNOBSERVED:
+        return False
+    never = run.recurrence is not None and int(run.recurrence) not in reached_on
+    return never and run.batch_size is not None and int(run.batch_size) <= b0
 
 
 @dataclass

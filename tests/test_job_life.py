@@ -327,6 +327,31 @@ def test_true_sides_charge_the_default_its_known_cost_and_both_sides_a_night_wit
     assert jl.true_sides(records[2:4], runs[2:4], draws, b0) is None  # nothing reached yet: no default's cost
 
 
+def test_true_sides_charge_the_default_by_the_one_rule_for_bad_nights():
+    """A failure above the default and an interrupted launcher are zeus-run's alone; at or below it, both sides'."""
+    over = 0.2
+    one = train.STARTUP + train.REACH[jl.DEFAULT_BATCH_SIZE] * train.EPOCH_S[jl.DEFAULT_BATCH_SIZE] + over
+    b0 = jl.DEFAULT_BATCH_SIZE
+    records = [
+        record(1, 1, 0, batch_size=b0),
+        record(2, 1, 1, batch_size=128, stop_reason="crashed", reached=False),  # out of memory above b0: no model
+        record(2, 2, 2, batch_size=b0, stop_reason="crashed", reached=False),  # ... and at b0: the default's too
+        record(3, 1, 3, batch_size=b0, stop_reason="interrupted", reached=False, observed=False),
+        record(3, 2, 4, batch_size=b0),
+    ]
+    spans = [one + train.SAVE, 1.6, 1.7, 0.9, one + train.SAVE]
+    nights = [1, 2, 2, 3, 3]
+    runs = [
+        run(r["recurrence"], r["attempt"], start=100.0 * i, span=spans[i], pid=i + 1, night=nights[i])
+        for i, r in enumerate(records)
+    ]
+    for r, x in zip(records, runs, strict=True):
+        x.batch_size, x.reached = r["batch_size"], r["reached"]
+    sides = jl.true_sides(records, runs, {1: 100.0, 2: 100.0, 3: 100.0}, b0)
+    assert sides is not None
+    assert sides["time"][1] == pytest.approx(2 * one + 1.7)  # not 128's 1.6, not the interrupted 0.9
+
+
 def test_coverage_counts_what_held():
     cov, other = jl.Coverage(), jl.Coverage()
     cov.judged.update(energy=3, time=3)

@@ -77,6 +77,7 @@ CHANGES = {
     "horizon": "recurrences: 12",
     "lifetime": "lifetime: 40",
     "objective": "objective: {kind: max-slowdown, factor: 1.2}",
+    "control_share": "saving: {control: {max_share: 0.1}}",
 }
 #: Knobs fields that are not spec settings (read from the run directory: b0's profile, the warm start's copy).
 NOT_IN_SPEC = {"default_profile", "warm"}
@@ -115,6 +116,7 @@ def test_one_knob_changed_reaches_every_user_of_knobs(tmp_path, field):
         "max_tries": engine.max_tries,
         "max_early_stops": engine.max_early_stops,
         "concurrency": engine.concurrency,
+        "control_share": engine.control_share,
     }
     if field in made:
         assert made[field] == getattr(knobs, field)

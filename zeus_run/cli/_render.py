@@ -462,10 +462,9 @@ def _default_line(s: Summary) -> str:
     spread = "; the 90% intervals below rest on how much runs vary (--format json: spread)"
     if s.spread.df <= 0:
         spread = "; no batch size has converged twice yet, so how much runs vary, and any interval, is unknown"
-    return (
-        f"Default batch size {s.default_batch_size}{at}: mean cost {fmt_energy(s.default_mean_cost)} "
-        f"over {runs}{scaled}{spread}"
-    )
+    rests = f" ({b.rests_on})" if b is not None and (b.controls or b.pace_from) else ""
+    mean = f"mean cost {fmt_energy(s.default_mean_cost)} over {runs}{scaled}{rests}{spread}"
+    return f"Default batch size {s.default_batch_size}{at}: {mean}"
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:
@@ -483,6 +482,7 @@ def summary_json(summary: Summary) -> dict[str, Any]:
     out["converged"] = out.pop("recurrences")
     out["recurrences"] = out.pop("all_recurrences")
     out["saved"] = {q: v.to_json() if v else None for q, v in summary.saved.items()}
+    out["default_rests_on"] = summary.baseline.rests_on if summary.baseline is not None else None
     out["nights"] = [
         {"recurrence": n.recurrence, "kind": n.kind.value, "default_runs": n.default_runs, "slowdown": n.slowdown}
         for n in summary.nights

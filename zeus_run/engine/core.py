@@ -97,6 +97,8 @@ class Engine:
             carry the context of their decision (`TrialRequest.stamp`).
         oom_retry_after: Stamped on each out-of-memory crash (`tell`): the recurrences that must reach the
             target after it before its batch size may be decided again (`zeus_run.engine.memory`); None: never.
+        control_share: The most control runs of the default may take of the job's spend (the spec's
+            ``saving.control.max_share``; `zeus_run.engine.control`, consulted before the optimizer); None: never.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class Engine:
         concurrency: int = 1,
         charge: Callable[[Sequence[TrialRecord], TrialRecord], TrialRecord] | None = None,
         oom_retry_after: int | None = None,
+        control_share: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -125,6 +128,9 @@ class Engine:
         #: objective's `zeus_run.objective.SlowdownCharge`); None: the executor's cost stands.
         self.charge = charge
         self.oom_retry_after = oom_retry_after
+        #: The most a control run of the default may take of the job's spend (``saving.control.max_share``;
+        #: `zeus_run.engine.control`); None: never.
+        self.control_share = control_share
 
     # -- the decision path: every door asks, runs the trial its own way, and tells --------------------
 

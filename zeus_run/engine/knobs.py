@@ -50,6 +50,8 @@ class Knobs:
         default_profile: The default batch size's power profile in the run directory
             (``max-slowdown``'s reference scales its times to the max limit with it, as the run did);
             not a spec setting: `from_run_dir` reads it from ``power_profiles.json``.
+        control_share: ``saving.control.max_share`` (`zeus_run.engine.control`); None: no control runs, as in runs
+            recorded before it existed.
         warm: The warm start's source (``optimizer.warm_from``), as the run directory keeps it
             (`zeus_run.engine.warm`); not a spec setting: `from_run_dir` reads its copy.
         oom_retry_after: Stamped on each out-of-memory crash: the recurrences that must reach the target after it
@@ -75,6 +77,7 @@ class Knobs:
     default_profile: tuple[PowerLimitMeasurement, ...] = ()
     warm: WarmStart | None = None
     oom_retry_after: int | None = DEFAULT_OOM_RETRY_AFTER
+    control_share: float | None = None
 
     @property
     def goal(self) -> Objective:
@@ -165,6 +168,8 @@ class Knobs:
         del out["default_profile"], out["warm"]
         for name, key in _KEYS.items():
             out[key] = out.pop(name)
+        share = out.pop("saving")
+        out["saving"] = {"control": None if share is None else {"max_share": share}}
         return out
 
     def engine(
@@ -197,6 +202,7 @@ class Knobs:
             self.concurrency,
             charge,
             self.oom_retry_after,
+            self.control_share,
         )
 
 
@@ -212,6 +218,13 @@ def _default_profile(run_dir: Path, batch_size: int) -> tuple[PowerLimitMeasurem
 
 def _objective(v: Any) -> Objective:
     return v if isinstance(v, Objective) else Objective(**v)
+
+
+def _control_share(v: Any) -> float | None:
+    """``saving.control.max_share`` of a spec's ``saving`` section (None: no control)."""
+    control = v.get("control") if isinstance(v, dict) else None
+    share = control.get("max_share") if isinstance(control, dict) else None
+    return None if share is None else float(share)
 
 
 def _tuple_of_ints(v: Any) -> tuple[int, ...]:
@@ -241,7 +254,8 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "lifetime": int,
     "objective": _objective,
     "oom_retry_after": int,
+    "control_share": _control_share,
 }
 
 #: Fields whose spec key has another name.
-_KEYS = {"horizon": "recurrences"}
+_KEYS = {"horizon": "recurrences", "control_share": "saving"}

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from zeus_run.engine.control import STAGE as CONTROL
+from zeus_run.engine.control import control
 from zeus_run.engine.memory import MemoryBans
 from zeus_run.engine.position import best_known, observation_of
 from zeus_run.engine.request import Horizon, TrialRequest
@@ -84,6 +86,8 @@ class Ledger:
         #: The batch sizes out-of-memory crashes shut out of the decisions, and until when (`zeus_run.engine.memory`:
         #: the rule every view folds too).
         self.memory = MemoryBans()
+        #: The records folded, in order (`zeus_run.engine.control` decides from them).
+        self.records: list[TrialRecord] = []
 
     @classmethod
     def from_history(
@@ -138,6 +142,7 @@ class Ledger:
         if self._branched:
             raise RuntimeError("fold into the ledger a branch was taken from, not into the branch (Ledger.branch)")
         self.folded += 1
+        self.records.append(record)
         self.in_flight.pop(record.trial if trial is None else trial, None)
         r = self._recurrence(record.recurrence)
         if record.oom and (r.ceiling is None or record.batch_size < r.ceiling):
@@ -308,6 +313,9 @@ class Ledger:
     def _decide(self, opt: BatchSizeOptimizer, r: _Recurrence, draw: int) -> tuple[Decision, float, bool]:
         """The decision, its cost threshold, and whether it is pruning's probe."""
         eng = self.engine
+        control = self._control(opt, r)
+        if control is not None:  # consulted before the optimizer: the default again, run to its end
+            return Decision(opt.default_batch_size, CONTROL, control), math.inf, False
         choice = opt.decide(self.state, draw)
         expecting = choice.batch_size if choice.stage == "pruning" else None
         waiting = next((q for q in self.in_flight.values() if q.probe), None) if self.in_flight else None
@@ -336,6 +344,21 @@ class Ledger:
         if decision.stage == "fallback":
             return decision, math.inf, probe
         return decision, rule.threshold(eng.beta, self.min_cost, decision.batch_size, self.converged), probe
+
+    def _control(self, opt: BatchSizeOptimizer, r: _Recurrence) -> str | None:
+        """Why this recurrence re-runs the default as a control (`zeus_run.engine.control`), or None.
+
+        Only a recurrence's first try with nothing else in flight, on a job whose default fits (no memory ceiling
+        at or below it), and with the spec's ``saving.control`` set.
+        """
+        share = self.engine.control_share
+        if not share or r.tries or r.attempt > 1 or self.in_flight:
+            return None
+        b0 = opt.default_batch_size
+        if self.memory_ceiling is not None and b0 >= self.memory_ceiling:
+            return None
+        left = None if opt.horizon is None else opt.horizon - (self._newest - 1)
+        return control(self.records, b0, share, left)
 
     def _fitting(self, decision: Decision, r: _Recurrence) -> Decision:
         """``decision``, or a smaller batch size where it is at least one that ran out of memory: in this

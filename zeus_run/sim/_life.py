@@ -26,8 +26,8 @@ The truth a simulation is judged against (`zeus_run.sim._lived.default_truth`) i
 default would have spent over the same life to deliver the same models: one run each night zeus-run
 delivered one, at that night's slowdown (its run is the night's first try, so a slow try slows it
 too, and a stall adds to it; none on a night without a model); a night the default runs out of
-memory, ``max_tries`` crashes besides (its job retries, then runs again to deliver the model); what interruptions, cluster
-losses and environment errors spent, on both sides.
+memory, ``max_tries`` crashes besides (its job retries, then runs again to deliver the model); what cluster
+losses and environment errors spent, on both sides (an interrupted launcher is zeus-run's alone).
 """
 
 from __future__ import annotations

@@ -59,8 +59,9 @@ def default_truth(
 
     To deliver the same models: one run each night zeus-run delivered one, at that night's slowdown and stalls
     (its run is the night's first try; none on a night without a model); a night the default runs out of memory,
-    ``max_tries`` crashes besides (its job retries as zeus-run's does, then runs again once it fits); and what the
-    tries no batch size caused spent (it meets them too).
+    ``max_tries`` crashes besides (its job retries as zeus-run's does, then runs again once it fits); and what
+    environment errors and lost nodes spent (it meets them too; a launcher interrupted under a trial is
+    zeus-run's alone: `zeus_run.views.nights.hits_default`).
     """
     from zeus_run.sim._baselines import reference_time
 
@@ -79,8 +80,8 @@ def default_truth(
         for e, t in parts:
             cost += executor.objective.trial_cost(e, t, table.max_power, ref)
             energy, time = energy + e, time + t
-    for r in records:
-        if not r.stop_reason.observed:
+    for r in records:  # an environment error or a lost node hits the default too; an interrupted launcher does not
+        if r.stop_reason in (StopReason.ENVIRONMENT_ERROR, StopReason.INFRASTRUCTURE):
             cost, energy, time = cost + r.spent_cost, energy + r.energy, time + r.time
     return cost, energy, time
 

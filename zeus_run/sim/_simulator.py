@@ -385,6 +385,7 @@ def simulate(
     warm: WarmStart | None = None,
     life: Life | None = None,
     oom_retry_after: int | None = DEFAULT_OOM_RETRY_AFTER,
+    control: float | None = None,
 ) -> SimResult:
     """Replay a recurring job on traces with the real engine and optimizer.
 
@@ -414,6 +415,8 @@ def simulate(
             the next trigger would.
         oom_retry_after: Recurrences with a model before a batch size that ran out of memory is tried again
             (the spec's ``oom_retry_after``; None: never, the rule before it existed).
+        control: ``saving.control.max_share`` (`zeus_run.engine.control`): the default re-run as a control while
+            the saving is too wide to say anything, within this share of the spend; None: never.
 
     Raises:
         zeus_run.errors.ConvergenceError: The first recurrence did not converge, or one ran out of tries.
@@ -439,6 +442,7 @@ def simulate(
         objective=given,
         warm=warm,
         oom_retry_after=oom_retry_after,
+        control_share=control,
     )
     default, oracle = default_baseline(table, eta, objective), oracle_baseline(table, eta, objective)
     nights = (

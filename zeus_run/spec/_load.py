@@ -227,6 +227,7 @@ class _Validator(Sections):
         stop = self.section("stop", self.stop)
         executor = self.section("executor", self.executor)
         accounting = self.section("accounting", self.accounting)
+        saving = self.section("saving", self.saving)
         export = self.section("export", self.export)
         start = self.section("start", self.start)
         concurrency = g(
@@ -313,6 +314,7 @@ class _Validator(Sections):
             lease=lease,
             executor=executor,
             accounting=accounting,
+            saving=saving,
             export=export,
             start=start,
             max_early_stops=max_early_stops,

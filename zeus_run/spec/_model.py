@@ -246,6 +246,30 @@ class StopSettings:
 
 
 @dataclass(frozen=True)
+class ControlSettings:
+    """``saving.control``: re-running the default as a control (`zeus_run.engine.control`).
+
+    Attributes:
+        max_share: The most the controls may cost beyond the cheapest batch size, as a share of what
+            the job has spent (0.05 by default: a saving of 25% stays above 20% while the default's cost,
+            which one run knows only to a tenth or so, becomes measurable; docs/savings.md).
+    """
+
+    max_share: float = 0.05
+
+
+@dataclass(frozen=True)
+class SavingSettings:
+    """How a saving is made measurable (docs/savings.md, "The default's cost").
+
+    Attributes:
+        control: Control runs of the default (None: never).
+    """
+
+    control: ControlSettings | None = field(default_factory=ControlSettings)
+
+
+@dataclass(frozen=True)
 class ExecutorSettings:
     """Where each trial runs (README, "Running on a Slurm cluster").
 
@@ -359,6 +383,7 @@ class JobSpec:
             recorded as an infrastructure failure and its recurrence is asked again.
         executor: Where trials run (local subprocesses or Slurm jobs).
         accounting: Carbon intensity and price of energy (`zeus_run.accounting`).
+        saving: Control runs of the default that make a saving measurable (`SavingSettings`).
         export: Live export after each trial (MLflow, Prometheus Pushgateway).
         start: When each recurrence starts: in the cleanest window before its deadline (`zeus_run.start`).
         run_dir: Directory of history, logs and resolved spec.
@@ -398,6 +423,7 @@ class JobSpec:
     lease: float = DEFAULT_LEASE
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
+    saving: SavingSettings = field(default_factory=SavingSettings)
     export: ExportSettings = field(default_factory=ExportSettings)
     start: StartSettings = field(default_factory=StartSettings)
     source: Path | None = None

@@ -24,6 +24,7 @@ from zeus_run.spec._model import (
     POLICIES,
     POWER_LIMIT_VIAS,
     WARM_REVISION,
+    ControlSettings,
     EnergySettings,
     ExecutorSettings,
     ExportSettings,
@@ -32,6 +33,7 @@ from zeus_run.spec._model import (
     OptimizerSettings,
     PowerLimitSettings,
     PrometheusExport,
+    SavingSettings,
     StopSettings,
 )
 from zeus_run.spec._start import KEYS as _START_KEYS
@@ -48,6 +50,7 @@ _SECTIONS: dict[str, type] = {
     "stop": StopSettings,
     "executor": ExecutorSettings,
     "accounting": AccountingSettings,
+    "saving": SavingSettings,
     "export": ExportSettings,
     "start": StartSettings,
 }
@@ -90,6 +93,7 @@ _SECTION_KEYS = {
         "infra_retries",
     ),
     "accounting": ("carbon_g_per_kwh", "price_per_kwh", "currency"),
+    "saving": ("control",),
     "export": ("mlflow", "prometheus"),
     "start": _START_KEYS,
 }
@@ -351,6 +355,24 @@ class Sections(Checker):
             via=self.get(m, "via", p, d.via, self.choice(POWER_LIMIT_VIAS)),
             socket=self.get(m, "socket", p, None, self.str_()),
         )
+
+    def saving(self, m: Mapping, p: str) -> SavingSettings:
+        if "control" in m and m["control"] is None:
+            return SavingSettings(control=None)
+        raw = m.get("control") or {}
+        if not isinstance(raw, dict):
+            self.problem(p + "control", raw, "must be a mapping or null", "e.g. control: {max_share: 0.05}, or null")
+            return SavingSettings()
+        self.unknown_keys(raw, ("max_share",), p + "control.")
+        d = ControlSettings()
+        share = self.get(
+            raw,
+            "max_share",
+            p + "control.",
+            d.max_share,
+            self.float_(0.0, 1.0, fix="A share of the job's spend, e.g. 0.05; or control: null for no control runs"),
+        )
+        return SavingSettings(control=ControlSettings(share if share is not None else d.max_share))
 
     def stop(self, m: Mapping, p: str) -> StopSettings:
         d = StopSettings()

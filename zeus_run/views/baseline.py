@@ -47,6 +47,9 @@ class Baseline:
         cost: Mean cost of a recurrence (unit: J).
         energy: Mean energy of a recurrence (unit: J).
         time: Mean time of a recurrence (unit: s).
+        controls: How many of ``runs`` were control runs (`zeus_run.engine.control`).
+        pace_from: The batch sizes the default's pace is also read from (`zeus_run.views.pace`; empty: none).
+        pace_weight: Their line's weight in the default's cost pace (0-1).
     """
 
     batch_size: int
@@ -56,6 +59,23 @@ class Baseline:
     cost: float
     energy: float
     time: float
+    controls: int = 0
+    pace_from: tuple[int, ...] = ()
+    pace_weight: float = 0.0
+
+    @property
+    def rests_on(self) -> str:
+        """What the default's cost rests on, in words: ``the default ran 3 times (2 as controls); its pace is also
+        read from 16's, 64's and 128's runs (weighing 40%)``."""
+        ran = "once" if self.runs == 1 else f"{self.runs} times"
+        out = f"the default ran {ran}"
+        if self.controls:
+            out += f" ({self.controls} as control{'s' if self.controls != 1 else ''})"
+        if self.pace_from:
+            names = [f"{b}'s" for b in self.pace_from]
+            listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+            out += f"; its pace is also read from {listed} runs (weighing {self.pace_weight * 100:.0f}%)"
+        return out
 
     def saving(self, quantity: str, total: float, recurrences: int) -> float | None:
         """``1 - total / (recurrences x mean)`` of ``quantity`` (``cost``, ``energy``, ``time``); None if undefined."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from zeus_run.views.baseline import Baseline, default_samples
 from zeus_run.views.nights import Kind, Night, charges, sides
+from zeus_run.views.pace import Borrowed, borrowed
 from zeus_run.views.saving import Group, Saved, rate, whole_history
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from zeus_run.views.recommend import Recommendation
     from zeus_run.views.summary import RecurrenceRow
 
+#: The stage of a control run of the default (`zeus_run.engine.control.STAGE`).
+CONTROL_STAGE = "control"
 #: Quantities a run's spread is measured on (carbon and money take energy's).
 QUANTITIES = ("cost", "energy", "time")
 
@@ -147,12 +150,15 @@ class Evidence:
             run's sweep (`zeus_run.views.baseline.clean`): ``(cost, energy, time)``.
         default: b0's runs as the default would have run them (`zeus_run.views.baseline.default_samples`).
         spread: The pooled spread of ``groups``.
+        pace: What the other batch sizes' runs say about the default's pace (`zeus_run.views.pace`; None: its
+            own runs alone).
     """
 
     default_batch_size: int | None
     groups: Mapping[Key, Sequence[Run]]
     default: Sequence[tuple[float, float, float]]
     spread: Spread
+    pace: Borrowed | None = None
 
     @classmethod
     def of(
@@ -164,9 +170,9 @@ class Evidence:
         profile: Sequence[PowerLimitMeasurement] = (),
         slow: Collection[int] = (),
     ) -> Evidence:
-        from zeus_run.views.baseline import clean, default_samples
+        from zeus_run.views.baseline import clean, default_runs, default_samples
 
-        b0, _, _, samples = default_samples(
+        b0, limit, _, samples = default_samples(
             records, default_batch_size, objective=objective, profile=profile, slow=slow
         )
         rows = [
@@ -176,14 +182,25 @@ class Evidence:
         ]
         groups = grouped(rows)
         of_default = [run for (bs, _), runs in groups.items() if bs == b0 for run in runs]
-        return cls(b0, groups, samples, spread(groups.values(), of_default))
+        sp = spread(groups.values(), of_default)
+        own = [Run(v, r.epochs) for v, r in zip(samples, default_runs(records, b0, slow), strict=True)]
+        pace = borrowed(groups, b0, limit, own, (sp.cost, sp.energy, sp.time), sp.rounding) if b0 is not None else None
+        return cls(b0, groups, samples, sp, pace)
 
     def default_mean(self, quantity: str) -> float | None:
         """The default's mean of ``quantity`` (``cost``, ``energy``, ``time``), None before b0 converged."""
         if not self.default:
             return None
         k = QUANTITIES.index(quantity)
-        return sum(s[k] for s in self.default) / len(self.default)
+        mean = sum(s[k] for s in self.default) / len(self.default)
+        return mean * math.exp(self.pace.shift[k]) if self.pace is not None else mean
+
+    def default_se(self, quantity: str) -> float:
+        """Standard error of ``log`` of the default's mean: ``s0 / sqrt(n0)``, or with the borrowed pace
+        (`zeus_run.views.pace`) its epochs' share over ``n0`` and its pace weighed with the line's."""
+        if self.pace is not None:
+            return math.sqrt(self.pace.variance[QUANTITIES.index(quantity if quantity in QUANTITIES else "energy")])
+        return self.spread.of_default(quantity) / math.sqrt(max(len(self.default), 1))
 
     def group(self, key: Key, quantity: str) -> Group | None:
         """``key``'s mean of ``quantity`` over its runs (None: none converged)."""
@@ -218,6 +235,7 @@ class Evidence:
             self.default_batch_size,
             same,
             0.0 if same else extra,
+            se=self.default_se(quantity),
         )
 
     def rate(self, keys: Sequence[Key], quantity: str) -> Saved | None:
@@ -333,8 +351,23 @@ def baseline_of(
     )
     if not samples or b0 is None:
         return None
-    means = [evidence.default_mean(q) or 0.0 for q in QUANTITIES]
-    return Baseline(b0, limit, len(samples), moved, *means)
+    cost, energy, time = (evidence.default_mean(q) or 0.0 for q in QUANTITIES)
+    from zeus_run.views.baseline import default_runs
+
+    controls = sum(1 for r in default_runs(records, b0, slow) if r.stage == CONTROL_STAGE)
+    pace = evidence.pace
+    return Baseline(
+        b0,
+        limit,
+        len(samples),
+        moved,
+        cost,
+        energy,
+        time,
+        controls=controls,
+        pace_from=pace.batch_sizes if pace is not None and pace.weight[0] > 0 else (),
+        pace_weight=pace.weight[0] if pace is not None else 0.0,
+    )
 
 
 def default_of(saved: Saved | None) -> float | None:

@@ -38,6 +38,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from zeus_run.contract import StopReason
+from zeus_run.engine.classify import out_of_memory
+
 if TYPE_CHECKING:
     from zeus_run.records import TrialRecord
 
@@ -96,7 +99,8 @@ class Night:
         """
         out = sum(value(r) for r in self.both)
         if self.own:
-            ran = [value(r) for r in self.records if r.stop_reason.observed]
+            both = {id(r) for r in self.both}
+            ran = [value(r) for r in self.records if r.stop_reason.observed and id(r) not in both]
             out += min(sum(value(r) for r in self.own) / len(self.own) * len(ran), sum(ran))
         return out
 
@@ -106,9 +110,22 @@ class Night:
         return self.default_runs > 0
 
 
+def at_boundary(record: TrialRecord) -> bool:
+    """Whether a try ended at an epoch boundary: it reached, or was judged at an epoch's end (``max_epochs``,
+    ``no_progress``). A crash, a timeout, an interruption or a cost-threshold cut may end part-way through an
+    epoch: their cost holds a partial epoch their count does not."""
+    return record.reached or record.stop_reason in (StopReason.MAX_EPOCHS, StopReason.NO_PROGRESS)
+
+
 def pace_of(record: TrialRecord) -> float | None:
-    """Cost per epoch of a try whose epochs were timed (None: no pace)."""
+    """Cost per epoch of a try whose epochs were timed and that ended at an epoch boundary (None: no pace).
+
+    A try that ended part-way through an epoch (`at_boundary`) has none: its cost over its whole epochs would
+    read a partial epoch as slowness.
+    """
     if record.epochs <= 0 or not record.epochs_timed or not (record.cost > 0 and math.isfinite(record.cost)):
+        return None
+    if not at_boundary(record):
         return None
     return record.cost / record.epochs
 
@@ -128,21 +145,22 @@ def machine_slowdown(
 ) -> tuple[float, float]:
     """The slowdown of the machine one night's tries give evidence of, and the most they allow (1.0: none).
 
-    Each batch size that ran that night with a known usual pace gives its slowest try's ratio and what
-    that try cost beyond its usual pace; where at least `MACHINE_EVIDENCE` batch sizes ran and all ran
-    slower than `SLOW_PACE`, the machine ran slow by at least the smallest of their ratios, or, as a
-    stall that adds the same to every try, by the smallest of their excesses: the default
-    (``default_cost``, its mean run) is charged the lesser. Fewer batch sizes, or one at its usual pace:
-    1.0; the most is the largest ratio above `SLOW_PACE` (the machine may have been that slow).
+    Each batch size that ran that night with a known usual pace gives its *fastest* try (`_slowness`: one that
+    ended at an epoch boundary gives its pace; one cut part-way through an epoch gives only the least pace it
+    shows, and only where even that is slow): its ratio to the usual pace, and what it cost beyond it. Where at least `MACHINE_EVIDENCE` batch sizes ran and all ran slower than
+    `SLOW_PACE`, the machine ran slow by at least the smallest of their ratios, or, as a stall that adds the same
+    to every try, by the smallest of their excesses: the default (``default_cost``, its mean run) is charged the
+    lesser. Fewer batch sizes, or one at its usual pace: 1.0; the most is the largest ratio above `SLOW_PACE`
+    (the machine may have been that slow).
     """
     ratios: dict[int, float] = {}
     excess: dict[int, float] = {}
     for r in night:
-        p, u = pace_of(r), usual.get(r.batch_size)
-        if p is None or not u or not r.stop_reason.observed:
+        u = usual.get(r.batch_size)
+        read = _slowness(r, u) if u and r.stop_reason.observed else None
+        if read is None or (r.batch_size in ratios and ratios[r.batch_size] <= read[0]):
             continue
-        ratios[r.batch_size] = max(ratios.get(r.batch_size, 0.0), p / u)
-        excess[r.batch_size] = max(excess.get(r.batch_size, 0.0), r.cost - u * r.epochs)
+        ratios[r.batch_size], excess[r.batch_size] = read
     most = max([v for v in ratios.values() if v >= SLOW_PACE], default=1.0)
     if len(ratios) < MACHINE_EVIDENCE or min(ratios.values()) < SLOW_PACE:
         return 1.0, most
@@ -150,6 +168,43 @@ def machine_slowdown(
     if default_cost:
         factor = max(1.0, min(factor, 1.0 + min(excess.values()) / default_cost))
     return factor, max(most, factor)
+
+
+def _slowness(record: TrialRecord, usual: float) -> tuple[float, float] | None:
+    """``(ratio to the usual pace, cost beyond it)`` a try shows, None where it shows nothing.
+
+    A try that ended at an epoch boundary shows its pace (`pace_of`). One cut part-way through an epoch (a crash, a
+    cost-threshold cut) shows at least ``cost / (epochs + 1)``: evidence of slowness where even that is slow
+    (`SLOW_PACE`), of nothing otherwise (a crash at its start says nothing about the machine's pace).
+    """
+    p = pace_of(record)
+    if p is not None:
+        return p / usual, record.cost - usual * record.epochs
+    if record.reached or not record.epochs_timed or not (record.cost > 0 and math.isfinite(record.cost)):
+        return None
+    least = record.cost / (record.epochs + 1) / usual
+    return (least, record.cost - usual * (record.epochs + 1)) if least >= SLOW_PACE else None
+
+
+def hits_default(record: TrialRecord, default_batch_size: int | None) -> bool:
+    """Whether a try's failure would have hit the default too, so its spend counts on both sides.
+
+    An environment error or a node the cluster lost (`StopReason.INFRASTRUCTURE`) would have; so would an
+    out-of-memory crash at or below the default batch size (the default needs at least that memory). A failure
+    of a batch size the default does not use, a spec error (zeus-run's own spec), and a launcher killed under
+    a trial (`StopReason.INTERRUPTED`: zeus-run's process, not the job's) would not.
+    """
+    reason = record.stop_reason
+    if reason in (StopReason.ENVIRONMENT_ERROR, StopReason.INFRASTRUCTURE):
+        return True
+    if not reason.observed:
+        return False
+    return default_batch_size is not None and record.batch_size <= default_batch_size and out_of_memory_try(record)
+
+
+def out_of_memory_try(record: TrialRecord) -> bool:
+    """Whether ``record`` is a crash out of memory (its ``oom`` mark, or its cause or output says so)."""
+    return bool(record.oom) or out_of_memory(record)
 
 
 def charges(
@@ -175,11 +230,11 @@ def charges(
     for n in sorted(by_night):
         rs = by_night[n]
         ran = [r for r in rs if r.stop_reason.observed]
-        others = tuple(r for r in rs if not r.stop_reason.observed)
+        others = tuple(r for r in rs if hits_default(r, default_batch_size))
         if not ran:
             out.append(Night(n, Kind.LOST, tuple(rs), others, 0.0))
         elif not any(r.reached for r in rs):
-            own = tuple(r for r in ran if r.batch_size == default_batch_size)
+            own = tuple(r for r in ran if r.batch_size == default_batch_size and r not in others)
             out.append(Night(n, Kind.FAILED, tuple(rs), others, 0.0, own=own))
         else:
             factor, most = machine_slowdown(rs, usual, default_cost)

@@ -139,6 +139,7 @@ def whole_history(
     default_batch_size: int,
     same: bool = False,
     extra: float = 0.0,
+    se: float | None = None,
 ) -> Saved | None:
     """The whole history's saving: ``1 - spent / (certain + expected)``, with its interval.
 
@@ -155,6 +156,8 @@ def whole_history(
         extra: What the default's side may hold beyond ``expected`` where the evidence allows more
             (a slow try of one batch size: the machine may have been slow, `zeus_run.views.nights`);
             it widens the interval's upper end only.
+        se: Standard error of ``log(expected)`` where it is not ``spread_of / sqrt(runs)`` (the default's pace also
+            read from other batch sizes: `zeus_run.views.pace`).
 
     Returns:
         None without a positive default to compare with.
@@ -162,7 +165,8 @@ def whole_history(
     default = certain + expected
     if default <= 0 or runs <= 0 or not math.isfinite(spent):
         return None
-    se = spread_of / math.sqrt(runs)
+    if se is None:
+        se = spread_of / math.sqrt(runs)
     if df <= 0:
         return Saved(spent, default, None, None, None, same, expected=expected)
     half = quantile(df) * se

@@ -34,6 +34,7 @@ from zeus_run.records import TrialRecord
 from zeus_run.views import saving as est
 from zeus_run.views.baseline import Baseline
 from zeus_run.views.evidence import (
+    CONTROL_STAGE,
     QUANTITIES,
     Evidence,
     Spread,
@@ -352,7 +353,9 @@ def steady_state(
     """
     if exploration.exploring or exploration.ended_after is None:
         return None
-    after = [row for row in rows if row.reached and row.recurrence > exploration.ended_after]
+    after = [  # a control run of the default (`zeus_run.engine.control`) is not what the job now runs
+        row for row in rows if row.reached and row.recurrence > exploration.ended_after and row.stage != CONTROL_STAGE
+    ]
     quiet = [row for row in after if row.recurrence not in slow] or after
     recent = quiet[-window:]
     if not recent:
