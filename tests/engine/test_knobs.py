@@ -78,6 +78,7 @@ CHANGES = {
     "lifetime": "lifetime: 40",
     "objective": "objective: {kind: max-slowdown, factor: 1.2}",
     "control_share": "saving: {control: {max_share: 0.1}}",
+    "oom_retry_after": "oom_retry_after: 2",
 }
 #: Knobs fields that are not spec settings (read from the run directory: b0's profile, the warm start's copy).
 NOT_IN_SPEC = {"default_profile", "warm"}
