@@ -60,6 +60,10 @@ CHECKS: dict[str, str] = {
         "tests/executors/test_orphans.py::"
         "test_a_trial_that_reached_its_target_while_the_launcher_was_dead_is_recorded_reached"
     ),
+    "orphan read by regex": (
+        "tests/executors/test_orphans.py::"
+        "test_an_orphan_whose_metric_is_read_by_regex_is_adopted_reached_with_its_whole_process"
+    ),
     "estimate said": "tests/cli/test_run_cli.py::test_converging_trial",
     "tail after the tell": (
         "tests/doors/test_whole_process.py::test_each_trial_is_charged_its_part_of_the_process_as_the_double_drew_it[Job API]"
@@ -79,6 +83,38 @@ CHECKS: dict[str, str] = {
     ),
     "spec error in a crash": (
         "tests/engine/test_classify.py::test_a_placeholder_the_script_rejects_is_a_configuration_error"
+    ),
+    "tail: bound": (
+        "tests/server/test_tail.py::test_a_tail_beyond_the_finishs_bound_is_refused_and_the_genuine_one_lands_after_it"
+    ),
+    "tail: never told": "tests/server/test_tail.py::test_a_tail_for_a_token_never_asked_is_404_and_nothing_is_appended",
+    "tail: one per trial": "tests/server/test_tail.py::test_one_tail_per_trial_the_same_one_again_accepted_another_409",
+    "tail: told, once": "tests/rundir/test_tails.py::test_a_tail_is_recorded_only_for_a_told_trial_and_once",
+    "OOM: one night": (
+        "tests/engine/test_oom_one_night.py::test_a_one_night_oom_of_the_best_batch_size_does_not_keep_it_away_for_ever"
+    ),
+    "OOM: no view recommends": (
+        "tests/engine/test_oom_one_night.py::test_while_the_best_batch_size_is_shut_out_no_view_recommends_it"
+    ),
+    "OOM: a simulated life": (
+        "tests/sim/test_sim_life.py::test_a_one_night_oom_of_the_oracles_batch_size_does_not_keep_it_away"
+    ),
+    "OOM: history recommends": (
+        "tests/sim/test_sim_life.py::test_after_a_one_night_oom_history_recommends_what_the_decisions_may_run"
+    ),
+    "nights: OOM rule": (
+        "tests/views/test_nights.py::test_an_oom_above_the_default_is_zeus_runs_alone_at_or_below_it_both_sides"
+    ),
+    "nights: partial tries": "tests/views/test_nights.py::test_crashed_partial_tries_are_no_evidence_of_a_slow_machine",
+    "control within its share": (
+        "tests/views/test_default_from_more_runs.py::"
+        "test_a_control_runs_while_the_saving_is_too_wide_and_only_within_its_share"
+    ),
+    "relay logs on": (
+        "tests/trial/test_output.py::test_the_relay_needs_no_gnu_tee_and_logs_on_after_its_reader_is_gone"
+    ),
+    "typo cut": (
+        "tests/engine/test_classify.py::test_a_typo_cut_by_the_cost_threshold_is_a_spec_error_never_an_observation"
     ),
     "job_life": "job_life",
 }
@@ -208,7 +244,7 @@ PLANTS: tuple[Plant, ...] = (
         "views-estimate-unsaid",
         "a history of estimates shown as measured (the summary's estimated flag dropped)",
         "zeus_run/views/summary.py",
-        "        estimated=any(r.estimated for r in records),\n",
+        "        estimated=any(whole_estimate(r) for r in records),\n",
         "        estimated=False,\n",
         ("jobs view: estimate said",),
     ),
@@ -243,6 +279,109 @@ PLANTS: tuple[Plant, ...] = (
         "            return Finding(Verdict.SPEC_ERROR, CONFIG_ERROR, *spec)\n",
         "            return _failure(record, reason)\n",
         ("spec error in a crash",),
+    ),
+    # The rules merged with issue 54 (the tail's route, the OOM ceiling, the bad-night rule, the controls, the
+    # relay, the typo rule): none of them is an energy window, so job_life is not among their checks.
+    Plant(
+        "tail-never-told-accepted",
+        "a tail for a token never told accepted (the 404 dropped)",
+        "zeus_run/rundir/tails.py",
+        "    if not told:\n",
+        "    if False:  # planted: any token's tail is taken\n",
+        ("tail: never told", "tail: told, once"),
+        (),
+    ),
+    Plant(
+        "tail-second-accepted",
+        "a second, different tail of a trial accepted (the 409 dropped)",
+        "zeus_run/rundir/tails.py",
+        '                if (earlier["time"], earlier["energy"], earlier["to"]) == (line["time"], line["energy"], '
+        'line["to"]):\n',
+        "                if True:  # planted: another tail passes as a retry\n",
+        ("tail: one per trial", "tail: told, once"),
+        (),
+    ),
+    Plant(
+        "server-tail-unbounded",
+        "a tail through the server not held to the finish's energy bound",
+        "zeus_run/server/_jobs.py",
+        "        check_energy(path, body.time, body.energy, None)  # the bound a finish is held to\n",
+        "        pass  # planted: the tail's energy unbounded\n",
+        ("tail: bound",),
+        (),
+    ),
+    Plant(
+        "views-recommend-banned",
+        "a recommendation that ignores the out-of-memory shut-out",
+        "zeus_run/views/recommend.py",
+        "        return ceiling is None or b < ceiling\n",
+        "        return True  # planted: the ban ignored\n",
+        ("OOM: no view recommends", "OOM: history recommends"),
+        (),
+    ),
+    Plant(
+        "leader-banned",
+        "the optimizer's leader (belief.json) given though it is shut out",
+        "zeus_run/engine/ledger.py",
+        "        if lead is None or ceiling is None or lead < ceiling:\n",
+        "        if True:  # planted: the leader ignores the ban\n",
+        ("OOM: no view recommends",),
+        (),
+    ),
+    Plant(
+        "oom-ban-for-ever",
+        "an out-of-memory shut-out that never lifts (a one-night OOM keeps the batch size away)",
+        "zeus_run/engine/memory.py",
+        "        return self.until is None or reached < self.until\n",
+        "        return True  # planted: a ban never lapses\n",
+        ("OOM: one night", "OOM: a simulated life"),
+        (),
+    ),
+    Plant(
+        "nights-oom-both-sides",
+        "an out-of-memory crash above the default charged to the default's side too",
+        "zeus_run/views/nights.py",
+        "    return default_batch_size is not None and record.batch_size <= default_batch_size and "
+        "out_of_memory_try(record)\n",
+        "    return out_of_memory_try(record)  # planted: every OOM hits the default\n",
+        ("nights: OOM rule",),
+        (),
+    ),
+    Plant(
+        "nights-partial-as-slow",
+        "a crashed try's partial epoch read as a slow machine",
+        "zeus_run/views/nights.py",
+        "    if not at_boundary(record):\n        return None\n",
+        "",
+        ("nights: partial tries",),
+        (),
+    ),
+    Plant(
+        "control-beyond-share",
+        "a control run beyond its share of the spend (saving.control.max_share ignored)",
+        "zeus_run/engine/control.py",
+        "    if s.extra + cost > max_share * (s.spent + s.default_mean):\n        return None\n",
+        "",
+        ("control within its share",),
+        (),
+    ),
+    Plant(
+        "relay-stops-logging",
+        "the relay stops writing the log once its reader (the launcher) is gone",
+        "zeus_run/trial/output.py",
+        "        except OSError:out=-1\n",
+        "        except OSError:out=-1;log=-1\n",
+        ("relay logs on", "orphan read by regex"),
+        (),
+    ),
+    Plant(
+        "typo-cut-observed",
+        "a typo cut by the cost threshold taken as the batch size's observation (not a spec error)",
+        "zeus_run/engine/classify.py",
+        "        if cut is not None:\n            return cut\n",
+        "        pass  # planted: the cut stands\n",
+        ("typo cut",),
+        (),
     ),
 )
 
@@ -476,6 +615,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     form = "quick (door tests)" if args.quick else "full (door tests and job_life --short)"
     print(f"check_the_checks: {len(plants)} plant(s), {form}, {len(used)} check(s); work directory {work}", flush=True)
     t0 = time.monotonic()
+    if (REPO.parent / "shared").is_dir():  # ../shared (the traces) beside every tree, as beside the checkout
+        (work / "shared").symlink_to(REPO.parent / "shared")
     base = copy_tree(REPO, work / "tree")  # the one copy; each plant's tree links to it
     compile_tree(base)
     with concurrent.futures.ThreadPoolExecutor(max(args.jobs, 1)) as pool:

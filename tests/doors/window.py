@@ -80,10 +80,17 @@ def _setup(room: Room, door: str = "trial") -> tuple[Path, Path]:
     return spec, room.tmp / "runs"
 
 
+def _history(run_dir: Path) -> list[TrialRecord]:
+    """The run directory's history, asserted to exist first: a door that saved no record fails on an assertion that
+    says so (check_the_checks counts only assertions), not on the history's read error."""
+    assert (run_dir / "history.jsonl").is_file(), f"the door saved no record: no history.jsonl in {run_dir}"
+    return helpers.history(run_dir)
+
+
 def _run(room: Room, door: str = "trial") -> TrialRecord:
     spec, run_dir = _setup(room, door)
     _sh(f"{helpers.zr()} run {spec} -n 1", room)
-    return helpers.history(run_dir)[0]
+    return _history(run_dir)[0]
 
 
 def _asktell(room: Room, door: str = "trial") -> TrialRecord:
@@ -95,19 +102,19 @@ def _asktell(room: Room, door: str = "trial") -> TrialRecord:
         f'{helpers.zr()} tell "$ZEUS_RUN_DIR" "$ZEUS_ASK_TOKEN" --exit-code $code\n',
         room,
     )
-    return helpers.history(run_dir)[0]
+    return _history(run_dir)[0]
 
 
 def _exec(room: Room) -> TrialRecord:
     spec, run_dir = _setup(room)
     _sh(f"{helpers.zr()} exec --job {spec}", room)
-    return helpers.history(run_dir)[0]
+    return _history(run_dir)[0]
 
 
 def _job(room: Room) -> TrialRecord:
     spec, run_dir = _setup(room)
     _sh(f"{helpers.PYTHON} {SCRIPT} --door job --spec {spec}\ndate +%s.%N > exited.txt", room)
-    return helpers.with_tails(lambda: helpers.history(run_dir), 1)[0]  # its tail to the exit, measured outside it
+    return helpers.with_tails(lambda: _history(run_dir), 1)[0]  # its tail to the exit, measured outside it
 
 
 #: The server door's job name, and its run directory under the server's root (`server_run_dir`).

@@ -18,6 +18,16 @@ energy: {source: estimate, watts: 100, basis: wall-time}
 """
 
 
+def _refusal(call, *args) -> ServerError:
+    """The server's refusal of ``call(*args)``; where it accepted them, an assertion fails that says so (a planted
+    bug is then caught by an assertion, never by pytest's "DID NOT RAISE")."""
+    try:
+        call(*args)
+    except ServerError as exc:
+        return exc
+    raise AssertionError(f"the server accepted {args!r}: it must refuse them")
+
+
 def test_a_tail_is_refused_before_the_finish_and_added_to_the_record_after_it(server):
     client = server.client()
     client.register("tailed", SPEC)
@@ -51,9 +61,8 @@ def test_a_tail_beyond_the_finishs_bound_is_refused_and_the_genuine_one_lands_af
     client = server.client()
     client.register("tailed", SPEC)
     token = _told(client)
-    with pytest.raises(ServerError) as forged:
-        client.tail("tailed", token, 1.0, 1e14, "exit")
-    assert forged.value.status == 422 and forged.value.field == "body.energy", forged.value
+    forged = _refusal(client.tail, "tailed", token, 1.0, 1e14, "exit")
+    assert forged.status == 422 and forged.field == "body.energy", forged
     client.tail("tailed", token, 2.0, 200.0, "exit")
     (after,) = client.history("tailed")
     assert after["window"]["tail_j"] == 200.0
@@ -64,9 +73,8 @@ def test_a_tail_for_a_token_never_asked_is_404_and_nothing_is_appended(server):
     client.register("tailed", SPEC)
     _told(client)
     for i in range(3):
-        with pytest.raises(ServerError) as unknown:
-            client.tail("tailed", f"nobody-asked-{i}", 1.0, 1.0, "exit")
-        assert unknown.value.status == 404 and unknown.value.code == "unknown_trial", unknown.value
+        unknown = _refusal(client.tail, "tailed", f"nobody-asked-{i}", 1.0, 1.0, "exit")
+        assert unknown.status == 404 and unknown.code == "unknown_trial", unknown
     assert not (server.root / "tailed" / "tails.jsonl").exists()
 
 
@@ -76,9 +84,8 @@ def test_one_tail_per_trial_the_same_one_again_accepted_another_409(server):
     token = _told(client)
     client.tail("tailed", token, 2.0, 200.0, "exit")
     client.tail("tailed", token, 2.0, 200.0, "exit")  # a retried POST: accepted, not written twice
-    with pytest.raises(ServerError) as other:
-        client.tail("tailed", token, 3.0, 50.0, "next-ask")
-    assert other.value.status == 409 and other.value.code == "tail_conflict", other.value
+    other = _refusal(client.tail, "tailed", token, 3.0, 50.0, "next-ask")
+    assert other.status == 409 and other.code == "tail_conflict", other
     lines = (server.root / "tailed" / "tails.jsonl").read_text().splitlines()
     assert len(lines) == 1, lines
     (after,) = client.history("tailed")

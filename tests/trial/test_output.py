@@ -177,7 +177,9 @@ def test_the_relay_needs_no_gnu_tee_and_logs_on_after_its_reader_is_gone(tmp_pat
         log.close()
     assert log.error is None
     assert (tmp_path / "output.log").read_bytes() == b"epoch 1\nepoch 2\nepoch 3\n"
-    stamps = [line.split() for line in (tmp_path / "output.times").read_text().splitlines()]
+    times = tmp_path / "output.times"
+    assert times.is_file(), "the relay dated nothing in output.times: it did not write the log alone"
+    stamps = [line.split() for line in times.read_text().splitlines()]
     assert stamps[0][0] == "0" and int(stamps[-1][0]) == len(b"epoch 1\nepoch 2\nepoch 3\n")
     output.relay_argv.cache_clear()
 
