@@ -383,6 +383,11 @@ def _join(
         done = position(list(store.read(warn=False)), spec.max_tries).ended
         # Through the last recurrence granted (a dead holder's unfinished ones come first), else K more.
         more = max(granted) - done if granted else outcome.left
+        if more <= 0:  # the holder's last record landed after the wait's last read: nothing is left to run
+            records = list(store.read(warn=False))
+            seen = {r.trial for r in outcome.records}
+            late = [r for r in records if r.recurrence in granted and r.trial not in seen]
+            return RunResult(path, records, [*outcome.records, *late], "measured by the launcher it joined", True)
         result = run_job(
             spec,
             run_dir=run_dir,
@@ -390,7 +395,10 @@ def _join(
             energy=energy,
             force=force,
             cancel=cancel,
-            next_recurrences=max(more, 1),
+            # through the last recurrence granted, counted from the history (a dead holder's trials this trigger
+            # adopts are its own recurrences, not another night's), else K more
+            next_recurrences=None if granted else more,
+            until=max(granted) if granted else None,
             triggered_at=trigger,
         )
         return dataclasses.replace(result, new=[*outcome.records, *result.new])
