@@ -19,8 +19,11 @@ import pytest
 from tests.doors import helpers
 from zeus_run.records import TrialRecord
 
-#: Largest ratio between the energies of the same work measured through two doors.
-AGREE = 1.15
+#: Largest ratio between the energies of the same work measured through two doors. The work is 1.6 s of CPU
+#: time; each door's script also starts an interpreter and imports (0.4-0.7 s of CPU here, more on a loaded
+#: host, and not the same for every door: 1.10 apart idle, 1.17 once under load). A door that missed the
+#: script's start-up would be about 1.4x low, one that charged a process twice 2x high: both stay caught.
+AGREE = 1.25
 
 DOORS: dict[str, Callable[[Path], list[TrialRecord]]] = {
     "run": helpers.door_run,
