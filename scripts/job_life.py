@@ -1224,9 +1224,10 @@ export:
             )
             return
         left_open = last not in reached_before and last > 0
-        # A `run --next` trigger that takes over a dead launcher's trial counts it as that launcher's night and
-        # runs its own too (the calendar catches up: `zeus_run.door.opening._carried`), so a night whose
-        # launcher was killed and triggered again, and the night after one left open, may reach two.
+        # A `run --next` trigger that takes over a dead launcher's trial counts it as that launcher's night, and
+        # runs its own too, where it started at least half the job's slot ago (`zeus_run.door.calendar`: here the
+        # slot is the life's own pace, nights back to back), so a night whose launcher was killed and triggered
+        # again, and the night after one left open, may reach two.
         two = left_open or "kill-launcher" in night.faults
         first = last if left_open else last + 1
         ok = new in ([first], [last + 1], [first, first + 1]) if two else new == [last + 1]

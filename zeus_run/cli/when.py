@@ -13,12 +13,12 @@ from zeus_run.cli._common import handle_errors, out_console, setup_logging
 def _time(value: str | None, option: str) -> float:
     import time
 
-    from zeus_run.door.start import _seconds
+    from zeus_run.records import iso_seconds
     from zeus_run.errors import UsageError
 
     if value is None:
         return time.time()
-    t = _seconds(value)
+    t = iso_seconds(value)
     if t is None:
         raise UsageError(f"{option} {value!r} is not an ISO-8601 time; write e.g. 2026-01-01T00:00:00Z (naive: UTC).")
     return t

@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from zeus_run.contract import RunningMarker, StopReason, reaches_target
 from zeus_run.cost import zeus_cost
+from zeus_run.door.calendar import carried
 from zeus_run.door.fold import JobFold, folded
 from zeus_run.door.lease import settle_asks
 from zeus_run.door.save import TrialSaver
@@ -288,17 +290,26 @@ _ENGINES_LOCK = threading.Lock()
 
 
 def _carried(job: OpenJob, adopted: Sequence[RunningMarker]) -> Position:
-    """Where the job stands for ``run --next``: the recurrences an earlier trigger ran that this one only takes
-    over (a dead launcher's trials adopted, a spec error's trial that reached: `zeus_run.executors.kept`) count as
-    that trigger's night, so the job's calendar catches up."""
+    """Where the job stands for ``run --next``: a recurrence an earlier trigger started that this one only takes
+    over (a dead launcher's trial adopted, a spec error's trial that reached: `zeus_run.executors.kept`) counts as
+    that trigger's night where it started at least half the job's slot ago (`zeus_run.door.calendar`), so the
+    calendar catches up; one started tonight is tonight's, and no extra recurrence runs."""
     from zeus_run.executors.kept import kept_model  # the executors load where a door opens a job
 
     at = job.position()
-    carried = len({m.recurrence for m in adopted})
-    kept = kept_model(job.records(), job.spec, job.rd.path)
-    if kept is not None and kept.record.recurrence not in {m.recurrence for m in adopted}:
-        carried += 1
-    return dataclasses.replace(at, completed=at.completed + carried) if carried else at
+    records = job.records()
+    taken = [(m.recurrence, m.started_at) for m in adopted]
+    kept = kept_model(records, job.spec, job.rd.path)
+    if kept is not None:
+        taken.append((kept.record.recurrence, kept.record.triggered_at or kept.record.started_at))
+    n = carried(job.spec, records, taken, time.time())
+    if n < len({r for r, _ in taken}):
+        logger.info(
+            "taken over %d recurrence(s) started this night (less than half the job's slot ago): this trigger "
+            "runs no other",
+            len({r for r, _ in taken}) - n,
+        )
+    return dataclasses.replace(at, completed=at.completed + n) if n else at
 
 
 def _interrupted(spec: JobSpec, rd: RunDir, marker: RunningMarker) -> TrialRecord:

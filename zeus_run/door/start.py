@@ -10,7 +10,6 @@ JSON object a line), which ``history`` shows.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from zeus_run.accounting import J_PER_KWH, AccountingError
 from zeus_run.errors import UsageError
-from zeus_run.records import TrialRecord
+from zeus_run.records import TrialRecord, iso_seconds
 from zeus_run.start import Window, iso
 
 if TYPE_CHECKING:
@@ -42,18 +41,6 @@ class Sources:
     forecast: Forecast | None
     actual: Series | None
     why: str = ""
-
-
-def _seconds(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        stamp = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=_dt.timezone.utc)
-    return stamp.timestamp()
 
 
 def sources(spec: JobSpec) -> Sources:
@@ -104,7 +91,7 @@ def durations(records: Sequence[TrialRecord]) -> list[float]:
         final = next(r for r in reversed(rs) if r.reached)
         if (final.batch_size, final.power_limit) != key:
             continue
-        a, b = _seconds(rs[0].started_at), _seconds(rs[-1].ended_at)
+        a, b = iso_seconds(rs[0].started_at), iso_seconds(rs[-1].ended_at)
         out.append(
             b - a if a is not None and b is not None and b > a else sum(r.time + (r.after_time or 0.0) for r in rs)
         )
@@ -149,7 +136,7 @@ def record_outcome(run_dir: Path, p: Plan, new: Sequence[TrialRecord], actual: S
     ran = [r for r in new if r.started_at]
     if not ran:
         return None
-    a, b = _seconds(ran[0].started_at), _seconds(ran[-1].ended_at)
+    a, b = iso_seconds(ran[0].started_at), iso_seconds(ran[-1].ended_at)
     out: dict[str, Any] = {
         "event": "outcome",
         "trigger": iso(p.trigger),

@@ -5,7 +5,7 @@ metric: `zeus_run.engine.classify` records it ``config_error`` (not observed) an
 is fixed, the next trigger reads that trial's output log again with the fixed reader: where it reaches the
 target, the try is taken over as reached from that log (`zeus_run.executors.LocalExecutor`), its whole
 process charged as it was measured, and the recurrence is not run again; ``run --next`` counts it as the
-night it ran on, so the job's calendar catches up.
+night it ran on where that was another night (`zeus_run.door.calendar`), so the job's calendar catches up.
 """
 
 from __future__ import annotations
