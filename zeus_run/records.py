@@ -8,7 +8,6 @@ for the history table.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -281,20 +280,6 @@ _INT_MIN.update(seen=0, draw=0, horizon=1, lifetime=1, oom_retry_after=1)
 _FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 #: Number fields written as None when not finite (a required one reads back as infinity).
 _FLOATS = tuple(f.name for f in dataclasses.fields(TrialRecord) if str(f.type).split(" ")[0] == "float")
-
-
-def iso_seconds(stamp: str | None) -> float | None:
-    """Unix time (unit: s) of a record's ISO-8601 stamp (``started_at``, ``triggered_at``; naive: UTC; ``Z``
-    read as UTC); None for none or one that does not parse."""
-    if not stamp:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return when.timestamp()
 
 
 def _required(f: dataclasses.Field) -> bool:

@@ -13,7 +13,7 @@ from zeus_run.cli._common import handle_errors, out_console, setup_logging
 def _time(value: str | None, option: str) -> float:
     import time
 
-    from zeus_run.records import iso_seconds
+    from zeus_run.contract import iso_seconds
     from zeus_run.errors import UsageError
 
     if value is None:

@@ -32,11 +32,12 @@ def process_start_time() -> float | None:
 
 
 def iso_seconds(iso: str | None) -> float | None:
-    """Unix time (unit: s) of an ISO-8601 time such as a marker's ``started_at`` (naive: UTC), or None."""
+    """Unix time (unit: s) of an ISO-8601 time such as a marker's ``started_at`` or a record's ``triggered_at``
+    (naive: UTC; ``Z`` read as UTC), or None for none or one that does not parse."""
     if not iso:
         return None
     try:
-        when = datetime.datetime.fromisoformat(iso)
+        when = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except ValueError:
         return None
     if when.tzinfo is None:

@@ -18,7 +18,8 @@ import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 
-from zeus_run.records import TrialRecord, iso_seconds
+from zeus_run.contract import iso_seconds
+from zeus_run.records import TrialRecord
 from zeus_run.spec import JobSpec
 
 #: The slot of a job whose history does not show its cadence yet (unit: s): nightly, the common case.

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zeus_run.accounting import J_PER_KWH, AccountingError
+from zeus_run.contract import iso_seconds
 from zeus_run.errors import UsageError
-from zeus_run.records import TrialRecord, iso_seconds
+from zeus_run.records import TrialRecord
 from zeus_run.start import Window, iso
 
 if TYPE_CHECKING:

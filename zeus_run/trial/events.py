@@ -165,6 +165,9 @@ class EventLogTail:
         self._not_a_file = False
         #: Ask/tell: the script's ``start`` event time (Unix seconds), None if none came.
         self.started: float | None = None
+        #: The latest time any event said it was written at (Unix seconds; its ``exited`` event's, where the
+        #: script wrote one as it ended), None if none said.
+        self.last_time: float | None = None
         #: Ask/tell: the reason of a ``stop`` event (`zeus_run.asktell.report_epoch` wrote it), None if none came.
         self.stop: str | None = None
         #: Ask/tell: the exception that ended the script (an ``error`` event `zeus_run.train.Trial` wrote), if any.
@@ -250,6 +253,8 @@ class EventLogTail:
         t = ev.get("time")
         when = _as_float(t)
         bad_time = t is not None and when is None
+        if when is not None and (self.last_time is None or when > self.last_time):
+            self.last_time = when
         if kind == "step":
             if bad_time:
                 raise InvalidEvent(f"time {_short(t)} is not a finite number")

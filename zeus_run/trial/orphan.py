@@ -79,11 +79,16 @@ def finished_orphan(
     end = epochs[hit].time
     if start is None or end is None or end < start:
         return None  # no time to charge
+    # The exit: the ``exited`` event's own time (the log's last event), else the log's last write (a file's
+    # mtime may lag the clock by a timer tick, so it is only a fallback for a script that dated nothing).
     last = max((ev.time for ev in epochs if ev.time is not None), default=end)
-    try:
-        last = max(last, event_log.stat().st_mtime)  # the exit (the ``exited`` event is the log's last write)
-    except OSError:
-        pass
+    if tail.last_time is not None:
+        last = max(last, tail.last_time)
+    else:
+        try:
+            last = max(last, event_log.stat().st_mtime)
+        except OSError:
+            pass
     return OrphanRun(
         metrics=tuple(ev.metric for ev in epochs[: hit + 1]),
         after_metrics=tuple(ev.metric for ev in epochs[hit + 1 :]),
