@@ -179,7 +179,7 @@ default_batch_size: 1
 target_metric: 0.9
 max_epochs: 1000
 recurrences: null
-stop: {{term_grace: 60, kill_grace: 60}}
+stop: {{term_grace: 2, kill_grace: 60}}  # the script ignores the stop file (--forever): SIGTERM after 2 s
 energy: {{source: estimate, watts: 100, basis: wall-time}}
 run_dir: runs
 """
