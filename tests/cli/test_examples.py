@@ -1,7 +1,8 @@
 """The example jobs in configs/: every spec is valid, and the examples run end to end.
 
 The PyTorch examples need torch (``pip install torch``; these machines install a CPU
-build of torch==2.13.0 from a local file); without it those tests skip.
+build of torch==2.13.0 from a local file); without it those tests skip. They are marked ``frameworks``:
+`scripts/test_frameworks.sh` installs torch and runs them, with the Hugging Face and Lightning examples.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def test_regex_example_reads_an_unmodified_script(tmp_path):
     assert first["metrics"][-1] >= 0.815 > first["metrics"][0]
 
 
+@pytest.mark.frameworks  # scripts/test_frameworks.sh installs torch (CPU) and runs it
 def test_pytorch_example_trains_a_tiny_model_on_the_cpu(tmp_path):
     pytest.importorskip("torch")
     spec = small_copy(
@@ -80,6 +82,7 @@ def test_pytorch_example_trains_a_tiny_model_on_the_cpu(tmp_path):
     assert recs[0]["learning_rate"] == pytest.approx(0.05)
 
 
+@pytest.mark.frameworks
 def test_pytorch_ddp_example_stops_every_rank(tmp_path):
     pytest.importorskip("torch")
     if os.cpu_count() is not None and os.cpu_count() < 2:

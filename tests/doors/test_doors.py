@@ -49,7 +49,7 @@ def _server_door_failing(tmp: Path, fail: str, trials: int) -> list[TrialRecord]
 
 
 # One xdist worker runs the whole module (`.ci/run`: -n 2 --dist loadgroup), so `outcomes` runs once.
-pytestmark = pytest.mark.xdist_group("test_doors")
+pytestmark = [pytest.mark.xdist_group("test_doors"), pytest.mark.heavy]  # heavy: scripts/test_heavy.sh
 
 
 @pytest.fixture(scope="session")  # not "module": xdist may run another module's tests between these

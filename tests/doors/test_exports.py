@@ -29,7 +29,7 @@ from tests.fake_mlflow.store import trial_runs
 from zeus_run.errors import UsageError
 from zeus_run.export import trial_id
 
-pytestmark = pytest.mark.xdist_group("test_exports")
+pytestmark = [pytest.mark.xdist_group("test_exports"), pytest.mark.heavy]  # heavy: scripts/test_heavy.sh
 
 #: A short trial: start-up, epoch and save (unit: s; `window_train.py`'s ``WINDOW_TIMES``).
 TIMES = "0.1,0.1,0.1"

@@ -35,7 +35,7 @@ AGREE = 0.05
 #: Start-up, epoch and work after the tell (unit: s).
 TIMES = (1.5, 0.8, 2.0)
 
-pytestmark = pytest.mark.xdist_group("test_whole_process")
+pytestmark = [pytest.mark.xdist_group("test_whole_process"), pytest.mark.heavy]  # heavy: scripts/test_heavy.sh
 
 
 def _spec(tmp: Path, door: str) -> Path:

@@ -32,7 +32,7 @@ RATIO = 0.01
 #: fails; the energy's upper bound grows by the idle draw over this and no more.
 LAUNCH_SLACK_S = 1.0
 
-pytestmark = pytest.mark.xdist_group("test_window")
+pytestmark = [pytest.mark.xdist_group("test_window"), pytest.mark.heavy]  # heavy: scripts/test_heavy.sh
 
 
 class _Doors(dict):

@@ -16,6 +16,9 @@ from tests.cli.test_run_cli import zeus
 from tests.engine.doors import ask_tell, audit_exact, bad_night, exec_job, history, night_job, run_n, run_next
 from zeus_run.errors import RECURRENCE_FAILED_EXIT_CODE
 
+#: A matrix run end to end (minutes in all): not in .ci/run; scripts/test_heavy.sh runs it.
+pytestmark = pytest.mark.heavy
+
 
 def fail_night_by(door: str, spec: Path) -> None:
     """Night 2, every try out of memory, through ``door``; its last trigger exits `RECURRENCE_FAILED_EXIT_CODE`."""

@@ -13,6 +13,9 @@ import pytest
 
 from tests.engine.doors import ask_tell, audit_exact, exec_job, history, night_job, run_n, run_next
 
+#: A matrix run end to end (minutes in all): not in .ci/run; scripts/test_heavy.sh runs it.
+pytestmark = pytest.mark.heavy
+
 
 def prefix_copy(spec: Path, k: int, where: Path) -> Path:
     """A copy of ``spec``'s job whose run directory holds the first ``k`` records of its history."""

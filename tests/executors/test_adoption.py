@@ -26,6 +26,9 @@ from zeus_run.rundir.history import read_history
 from zeus_run.spec import load_spec
 from zeus_run.trial.agent import read_outcome
 
+#: A matrix run end to end (minutes in all): not in .ci/run; scripts/test_heavy.sh runs it.
+pytestmark = pytest.mark.heavy
+
 # (records this launcher appends first, then seconds to wait once enough trials are in flight).
 MOMENTS = [(0, 0.0), (0, 0.3), (1, 0.1), (0, 0.6), (2, 0.0), (1, 0.4)]
 

@@ -7,6 +7,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_run_cli import alive, zeus
 from tests.conftest import PYTHON, SCRIPTS
 from tests.launcher.test_faults import launch, wait_for
@@ -15,6 +17,9 @@ from zeus_run.launcher import run_job
 from zeus_run.rundir.history import read_history
 from zeus_run.spec import load_spec
 from zeus_run.trial.proctree import find_marked
+
+#: A matrix run end to end (minutes in all): not in .ci/run; scripts/test_heavy.sh runs it.
+pytestmark = pytest.mark.heavy
 
 FAKE = str(SCRIPTS / "fake_train.py")
 
