@@ -60,14 +60,25 @@ def run(spec_path: Path, gpu_watts: float, **kw):
         return run_job(load_spec(spec_path), energy=energy, **kw)
 
 
-@pytest.fixture
-def source(tmp_path, monkeypatch) -> Path:
-    """The job's run directory on the first GPU: eight recurrences, cold."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    spec = write_spec(tmp_path / "v100.yaml", tmp_path / "runs" / "v100")
-    result = run(spec, 200.0)
+@pytest.fixture(scope="module")
+def _cold_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job's run directory on the first GPU: eight recurrences, cold (run once for the module)."""
+    root = tmp_path_factory.mktemp("cold")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(REPO))
+        spec = write_spec(root / "v100.yaml", root / "runs" / "v100")
+        result = run(spec, 200.0)
     assert len({r.batch_size for r in result.new}) >= 2 and all(r.warm is None for r in result.new)
     return result.run_dir
+
+
+@pytest.fixture
+def source(tmp_path, monkeypatch, _cold_source: Path) -> Path:
+    """A copy of the cold run directory of the first GPU, in this test's own directory."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    copy = tmp_path / "runs" / "v100"
+    shutil.copytree(_cold_source, copy)
+    return copy
 
 
 def test_the_second_gpu_starts_warm_from_the_first_and_replays_without_it(tmp_path, source):
