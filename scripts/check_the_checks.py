@@ -2,7 +2,7 @@
 """Check the checks: plant each bug the energy checks exist to catch, one at a time, and see that they catch it.
 
     python scripts/check_the_checks.py            # every plant against its door tests and job_life's short form
-    python scripts/check_the_checks.py --quick    # every plant against its door tests only (.ci/run)
+    python scripts/check_the_checks.py --quick    # every plant against its door tests only (scripts/test_heavy.sh)
     python scripts/check_the_checks.py --only dropped-record,start-late --keep
 
 Each plant is a small textual mutation of one file, found by an exact anchor that must occur once (`PLANTS`, the
@@ -592,7 +592,9 @@ def compile_tree(tree: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="Door tests only (no job_life): the form .ci/run runs.")
+    ap.add_argument(
+        "--quick", action="store_true", help="Door tests only (no job_life): the form scripts/test_heavy.sh runs."
+    )
     ap.add_argument("--only", default="", help=f"Plants to try, comma-separated ({', '.join(p.key for p in PLANTS)}).")
     ap.add_argument("--jobs", type=int, default=2, help="Plants tried at once (default 2).")
     ap.add_argument("--keep", action="store_true", help="Keep the planted copies (their paths are printed).")

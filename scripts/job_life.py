@@ -2,7 +2,7 @@
 """A job's life: one nightly job through every door for N nights, with faults, checked after every night.
 
     python scripts/job_life.py --nights 60     # the long form (10-20 minutes)
-    python scripts/job_life.py --short         # the short form (.ci/run): every fault kind once, every door (9 nights)
+    python scripts/job_life.py --short         # the short form (scripts/test_heavy.sh): every fault kind once, every door (9 nights)
     python scripts/job_life.py --nights 10     # every fault kind once, then 2 more nights
     python scripts/job_life.py --lives 10 --nights 30 -q   # the saving's coverage over 10 lives (seeds 1-10)
 
@@ -1900,7 +1900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--short",
         action="store_true",
-        help="The short form (.ci/run): the fewest nights that take every fault kind once and go through every "
+        help="The short form (scripts/test_heavy.sh): the fewest nights that take every fault kind once and go through every "
         "door (9 for seed 1); instead of --nights.",
     )
     ap.add_argument("--seed", type=int, default=1, help="Seed of the schedule and of the job (default 1).")

@@ -103,14 +103,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             from _pytest.nodeid import coerce_node_id  # pytest 9's node id (xdist's rename did not reach it)
 
             item._id = coerce_node_id(item.nodeid + suffix)
-    # The Slurm time-limit tests wait for jobs started with the session (`_slurm_time_limit_jobs_early`, 60-90 s):
-    # last in their group, that wait overlaps the group's other tests instead of blocking the worker up front.
-    grouped.sort(key=lambda item: bool(_TIME_LIMIT_FIXTURES & set(getattr(item, "fixturenames", ()))))
     items[:] = grouped + single
-
-
-#: The session fixtures of jobs over a one-minute Slurm limit (their tests wait for the limit).
-_TIME_LIMIT_FIXTURES = {"timeout_job", "over_time"}
 
 
 def _module_fixture_group(item: pytest.Item) -> list[str]:

@@ -1,6 +1,6 @@
 """The job-life harness's own parts (scripts/job_life.py): its schedule, ledger pairing and checks.
 
-The harness itself (minutes of real triggers) runs in `.ci/run` as ``scripts/job_life.py --short``;
+The harness itself (minutes of real triggers) runs in `scripts/test_heavy.sh` as ``scripts/job_life.py --short``;
 these tests check, fast, that each of its checks can fail and agrees with the formats it reads.
 """
 

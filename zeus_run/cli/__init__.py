@@ -183,6 +183,12 @@ def main(argv: list[str] | None = None) -> None:
 
             raise SystemExit(fail(problem).exit_code)
         args.insert(0, "run")
+    if args[:1] == ["run"]:  # a scheduler's trigger: read without typer's parser where it can be
+        from zeus_run.cli._fastrun import call_run, run_kwargs
+
+        kwargs = run_kwargs(args[1:])
+        if kwargs is not None:
+            call_run(kwargs)
     from zeus_run.cli._app import app
 
     app(args=_bare_next(args), prog_name="zeus-run")
