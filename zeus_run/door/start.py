@@ -10,9 +10,6 @@ JSON object a line), which ``history`` shows.
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,16 +20,12 @@ from zeus_run.accounting import J_PER_KWH, AccountingError
 from zeus_run.contract import iso_seconds
 from zeus_run.errors import UsageError
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.starts import STARTS_NAME, append_start, read_starts
 from zeus_run.start import Window, iso
 
 if TYPE_CHECKING:
     from zeus_run.spec import JobSpec
     from zeus_run.start import Forecast, Plan, Series
-
-logger = logging.getLogger(__name__)
-
-#: The run directory's record of each trigger's plan and what happened.
-STARTS_NAME = "starts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -128,7 +121,7 @@ def _reason(p: Plan, reason: str) -> Plan:
 
 def record_plan(run_dir: Path, p: Plan, **extra: Any) -> None:
     """Append the plan of one trigger to ``starts.jsonl`` (``extra``: e.g. ``outcome: interrupted``)."""
-    _append(run_dir, {"event": "plan", **p.to_dict(), **extra})
+    append_start(run_dir, {"event": "plan", **p.to_dict(), **extra})
 
 
 def record_outcome(run_dir: Path, p: Plan, new: Sequence[TrialRecord], actual: Series | None) -> dict[str, Any] | None:
@@ -161,39 +154,8 @@ def record_outcome(run_dir: Path, p: Plan, new: Sequence[TrialRecord], actual: S
         )
     else:
         out["note"] = "the intensity series does not cover the run: nothing measured"
-    _append(run_dir, out)
+    append_start(run_dir, out)
     return out
-
-
-def read_starts(run_dir: Path) -> list[dict[str, Any]]:
-    """The run directory's ``starts.jsonl`` entries (none: empty; a damaged line is skipped)."""
-    path = Path(run_dir) / STARTS_NAME
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
-
-
-def _append(run_dir: Path, entry: dict[str, Any]) -> None:
-    path = Path(run_dir) / STARTS_NAME
-    try:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, sort_keys=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        logger.warning("Cannot record the start plan in %s: %s", path, exc.strerror or exc)
 
 
 def job_of(path: Path) -> tuple[JobSpec, Path, list[TrialRecord]]:
