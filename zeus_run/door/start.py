@@ -10,6 +10,8 @@ JSON object a line), which ``history`` shows.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from zeus_run.accounting import J_PER_KWH, AccountingError
 from zeus_run.contract import iso_seconds
-from zeus_run.errors import UsageError
+from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.records import TrialRecord
 from zeus_run.rundir.starts import STARTS_NAME, append_start, read_starts
 from zeus_run.start import Window, iso
@@ -43,11 +45,11 @@ def sources(spec: JobSpec) -> Sources:
     Raises:
         UsageError: A CSV cannot be read (naming the file and line).
     """
-    from zeus_run.start import CsvForecast, Persistence, Provider, Series
+    from zeus_run.start import CsvForecast, Persistence, Provider
 
     carbon = spec.accounting.carbon_g_per_kwh
     try:
-        actual = Series.read(carbon) if isinstance(carbon, str) else None
+        actual = read_series(carbon) if isinstance(carbon, str) else None
         chosen = spec.start.forecast
         if chosen is None:
             chosen = f"csv:{carbon}" if isinstance(carbon, str) else "none"
@@ -61,12 +63,34 @@ def sources(spec: JobSpec) -> Sources:
             name, _, zone = chosen[9:].partition("/")
             return Sources(Provider(name, zone or None, provenance=chosen), actual)
         path = chosen[4:]
-        series = Series.read(path)
+        series = read_series(path)
         return Sources(
             CsvForecast(series, provenance=f"csv:{Path(path).name}"), actual if actual is not None else series
         )
     except AccountingError as exc:
         raise UsageError(f"start.forecast: {exc}") from None
+
+
+def read_series(path: str | Path) -> Series:
+    """The intensity CSV at ``path`` as a `zeus_run.start.Series`, parsed once per version of the file (its inode,
+    size and modification time): a server plans each ask, and a year of rows takes ~0.1 s to parse.
+
+    Raises:
+        AccountingError: It cannot be read (naming the file and line).
+    """
+    try:
+        st = os.stat(path)
+        version: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        version = None
+    return _read_series(str(path), version)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_series(path: str, version: tuple[int, int, int] | None) -> Series:
+    from zeus_run.start import Series
+
+    return Series.read(path)
 
 
 def durations(records: Sequence[TrialRecord]) -> list[float]:
@@ -182,6 +206,43 @@ def job_of_dir(run_dir: Path) -> list[TrialRecord]:
 
     path = Path(run_dir) / HISTORY_NAME
     return list(read_history(path, warn=False)) if path.is_file() else []
+
+
+def ask_start(spec: JobSpec, run_dir: Path, now: float, p: Plan | None = None) -> dict[str, Any] | None:
+    """The planned start an ask answers with, for a job with a ``start`` section (None without one): the ask
+    is planned as a trigger at ``now`` (``p``: a plan already made for it), as `plan_trigger` plans ``run``'s and
+    ``when``'s. A plan that cannot be made (an unreadable forecast) starts now and says why: an ask never fails
+    for it.
+
+    Returns:
+        ``start_at`` and ``deadline`` (ISO-8601 UTC), ``start_in_s`` (from ``now``, 0 when due), ``moved``,
+        ``reason`` (one line), ``status`` (`status`: ``wait``, ``start``, ``late`` or ``missed``), ``trigger``.
+    """
+    if not spec.start.enabled:
+        return None
+    if p is None:
+        try:
+            p = plan_trigger(spec, job_of_dir(run_dir), now)
+        except (ZeusRunError, ValueError, OSError) as exc:
+            return {
+                "start_at": iso(now),
+                "start_in_s": 0.0,
+                "deadline": None,
+                "moved": False,
+                "reason": f"no plan ({exc}): start now",
+                "status": "start",
+                "trigger": iso(now),
+            }
+    state, _ = status(p, now)
+    return {
+        "start_at": iso(p.start_at),
+        "start_in_s": max(0.0, round(p.start_at - now, 1)),
+        "deadline": iso(p.deadline),
+        "moved": p.moved,
+        "reason": p.reason,
+        "status": state,
+        "trigger": iso(p.trigger),
+    }
 
 
 def status(p: Plan, now: float) -> tuple[str, str]:
