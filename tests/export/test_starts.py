@@ -150,3 +150,16 @@ def test_mlflow_logs_a_run_per_trigger_and_its_outcome_once_it_lands(tmp_path, m
     parent = runs("job")[0]
     assert parent["metrics"]["start_carbon_saved_grams"][-1][0] == pytest.approx(200.0)
     assert parent["metrics"]["start_plans"][-1][0] == 2.0
+
+
+def test_a_wait_stopped_by_a_signal_is_a_row_that_says_so(tmp_path):
+    run_dir = _plain(tmp_path)
+    p = Plan(T0, T0 + 8 * HOUR, T0 + 2 * HOUR, True, "waiting for 100 g/kWh", forecast_at_start=100.0)
+    record_plan(run_dir, p)
+    record_plan(run_dir, p, event="interrupted", signal="SIGTERM", at=iso(T0 + HOUR))
+    job = load_job(run_dir)
+    assert len(job.starts) == 1 and job.starts[0].interrupted == "SIGTERM" and not job.starts[0].ran
+    html = render_report(job)
+    assert "stopped by SIGTERM while waiting" in html and "No saving measured yet" in html
+    s = _samples(exposition([job]))
+    assert s["zeus_run_start_delay_seconds"][0][1] == 2 * HOUR and "zeus_run_start_carbon_saved_grams" not in s

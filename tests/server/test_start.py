@@ -81,3 +81,16 @@ def test_a_forecast_csv_outside_the_job_is_refused_at_registration(server, tmp_p
     spec = {**SPEC, "start": {"within": "8h", "forecast": {"csv": str(tmp_path / "forecast.csv")}}}
     status, body = raw(server, "PUT", "/v1/jobs/t", json.dumps({"spec": spec}).encode())
     assert (status, body["code"], body["field"]) == (422, "path_not_allowed", "body.spec.start.forecast.csv"), body
+
+
+def test_a_plan_that_cannot_be_made_starts_now_and_says_why_without_failing_the_ask(server):
+    job_dir = server.root / "t"
+    job_dir.mkdir(parents=True)
+    (job_dir / "forecast.csv").write_text("2026-01-01T00:00:00Z,300\n")
+    spec = {**SPEC, "start": {"within": "8h", "forecast": {"csv": "forecast.csv"}}}
+    assert server.client().register("t", spec)["created"]
+    (job_dir / "forecast.csv").write_text("timestamp,value\nyesterday,lots\n")  # broken after registration
+    start = _answer_start(server, "t")
+    assert start is not None and start["start_in_s"] == 0.0 and start["deadline"] is None
+    assert start["reason"].startswith("no plan (") and "start now" in start["reason"]
+    assert str(server.root) not in start["reason"]  # the server's paths stay on the server

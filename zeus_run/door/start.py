@@ -267,36 +267,32 @@ def status(p: Plan, now: float) -> tuple[str, str]:
 
 
 def start_lines(run_dir: Path, last: int = 10) -> list[str]:
-    """``history``'s lines on the start plans (the last ``last`` triggers): the plan, then what happened."""
-    entries = read_starts(run_dir)
-    if not entries:
+    """``history``'s lines on the start plans (the last ``last`` triggers): the plan, then what happened
+    (`zeus_run.views.starts.start_rows`, as the report and the exports read them)."""
+    from zeus_run.views.starts import start_rows
+
+    rows = start_rows(read_starts(run_dir))
+    if not rows:
         return []
-    by_trigger: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        slot = by_trigger.setdefault(str(e.get("trigger")), {})
-        slot.setdefault(str(e.get("event", "plan")), e)
-    lines = [f"Start plans (the last {min(last, len(by_trigger))} of {len(by_trigger)} trigger(s), {STARTS_NAME}):"]
-    for trigger, slot in list(by_trigger.items())[-last:]:
-        p = slot.get("plan", {})
-        text = f"  trigger {trigger}: start {p.get('start_at')}, due {p.get('deadline')}"
-        if p.get("forecast_now") is not None:
-            text += (
-                f"; forecast {p.get('forecast_now')} g/kWh at the trigger, {p.get('forecast_at_start')} at the start"
-            )
-        text += f" ({p.get('provenance')}): {p.get('reason')}"
+    lines = [f"Start plans (the last {min(last, len(rows))} of {len(rows)} trigger(s), {STARTS_NAME}):"]
+    for r in rows[-last:]:
+        text = f"  trigger {iso(r.trigger)}: start {iso(r.start_at)}, due {iso(r.deadline)}"
+        if r.forecast_now is not None:
+            text += f"; forecast {r.forecast_now} g/kWh at the trigger, {r.forecast_at_start} at the start"
+        text += f" ({r.provenance}): {r.reason}"
         lines.append(text)
-        if "interrupted" in slot:
-            lines.append(f"    stopped by {slot['interrupted'].get('signal')} while waiting: no trial started")
-        o = slot.get("outcome")
-        if o is not None:
-            ran = f"    ran {o.get('started_at')} to {o.get('ended_at')} (recurrence {', '.join(map(str, o.get('recurrences', [])))})"
-            ran += "" if o.get("deadline_met") else ", AFTER the deadline"
-            if o.get("intensity") is not None:
+        if r.interrupted is not None:
+            lines.append(f"    stopped by {r.interrupted} while waiting: no trial started")
+        if r.ran:
+            ran = f"    ran {r.started_at} to {r.ended_at} (recurrence {', '.join(map(str, r.recurrences))})"
+            ran += "" if r.deadline_met else ", AFTER the deadline"
+            if r.intensity is not None and r.carbon_g is not None and r.saved_g is not None:
+                share = f" ({r.saved_share:+.1%})" if r.saved_share is not None else ""
                 ran += (
-                    f": {o['intensity']} g/kWh over the run against {o['on_time_intensity']} on time; "
-                    f"{o['carbon_g']:.3g} g CO2e, {o['saved_g']:+.3g} g saved ({o['saved_share']:+.1%}) against starting on time"
+                    f": {r.intensity} g/kWh over the run against {r.on_time_intensity} on time; "
+                    f"{r.carbon_g:.3g} g CO2e, {r.saved_g:+.3g} g saved{share} against starting on time"
                 )
             else:
-                ran += f": {o.get('note', '')}"
+                ran += f": {r.note}"
             lines.append(ran)
     return lines
