@@ -71,10 +71,13 @@ def test_metric_names_follow_prometheus_conventions():
             "_recurrences_total",
             "_recurrences_open",
             "_trials_total",
+            "_plans_total",
             "_ratio",
         )
         money = name == "zeus_run_cost_total"  # the unit is the label `currency`
-        assert re.search(r"_(joules|seconds|watts|grams)(_total)?$", name) or name.endswith(unitless) or money, name
+        # A carbon intensity has no base unit: grams of CO2e per kWh, as the grid operators and forecasts state it.
+        unit = r"_(joules|seconds|watts|grams|g_per_kwh)(_total)?$"
+        assert re.search(unit, name) or name.endswith(unitless) or money, name
 
 
 def test_exposition_has_each_family_once_with_help_and_type_and_the_job_label(jobs):

@@ -60,3 +60,27 @@ def test_a_job_without_a_start_section_is_a_usage_error(tmp_path: Path) -> None:
     path.write_text(job_spec())
     result = zeus_run_cli("when", path)
     assert result.returncode == 2 and "no start section" in result.stderr
+
+
+def test_ask_says_when_to_start_as_when_plans_it_and_nothing_without_a_start_section(tmp_path: Path) -> None:
+    from zeus_run.door.start import job_of, plan_trigger
+    from zeus_run.start import iso
+
+    path = tmp_path / "job.yaml"
+    path.write_text(job_spec("start: {within: 8h, forecast: none}\n", recurrences=None))
+    asked = zeus_run_cli("ask", path, "--format", "json")
+    assert asked.returncode == 0, asked.stderr
+    start = json.loads(asked.stdout)["start"]
+    spec, _, records = job_of(path)
+    p = plan_trigger(spec, records, stamp(start["trigger"]))
+    assert (start["start_at"], start["deadline"], start["reason"]) == (iso(p.start_at), iso(p.deadline), p.reason)
+    assert start["start_in_s"] == 0.0 and start["moved"] is False and "start.forecast is none" in start["reason"]
+    env = zeus_run_cli("ask", path, "--format", "env", "--run-dir", tmp_path / "other")
+    assert env.returncode == 0, env.stderr
+    assert "export ZEUS_START_AT=" in env.stdout and "export ZEUS_START_IN_S=0" in env.stdout
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(job_spec(recurrences=None))
+    for fmt in ("json", "env"):
+        out = zeus_run_cli("ask", plain, "--format", fmt, "--run-dir", tmp_path / f"plain-{fmt}")
+        assert out.returncode == 0, out.stderr
+        assert "ZEUS_START" not in out.stdout and '"start"' not in out.stdout

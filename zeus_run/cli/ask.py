@@ -61,6 +61,12 @@ def ask_command(
     The json format's `workdir` is the absolute directory the command runs in (its relative paths
     start there).
 
+    With a `start` section in the spec the answer also says when to start, planned as `zeus-run when`
+    plans (the ask's time as the trigger): json `start` {start_at, start_in_s, deadline, moved,
+    reason, status, trigger}; env ZEUS_START_AT, ZEUS_START_IN_S, ZEUS_START_DEADLINE,
+    ZEUS_START_REASON. The trial is reserved at once and its lease runs: to wait, call `zeus-run
+    when` before asking, or keep the lease with `zeus-run heartbeat` while waiting.
+
     Exit codes: 0 asked; 2 spec or usage error; 4 the job is done (every one of the spec's
     `recurrences` has run; `recurrences: null` never ends); 75 busy (a `zeus-run run` launcher
     holds the run directory, or `concurrency` asks are in flight; nothing was asked).
@@ -77,10 +83,11 @@ def ask_command(
 
     setup_logging(verbose, quiet)
     a = ask(job, run_dir=run_dir, key=idempotency_key)
+    start = _start(a.run_dir)
     if fmt is AskFormat.json:
-        print(json.dumps(a.to_json(), indent=1))
+        print(json.dumps({**a.to_json(), **({"start": start} if start is not None else {})}, indent=1))
     elif fmt is AskFormat.env:
-        print(env_lines(a.env, shlex.join(a.command)))
+        print(env_lines({**a.env, **start_env(start)}, shlex.join(a.command)))
     else:
         threshold = "none" if a.cost_threshold is None else f"{a.cost_threshold:.4g} J"
         lr = "none" if a.learning_rate is None else f"{a.learning_rate:g}"
@@ -97,12 +104,39 @@ def ask_command(
                     f"workdir {a.workdir}  (run the command here)",
                     f"lease {a.lease_s:g} s (renewed by the trial's heartbeat)",
                     f"tell: zeus-run tell {shlex.quote(str(a.run_dir))} {a.token} --exit-code N",
+                    *(
+                        [f"start at {start['start_at']} (in {start['start_in_s']:g} s): {start['reason']}"]
+                        if start
+                        else []
+                    ),
                 ]
             )
         )
     err_console().print(
         f"asked recurrence {a.recurrence} try {a.attempt}: batch size {a.batch_size}; token {a.token}", highlight=False
     )
+
+
+def _start(run_dir: Path) -> dict[str, object] | None:
+    """The planned start of this ask (`zeus_run.door.start.ask_start`), for a job with a ``start`` section."""
+    import time
+
+    from zeus_run.door.start import ask_start
+    from zeus_run.rundir.opener import stored_spec
+
+    return ask_start(stored_spec(run_dir), run_dir, time.time())
+
+
+def start_env(start: dict[str, object] | None) -> dict[str, str]:
+    """``ZEUS_START_AT``, ``ZEUS_START_IN_S``, ``ZEUS_START_DEADLINE`` and ``ZEUS_START_REASON`` (none: empty)."""
+    if start is None:
+        return {}
+    return {
+        "ZEUS_START_AT": str(start["start_at"]),
+        "ZEUS_START_IN_S": f"{start['start_in_s']:g}",
+        "ZEUS_START_DEADLINE": str(start["deadline"] or ""),
+        "ZEUS_START_REASON": str(start["reason"]),
+    }
 
 
 def env_lines(env: dict[str, str], command: str) -> str:

@@ -10,8 +10,7 @@ JSON object a line), which ``history`` shows.
 
 from __future__ import annotations
 
-import json
-import logging
+import functools
 import os
 from collections import defaultdict
 from collections.abc import Sequence
@@ -21,18 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from zeus_run.accounting import J_PER_KWH, AccountingError
 from zeus_run.contract import iso_seconds
-from zeus_run.errors import UsageError
+from zeus_run.errors import UsageError, ZeusRunError
 from zeus_run.records import TrialRecord
+from zeus_run.rundir.starts import STARTS_NAME, append_start, read_starts
 from zeus_run.start import Window, iso
 
 if TYPE_CHECKING:
     from zeus_run.spec import JobSpec
     from zeus_run.start import Forecast, Plan, Series
-
-logger = logging.getLogger(__name__)
-
-#: The run directory's record of each trigger's plan and what happened.
-STARTS_NAME = "starts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -50,11 +45,11 @@ def sources(spec: JobSpec) -> Sources:
     Raises:
         UsageError: A CSV cannot be read (naming the file and line).
     """
-    from zeus_run.start import CsvForecast, Persistence, Provider, Series
+    from zeus_run.start import CsvForecast, Persistence, Provider
 
     carbon = spec.accounting.carbon_g_per_kwh
     try:
-        actual = Series.read(carbon) if isinstance(carbon, str) else None
+        actual = read_series(carbon) if isinstance(carbon, str) else None
         chosen = spec.start.forecast
         if chosen is None:
             chosen = f"csv:{carbon}" if isinstance(carbon, str) else "none"
@@ -68,12 +63,34 @@ def sources(spec: JobSpec) -> Sources:
             name, _, zone = chosen[9:].partition("/")
             return Sources(Provider(name, zone or None, provenance=chosen), actual)
         path = chosen[4:]
-        series = Series.read(path)
+        series = read_series(path)
         return Sources(
             CsvForecast(series, provenance=f"csv:{Path(path).name}"), actual if actual is not None else series
         )
     except AccountingError as exc:
         raise UsageError(f"start.forecast: {exc}") from None
+
+
+def read_series(path: str | Path) -> Series:
+    """The intensity CSV at ``path`` as a `zeus_run.start.Series`, parsed once per version of the file (its inode,
+    size and modification time): a server plans each ask, and a year of rows takes ~0.1 s to parse.
+
+    Raises:
+        AccountingError: It cannot be read (naming the file and line).
+    """
+    try:
+        st = os.stat(path)
+        version: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        version = None
+    return _read_series(str(path), version)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_series(path: str, version: tuple[int, int, int] | None) -> Series:
+    from zeus_run.start import Series
+
+    return Series.read(path)
 
 
 def durations(records: Sequence[TrialRecord]) -> list[float]:
@@ -128,7 +145,7 @@ def _reason(p: Plan, reason: str) -> Plan:
 
 def record_plan(run_dir: Path, p: Plan, **extra: Any) -> None:
     """Append the plan of one trigger to ``starts.jsonl`` (``extra``: e.g. ``outcome: interrupted``)."""
-    _append(run_dir, {"event": "plan", **p.to_dict(), **extra})
+    append_start(run_dir, {"event": "plan", **p.to_dict(), **extra})
 
 
 def record_outcome(run_dir: Path, p: Plan, new: Sequence[TrialRecord], actual: Series | None) -> dict[str, Any] | None:
@@ -161,39 +178,8 @@ def record_outcome(run_dir: Path, p: Plan, new: Sequence[TrialRecord], actual: S
         )
     else:
         out["note"] = "the intensity series does not cover the run: nothing measured"
-    _append(run_dir, out)
+    append_start(run_dir, out)
     return out
-
-
-def read_starts(run_dir: Path) -> list[dict[str, Any]]:
-    """The run directory's ``starts.jsonl`` entries (none: empty; a damaged line is skipped)."""
-    path = Path(run_dir) / STARTS_NAME
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
-
-
-def _append(run_dir: Path, entry: dict[str, Any]) -> None:
-    path = Path(run_dir) / STARTS_NAME
-    try:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, sort_keys=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        logger.warning("Cannot record the start plan in %s: %s", path, exc.strerror or exc)
 
 
 def job_of(path: Path) -> tuple[JobSpec, Path, list[TrialRecord]]:
@@ -222,6 +208,43 @@ def job_of_dir(run_dir: Path) -> list[TrialRecord]:
     return list(read_history(path, warn=False)) if path.is_file() else []
 
 
+def ask_start(spec: JobSpec, run_dir: Path, now: float, p: Plan | None = None) -> dict[str, Any] | None:
+    """The planned start an ask answers with, for a job with a ``start`` section (None without one): the ask
+    is planned as a trigger at ``now`` (``p``: a plan already made for it), as `plan_trigger` plans ``run``'s and
+    ``when``'s. A plan that cannot be made (an unreadable forecast) starts now and says why: an ask never fails
+    for it.
+
+    Returns:
+        ``start_at`` and ``deadline`` (ISO-8601 UTC), ``start_in_s`` (from ``now``, 0 when due), ``moved``,
+        ``reason`` (one line), ``status`` (`status`: ``wait``, ``start``, ``late`` or ``missed``), ``trigger``.
+    """
+    if not spec.start.enabled:
+        return None
+    if p is None:
+        try:
+            p = plan_trigger(spec, job_of_dir(run_dir), now)
+        except (ZeusRunError, ValueError, OSError) as exc:
+            return {
+                "start_at": iso(now),
+                "start_in_s": 0.0,
+                "deadline": None,
+                "moved": False,
+                "reason": f"no plan ({exc}): start now",
+                "status": "start",
+                "trigger": iso(now),
+            }
+    state, _ = status(p, now)
+    return {
+        "start_at": iso(p.start_at),
+        "start_in_s": max(0.0, round(p.start_at - now, 1)),
+        "deadline": iso(p.deadline),
+        "moved": p.moved,
+        "reason": p.reason,
+        "status": state,
+        "trigger": iso(p.trigger),
+    }
+
+
 def status(p: Plan, now: float) -> tuple[str, str]:
     """Where ``now`` stands against the plan: (``wait``, ``start``, ``late`` or ``missed``, one line for people)."""
     from zeus_run.start import clock
@@ -244,36 +267,32 @@ def status(p: Plan, now: float) -> tuple[str, str]:
 
 
 def start_lines(run_dir: Path, last: int = 10) -> list[str]:
-    """``history``'s lines on the start plans (the last ``last`` triggers): the plan, then what happened."""
-    entries = read_starts(run_dir)
-    if not entries:
+    """``history``'s lines on the start plans (the last ``last`` triggers): the plan, then what happened
+    (`zeus_run.views.starts.start_rows`, as the report and the exports read them)."""
+    from zeus_run.views.starts import start_rows
+
+    rows = start_rows(read_starts(run_dir))
+    if not rows:
         return []
-    by_trigger: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        slot = by_trigger.setdefault(str(e.get("trigger")), {})
-        slot.setdefault(str(e.get("event", "plan")), e)
-    lines = [f"Start plans (the last {min(last, len(by_trigger))} of {len(by_trigger)} trigger(s), {STARTS_NAME}):"]
-    for trigger, slot in list(by_trigger.items())[-last:]:
-        p = slot.get("plan", {})
-        text = f"  trigger {trigger}: start {p.get('start_at')}, due {p.get('deadline')}"
-        if p.get("forecast_now") is not None:
-            text += (
-                f"; forecast {p.get('forecast_now')} g/kWh at the trigger, {p.get('forecast_at_start')} at the start"
-            )
-        text += f" ({p.get('provenance')}): {p.get('reason')}"
+    lines = [f"Start plans (the last {min(last, len(rows))} of {len(rows)} trigger(s), {STARTS_NAME}):"]
+    for r in rows[-last:]:
+        text = f"  trigger {iso(r.trigger)}: start {iso(r.start_at)}, due {iso(r.deadline)}"
+        if r.forecast_now is not None:
+            text += f"; forecast {r.forecast_now} g/kWh at the trigger, {r.forecast_at_start} at the start"
+        text += f" ({r.provenance}): {r.reason}"
         lines.append(text)
-        if "interrupted" in slot:
-            lines.append(f"    stopped by {slot['interrupted'].get('signal')} while waiting: no trial started")
-        o = slot.get("outcome")
-        if o is not None:
-            ran = f"    ran {o.get('started_at')} to {o.get('ended_at')} (recurrence {', '.join(map(str, o.get('recurrences', [])))})"
-            ran += "" if o.get("deadline_met") else ", AFTER the deadline"
-            if o.get("intensity") is not None:
+        if r.interrupted is not None:
+            lines.append(f"    stopped by {r.interrupted} while waiting: no trial started")
+        if r.ran:
+            ran = f"    ran {r.started_at} to {r.ended_at} (recurrence {', '.join(map(str, r.recurrences))})"
+            ran += "" if r.deadline_met else ", AFTER the deadline"
+            if r.intensity is not None and r.carbon_g is not None and r.saved_g is not None:
+                share = f" ({r.saved_share:+.1%})" if r.saved_share is not None else ""
                 ran += (
-                    f": {o['intensity']} g/kWh over the run against {o['on_time_intensity']} on time; "
-                    f"{o['carbon_g']:.3g} g CO2e, {o['saved_g']:+.3g} g saved ({o['saved_share']:+.1%}) against starting on time"
+                    f": {r.intensity} g/kWh over the run against {r.on_time_intensity} on time; "
+                    f"{r.carbon_g:.3g} g CO2e, {r.saved_g:+.3g} g saved{share} against starting on time"
                 )
             else:
-                ran += f": {o.get('note', '')}"
+                ran += f": {r.note}"
             lines.append(ran)
     return lines

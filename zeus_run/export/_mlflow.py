@@ -15,6 +15,14 @@ metrics, the whole process's figures as the history has them (``whole_energy_jou
 each epoch as the step series ``metric``. With an ``accounting`` section the parent also carries ``carbon_grams``,
 ``money`` (tag ``zeus_run.currency``) and their savings.
 
+A job with a ``start`` section (``starts.jsonl``: `zeus_run.views.starts`) has a nested run per trigger too (tag
+``zeus_run.role: start``, keyed by ``zeus_run.start_trigger``): the plan as params (``trigger``, ``start_at``,
+``deadline``, ``moved``, ``reason``, ``provenance``, ``planned_duration_s``) and metrics (``delay_seconds``,
+``forecast_now_g_per_kwh``, ``forecast_at_start_g_per_kwh``), and once the run ended what happened (param
+``recurrences``; metrics ``intensity_g_per_kwh``, ``on_time_intensity_g_per_kwh``, ``carbon_grams``,
+``saved_grams``, ``saved_share``, ``deadline_met``; tag ``zeus_run.start_outcome``: ``pending``, ``ran`` or
+``interrupted``). The parent carries ``start_carbon_saved_grams`` (every measured run) and ``start_plans``.
+
 The parent run is RUNNING while a launcher runs the job, and ends FINISHED when its
 recurrences are all done or it stopped after one that reached the target (FAILED after one
 that did not); the next export after more trials reopens it (`zeus_run.views.jobs.JobView.state`).
@@ -45,9 +53,12 @@ from typing import Any
 from zeus_run.contract import StopReason
 from zeus_run.errors import UsageError
 from zeus_run.export._base import Exporter, ExportError, trial_id
+from zeus_run.export._mlflow_starts import log_start
 from zeus_run.records import TrialRecord
+from zeus_run.start import iso
 from zeus_run.views.jobs import JobView
 from zeus_run.views.saving import Saved, words
+from zeus_run.views.starts import saved_total
 
 INSTALL_HINT = "pip install 'zeus-run[mlflow]'   (or: pip install mlflow)"
 #: Default experiment name.
@@ -169,7 +180,11 @@ class MlflowExporter(Exporter):
         parent = self._parent(client, exp_id, job)
         done: set[str] = set()
         pending: dict[str, str] = {}
+        starts: dict[str, tuple[str, str]] = {}
         for run in _search(client, exp_id, f"tags.`mlflow.parentRunId` = '{parent}'"):
+            trigger = run.data.tags.get("zeus_run.start_trigger")
+            if trigger is not None:
+                starts[trigger] = (str(run.info.run_id), run.data.tags.get("zeus_run.start_outcome", ""))
             tid = run.data.tags.get("zeus_run.trial_id")
             if tid is None:
                 continue
@@ -188,6 +203,8 @@ class MlflowExporter(Exporter):
             _set_status(client, parent, "RUNNING")  # reopen a parent an earlier export ended
         for record in new:
             self._log_trial(client, exp_id, parent, record)
+        for row in job.starts:  # the spec's start section: a run per trigger, its outcome once it ran
+            log_start(client, exp_id, parent, row, starts.get(iso(row.trigger)))
         self._log_summary(client, parent, job)
         state = job.state
         if state != "running":
@@ -306,6 +323,8 @@ class MlflowExporter(Exporter):
             "exploring": 1.0 if job.exploring else 0.0,
             "slow_recurrences": len(s.slow),
         }
+        if job.starts:
+            values |= {"start_plans": len(job.starts), "start_carbon_saved_grams": saved_total(job.starts)}
         acc = job.accounting
         if acc is not None:
             values |= {

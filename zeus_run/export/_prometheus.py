@@ -7,7 +7,9 @@ where the trials recorded one, and follows Prometheus' naming conventions: base 
 happened (trials, reached recurrences, energy spent) and never goes down from one export
 to the next (each outcome's counter is there from 0); a state (recurrences still open, the
 current batch size) is a gauge. Every saving comes with the two ends of its 90% interval
-(``NAME_low_ratio``, ``NAME_high_ratio``: absent while none can be stated; `zeus_run.views.saving`). `METRICS`
+(``NAME_low_ratio``, ``NAME_high_ratio``: absent while none can be stated; `zeus_run.views.saving`). A job with a
+``start`` section (``starts.jsonl``: `zeus_run.views.starts`) adds ``zeus_run_start_*``: its plans, the last
+trigger's plan (delay, planned start, deadline, forecast intensities) and the carbon its shifts saved. `METRICS`
 lists them; the Grafana dashboard in ``docs/`` reads only these names.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import base64
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +143,35 @@ METRICS = {
         Metric("zeus_run_power_limit_watts", "gauge", "GPU power limit of the last trial, where one was set."),
         Metric("zeus_run_exploring", "gauge", "1 while zeus-run still explores batch sizes, 0 once it is over."),
         Metric("zeus_run_last_recurrence_timestamp_seconds", "gauge", "When the last trial ended (Unix time)."),
+        Metric(
+            "zeus_run_start_plans_total",
+            "counter",
+            "Triggers planned by the spec's start section, by whether the start was moved from the trigger.",
+        ),
+        Metric("zeus_run_start_delay_seconds", "gauge", "The last trigger's planned start, after its trigger."),
+        Metric("zeus_run_start_planned_timestamp_seconds", "gauge", "The last trigger's planned start (Unix time)."),
+        Metric("zeus_run_start_deadline_timestamp_seconds", "gauge", "The last trigger's deadline (Unix time)."),
+        Metric(
+            "zeus_run_start_trigger_intensity_g_per_kwh",
+            "gauge",
+            "The forecast carbon intensity at the last trigger (gCO2e/kWh; absent without a forecast).",
+        ),
+        Metric(
+            "zeus_run_start_planned_intensity_g_per_kwh",
+            "gauge",
+            "The forecast carbon intensity over the last trigger's planned run (gCO2e/kWh; absent without a forecast).",
+        ),
+        Metric(
+            "zeus_run_start_realized_intensity_g_per_kwh",
+            "gauge",
+            "The carbon intensity over the last run whose outcome was measured, on the series of what happened.",
+        ),
+        Metric(
+            "zeus_run_start_carbon_saved_grams",
+            "gauge",
+            "Carbon saved by shifting starts against starting each run at its trigger, over every measured run "
+            "(gCO2e; negative where a shift cost carbon, hence a gauge).",
+        ),
     )
 }
 
@@ -218,7 +249,28 @@ def _samples(job: JobView) -> list[tuple[str, dict[str, str], float]]:
     add("zeus_run_power_limit_watts", job.power_limit)
     add("zeus_run_exploring", 1.0 if job.exploring else 0.0)
     add("zeus_run_last_recurrence_timestamp_seconds", job.last_ended.timestamp())
+    if job.starts:  # the spec's start section (starts.jsonl): nothing without one
+        _start_samples(job, add)
     return out
+
+
+def _start_samples(job: JobView, add: Callable[..., None]) -> None:
+    """The start plans' samples: plans by moved (from 0), the last plan, the intensity and saving measured."""
+    from zeus_run.views.starts import saved_total
+
+    moved = sum(1 for r in job.starts if r.moved)
+    add("zeus_run_start_plans_total", len(job.starts) - moved, moved="false")
+    add("zeus_run_start_plans_total", moved, moved="true")
+    last = job.starts[-1]
+    add("zeus_run_start_delay_seconds", last.delay)
+    add("zeus_run_start_planned_timestamp_seconds", last.start_at)
+    add("zeus_run_start_deadline_timestamp_seconds", last.deadline)
+    add("zeus_run_start_trigger_intensity_g_per_kwh", last.forecast_now)
+    add("zeus_run_start_planned_intensity_g_per_kwh", last.forecast_at_start)
+    measured = [r for r in job.starts if r.intensity is not None]
+    if measured:
+        add("zeus_run_start_realized_intensity_g_per_kwh", measured[-1].intensity)
+    add("zeus_run_start_carbon_saved_grams", saved_total(job.starts))
 
 
 def _number(v: float) -> str:

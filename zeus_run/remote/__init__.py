@@ -7,7 +7,7 @@ server's ``/v1`` API (`API_PREFIX`; the schema is served at `OPENAPI_PATH`):
 =========================================  =====================================================
 ``GET  /v1/health``                        liveness; the only path without a token
 ``PUT  /v1/jobs/{job}``                    register a job from its spec (YAML text or a mapping)
-``POST /v1/jobs/{job}/trials``             ask: reserve the next trial (its batch size, token, ...)
+``POST /v1/jobs/{job}/trials``             ask: reserve the next trial (batch size, token, ``start``)
 ``POST /v1/jobs/{job}/trials/{t}/heartbeat``  renew the trial's lease
 ``POST /v1/jobs/{job}/trials/{t}/epochs``  report one epoch; the answer says whether to stop
 ``POST /v1/jobs/{job}/trials/{t}/finish``  tell: the trial ended (energy and time if measured)
@@ -15,6 +15,9 @@ server's ``/v1`` API (`API_PREFIX`; the schema is served at `OPENAPI_PATH`):
 ``GET  /v1/jobs/{job}/history``            the job's trial records
 ``DELETE /v1/jobs/{job}/trials/{t}``       release an ask that will never be told
 =========================================  =====================================================
+
+An ask of a job with a ``start`` section also says when to start training (`PlannedStart`,
+`RemoteTrial.start`).
 
 Every request but the health check carries ``Authorization: Bearer TOKEN``.
 Errors are JSON ``{"error": "...", "field": "...", "code": "..."}``; the client
@@ -40,6 +43,7 @@ from zeus_run.remote._client import (
     OPENAPI_PATH,
     REQUEST_TIMEOUT_S,
     RETRY_STATUSES,
+    PlannedStart,
     ServerClient,
     ServerError,
     job_path,
@@ -62,6 +66,7 @@ __all__ = [
     "OPENAPI_PATH",
     "REQUEST_TIMEOUT_S",
     "RETRY_STATUSES",
+    "PlannedStart",
     "RemoteTrial",
     "ServerClient",
     "ServerError",

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from zeus_run.contract import Env
@@ -372,6 +373,46 @@ def here(decision: dict[str, Any]) -> dict[str, Any]:
     if decision.get("workdir") is None and "command" in decision:
         decision["workdir"] = where
     return decision
+
+
+@dataclass(frozen=True)
+class PlannedStart:
+    """When to start a trial, as the ask's answer says for a job with a ``start`` section (``decision["start"]``).
+
+    Attributes:
+        start_at: When to start training (Unix seconds; the ask's time when not moved).
+        deadline: When the run is due (Unix seconds; None: no plan could be made).
+        moved: Whether the start was moved to a cleaner time.
+        reason: Why, in one line.
+        status: ``wait``, ``start``, ``late`` or ``missed`` (`zeus-run when`'s).
+    """
+
+    start_at: float
+    deadline: float | None
+    moved: bool
+    reason: str
+    status: str
+
+    @classmethod
+    def of(cls, decision: dict[str, Any]) -> PlannedStart | None:
+        """The planned start in an ask's answer; None where it has none (a job without a ``start`` section)."""
+        from zeus_run.contract import iso_seconds
+
+        doc = decision.get("start")
+        at = iso_seconds(doc.get("start_at")) if isinstance(doc, dict) else None
+        if not isinstance(doc, dict) or at is None:
+            return None
+        return cls(
+            at,
+            iso_seconds(doc.get("deadline")),
+            bool(doc.get("moved")),
+            str(doc.get("reason") or ""),
+            str(doc.get("status") or ""),
+        )
+
+    def seconds_left(self, now: float | None = None) -> float:
+        """Seconds from ``now`` (default: the clock) to `start_at`; 0 once it has come."""
+        return max(0.0, self.start_at - (time.time() if now is None else now))
 
 
 def new_key() -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zeus_run.contract import Env, exit_watch
-from zeus_run.remote._client import DEFAULT_LEASE_S, ServerClient, ServerError
+from zeus_run.remote._client import DEFAULT_LEASE_S, PlannedStart, ServerClient, ServerError
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,12 @@ class RemoteTrial:
         shown = f"{str(decision.get('token'))[:6]}~"  # a short id: no token in a log line
         logger.info("zeus-run server chose batch size %s (trial %s)", decision.get("batch_size"), shown)
         return cls(client, job, str(decision["token"]), decision, float(decision.get("lease_s") or 0) or _env_lease())
+
+    @property
+    def start(self) -> PlannedStart | None:
+        """When to start training, for a job with a ``start`` section (None: now; a token from
+        ``ZEUS_SERVER_TRIAL`` carries none). The lease is kept while the process waits for it (the heartbeat)."""
+        return PlannedStart.of(self.decision)
 
     def begin(self) -> None:
         """Training begins now: `report`'s time counts from here (the seeds' ``on_train_begin``)."""

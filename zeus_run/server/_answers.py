@@ -16,6 +16,21 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class StartAnswer(_Open):
+    """When to start the trial, for a job whose spec has a ``start`` section (docs/starting-clean.md)."""
+
+    start_at: str = Field(description="When to start training, ISO-8601 UTC (the ask's time when not moved).")
+    start_in_s: float = Field(description="Seconds from the answer to `start_at` (0: start now).")
+    deadline: str | None = Field(description="When the run is due, ISO-8601 UTC (null: no plan could be made).")
+    moved: bool = Field(description="Whether the start was moved from the ask's time to a cleaner one.")
+    reason: str = Field(description="Why this start, in one line.")
+    status: str = Field(description="wait, start, late (a run started now ends after the deadline) or missed.")
+    trigger: str = Field(
+        description="The trigger planned for, ISO-8601 UTC: the ask's time (asks of the job within a minute of "
+        "one another, its spec and history unchanged, share one plan)."
+    )
+
+
 class AskAnswer(_Open):
     """The next trial (``POST /v1/jobs/{job}/trials``): `zeus_run.asktell.Ask` as JSON."""
 
@@ -42,6 +57,12 @@ class AskAnswer(_Open):
     )
     env: dict[str, str] = Field(description="The ZEUS_* contract for the trial, without the server's file paths.")
     workdir: str | None = Field(default=None, description="Always null: the client runs where it is.")
+    start: StartAnswer | None = Field(
+        default=None,
+        description="Only for a job with a `start` section: when to start, planned as `zeus-run when` plans "
+        "(the lowest-carbon start before the deadline, or now). The trial is reserved at once; a client that "
+        "waits for `start_at` keeps its lease with heartbeats (zeus_run.remote does).",
+    )
 
 
 class TrialRecord(_Open):

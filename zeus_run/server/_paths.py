@@ -9,7 +9,8 @@ without ``..`` and without a symbolic link below that directory. The spec is
 checked as sent, before it is validated (validation looks for the files, and
 its answer would tell a client which files exist). Checked:
 
-* ``accounting.carbon_g_per_kwh`` and ``accounting.price_per_kwh`` when they name a CSV;
+* ``accounting.carbon_g_per_kwh`` and ``accounting.price_per_kwh`` when they name a CSV, and
+  ``start.forecast.csv`` (the forecast an ask's start is planned on);
 * ``export.mlflow.tracking_uri`` when it names a local store (``file:``, ``sqlite:``, a path);
 * the scripts in ``command``: arguments ending in ``.py``, ``.sh``, ``.bash`` or
   ``.ipynb``, and any argument with a ``..`` part (an interpreter such as
@@ -21,7 +22,7 @@ server's root (``../other-job``; not a hidden entry of the root) or inside an al
 ``workdir`` and ``run_dir`` are not checked: they do not apply on the server (the client runs
 the script where it is) and are ignored.
 
-An accounting series must also be one (`check_series`): a CSV of
+An accounting series or forecast must also be one (`check_series`): a CSV of
 ``timestamp,value`` rows, read at registration, and never one of the files
 zeus-run keeps in the job (``history.jsonl``, ``spec.yaml``, ``running.json``,
 a trial's files), whose lines the operator's ``history`` would then try to
@@ -76,10 +77,7 @@ def check_paths(spec: Mapping[str, Any], job_dir: Path, allowed: Sequence[Path] 
 def named_files(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """``(field, path)`` for each file the spec (its settings as sent) names; values of the wrong type are left
     to the spec's validation."""
-    accounting = _section(spec, "accounting")
-    for name in ("carbon_g_per_kwh", "price_per_kwh"):
-        if isinstance(accounting.get(name), str):
-            yield f"accounting.{name}", accounting[name]
+    yield from _series(spec)
     uri = _section(_section(spec, "export"), "mlflow").get("tracking_uri")
     store = _local_store(uri) if isinstance(uri, str) else None
     if store is not None:
@@ -95,6 +93,19 @@ def named_files(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     for i, arg in enumerate(argv):
         if arg.endswith(_SCRIPT_SUFFIXES) or ".." in PurePosixPath(arg).parts:
             yield f"command[{i}]", arg
+
+
+def _series(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(field, path)`` for each intensity, price or forecast CSV the spec names."""
+    accounting = _section(spec, "accounting")
+    for name in ("carbon_g_per_kwh", "price_per_kwh"):
+        if isinstance(accounting.get(name), str):
+            yield f"accounting.{name}", accounting[name]
+    forecast = _section(spec, "start").get("forecast")
+    if isinstance(forecast, str) and forecast.startswith("csv:"):  # the resolved form a stored spec keeps
+        yield "start.forecast", forecast[4:]
+    elif isinstance(forecast, Mapping) and isinstance(forecast.get("csv"), str):
+        yield "start.forecast.csv", forecast["csv"]
 
 
 def _section(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -156,19 +167,15 @@ def check_series(spec: Mapping[str, Any], job_dir: Path) -> None:
     """
     from zeus_run.accounting import AccountingError, read_series
 
-    accounting = _section(spec, "accounting")
-    for name in ("carbon_g_per_kwh", "price_per_kwh"):
-        value = accounting.get(name)
-        if not isinstance(value, str):
-            continue
-        field = f"body.spec.accounting.{name}"
+    for name, value in _series(spec):
+        field = f"body.spec.{name}"
         full = Path(os.path.normpath(value if os.path.isabs(value) else job_dir / value))
         inside = full == job_dir or job_dir in full.parents
         parts = full.relative_to(job_dir).parts if inside else ()
         if inside and (not parts or parts[0] in _JOB_FILES or any(p.startswith(".") for p in parts)):
             raise ApiError(
                 422,
-                f"accounting.{name} = {value[:200]!r} is one of the files zeus-run keeps in the job, not a rate "
+                f"{name} = {value[:200]!r} is one of the files zeus-run keeps in the job, not a rate "
                 "series. Name a CSV of timestamp,value rows of your own.",
                 "invalid_field",
                 field,
@@ -180,7 +187,7 @@ def check_series(spec: Mapping[str, Any], job_dir: Path) -> None:
         if size > MAX_SERIES_BYTES:
             raise ApiError(
                 422,
-                f"accounting.{name} = {value[:200]!r} is larger than {MAX_SERIES_BYTES >> 20} MiB: not a rate series.",
+                f"{name} = {value[:200]!r} is larger than {MAX_SERIES_BYTES >> 20} MiB: not a rate series.",
                 "invalid_field",
                 field,
             )

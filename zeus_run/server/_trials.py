@@ -32,7 +32,12 @@ class TrialCalls:
     async def ask(self, job: str, body: AskRequest | None, key: str | None) -> bytes:
         k = check_key(key)
         host = body.host if body else None
-        return self.publisher.payload(await self.service.run(job, lambda: self.service.ask(job, host, k)))
+        answer = await self.service.run(job, lambda: self.service.ask(job, host, k))
+        start = await self.service.start(job)  # the spec's start section: when to start, as `zeus-run when` plans
+        if start is not None:
+            start["reason"] = self.publisher.text(str(start["reason"]))  # a forecast's error may name a file
+            answer["start"] = start
+        return self.publisher.payload(answer)
 
     async def report(self, job: str, token: str, body: EpochReport, key: str | None) -> bytes:
         k = check_key(key)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from zeus_run.rundir.settings import RunSettings
     from zeus_run.views.money import Accounting
     from zeus_run.views.saving import Saved
+    from zeus_run.views.starts import StartRow
     from zeus_run.views.summary import Summary
 
 #: The history file's name in a run directory (`zeus_run.rundir.history.HISTORY_NAME`).
@@ -91,6 +92,8 @@ class JobView:
         accounting: Carbon and money (`zeus_run.accounting`), None where the spec sets no rate.
         knobs: The run's settings (None where its spec.yaml cannot be read).
         settings: Its ``spec.yaml``, read once (`zeus_run.rundir.settings.RunSettings`).
+        starts: Each trigger's start plan and what it saved (``starts.jsonl``: `zeus_run.views.starts`; empty
+            for a job without a ``start`` section).
     """
 
     run_dir: Path
@@ -103,6 +106,7 @@ class JobView:
     settings: RunSettings
     accounting: Accounting | None = None
     knobs: Knobs | None = None
+    starts: tuple[StartRow, ...] = ()
 
     @property
     def last(self) -> TrialRecord:
@@ -232,6 +236,7 @@ def load_job(run_dir: Path) -> JobView:
     """
     from zeus_run.rundir.history import read_history
     from zeus_run.rundir.settings import RunSettings
+    from zeus_run.views.starts import read_start_rows
 
     records = tuple(read_history(run_dir))
     if not records:
@@ -251,6 +256,7 @@ def load_job(run_dir: Path) -> JobView:
         accounting=accounting_of(run_dir, records, summary, settings),
         knobs=knobs,
         settings=settings,
+        starts=tuple(read_start_rows(run_dir)),
     )
 
 

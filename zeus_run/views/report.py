@@ -200,6 +200,83 @@ def plot_png(job: JobView) -> bytes | None:
         return path.read_bytes()
 
 
+def _span(seconds: float) -> str:
+    if abs(seconds) >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.0f} min" if abs(seconds) >= 60 else f"{seconds:.0f} s"
+
+
+def _g(v: float | None, unit: str = "g/kWh") -> str:
+    return "-" if v is None else f"{v:.0f} {unit}"
+
+
+def start_section(job: JobView) -> list[str]:
+    """The start plans (``starts.jsonl``, spec section ``start``): one row per trigger, the plan then what
+    happened; nothing for a job without one."""
+    from zeus_run.start import iso
+    from zeus_run.views.starts import saved_total
+
+    if not job.starts:
+        return []
+    rows = []
+    for r in job.starts:
+        if r.interrupted is not None:
+            ran = f"stopped by {r.interrupted} while waiting"
+        elif not r.ran:
+            ran = "not run yet"
+        else:
+            ran = f"rec {', '.join(map(str, r.recurrences))}" + ("" if r.deadline_met else ", AFTER the deadline")
+        saved = (
+            "-"
+            if r.saved_g is None
+            else f"{r.saved_g:+.3g} g" + (f" ({r.saved_share:+.1%})" if r.saved_share is not None else "")
+        )
+        rows.append(
+            (
+                iso(r.trigger),
+                iso(r.start_at),
+                _span(r.delay),
+                _g(r.forecast_now),
+                _g(r.forecast_at_start),
+                iso(r.deadline),
+                f"{r.reason} ({r.provenance})",
+                ran,
+                _g(r.intensity) if r.intensity is not None else (r.note or "-") if r.ran else "-",
+                _g(r.on_time_intensity),
+                saved,
+            )
+        )
+    total = saved_total(job.starts)
+    measured = sum(1 for r in job.starts if r.saved_g is not None)
+    head = (
+        f"<p>Carbon saved by shifting starts: {total:+.4g} g CO2e over {measured} measured run(s), against starting "
+        "each at its trigger (measured on the intensity series, not forecast).</p>"
+        if total is not None
+        else "<p>No saving measured yet (no run has ended inside the intensity series).</p>"
+    )
+    return [
+        "<h2>Start plans</h2>",
+        head,
+        _table(
+            [
+                "trigger",
+                "planned start",
+                "delay",
+                "forecast at trigger",
+                "forecast at start",
+                "deadline",
+                "why",
+                "ran",
+                "intensity",
+                "on time",
+                "saved",
+            ],
+            rows,
+            left=0,
+        ),
+    ]
+
+
 def render_report(job: JobView) -> str:
     """The report's HTML text."""
     s = job.summary
@@ -263,6 +340,7 @@ def render_report(job: JobView) -> str:
         _table(["batch", "trials", "conv.", "mean cost", "std", "epochs", "time", "energy", "note"], stats, left=0),
         "<h2>Recurrences</h2>",
         _table(["rec", "batch sizes", "stage", "epochs", "time", "energy", "cost", "outcome"], recs, left=0),
+        *start_section(job),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
