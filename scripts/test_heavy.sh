@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The heavy checks, the second test command besides .ci/run (whose budget is 9 minutes on an idle
 # 2-core machine; these take about as long again):
-#   - the tests marked `heavy`: matrices run end to end (one job through every door, the same work
+#   - the tests marked `heavy` (those also marked integrations or frameworks run with their own commands):
+#     matrices run end to end (one job through every door, the same work
 #     charged alike at every door, the launcher killed at many moments, every door mixed in one
 #     history, a failed night under every door);
 #   - the checks' own check (scripts/check_the_checks.py --quick): each bug the checks exist for
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
-env -u PYTHONUNBUFFERED .venv/bin/python -m pytest -q -n 2 -m heavy "$@"
+env -u PYTHONUNBUFFERED .venv/bin/python -m pytest -q -n 2 -m "heavy and not integrations and not frameworks" "$@"
 env -u PYTHONUNBUFFERED .venv/bin/python scripts/check_the_checks.py --quick
 env -u PYTHONUNBUFFERED .venv/bin/python scripts/job_life.py --short
 wall=$(($(date +%s) - start))
