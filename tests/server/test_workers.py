@@ -123,8 +123,11 @@ def _length(data: bytes) -> int:
 
 
 def test_a_burst_of_kept_alive_connections_is_shared_between_the_workers(tmp_path):
-    """Eight clients that connect at once and keep their connections: each process answers four of them (asyncio
-    alone took a whole burst in the process that woke first, and the other process sat idle)."""
+    """Eight clients that connect at once and keep their connections: both processes answer a share of them
+    (asyncio alone took a whole burst in the process that woke first: 7 or 8 of 8, and the other sat idle). On an
+    idle host the split is 4 and 4; a process declines for at most `YIELD_S` (50 ms) before it takes a
+    connection itself, so on a loaded host, where the other process may not run within that, 5 and 3 (seen beside
+    two CPU hogs) or 6 and 2 are the design, never 7 and 1."""
     server = start(tmp_path)
     conns: list[socket.socket] = []
     try:
@@ -141,7 +144,7 @@ def test_a_burst_of_kept_alive_connections_is_shared_between_the_workers(tmp_pat
         for conn in conns:
             _health(conn)
         owners = [_served_by(server.port, conn, pids) for conn in conns]
-        assert sorted(owners.count(pid) for pid in pids) == [4, 4], owners
+        assert min(owners.count(pid) for pid in pids) >= 2, owners
     finally:
         for conn in conns:
             conn.close()

@@ -165,8 +165,7 @@ class EventLogTail:
         self._not_a_file = False
         #: Ask/tell: the script's ``start`` event time (Unix seconds), None if none came.
         self.started: float | None = None
-        #: The latest time any event said it was written at (Unix seconds; its ``exited`` event's, where the
-        #: script wrote one as it ended), None if none said.
+        #: The latest time an event was written at (Unix seconds: its ``exited`` event's at the end), None if none.
         self.last_time: float | None = None
         #: Ask/tell: the reason of a ``stop`` event (`zeus_run.asktell.report_epoch` wrote it), None if none came.
         self.stop: str | None = None
