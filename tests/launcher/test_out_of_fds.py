@@ -58,6 +58,7 @@ def _zr(tmp: Path, line: str, limit: int | None = None) -> subprocess.CompletedP
     return subprocess.run(["sh", "-c", cmd], cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.heavy  # a matrix: a whole job under each file-descriptor limit (scripts/test_heavy.sh)
 def test_every_recurrence_runs_once_whatever_ran_out(tmp_path):
     out_of_fds = 0
     for i, limit in enumerate(LIMITS):
