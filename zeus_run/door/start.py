@@ -78,12 +78,16 @@ def read_series(path: str | Path) -> Series:
     Raises:
         AccountingError: It cannot be read (naming the file and line).
     """
+    return _read_series(str(path), file_version(path))
+
+
+def file_version(path: str | Path) -> tuple[int, int, int] | None:
+    """A file's version: its inode, size and modification time (None: it cannot be read)."""
     try:
         st = os.stat(path)
-        version: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
     except OSError:
-        version = None
-    return _read_series(str(path), version)
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=16)

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from zeus_run._fs import open_append
+
 logger = logging.getLogger(__name__)
 
 #: The run directory's record of each trigger's plan and what happened.
@@ -43,9 +45,8 @@ def append_start(run_dir: Path, entry: dict[str, Any]) -> None:
     path = Path(run_dir) / STARTS_NAME
     try:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, sort_keys=False) + "\n")
+        with open_append(path) as f:  # as every run-directory file: a link in its place is refused, not followed
+            f.write((json.dumps(entry, sort_keys=False) + "\n").encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:

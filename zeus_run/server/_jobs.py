@@ -275,14 +275,6 @@ PLAN_TTL_S = 60.0
 _plans: dict[str, tuple[Any, float, Any]] = {}
 
 
-def _version(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def _start(path: Path) -> dict[str, Any] | None:
     """The planned start of an ask of the job at ``path`` (`zeus_run.door.start.ask_start`; None: the job has no
     ``start`` section). The ask is taken already: a spec that cannot be read now is logged, not an error.
@@ -292,7 +284,7 @@ def _start(path: Path) -> dict[str, Any] | None:
     from their own time."""
     import time
 
-    from zeus_run.door.start import ask_start, job_of_dir, plan_trigger
+    from zeus_run.door.start import ask_start, file_version, job_of_dir, plan_trigger
     from zeus_run.errors import ZeusRunError
     from zeus_run.rundir.opener import stored_spec
 
@@ -304,7 +296,7 @@ def _start(path: Path) -> dict[str, Any] | None:
     if not spec.start.enabled:
         return None
     now = time.time()
-    key = (_version(path / SPEC_NAME), _version(path / "history.jsonl"))
+    key = (file_version(path / SPEC_NAME), file_version(path / "history.jsonl"))
     held = _plans.get(str(path))
     if held is not None and held[0] == key and 0 <= now - held[1] < PLAN_TTL_S:
         return ask_start(spec, path, now, held[2])
