@@ -249,3 +249,31 @@ def test_the_live_export_failure_hint_is_a_command_that_works(tmp_path):
     prom = PrometheusExporter(tmp_path / "out.prom").command(run_dir)
     done = subprocess.run(prom, shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0 and (tmp_path / "out.prom").read_text().startswith("# HELP")
+
+
+def test_the_start_plans_pass_promtool_and_read_back_through_mlflows_client(tmp_path):
+    """A run directory with start plans (`tests.export.test_starts`): its exposition passes `promtool check
+    metrics`, and a real MLflow store gives back one run per trigger with the plan and the carbon it saved (1 kWh
+    at 100 g/kWh against 300 on time: 200 g, worked out by hand)."""
+    from tests.export.test_starts import _plain, _planned
+    from zeus_run.export import MlflowExporter
+
+    promtool = need("promtool")
+    run_dir = _plain(tmp_path)
+    _planned(run_dir)
+    text = exposition([load_job(run_dir)])
+    assert "zeus_run_start_carbon_saved_grams" in text
+    checked = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
+    client_for("sqlite://")  # or skip
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowExporter(uri).export([load_job(run_dir)])
+    client = client_for(uri)
+    exp = client.get_experiment_by_name("zeus-run")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    starts = {r.data.tags["zeus_run.start_trigger"]: r for r in runs if r.data.tags.get("zeus_run.role") == "start"}
+    assert sorted(starts) == ["2026-01-20T00:00:00Z", "2026-01-21T00:00:00Z"]
+    moved = starts["2026-01-20T00:00:00Z"]
+    assert moved.data.params["start_at"] == "2026-01-20T03:00:00Z" and moved.data.params["moved"] == "true"
+    assert moved.data.metrics["saved_grams"] == pytest.approx(200.0)
+    assert starts["2026-01-21T00:00:00Z"].data.tags["zeus_run.start_outcome"] == "pending"
